@@ -1,0 +1,5 @@
+"""``python -m app`` is the ``isplan`` command."""
+
+from app.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,295 @@
+"""``isplan``: the command-line shell over :mod:`app.core`.
+
+Exit codes (every subcommand): 0 valid / done, 1 invalid layout or a receipt that does not verify,
+2 bad input or usage. ``check`` imports only the core (no web stack, no pydantic, no plotting), so it
+can run inside a launch script as a gate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, NoReturn, Sequence
+
+from app import __version__
+from app.core.layer_roles import ENGINES, PatternError, roles_report
+from app.core.model_config import ConfigError, ModelConfig, load_model, preset_ids
+from app.core.stages import LayoutInputError, PipelineSpec, parse_split
+
+EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad input detected after argparse (exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # argparse's own usage errors: exit 2
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _add_model(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "model", metavar="MODEL",
+        help=f"a preset id ({', '.join(preset_ids())}) or a path to an HF config.json",
+    )
+    p.add_argument("--engine", choices=ENGINES, default="megatron",
+                   help="whose rule derives full/shared roles from freq/offset (default: megatron)")
+    p.add_argument("--pattern", metavar="P",
+                   help="what-if role override: F/S letters, periodic from layer 1 (FSSS) or one per layer")
+
+
+def add_layout_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "layout (one of: --split, --pp with flags, --pp with --layout, --launcher)")
+    g.add_argument("--split", metavar="LIST", help="stage sizes, vp-major, e.g. 14,8,8,8,8,8,8,16")
+    g.add_argument("--pp", type=int, metavar="N", help="--pipeline-model-parallel-size")
+    g.add_argument("--first", type=int, metavar="F", help="--decoder-first-pipeline-num-layers")
+    g.add_argument("--last", type=int, metavar="L", help="--decoder-last-pipeline-num-layers")
+    g.add_argument("--vpp", type=int, metavar="V", help="--num-virtual-stages-per-pipeline-rank")
+    g.add_argument("--layers-per-vstage", type=int, metavar="K",
+                   help="--num-layers-per-virtual-pipeline-stage")
+    g.add_argument("--account-for-embedding", action="store_true",
+                   help="--account-for-embedding-in-pipeline-split")
+    g.add_argument("--account-for-loss", action="store_true", help="--account-for-loss-in-pipeline-split")
+    g.add_argument("--layout", metavar="STR", help="--pipeline-model-parallel-layout, e.g. 'Et*3|(tt|)*29,m|L'")
+    g.add_argument("--launcher", metavar="FILE", help="a bash launcher script to read the flags from (- for stdin)")
+    g.add_argument("--mtp-layers", type=int, metavar="M",
+                   help="--mtp-num-layers (default: the config's num_nextn_predict_layers)")
+    g.add_argument("--overlap-p2p", action="store_true",
+                   help="--overlap-p2p-communication (interleaving then needs PP > 1 instead of > 2)")
+    g.add_argument("--dsa-topk-freq", type=int, metavar="N",
+                   help="--dsa-indexer-topk-freq override for the megatron/slime rule")
+    g.add_argument("--dsa-skip-topk-offset", type=int, metavar="N",
+                   help="--dsa-indexer-skip-topk-offset override for the megatron/slime rule")
+
+
+def _out(fmt: str, body: dict[str, Any], lines: list[str]) -> None:
+    if fmt == "json":
+        sys.stdout.write(json.dumps(body, indent=2) + "\n")
+    else:
+        sys.stdout.write("\n".join(lines) + "\n")
+
+
+def _read_text(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read((1 << 20) + 1)
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    return data.decode("utf-8", errors="replace")
+
+
+class LayoutRequest:
+    """A resolved layout description: the spec plus what a launcher contributed."""
+
+    def __init__(self, spec: PipelineSpec, freq: int | None, offset: int | None,
+                 warnings: tuple[str, ...] = (), extra: dict[str, Any] | None = None):
+        self.spec, self.freq, self.offset = spec, freq, offset
+        self.warnings = warnings
+        self.extra = extra or {}
+
+
+def layout_request(args: argparse.Namespace, cfg: ModelConfig) -> LayoutRequest:
+    """Turn the layout options into a :class:`PipelineSpec` (exit-2 errors for unusable input)."""
+    chosen = [name for name, on in (
+        ("--split", args.split is not None), ("--launcher", args.launcher is not None),
+        ("--layout", args.layout is not None),
+        ("--pp", args.pp is not None and args.layout is None and args.split is None),
+    ) if on]
+    flag_only = [n for n, v in (("--first", args.first), ("--last", args.last),
+                                ("--layers-per-vstage", args.layers_per_vstage)) if v is not None]
+    if args.account_for_embedding:
+        flag_only.append("--account-for-embedding")
+    if args.account_for_loss:
+        flag_only.append("--account-for-loss")
+    if args.launcher is not None:
+        others = [c for c in chosen if c != "--launcher"] + flag_only
+        if others:
+            raise UsageError(f"--launcher reads every pipeline flag from the script; drop {', '.join(others)}")
+        from app.core.launcher import LauncherError, launcher_request, parse_launcher
+
+        try:
+            parsed = parse_launcher(_read_text(args.launcher))
+        except LauncherError as exc:
+            raise UsageError(str(exc)) from None
+        req = launcher_request(parsed, cfg)
+        if req.unresolved:
+            raise UsageError("; ".join(req.unresolved))
+        return LayoutRequest(req.spec, req.freq, req.offset, tuple(req.warnings), {"launcher": req.report})
+    if args.split is not None:
+        if flag_only or args.layout is not None:
+            raise UsageError("--split gives every stage size; drop " + ", ".join(flag_only + (["--layout"] if args.layout else [])))
+        spec = PipelineSpec(pp=args.pp, vpp=args.vpp, split=parse_split(args.split),
+                            mtp_layers=args.mtp_layers, overlap_p2p=args.overlap_p2p)
+    elif args.pp is not None or args.layout is not None:
+        spec = PipelineSpec(
+            pp=args.pp, vpp=args.vpp, layers_per_vstage=args.layers_per_vstage, first=args.first,
+            last=args.last, account_for_embedding=args.account_for_embedding,
+            account_for_loss=args.account_for_loss, layout=args.layout, mtp_layers=args.mtp_layers,
+            overlap_p2p=args.overlap_p2p,
+        )
+        if args.layout is not None and args.pp is None:
+            raise UsageError("--layout needs --pp N: the stage list is read as PP x VPP stages")
+    else:
+        raise UsageError("give a layout: --split LIST, --pp N [flags], --pp N --layout STR, or --launcher FILE")
+    return LayoutRequest(spec, args.dsa_topk_freq, args.dsa_skip_topk_offset)
+
+
+def _engine_overrides(engine: str, req: LayoutRequest) -> tuple[int | None, int | None, tuple[str, ...]]:
+    if engine == "hf" and (req.freq is not None or req.offset is not None):
+        return None, None, ("--dsa-indexer-topk-freq / --dsa-indexer-skip-topk-offset are Megatron flags; "
+                            "the hf engine reads the config, so they are ignored",)
+    return req.freq, req.offset, ()
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from app.core.layout_check import run_check
+
+    cfg = load_model(args.model)
+    req = layout_request(args, cfg)
+    freq, offset, notes = _engine_overrides(args.engine, req)
+    result = run_check(cfg, req.spec, args.engine, pattern=args.pattern, freq=freq, offset=offset,
+                       extra_warnings=req.warnings + notes, extra=req.extra)
+    _out(args.format, result.to_json(), result.text_lines())
+    return EXIT_VALID if result.valid else EXIT_INVALID
+
+
+def cmd_roles(args: argparse.Namespace) -> int:
+    cfg = load_model(args.model)
+    rep = roles_report(cfg, args.engine, pattern=args.pattern, freq=args.dsa_topk_freq,
+                       offset=args.dsa_skip_topk_offset)
+    lines = [f"model {cfg.id}: {rep['num_layers']} layers, {rep['num_full']} full, {rep['num_shared']} shared "
+             f"(rule: {rep['rule']}, engine {rep['engine']})", rep["pattern"]]
+    lines.append("full layers: " + ", ".join(str(x) for x in rep["full_layers"]))
+    for d in rep["disagreements"]:
+        lines.append("disagreement: " + d["message"])
+    if rep["pattern_differences"] is not None:
+        lines.append("pattern differs from the config on layers: "
+                     + (", ".join(map(str, rep["pattern_differences"])) or "none"))
+    for e in rep["errors"]:
+        lines.append("ERROR: " + e["message"])
+    _out(args.format, rep, lines)
+    return EXIT_INVALID if rep["errors"] else EXIT_VALID
+
+
+def _named_layouts(args: argparse.Namespace, cfg: ModelConfig) -> list[tuple[str, LayoutRequest]]:
+    import shlex
+
+    layouts = [(args.name, layout_request(args, cfg))]
+    for item in args.also or []:
+        name, sep, rest = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--also takes NAME=ARGS, e.g. 'conversion=--pp 2 --last 40'; got {item!r}")
+        sub = _Parser(prog=f"isplan receipt --also {name}", add_help=False)
+        add_layout_args(sub)
+        try:
+            sub_args = sub.parse_args(shlex.split(rest))
+        except SystemExit:
+            raise UsageError(f"--also {name}: cannot parse {rest!r}") from None
+        layouts.append((name.strip(), layout_request(sub_args, cfg)))
+    names = [n for n, _ in layouts]
+    if len(set(names)) != len(names):
+        raise UsageError(f"layout names must differ; got {names}")
+    return layouts
+
+
+def cmd_receipt(args: argparse.Namespace) -> int:
+    from app.core.receipt import build_receipt
+
+    cfg = load_model(args.model)
+    layouts = _named_layouts(args, cfg)
+    receipt = build_receipt(
+        cfg, [(name, req.spec, req.freq, req.offset, req.warnings) for name, req in layouts],
+        engine=args.engine, pattern=args.pattern, model_revision=args.model_revision,
+        engine_commit=args.engine_commit,
+    )
+    sys.stdout.write(json.dumps(receipt, indent=2) + "\n")
+    for w in receipt["warnings"]:
+        sys.stderr.write(f"warning: {w}\n")
+    return EXIT_VALID if receipt["valid"] else EXIT_INVALID
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from app.core.receipt import ReceiptError, verify_receipt
+
+    text = _read_text(args.receipt)
+    try:
+        receipt = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{args.receipt} is not JSON: {exc.msg} at line {exc.lineno}") from None
+    try:
+        report = verify_receipt(receipt, config_path=args.config)
+    except ReceiptError as exc:
+        raise UsageError(str(exc)) from None
+    lines = [("VERIFIED: " if report["ok"] else "DIFFERS: ") + report["summary"]]
+    lines += [f"- {d}" for d in report["differences"]]
+    _out(args.format, report, lines)
+    return EXIT_VALID if report["ok"] else EXIT_INVALID
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="isplan",
+        description="IndexShare layout planner: validate that every physical and virtual pipeline "
+                    "stage of a GLM-5.2-class model starts on a full (index-computing) layer.",
+        epilog="Exit codes: 0 valid, 1 invalid layout (or receipt differs), 2 bad input or usage.",
+    )
+    parser.add_argument("--version", action="version", version=f"isplan {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("check", help="materialise a layout and validate every stage start",
+                       description="Materialise the stages Megatron/slime would build and check each start.")
+    _add_model(p)
+    add_layout_args(p)
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("roles", help="per-layer full/shared roles, sources and disagreements")
+    _add_model(p)
+    p.add_argument("--dsa-topk-freq", type=int, metavar="N", help="--dsa-indexer-topk-freq override")
+    p.add_argument("--dsa-skip-topk-offset", type=int, metavar="N", help="--dsa-indexer-skip-topk-offset override")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_roles)
+
+    p = sub.add_parser("receipt", help="write a verifiable JSON receipt for one or more named layouts")
+    _add_model(p)
+    add_layout_args(p)
+    p.add_argument("--name", default="training", help="name of the layout given by the flags (default: training)")
+    p.add_argument("--also", action="append", metavar="NAME=ARGS",
+                   help="another named layout, e.g. --also 'conversion=--pp 2 --last 40' (repeatable)")
+    p.add_argument("--model-revision", metavar="REV", help="immutable model revision (40-hex commit)")
+    p.add_argument("--engine-commit", metavar="SHA", help="Megatron/slime commit the job runs (40-hex)")
+    p.set_defaults(func=cmd_receipt)
+
+    p = sub.add_parser("verify", help="recompute a receipt and report every difference")
+    p.add_argument("receipt", metavar="RECEIPT", help="receipt JSON file (- for stdin)")
+    p.add_argument("--config", metavar="PATH", help="config.json to verify against (default: the receipt's preset or path)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_verify)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, LayoutInputError, PatternError, UsageError) as exc:
+        fmt = getattr(args, "format", "text")
+        if fmt == "json":
+            field = getattr(exc, "field", None)
+            sys.stdout.write(json.dumps({"valid": False, "errors": [
+                {"code": "bad_input", "message": str(exc), "field": field}]}, indent=2) + "\n")
+        sys.stderr.write(f"isplan {args.command}: error: {exc}\n")
+        return EXIT_USAGE
+    except BrokenPipeError:
+        return EXIT_VALID
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

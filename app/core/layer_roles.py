@@ -1,0 +1,338 @@
+"""Layer roles: which decoder layers run the DSA indexer (*full*) and which reuse top-k (*shared*).
+
+Every user-facing layer number is 1-based. A shared layer reuses the top-k of its *source*: the
+nearest preceding full layer. A shared layer with no full layer before it is an error in the
+config (no engine can run it).
+
+Where the roles come from, in order of precedence:
+
+1. a what-if pattern override (``--pattern``): ``FSSS`` repeated from layer 1, or one F/S per layer;
+2. the config's ``indexer_types`` array (``"full"`` / ``"shared"``);
+3. the config's ``index_topk_pattern`` string (``F`` / ``S``);
+4. the ``index_topk_freq`` / ``index_skip_topk_offset`` rule of the chosen engine.
+
+The three engines read the freq/offset rule differently (FACTS.md section 1):
+
+* ``hf`` - transformers / vLLM / SGLang, 0-based layer ``i``: full iff
+  ``max(i - offset + 1, 0) % freq == 0``; defaults freq 1, offset 2
+  (huggingface/transformers ``models/glm_moe_dsa/configuration_glm_moe_dsa.py``,
+  vllm ``model_executor/models/deepseek_v2.py``).
+* ``megatron`` - Megatron-Core, 1-based ``n``: shared iff ``max(n - max(offset, 1), 0) % freq != 0``
+  (NVIDIA/Megatron-LM ``megatron/core/transformer/experimental_attention_variant/dsa.py``:
+  ``is_dsa_skip_topk_layer``; flags ``--dsa-indexer-topk-freq`` default 1,
+  ``--dsa-indexer-skip-topk-offset`` default 0).
+* ``slime`` - like Megatron but without clamping the offset to 1, so offset 0 makes layer 1 a
+  shared layer with no source (THUDM/slime ``slime_plugins/models/glm5/glm5.py``).
+
+For each engine the source of a shared layer, ``n - ((n - offset) % freq)``, is exactly the
+nearest preceding full layer, so one definition of *source* serves all of them.
+
+An explicit array wins for every engine; when the engine's own freq/offset rule would build other
+roles than the array says, that is reported as a disagreement (the engine would build indexers
+where the checkpoint has none, or the reverse).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any
+
+from app.core.model_config import ModelConfig
+
+
+class Engine(str, Enum):
+    MEGATRON = "megatron"
+    SLIME = "slime"
+    HF = "hf"
+
+
+ENGINES = tuple(e.value for e in Engine)
+DEFAULT_ENGINE = Engine.MEGATRON
+
+#: Defaults each engine uses when the config or launcher does not set freq / offset.
+ENGINE_DEFAULTS: dict[Engine, tuple[int, int]] = {
+    Engine.HF: (1, 2),
+    Engine.MEGATRON: (1, 0),
+    Engine.SLIME: (1, 0),
+}
+
+
+class PatternError(ValueError):
+    """A ``--pattern`` override that is not a string of F and S of a usable length."""
+
+
+def formula_is_full(n: int, freq: int, offset: int, engine: Engine) -> bool:
+    """Whether 1-based layer ``n`` computes its own top-k under ``engine``'s freq/offset rule."""
+    if freq < 1:
+        raise ValueError(f"index_topk_freq must be at least 1, got {freq}")
+    if offset < 0:
+        raise ValueError(f"index_skip_topk_offset must not be negative, got {offset}")
+    if engine is Engine.HF:
+        i = n - 1
+        return max(i - offset + 1, 0) % freq == 0
+    if engine is Engine.MEGATRON:
+        return max(n - max(offset, 1), 0) % freq == 0
+    return max(n - offset, 0) % freq == 0
+
+
+def formula_roles(num_layers: int, freq: int, offset: int, engine: Engine) -> tuple[bool, ...]:
+    return tuple(formula_is_full(n, freq, offset, engine) for n in range(1, num_layers + 1))
+
+
+def parse_pattern(pattern: str, num_layers: int) -> tuple[bool, ...]:
+    """``--pattern``: a string of F/S, periodic from layer 1 if shorter than the model."""
+    p = pattern.strip().upper()
+    if not p:
+        raise PatternError("--pattern is empty; give F/S letters such as FSSS")
+    bad = sorted(set(p) - {"F", "S"})
+    if bad:
+        raise PatternError(f"--pattern may only contain F and S; found {''.join(bad)!r}")
+    if len(p) > num_layers:
+        raise PatternError(
+            f"--pattern has {len(p)} letters but the model has {num_layers} decoder layers; "
+            f"give at most {num_layers} (a shorter pattern repeats from layer 1)"
+        )
+    return tuple(p[(n - 1) % len(p)] == "F" for n in range(1, num_layers + 1))
+
+
+@dataclass(frozen=True)
+class LayerRole:
+    layer: int  # 1-based
+    role: str  # "full" | "shared"
+    source: int | None  # the full layer whose top-k it uses (itself when full); None = no source
+    ffn: str  # "dense" | "moe"
+    has_indexer: bool  # owns indexer weights
+    mtp: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "layer": self.layer,
+            "role": self.role,
+            "source_layer": self.source,
+            "ffn": self.ffn,
+            "has_indexer": self.has_indexer,
+            "mtp": self.mtp,
+        }
+
+
+@dataclass(frozen=True)
+class RoleError:
+    code: str
+    message: str
+    layer: int | None = None
+
+
+@dataclass(frozen=True)
+class RoleMap:
+    """Roles of every decoder layer (``layers``) and the MTP layers after them (``mtp``)."""
+
+    engine: Engine
+    rule: str  # pattern_override | indexer_types | index_topk_pattern | freq_offset | no_indexer
+    freq: int | None
+    offset: int | None
+    layers: tuple[LayerRole, ...]
+    mtp: tuple[LayerRole, ...]
+    errors: tuple[RoleError, ...] = ()
+    pattern_differences: tuple[int, ...] | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def role(self, layer: int) -> LayerRole:
+        return self.layers[layer - 1]
+
+    @property
+    def full_layers(self) -> tuple[int, ...]:
+        return tuple(r.layer for r in self.layers if r.role == "full")
+
+    def letters(self) -> str:
+        return "".join("F" if r.role == "full" else "S" for r in self.layers)
+
+
+def ffn_kinds(cfg: ModelConfig) -> tuple[str, ...]:
+    """Dense or MoE FFN per decoder layer: ``mlp_layer_types`` if present, else the DeepSeek-V3
+    rule (MoE iff experts exist, ``i >= first_k_dense_replace`` and ``i % moe_layer_freq == 0``)."""
+    if cfg.mlp_layer_types is not None:
+        return tuple("dense" if t == "dense" else "moe" for t in cfg.mlp_layer_types)
+    out = []
+    for i in range(cfg.num_hidden_layers):
+        moe = cfg.n_routed_experts > 0 and i >= cfg.first_k_dense_replace and i % cfg.moe_layer_freq == 0
+        out.append("moe" if moe else "dense")
+    return tuple(out)
+
+
+def _config_freq_offset(cfg: ModelConfig, engine: Engine, freq: int | None, offset: int | None) -> tuple[int, int]:
+    d_freq, d_offset = ENGINE_DEFAULTS[engine]
+    f = freq if freq is not None else cfg.index_topk_freq if cfg.index_topk_freq is not None else d_freq
+    o = offset if offset is not None else (
+        cfg.index_skip_topk_offset if cfg.index_skip_topk_offset is not None else d_offset
+    )
+    return f, o
+
+
+def config_declared_roles(cfg: ModelConfig) -> tuple[str, tuple[bool, ...]] | None:
+    """The explicit per-layer roles the config declares, if any: (rule, is_full per layer)."""
+    if cfg.indexer_types is not None:
+        return "indexer_types", tuple(t == "full" for t in cfg.indexer_types)
+    if cfg.index_topk_pattern is not None:
+        return "index_topk_pattern", tuple(c == "F" for c in cfg.index_topk_pattern)
+    return None
+
+
+def _build(
+    cfg: ModelConfig, engine: Engine, rule: str, full: tuple[bool, ...], freq: int | None, offset: int | None
+) -> RoleMap:
+    ffn = ffn_kinds(cfg)
+    layers: list[LayerRole] = []
+    errors: list[RoleError] = []
+    last_full: int | None = None
+    for n, is_full in enumerate(full, start=1):
+        if is_full:
+            last_full = n
+            layers.append(LayerRole(n, "full", n, ffn[n - 1], cfg.has_indexer))
+        else:
+            layers.append(LayerRole(n, "shared", last_full, ffn[n - 1], False))
+            if last_full is None:
+                errors.append(
+                    RoleError(
+                        "shared_without_source",
+                        f"layer {n} is shared but no full layer precedes it, so it has no top-k "
+                        f"to reuse ({rule}); this is an error in the config",
+                        n,
+                    )
+                )
+    n_layers = cfg.num_hidden_layers
+    mtp = tuple(
+        LayerRole(n_layers + k, "full", n_layers + k, "moe" if cfg.n_routed_experts else "dense", cfg.has_indexer, mtp=True)
+        for k in range(1, cfg.num_nextn_predict_layers + 1)
+    )
+    return RoleMap(engine, rule, freq, offset, tuple(layers), mtp, tuple(errors))
+
+
+def derive_roles(
+    cfg: ModelConfig,
+    engine: Engine | str = DEFAULT_ENGINE,
+    *,
+    pattern: str | None = None,
+    freq: int | None = None,
+    offset: int | None = None,
+) -> RoleMap:
+    """Roles under ``engine``. ``freq``/``offset`` override the config's (launcher flags
+    ``--dsa-indexer-topk-freq`` / ``--dsa-indexer-skip-topk-offset``)."""
+    engine = Engine(engine)
+    n = cfg.num_hidden_layers
+    if not cfg.has_indexer:
+        full = (True,) * n
+        rm = _build(cfg, engine, "no_indexer", full, None, None)
+        return replace(rm, notes=("the model has no DSA indexer; every stage start is allowed",))
+    f, o = _config_freq_offset(cfg, engine, freq, offset)
+    declared = config_declared_roles(cfg)
+    if pattern is not None:
+        full = parse_pattern(pattern, n)
+        base = declared[1] if declared else formula_roles(n, f, o, engine)
+        diffs = tuple(i + 1 for i in range(n) if full[i] != base[i])
+        rm = _build(cfg, engine, "pattern_override", full, f, o)
+        return replace(rm, pattern_differences=diffs)
+    if declared is not None:
+        return _build(cfg, engine, declared[0], declared[1], f, o)
+    return _build(cfg, engine, "freq_offset", formula_roles(n, f, o, engine), f, o)
+
+
+def _diff(a: tuple[bool, ...], b: tuple[bool, ...]) -> list[int]:
+    return [i + 1 for i in range(len(a)) if a[i] != b[i]]
+
+
+def role_disagreements(
+    cfg: ModelConfig, *, freq: int | None = None, offset: int | None = None
+) -> list[dict[str, Any]]:
+    """Where the config's array and the freq/offset rule disagree, and where engines disagree.
+
+    Each entry: ``kind`` (``array_vs_rule`` or ``engines``), the two sides, and ``layers`` (1-based).
+    """
+    if not cfg.has_indexer:
+        return []
+    n = cfg.num_hidden_layers
+    out: list[dict[str, Any]] = []
+    declared = config_declared_roles(cfg)
+    rules = {}
+    for e in Engine:
+        f, o = _config_freq_offset(cfg, e, freq, offset)
+        rules[e] = (f, o, formula_roles(n, f, o, e))
+    if declared is not None:
+        for e in Engine:
+            f, o, roles = rules[e]
+            layers = _diff(declared[1], roles)
+            if layers:
+                out.append(
+                    {
+                        "kind": "array_vs_rule",
+                        "a": declared[0],
+                        "b": f"{e.value} rule (freq {f}, offset {o})",
+                        "engine": e.value,
+                        "layers": layers,
+                        "message": (
+                            f"{declared[0]} and the {e.value} freq/offset rule (freq {f}, offset {o}) "
+                            f"disagree on {len(layers)} layer(s): {_fmt_layers(layers)}"
+                        ),
+                    }
+                )
+    engines = list(Engine)
+    for i, a in enumerate(engines):
+        for b in engines[i + 1:]:
+            fa, oa, ra = rules[a]
+            fb, ob, rb = rules[b]
+            layers = _diff(ra, rb)
+            if layers:
+                out.append(
+                    {
+                        "kind": "engines",
+                        "a": a.value,
+                        "b": b.value,
+                        "layers": layers,
+                        "message": (
+                            f"the {a.value} rule (freq {fa}, offset {oa}) and the {b.value} rule "
+                            f"(freq {fb}, offset {ob}) disagree on layer(s) {_fmt_layers(layers)}"
+                            + (" (the explicit array in the config takes precedence)" if declared else "")
+                        ),
+                    }
+                )
+    return out
+
+
+def _fmt_layers(layers: list[int], limit: int = 12) -> str:
+    head = ", ".join(str(x) for x in layers[:limit])
+    return head + (f", ... ({len(layers)} in all)" if len(layers) > limit else "")
+
+
+def roles_report(
+    cfg: ModelConfig,
+    engine: Engine | str = DEFAULT_ENGINE,
+    *,
+    pattern: str | None = None,
+    freq: int | None = None,
+    offset: int | None = None,
+) -> dict[str, Any]:
+    """The JSON body of ``isplan roles``."""
+    rm = derive_roles(cfg, engine, pattern=pattern, freq=freq, offset=offset)
+    return {
+        "model": cfg.summary(),
+        "engine": rm.engine.value,
+        "rule": rm.rule,
+        "index_topk_freq": rm.freq,
+        "index_skip_topk_offset": rm.offset,
+        "num_layers": rm.num_layers,
+        "full_layers": list(rm.full_layers),
+        "num_full": len(rm.full_layers),
+        "num_shared": rm.num_layers - len(rm.full_layers),
+        "pattern": rm.letters(),
+        "layers": [r.to_dict() for r in rm.layers],
+        "mtp_layers": [r.to_dict() for r in rm.mtp],
+        "pattern_override": pattern,
+        "pattern_differences": list(rm.pattern_differences) if rm.pattern_differences is not None else None,
+        "disagreements": role_disagreements(cfg, freq=freq, offset=offset),
+        "errors": [{"code": e.code, "message": e.message, "layer": e.layer} for e in rm.errors],
+        "notes": list(rm.notes),
+    }

@@ -1,0 +1,145 @@
+"""The release-gate check: config + engine semantics + pipeline spec -> one verdict.
+
+This is what ``isplan check`` prints, what receipts record per named layout, and what the
+dashboard's plan view shows. It composes the other core modules and adds no rules of its own
+beyond collecting their findings and failing closed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.core.boundary import BoundaryReport, validate_boundaries
+from app.core.layer_roles import Engine, RoleMap, derive_roles, role_disagreements
+from app.core.model_config import ModelConfig
+from app.core.stages import PipelineSpec, PlanError, StagePlan, materialise, megatron_flags
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    model: ModelConfig
+    engine: Engine
+    pattern: str | None
+    spec: PipelineSpec
+    roles: RoleMap
+    plan: StagePlan
+    boundary: BoundaryReport
+    errors: tuple[PlanError, ...]
+    warnings: tuple[str, ...]
+    megatron_flags: tuple[str, ...]
+    layout_string: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors and not self.boundary.violations and bool(self.plan.stages)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "valid": self.valid,
+            "model": {
+                "id": self.model.id,
+                "sha256": self.model.sha256,
+                "canonical_sha256": self.model.canonical_sha256,
+                "num_layers": self.model.num_hidden_layers,
+                "mtp_layers": self.plan.mtp_layers,
+                "provenance": self.model.provenance,
+            },
+            "engine": self.engine.value,
+            "roles_rule": self.roles.rule,
+            "pattern": self.pattern,
+            "pp": self.plan.pp,
+            "vpp": self.plan.vpp,
+            "inputs": self.spec.to_dict(),
+            "stages": [r.to_dict() for r in self.boundary.records],
+            "violations": [v.to_dict() for v in self.boundary.violations],
+            "errors": [e.to_dict() for e in self.errors],
+            "warnings": list(self.warnings),
+            "megatron_flags": list(self.megatron_flags),
+            "layout_string": self.layout_string,
+            **self.extra,
+        }
+
+    def text_lines(self) -> list[str]:
+        """The seed checker's style: one ``stage k: a-b (role)`` line per stage, then a verdict."""
+        lines = [
+            f"model {self.model.id} ({self.model.num_hidden_layers} layers, sha256 {self.model.sha256[:12]}), "
+            f"engine {self.engine.value}, PP {self.plan.pp}"
+            + (f" x VPP {self.plan.vpp}" if self.plan.vpp > 1 else "")
+        ]
+        for w in self.warnings:
+            lines.append(f"warning: {w}")
+        for r in self.boundary.records:
+            s = r.stage
+            where = f" (pp rank {s.pp_rank}, vp stage {s.vp_stage})" if self.plan.vpp > 1 else ""
+            extras = ", ".join(
+                x for x in (
+                    "embedding" if s.embedding else "",
+                    f"MTP x{s.mtp_layers}" if s.mtp_layers else "",
+                    "loss" if s.loss else "",
+                ) if x
+            )
+            if s.num_layers == 0:
+                lines.append(f"stage {s.index + 1}{where}: no decoder layers" + (f" [{extras}]" if extras else ""))
+            else:
+                lines.append(
+                    f"stage {s.index + 1}{where}: {s.first_layer}-{s.last_layer} ({r.start_role})"
+                    + (f" [{extras}]" if extras else "")
+                )
+        for e in self.errors:
+            lines.append(f"INVALID: {e.message}")
+        for v in self.boundary.violations:
+            lines.append(f"INVALID: {v.short}")
+        if self.valid:
+            lines.append("VALID: every stage starts on a full indexer layer")
+        if self.megatron_flags:
+            lines.append("megatron flags: " + " ".join(_quote(a) for a in self.megatron_flags))
+        return lines
+
+
+def _quote(arg: str) -> str:
+    return f"'{arg}'" if any(c in arg for c in "|*(), ") else arg
+
+
+def run_check(
+    cfg: ModelConfig,
+    spec: PipelineSpec,
+    engine: Engine | str = Engine.MEGATRON,
+    *,
+    pattern: str | None = None,
+    freq: int | None = None,
+    offset: int | None = None,
+    extra_errors: tuple[PlanError, ...] = (),
+    extra_warnings: tuple[str, ...] = (),
+    extra: dict[str, Any] | None = None,
+) -> CheckResult:
+    """Materialise ``spec`` over ``cfg`` and validate every stage start (fails closed).
+
+    Raises :class:`app.core.stages.LayoutInputError` / :class:`app.core.layer_roles.PatternError`
+    for unusable input; every rule violation is returned in the result instead.
+    """
+    engine = Engine(engine)
+    roles = derive_roles(cfg, engine, pattern=pattern, freq=freq, offset=offset)
+    plan = materialise(spec, cfg.num_hidden_layers, default_mtp=cfg.num_nextn_predict_layers)
+    boundary = validate_boundaries(plan, roles)
+    errors = list(extra_errors)
+    errors += [PlanError(e.code, e.message, None) for e in roles.errors]
+    errors += list(plan.errors)
+    if not plan.stages and not errors:
+        errors.append(PlanError("no_stages", "the pipeline description produced no stages"))
+    warnings = list(extra_warnings)
+    if pattern is None:
+        for d in role_disagreements(cfg, freq=freq, offset=offset):
+            if d["kind"] == "array_vs_rule" and d["engine"] == engine.value:
+                warnings.append(
+                    d["message"] + f"; {engine.value} builds indexers from its freq/offset flags, so the "
+                    "engine and the checkpoint would disagree on which layers own an indexer"
+                )
+    # flags only for a plan Megatron would accept; a boundary violation still gets them (it is the
+    # engine's DSA check, not its placement, that would refuse it)
+    args, layout = megatron_flags(plan) if plan.stages and not plan.errors else ([], "")
+    return CheckResult(
+        cfg, engine, pattern, spec, roles, plan, boundary, tuple(errors), tuple(warnings),
+        tuple(args), layout, extra or {},
+    )

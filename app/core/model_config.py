@@ -1,0 +1,489 @@
+"""Model configs: the pinned presets and any HF ``config.json`` of the DeepSeek-V3 / GLM-5 family.
+
+A :class:`ModelConfig` keeps the fields the planner's models need, every other field of the
+file untouched (``extra``), and two digests:
+
+* ``sha256``: of the exact bytes that were loaded (what a receipt pins);
+* ``canonical_sha256``: of the sorted, minified JSON (``sort_keys``, ``(",", ":")`` separators,
+  UTF-8), so two files that differ only in whitespace or key order share it.
+
+Accepted model types: ``glm_moe_dsa`` (GLM-5.x), ``deepseek_v32`` (DSA reference),
+``deepseek_v3`` and any DeepSeek-V3-shaped MoE config without an indexer (fields as in
+``transformers`` ``DeepseekV3Config``). Input is refused, with a message naming the field, when
+it is not JSON, is over 1 MiB, nests deeper than 64 levels, repeats a key, contains NaN or
+Infinity, lacks ``num_hidden_layers``, or carries a negative, non-integer or absurd size, or an
+``indexer_types`` / ``mlp_layer_types`` / ``index_topk_pattern`` of the wrong length or with
+other values.
+
+Design note: this module deliberately uses a frozen dataclass with hand-written validation rather
+than pydantic. ``isplan check`` runs inside launch scripts as a release gate and must start within
+2x of a dependency-free Node checker; importing pydantic alone costs ~180 ms on the reference
+machine. The web layer wraps these objects in pydantic response models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+MAX_CONFIG_BYTES = 1 << 20
+MAX_JSON_DEPTH = 64
+
+#: Upper bounds that no real config of this family comes near; larger values are refused as absurd.
+_LIMITS: dict[str, int] = {
+    "num_hidden_layers": 4096,
+    "hidden_size": 1 << 20,
+    "intermediate_size": 1 << 22,
+    "moe_intermediate_size": 1 << 22,
+    "vocab_size": 1 << 24,
+    "num_attention_heads": 4096,
+    "num_key_value_heads": 4096,
+    "q_lora_rank": 1 << 20,
+    "kv_lora_rank": 1 << 20,
+    "qk_nope_head_dim": 1 << 16,
+    "qk_rope_head_dim": 1 << 16,
+    "v_head_dim": 1 << 16,
+    "n_routed_experts": 1 << 16,
+    "n_shared_experts": 1 << 10,
+    "num_experts_per_tok": 1 << 16,
+    "first_k_dense_replace": 4096,
+    "moe_layer_freq": 4096,
+    "index_n_heads": 4096,
+    "index_head_dim": 1 << 16,
+    "index_topk": 1 << 24,
+    "index_topk_freq": 4096,
+    "index_skip_topk_offset": 4096,
+    "num_nextn_predict_layers": 64,
+    "max_position_embeddings": 1 << 30,
+}
+
+#: Fields that must be >= 1 when present (the others may be 0).
+_POSITIVE = {
+    "num_hidden_layers",
+    "hidden_size",
+    "vocab_size",
+    "num_attention_heads",
+    "index_topk_freq",
+    "moe_layer_freq",
+}
+
+KNOWN_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3")
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; ``field`` names the offending field (or ``None``)."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Preset:
+    id: str
+    file: str
+    label: str
+    provenance: str
+    upstream_repo: str
+    notes: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The fields of an HF config that the planner uses, plus everything else in ``extra``."""
+
+    id: str
+    source: str  # "preset" | "path" | "upload"
+    sha256: str
+    canonical_sha256: str
+    provenance: str
+    upstream_repo: str | None
+    label: str
+    model_type: str | None
+    num_hidden_layers: int
+    hidden_size: int
+    vocab_size: int
+    num_attention_heads: int
+    intermediate_size: int
+    moe_intermediate_size: int
+    n_routed_experts: int
+    n_shared_experts: int
+    num_experts_per_tok: int
+    first_k_dense_replace: int
+    moe_layer_freq: int
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    index_n_heads: int
+    index_head_dim: int
+    index_topk: int
+    index_topk_freq: int | None
+    index_skip_topk_offset: int | None
+    index_topk_pattern: str | None
+    indexer_types: tuple[str, ...] | None
+    mlp_layer_types: tuple[str, ...] | None
+    num_nextn_predict_layers: int
+    tie_word_embeddings: bool
+    max_position_embeddings: int | None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def has_indexer(self) -> bool:
+        """True when the model has a DSA lightning indexer (an ``index_*`` size > 0)."""
+        return self.index_n_heads > 0 and self.index_head_dim > 0
+
+    @property
+    def num_layers(self) -> int:
+        return self.num_hidden_layers
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "label": self.label,
+            "source": self.source,
+            "model_type": self.model_type,
+            "sha256": self.sha256,
+            "canonical_sha256": self.canonical_sha256,
+            "provenance": self.provenance,
+            "upstream_repo": self.upstream_repo,
+            "num_layers": self.num_hidden_layers,
+            "mtp_layers": self.num_nextn_predict_layers,
+            "has_indexer": self.has_indexer,
+        }
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _reject_constant(name: str) -> Any:
+    raise ConfigError(f"config.json contains {name}, which is not valid JSON; use a finite number")
+
+
+def _pairs_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ConfigError(f"config.json repeats the key {key!r}; keep one value", key)
+        out[key] = value
+    return out
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of a parsed JSON value, iteratively (no recursion on hostile input)."""
+    stack = [(value, 1)]
+    deepest = 0
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > limit:
+            return deepest
+        if isinstance(node, dict):
+            stack.extend((v, d + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, d + 1) for v in node)
+    return deepest
+
+
+def parse_json_bytes(data: bytes) -> dict[str, Any]:
+    """Decode config bytes into a JSON object, refusing anything a config cannot be."""
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"config.json is {len(data):,} bytes; the limit is {MAX_CONFIG_BYTES:,} bytes (1 MiB)"
+        )
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config.json is not UTF-8 text (byte {exc.start} is invalid)") from None
+    # A cheap bound before the parser sees the text: brackets can only nest as deep as they occur.
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _bracket_depth(text) > MAX_JSON_DEPTH:
+        raise ConfigError(f"config.json nests deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        obj = json.loads(
+            text, object_pairs_hook=_pairs_without_duplicates, parse_constant=_reject_constant
+        )
+    except ConfigError:
+        raise
+    except RecursionError:
+        raise ConfigError(f"config.json nests deeper than {MAX_JSON_DEPTH} levels") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"config.json is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    if not isinstance(obj, dict):
+        raise ConfigError("config.json must be a JSON object ({...}) at the top level")
+    if _depth(obj, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        raise ConfigError(f"config.json nests deeper than {MAX_JSON_DEPTH} levels")
+    return obj
+
+
+def _bracket_depth(text: str) -> int:
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def canonical_digest(obj: Any) -> str:
+    body = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+def _int_field(raw: dict[str, Any], name: str, default: int | None, *, required: bool = False) -> int | None:
+    if name not in raw or raw[name] is None:
+        if required:
+            raise ConfigError(f"config.json has no {name}; it is required", name)
+        return default
+    value = raw[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name} must be an integer, got {json.dumps(value)[:40]}", name)
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ConfigError(f"{name} must be an integer, got {value}", name)
+        value = int(value)
+    if value < 0:
+        raise ConfigError(f"{name} must not be negative, got {value}", name)
+    if name in _POSITIVE and value < 1:
+        raise ConfigError(f"{name} must be at least 1, got {value}", name)
+    limit = _LIMITS.get(name)
+    if limit is not None and value > limit:
+        raise ConfigError(f"{name} = {value:,} is absurd for this model family (limit {limit:,})", name)
+    return value
+
+
+def _str_list(raw: dict[str, Any], name: str, allowed: tuple[str, ...], length: int) -> tuple[str, ...] | None:
+    value = raw.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{name} must be a list of strings from {list(allowed)}", name)
+    if len(value) != length:
+        raise ConfigError(
+            f"{name} has {len(value)} entries but num_hidden_layers is {length}; "
+            "it needs one entry per decoder layer",
+            name,
+        )
+    bad = sorted({v for v in value if v not in allowed})
+    if bad:
+        first = next(i for i, v in enumerate(value) if v not in allowed)
+        raise ConfigError(
+            f"{name} may only contain {list(allowed)}; entry {first + 1} is {value[first]!r}"
+            + (f" (other values: {bad[:5]})" if len(bad) > 1 else ""),
+            name,
+        )
+    return tuple(value)
+
+
+_NEEDED = (
+    "model_type", "num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads",
+    "intermediate_size", "moe_intermediate_size", "n_routed_experts", "n_shared_experts",
+    "num_experts_per_tok", "first_k_dense_replace", "moe_layer_freq", "q_lora_rank",
+    "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "index_n_heads",
+    "index_head_dim", "index_topk", "index_topk_freq", "index_skip_topk_offset",
+    "index_topk_pattern", "indexer_types", "mlp_layer_types", "num_nextn_predict_layers",
+    "tie_word_embeddings", "max_position_embeddings",
+)
+
+
+def config_from_dict(
+    raw: dict[str, Any],
+    *,
+    data: bytes,
+    id: str,
+    source: str,
+    provenance: str,
+    upstream_repo: str | None = None,
+    label: str | None = None,
+) -> ModelConfig:
+    """Validate a parsed config and build a :class:`ModelConfig`; ``data`` are the exact bytes."""
+    model_type = raw.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise ConfigError("model_type must be a string", "model_type")
+    n = _int_field(raw, "num_hidden_layers", None, required=True)
+    assert n is not None
+    hidden = _int_field(raw, "hidden_size", None, required=True)
+    heads = _int_field(raw, "num_attention_heads", None, required=True)
+    vocab = _int_field(raw, "vocab_size", None, required=True)
+    has_dsa = model_type in ("glm_moe_dsa", "deepseek_v32") or raw.get("index_n_heads") is not None
+    index_topk_pattern = raw.get("index_topk_pattern")
+    if index_topk_pattern is not None:
+        if not isinstance(index_topk_pattern, str):
+            raise ConfigError("index_topk_pattern must be a string of F and S", "index_topk_pattern")
+        if len(index_topk_pattern) != n:
+            raise ConfigError(
+                f"index_topk_pattern has {len(index_topk_pattern)} characters but num_hidden_layers is {n}",
+                "index_topk_pattern",
+            )
+        bad = sorted(set(index_topk_pattern) - {"F", "S"})
+        if bad:
+            raise ConfigError(
+                f"index_topk_pattern may only contain 'F' and 'S'; found {bad[:5]}", "index_topk_pattern"
+            )
+    freq = _int_field(raw, "index_topk_freq", None)
+    offset = _int_field(raw, "index_skip_topk_offset", None)
+    tie = raw.get("tie_word_embeddings", False)
+    if not isinstance(tie, bool):
+        raise ConfigError("tie_word_embeddings must be true or false", "tie_word_embeddings")
+    q_lora = _int_field(raw, "q_lora_rank", None)
+    mtp = _int_field(raw, "num_nextn_predict_layers", 0)
+    first_dense = _int_field(raw, "first_k_dense_replace", 0)
+    experts = _int_field(raw, "n_routed_experts", 0)
+    topk = _int_field(raw, "num_experts_per_tok", 0)
+    if experts and topk and topk > experts:
+        raise ConfigError(
+            f"num_experts_per_tok ({topk}) exceeds n_routed_experts ({experts})", "num_experts_per_tok"
+        )
+    cfg = ModelConfig(
+        id=id,
+        source=source,
+        sha256=hashlib.sha256(data).hexdigest(),
+        canonical_sha256=canonical_digest(raw),
+        provenance=provenance,
+        upstream_repo=upstream_repo,
+        label=label or id,
+        model_type=model_type,
+        num_hidden_layers=n,
+        hidden_size=hidden,  # type: ignore[arg-type]
+        vocab_size=vocab,  # type: ignore[arg-type]
+        num_attention_heads=heads,  # type: ignore[arg-type]
+        intermediate_size=_int_field(raw, "intermediate_size", 0),  # type: ignore[arg-type]
+        moe_intermediate_size=_int_field(raw, "moe_intermediate_size", 0),  # type: ignore[arg-type]
+        n_routed_experts=experts,  # type: ignore[arg-type]
+        n_shared_experts=_int_field(raw, "n_shared_experts", 0),  # type: ignore[arg-type]
+        num_experts_per_tok=topk,  # type: ignore[arg-type]
+        first_k_dense_replace=first_dense,  # type: ignore[arg-type]
+        moe_layer_freq=_int_field(raw, "moe_layer_freq", 1),  # type: ignore[arg-type]
+        q_lora_rank=q_lora,
+        kv_lora_rank=_int_field(raw, "kv_lora_rank", 0),  # type: ignore[arg-type]
+        qk_nope_head_dim=_int_field(raw, "qk_nope_head_dim", 0),  # type: ignore[arg-type]
+        qk_rope_head_dim=_int_field(raw, "qk_rope_head_dim", 0),  # type: ignore[arg-type]
+        v_head_dim=_int_field(raw, "v_head_dim", 0),  # type: ignore[arg-type]
+        index_n_heads=_int_field(raw, "index_n_heads", 0) if has_dsa else 0,  # type: ignore[arg-type]
+        index_head_dim=_int_field(raw, "index_head_dim", 0) if has_dsa else 0,  # type: ignore[arg-type]
+        index_topk=_int_field(raw, "index_topk", 0) if has_dsa else 0,  # type: ignore[arg-type]
+        index_topk_freq=freq,
+        index_skip_topk_offset=offset,
+        index_topk_pattern=index_topk_pattern,
+        indexer_types=_str_list(raw, "indexer_types", ("full", "shared"), n),
+        mlp_layer_types=_str_list(raw, "mlp_layer_types", ("dense", "sparse"), n),
+        num_nextn_predict_layers=mtp,  # type: ignore[arg-type]
+        tie_word_embeddings=tie,
+        max_position_embeddings=_int_field(raw, "max_position_embeddings", None),
+        extra={k: v for k, v in raw.items() if k not in _NEEDED},
+        raw=raw,
+    )
+    if cfg.indexer_types is not None and not cfg.has_indexer:
+        raise ConfigError(
+            "indexer_types is set but the config has no indexer (index_n_heads / index_head_dim)",
+            "indexer_types",
+        )
+    return cfg
+
+
+def load_config_bytes(
+    data: bytes, *, id: str | None = None, source: str = "upload", label: str | None = None
+) -> ModelConfig:
+    """Load a user's config from bytes (an upload or a file); its id defaults to ``sha256:<hex>``."""
+    raw = parse_json_bytes(data)
+    digest = hashlib.sha256(data).hexdigest()
+    return config_from_dict(
+        raw,
+        data=data,
+        id=id or f"sha256:{digest}",
+        source=source,
+        provenance="user-supplied config.json",
+        label=label,
+    )
+
+
+# --------------------------------------------------------------------------- presets
+
+
+def _preset_dir():
+    return resources.files("app.core") / "presets"
+
+
+def load_manifest() -> tuple[str, tuple[Preset, ...]]:
+    manifest = json.loads((_preset_dir() / "manifest.json").read_text("utf-8"))
+    presets = tuple(Preset(**entry) for entry in manifest["presets"])
+    return manifest["default"], presets
+
+
+def preset_ids() -> tuple[str, ...]:
+    return tuple(p.id for p in load_manifest()[1])
+
+
+DEFAULT_PRESET = "glm-5.2"
+
+
+def load_preset(preset_id: str) -> ModelConfig:
+    _, presets = load_manifest()
+    for p in presets:
+        if p.id == preset_id:
+            data = (_preset_dir() / p.file).read_bytes()
+            digest = hashlib.sha256(data).hexdigest()
+            if digest != p.sha256:
+                raise ConfigError(
+                    f"preset {p.id}: shipped file digest {digest} does not match the manifest "
+                    f"({p.sha256}); the package is damaged"
+                )
+            raw = parse_json_bytes(data)
+            return config_from_dict(
+                raw,
+                data=data,
+                id=p.id,
+                source="preset",
+                provenance=p.provenance,
+                upstream_repo=p.upstream_repo,
+                label=p.label,
+            )
+    raise ConfigError(
+        f"unknown model {preset_id!r}; use a preset ({', '.join(x.id for x in presets)}) "
+        "or a path to a config.json",
+        "model",
+    )
+
+
+def load_model(spec: str) -> ModelConfig:
+    """Resolve a MODEL argument: a preset id, or a path to a ``config.json`` (or its folder)."""
+    ids = preset_ids()
+    if spec in ids:
+        return load_preset(spec)
+    path = Path(spec)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.exists():
+        raise ConfigError(
+            f"MODEL {spec!r} is neither a preset ({', '.join(ids)}) nor an existing file", "model"
+        )
+    try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                f"{path} is {size:,} bytes; the limit is {MAX_CONFIG_BYTES:,} bytes (1 MiB)", "model"
+            )
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}", "model") from None
+    return load_config_bytes(data, id=str(path), source="path")

@@ -1,0 +1,64 @@
+"""Shared test helpers: synthetic configs built in the test, never by the code under test."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.core.model_config import load_config_bytes
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+
+# The GLM-5.2 full layers as printed in seed 000 ("Derive full and shared layers").
+GLM52_FULL = [1, 2, 3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43, 47, 51, 55, 59, 63, 67, 71, 75]
+
+
+def tiny_config(num_layers: int = 8, **fields) -> dict:
+    """A small DSA config with tiny dimensions; fields override the defaults."""
+    cfg = {
+        "model_type": "glm_moe_dsa",
+        "num_hidden_layers": num_layers,
+        "hidden_size": 64,
+        "vocab_size": 1000,
+        "num_attention_heads": 4,
+        "intermediate_size": 128,
+        "moe_intermediate_size": 32,
+        "n_routed_experts": 8,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 2,
+        "first_k_dense_replace": 1,
+        "q_lora_rank": 32,
+        "kv_lora_rank": 16,
+        "qk_nope_head_dim": 8,
+        "qk_rope_head_dim": 4,
+        "v_head_dim": 8,
+        "index_n_heads": 2,
+        "index_head_dim": 8,
+        "index_topk": 16,
+        "num_nextn_predict_layers": 1,
+    }
+    cfg.update(fields)
+    return cfg
+
+
+def make_config(raw: dict, id: str = "tiny"):
+    data = json.dumps(raw).encode()
+    return load_config_bytes(data, id=id, source="upload")
+
+
+@pytest.fixture
+def tmp_config(tmp_path):
+    def write(raw: dict | str | bytes, name: str = "config.json") -> Path:
+        p = tmp_path / name
+        if isinstance(raw, dict):
+            p.write_text(json.dumps(raw))
+        elif isinstance(raw, str):
+            p.write_text(raw)
+        else:
+            p.write_bytes(raw)
+        return p
+
+    return write

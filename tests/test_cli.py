@@ -1,0 +1,202 @@
+"""The ``isplan`` CLI contract: exit codes, text and JSON output, receipts, and import isolation.
+
+Every test runs the real command in a subprocess, as a launch script would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import GLM52_FULL, REPO, tiny_config
+
+
+def isplan(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True,
+                          input=stdin, cwd=REPO, timeout=60)
+
+
+def test_check_valid_seed_split_text():
+    p = isplan("check", "glm-5.2", "--split", "14,8,8,8,8,8,8,16")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert "stage 1: 1-14 (full) [embedding]" in lines
+    assert "stage 2: 15-22 (full)" in lines
+    assert "VALID: every stage starts on a full indexer layer" in lines
+
+
+def test_check_invalid_control_lists_every_violation():
+    p = isplan("check", "glm-5.2", "--split", "10,10,10,10,10,10,9,9")
+    assert p.returncode == 1
+    invalid = [line for line in p.stdout.splitlines() if line.startswith("INVALID:")]
+    assert invalid == [
+        "INVALID: stage 3 starts at shared layer 21; source is 19",
+        "INVALID: stage 5 starts at shared layer 41; source is 39",
+        "INVALID: stage 7 starts at shared layer 61; source is 59",
+        "INVALID: stage 8 starts at shared layer 70; source is 67",
+    ]
+
+
+def test_check_json_contract():
+    p = isplan("check", "glm-5.2", "--pp", "8", "--first", "14", "--last", "16", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    body = json.loads(p.stdout)
+    assert body["valid"] is True
+    assert body["model"]["id"] == "glm-5.2" and body["model"]["num_layers"] == 78
+    assert len(body["model"]["sha256"]) == 64
+    keys = {"pp_rank", "vp_stage", "first_layer", "last_layer", "num_layers", "start_role", "source_layer",
+            "source_pp_rank", "source_vp_stage"}
+    assert all(keys <= set(s) for s in body["stages"])
+    assert [s["num_layers"] for s in body["stages"]] == [14, 8, 8, 8, 8, 8, 8, 16]
+    assert body["violations"] == [] and body["errors"] == []
+    assert "--decoder-first-pipeline-num-layers" in body["megatron_flags"]
+    assert body["layout_string"] == "Et*14|(t*8|)*6,t*16mL"
+
+
+def test_check_json_violation_fields():
+    p = isplan("check", "glm-5.2", "--split", "10,10,10,10,10,10,9,9", "--format", "json")
+    body = json.loads(p.stdout)
+    v = body["violations"][0]
+    assert {k: v[k] for k in ("pp_rank", "vp_stage", "layer", "source_layer")} == {
+        "pp_rank": 2, "vp_stage": 0, "layer": 21, "source_layer": 19}
+    assert "source" in v["message"]
+
+
+def test_layout_string_and_vpp_via_cli():
+    p = isplan("check", "deepseek-v3.2", "--pp", "16", "--layout", "Et*3|(tt|)*29,m|L", "--format", "json")
+    body = json.loads(p.stdout)
+    assert p.returncode == 0, body
+    assert body["vpp"] == 2 and len(body["stages"]) == 32
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (("check", "glm-5.2"), "give a layout"),
+        (("check", "glm-5.2", "--split", "10,x"), "entry 2"),
+        (("check", "nope", "--split", "78"), "neither a preset"),
+        (("check", "glm-5.2", "--layout", "Et*78mL"), "--layout needs --pp"),
+        (("check", "glm-5.2", "--pp", "1", "--layout", "Et*78Xm|L"), "invalid character 'X'"),
+        (("check", "glm-5.2", "--split", "78", "--pattern", "FQ"), "F and S"),
+        (("check", "glm-5.2", "--split", "78", "--first", "3"), "drop --first"),
+        (("check", "glm-5.2", "--pp", "two"), "invalid int value"),
+        (("check", "glm-5.2", "--pp", "0"), "at least 1"),
+        (("frobnicate",), "invalid choice"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message_and_no_traceback(args, words):
+    p = isplan(*args)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert words in p.stderr
+    assert "Traceback" not in p.stderr + p.stdout
+
+
+def test_bad_config_file_names_the_field(tmp_config):
+    raw = tiny_config(8, indexer_types=["full"] * 7)
+    path = tmp_config(raw)
+    p = isplan("check", str(path), "--split", "4,4", "--format", "json")
+    assert p.returncode == 2
+    err = json.loads(p.stdout)["errors"][0]
+    assert err["field"] == "indexer_types" and "7 entries" in err["message"]
+
+
+def test_megatron_rule_violation_exits_1():
+    p = isplan("check", "glm-5.2", "--pp", "8")
+    assert p.returncode == 1
+    assert "78 must be divisible by --pipeline-model-parallel-size 8" in p.stdout
+
+
+def test_roles_json():
+    p = isplan("roles", "glm-5.2", "--format", "json")
+    assert p.returncode == 0
+    body = json.loads(p.stdout)
+    assert body["full_layers"] == GLM52_FULL
+    assert body["layers"][20] == {"layer": 21, "role": "shared", "source_layer": 19, "ffn": "moe",
+                                  "has_indexer": False, "mtp": False}
+    assert body["mtp_layers"][0]["layer"] == 79
+    assert body["disagreements"] == []
+    p = isplan("roles", "glm-5.2", "--pattern", "FSSS", "--format", "json")
+    assert len(json.loads(p.stdout)["pattern_differences"]) == 39
+
+
+def test_check_imports_only_the_core():
+    code = (
+        "import sys, io, contextlib\n"
+        "from app.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['check', 'glm-5.2', '--split', '14,8,8,8,8,8,8,16'])\n"
+        "heavy = [m for m in ('fastapi', 'starlette', 'pydantic', 'jinja2', 'plotly', 'uvicorn') if m in sys.modules]\n"
+        "print(','.join(heavy))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == ""
+
+
+# --------------------------------------------------------------------------- receipts
+
+
+def _receipt(tmp_path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    p = isplan("receipt", "glm-5.2", "--pp", "8", "--first", "14", "--last", "16",
+               "--also", "conversion=--pp 2 --last 40", *extra)
+    return p, json.loads(p.stdout)
+
+
+def test_receipt_records_both_layouts_and_verifies(tmp_path):
+    p, r = _receipt(tmp_path, "--model-revision", "a" * 40, "--engine-commit", "b" * 40)
+    assert p.returncode == 0, p.stderr
+    assert [lay["name"] for lay in r["layouts"]] == ["training", "conversion"]
+    assert r["layouts"][1]["stage_sizes"] == [38, 40]
+    assert r["model"]["sha256"] and r["model"]["canonical_sha256"]
+    assert r["unpinned"] is False and r["valid"] is True
+    assert {c["name"] for c in r["checks"]} >= {"model_source", "config_integrity", "engine_source",
+                                                "boundary:training", "boundary:conversion", "hardware_canary"}
+    path = tmp_path / "receipt.json"
+    path.write_text(p.stdout)
+    v = isplan("verify", str(path))
+    assert v.returncode == 0, v.stdout + v.stderr
+    assert v.stdout.startswith("VERIFIED")
+
+
+def test_unpinned_receipt_warns(tmp_path):
+    p, r = _receipt(tmp_path, "--model-revision", "main")
+    assert r["unpinned"] is True
+    assert "unpinned" in p.stderr
+    assert [c["result"] for c in r["checks"] if c["name"] == "model_source"] == ["warn"]
+
+
+def test_edited_stage_fails_verify_naming_the_stage(tmp_path):
+    p, r = _receipt(tmp_path)
+    r["layouts"][0]["stages"][2]["first_layer"] = 22
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(r))
+    v = isplan("verify", str(path))
+    assert v.returncode == 1
+    assert "body_sha256" in v.stdout
+    assert "layout 'training' stage 3: first_layer receipt 22 vs recomputed 23" in v.stdout
+
+
+def test_changed_config_fails_verify(tmp_path, tmp_config):
+    raw = json.loads((REPO / "app/core/presets/glm-5.2.json").read_text())
+    path = tmp_config(raw)
+    p = isplan("receipt", str(path), "--split", "14,8,8,8,8,8,8,16")
+    assert p.returncode == 0, p.stderr
+    receipt = tmp_path / "r.json"
+    receipt.write_text(p.stdout)
+    assert isplan("verify", str(receipt)).returncode == 0
+    raw["indexer_types"][14] = "shared"  # layer 15 becomes shared: stage 2 now starts on shared
+    path.write_text(json.dumps(raw))
+    v = isplan("verify", str(receipt))
+    assert v.returncode == 1
+    assert "model.sha256" in v.stdout and "violations" in v.stdout
+
+
+def test_verify_bad_input_exits_2(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text("{not json")
+    assert isplan("verify", str(path)).returncode == 2
+    path.write_text("[]")
+    p = isplan("verify", str(path))
+    assert p.returncode == 2 and "JSON object" in p.stderr

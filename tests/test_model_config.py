@@ -1,0 +1,122 @@
+"""Model configs: presets with provenance and digests, loading, and refusal of bad configs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from app.core.model_config import (
+    ConfigError,
+    MAX_CONFIG_BYTES,
+    canonical_digest,
+    load_config_bytes,
+    load_manifest,
+    load_model,
+    load_preset,
+)
+from tests.conftest import SHARED, tiny_config
+
+
+def test_every_preset_matches_the_shared_reference_bytes_and_manifest_digest():
+    default, presets = load_manifest()
+    assert default == "glm-5.2"
+    assert {p.id for p in presets} == {"glm-5.2", "glm-5.1", "deepseek-v3.2"}
+    for p in presets:
+        ref = (SHARED / "reference" / "configs" / p.file).read_bytes()
+        assert hashlib.sha256(ref).hexdigest() == p.sha256, p.id
+        cfg = load_preset(p.id)
+        assert cfg.sha256 == p.sha256
+        assert cfg.provenance == "reconstructed from published fields"
+        assert cfg.upstream_repo
+
+
+def test_glm52_preset_fields():
+    cfg = load_model("glm-5.2")
+    assert cfg.num_hidden_layers == 78
+    assert cfg.hidden_size == 6144
+    assert cfg.indexer_types is not None and cfg.indexer_types.count("full") == 21
+    assert cfg.num_nextn_predict_layers == 1
+    # unknown fields are kept, untouched
+    assert cfg.extra["rope_parameters"] == {"rope_theta": 8000000, "rope_type": "default"}
+    assert cfg.extra["index_share_for_mtp_iteration"] is True
+
+
+def test_canonical_digest_ignores_whitespace_and_key_order_but_sha256_does_not():
+    raw = tiny_config()
+    a = load_config_bytes(json.dumps(raw).encode())
+    b = load_config_bytes(json.dumps(dict(reversed(list(raw.items()))), indent=4).encode())
+    assert a.sha256 != b.sha256
+    assert a.canonical_sha256 == b.canonical_sha256
+    expected = hashlib.sha256(json.dumps(raw, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert a.canonical_sha256 == expected == canonical_digest(raw)
+    assert a.id == "sha256:" + hashlib.sha256(json.dumps(raw).encode()).hexdigest()
+
+
+def test_path_and_folder_load(tmp_config):
+    p = tmp_config(tiny_config())
+    assert load_model(str(p)).num_hidden_layers == 8
+    assert load_model(str(p.parent)).sha256 == hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "mutate, field, words",
+    [
+        (lambda c: c.pop("num_hidden_layers"), "num_hidden_layers", "required"),
+        (lambda c: c.update(num_hidden_layers=-3), "num_hidden_layers", "negative"),
+        (lambda c: c.update(num_hidden_layers=0), "num_hidden_layers", "at least 1"),
+        (lambda c: c.update(num_hidden_layers=10**9), "num_hidden_layers", "absurd"),
+        (lambda c: c.update(hidden_size="big"), "hidden_size", "integer"),
+        (lambda c: c.update(hidden_size=64.5), "hidden_size", "integer"),
+        (lambda c: c.update(vocab_size=10**12), "vocab_size", "absurd"),
+        (lambda c: c.update(indexer_types=["full"] * 7), "indexer_types", "7 entries"),
+        (lambda c: c.update(indexer_types=["full"] * 7 + ["dense"]), "indexer_types", "entry 8"),
+        (lambda c: c.update(indexer_types="FFFFFFFF"), "indexer_types", "list"),
+        (lambda c: c.update(index_topk_pattern="FSX"), "index_topk_pattern", "3 characters"),
+        (lambda c: c.update(index_topk_pattern="FSSSFSSX"), "index_topk_pattern", "'F' and 'S'"),
+        (lambda c: c.update(mlp_layer_types=["dense"] * 9), "mlp_layer_types", "9 entries"),
+        (lambda c: c.update(num_experts_per_tok=99), "num_experts_per_tok", "exceeds"),
+        (lambda c: c.update(index_topk_freq=0), "index_topk_freq", "at least 1"),
+    ],
+)
+def test_bad_fields_are_refused_with_the_field_named(mutate, field, words):
+    raw = tiny_config()
+    mutate(raw)
+    with pytest.raises(ConfigError) as err:
+        load_config_bytes(json.dumps(raw).encode())
+    assert err.value.field == field
+    assert field in str(err.value) and words in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        (b"not json", "not valid JSON"),
+        (b"[1, 2]", "JSON object"),
+        (b'{"num_hidden_layers": NaN}', "NaN"),
+        (b'{"num_hidden_layers": Infinity}', "Infinity"),
+        (b'{"a": 1, "a": 2}', "repeats the key 'a'"),
+        (b"\xff\xfe\x00garbage", "not UTF-8"),
+        (b'{"x":' + b"[" * 200 + b"]" * 200 + b"}", "nests deeper"),
+        (b" " * (MAX_CONFIG_BYTES + 1), "limit is 1,048,576"),
+    ],
+)
+def test_unusable_bytes_are_refused(data, words):
+    with pytest.raises(ConfigError) as err:
+        load_config_bytes(data)
+    assert words in str(err.value)
+
+
+def test_unknown_model_names_the_presets():
+    with pytest.raises(ConfigError) as err:
+        load_model("glm-9")
+    assert "glm-5.2" in str(err.value) and err.value.field == "model"
+
+
+def test_deepseek_v3_without_indexer_loads():
+    raw = tiny_config(model_type="deepseek_v3")
+    for k in ("index_n_heads", "index_head_dim", "index_topk"):
+        raw.pop(k)
+    cfg = load_config_bytes(json.dumps(raw).encode())
+    assert not cfg.has_indexer
