@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -420,8 +419,8 @@ def load_config_bytes(
 # --------------------------------------------------------------------------- presets
 
 
-def _preset_dir():
-    return resources.files("app.core") / "presets"
+def _preset_dir() -> Path:
+    return Path(__file__).resolve().parent / "presets"
 
 
 def load_manifest() -> tuple[str, tuple[Preset, ...]]:
