@@ -1,0 +1,290 @@
+"""Parameter counts: per layer and per component, totals, activated per token, per stage and per GPU.
+
+Formulas (FACTS.md section 4; HF ``DeepseekV3`` / ``GlmMoeDsa`` module shapes), with H hidden,
+h heads, rq / rkv the q / kv LoRA ranks, dn / dr / dv the nope / rope / value head dims,
+Hi / di the indexer heads / head dim, E / S routed / shared experts, i / I the expert / dense FFN
+widths, V the vocabulary:
+
+* MLA attention ``H*rq + rq + rq*h*(dn+dr) + H*(rkv+dr) + rkv + rkv*h*(dn+dv) + h*dv*H``
+  (q_a_proj, q_a_layernorm, q_b_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj;
+  without a q LoRA the query is one ``H*h*(dn+dr)`` projection);
+* layer norms ``2H``; indexer ``rq*Hi*di + H*di + H*Hi + 2*di`` (wq_b, wk, weights_proj, k_norm),
+  **only on layers that own an indexer** (full layers and MTP layers);
+* dense FFN ``3*H*I``; one expert ``3*H*i``; routed experts ``E*3*H*i``; shared ``S*3*H*i``;
+  router ``E*H``; router score-correction bias ``E`` (checkpoint only, not a trained weight);
+* embedding and lm_head ``V*H`` each (one when tied); final norm ``H``;
+* an MTP layer: attention + norms + indexer + MoE + enorm/hnorm ``2H`` + eh_proj ``2H^2`` +
+  shared-head norm ``H`` (it shares the embedding and the head).
+
+Totals: ``main_total`` = decoder + embedding + head + final norm (no MTP, no router bias; 744B
+published); ``checkpoint_total`` adds MTP layers and router biases (what the safetensors hold).
+``active`` = per-token activated weights: attention, indexers, norms, dense FFN, ``top-k`` routed
+plus shared experts, router, final norm and lm_head; no input embedding, no MTP.
+
+Placement per pipeline stage follows the materialised stages: embedding on the stage holding
+``E``; lm_head and final norm on the loss stage; MTP layers on their stage, which also holds its
+own copy of the embedding (Megatron builds ``self.embedding`` when ``pre_process or
+mtp_process``; NVIDIA/Megatron-LM ``megatron/core/models/gpt/gpt_model.py``).
+
+Sharding per GPU (Megatron-Core conventions): TP splits the MLA up/out projections (q_b, kv_b,
+o_proj), the dense FFN, the shared expert and the vocabulary of embedding / lm_head; the MLA
+down projections, their norms, the indexer (``parallel_mode="duplicated"``), the router and the
+layer norms are replicated; routed experts are split EP ways by expert and ETP ways inside an
+expert.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.layer_roles import RoleMap, derive_roles
+from app.core.model_config import ModelConfig
+from app.core.stages import Stage, StagePlan
+
+COMPONENTS = (
+    "attention", "indexer", "norms", "dense_ffn", "routed_experts", "shared_expert", "router",
+    "router_bias", "embedding", "lm_head", "final_norm", "mtp",
+)
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """Per-module parameter counts of one config, split into TP-sharded and replicated parts."""
+
+    attn_sharded: int
+    attn_replicated: int
+    norms: int
+    indexer: int
+    dense_ffn: int
+    expert: int
+    routed_experts: int
+    shared_expert: int
+    router: int
+    router_bias: int
+    embedding: int
+    lm_head: int
+    final_norm: int
+    mtp_extra: int  # enorm + hnorm + eh_proj + shared-head norm
+
+    @property
+    def attention(self) -> int:
+        return self.attn_sharded + self.attn_replicated
+
+    @property
+    def moe_block(self) -> int:
+        return self.routed_experts + self.shared_expert + self.router
+
+
+def shapes(cfg: ModelConfig) -> Shapes:
+    H, h = cfg.hidden_size, cfg.num_attention_heads
+    rq, rkv = cfg.q_lora_rank, cfg.kv_lora_rank
+    dn, dr, dv = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+    if rq:
+        q_rep, q_sh = H * rq + rq, rq * h * (dn + dr)
+    else:
+        q_rep, q_sh = 0, H * h * (dn + dr)
+    kv_rep, kv_sh = H * (rkv + dr) + rkv, rkv * h * (dn + dv)
+    o_sh = h * dv * H
+    idx_in = rq if rq else H
+    indexer = (idx_in * cfg.index_n_heads * cfg.index_head_dim + H * cfg.index_head_dim
+               + H * cfg.index_n_heads + 2 * cfg.index_head_dim) if cfg.has_indexer else 0
+    expert = 3 * H * cfg.moe_intermediate_size
+    E = cfg.n_routed_experts
+    return Shapes(
+        attn_sharded=q_sh + kv_sh + o_sh,
+        attn_replicated=q_rep + kv_rep,
+        norms=2 * H,
+        indexer=indexer,
+        dense_ffn=3 * H * cfg.intermediate_size,
+        expert=expert,
+        routed_experts=E * expert,
+        shared_expert=cfg.n_shared_experts * expert,
+        router=E * H,
+        router_bias=E,
+        embedding=cfg.vocab_size * H,
+        lm_head=0 if cfg.tie_word_embeddings else cfg.vocab_size * H,
+        final_norm=H,
+        mtp_extra=2 * H + 2 * H * H + H,
+    )
+
+
+def layer_components(cfg: ModelConfig, roles: RoleMap, layer: int, sh: Shapes | None = None) -> dict[str, int]:
+    """Components of decoder layer ``layer`` (1-based); MTP layers are numbered after the decoder."""
+    sh = sh or shapes(cfg)
+    if layer > cfg.num_hidden_layers:
+        return {"mtp": mtp_layer_total(cfg, sh, with_bias=False)}
+    r = roles.role(layer)
+    out = {k: 0 for k in COMPONENTS}
+    out["attention"] = sh.attention
+    out["norms"] = sh.norms
+    out["indexer"] = sh.indexer if r.has_indexer else 0
+    if r.ffn == "dense":
+        out["dense_ffn"] = sh.dense_ffn
+    else:
+        out["routed_experts"] = sh.routed_experts
+        out["shared_expert"] = sh.shared_expert
+        out["router"] = sh.router
+        out["router_bias"] = sh.router_bias
+    return out
+
+
+def mtp_layer_total(cfg: ModelConfig, sh: Shapes, *, with_bias: bool) -> int:
+    moe = sh.moe_block + (sh.router_bias if with_bias else 0) if cfg.n_routed_experts else sh.dense_ffn
+    return sh.attention + sh.norms + sh.indexer + moe + sh.mtp_extra
+
+
+def _layer_total(c: dict[str, int], *, with_bias: bool) -> int:
+    return sum(v for k, v in c.items() if with_bias or k != "router_bias")
+
+
+@dataclass(frozen=True)
+class ParamReport:
+    main_total: int
+    checkpoint_total: int
+    active: int
+    indexer_layers: int
+    breakdown: dict[str, int]
+    per_layer: list[dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "main_total": self.main_total,
+            "checkpoint_total": self.checkpoint_total,
+            "active": self.active,
+            "indexer_layers": self.indexer_layers,
+            "breakdown": self.breakdown,
+            "per_layer": self.per_layer,
+        }
+
+
+def count_parameters(cfg: ModelConfig, roles: RoleMap | None = None) -> ParamReport:
+    roles = roles or derive_roles(cfg)
+    sh = shapes(cfg)
+    breakdown = {k: 0 for k in COMPONENTS}
+    per_layer = []
+    for n in range(1, cfg.num_hidden_layers + 1):
+        c = layer_components(cfg, roles, n, sh)
+        for k, v in c.items():
+            breakdown[k] += v
+        per_layer.append({"layer": n, "role": roles.role(n).role, "ffn": roles.role(n).ffn,
+                          "total": _layer_total(c, with_bias=False), **c})
+    breakdown["embedding"] = sh.embedding
+    breakdown["lm_head"] = sh.lm_head
+    breakdown["final_norm"] = sh.final_norm
+    n_mtp = cfg.num_nextn_predict_layers
+    breakdown["mtp"] = n_mtp * mtp_layer_total(cfg, sh, with_bias=True)
+    main_total = sum(v for k, v in breakdown.items() if k not in ("router_bias", "mtp"))
+    checkpoint_total = main_total + breakdown["router_bias"] + breakdown["mtp"]
+    n_moe = sum(1 for r in roles.layers if r.ffn == "moe")
+    n_idx = sum(1 for r in roles.layers if r.has_indexer)
+    active = (
+        cfg.num_hidden_layers * (sh.attention + sh.norms)
+        + n_idx * sh.indexer
+        + (cfg.num_hidden_layers - n_moe) * sh.dense_ffn
+        + n_moe * ((cfg.num_experts_per_tok + cfg.n_shared_experts) * sh.expert + sh.router)
+        + sh.final_norm
+        + (sh.lm_head or sh.embedding)
+    )
+    return ParamReport(main_total, checkpoint_total, active, n_idx, breakdown, per_layer)
+
+
+def active_per_layer(cfg: ModelConfig, roles: RoleMap, layer: int, sh: Shapes | None = None) -> int:
+    """Weights one token touches in decoder layer ``layer`` (attention, indexer if owned, norms, FFN)."""
+    sh = sh or shapes(cfg)
+    r = roles.role(layer)
+    ffn = sh.dense_ffn if r.ffn == "dense" else (
+        (cfg.num_experts_per_tok + cfg.n_shared_experts) * sh.expert + sh.router)
+    return sh.attention + sh.norms + (sh.indexer if r.has_indexer else 0) + ffn
+
+
+# --------------------------------------------------------------------------- per stage / per GPU
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """Parameters one pipeline stage holds: ``dense`` (replicated over EP, sharded by TP) and
+    ``expert`` (routed experts, sharded by EP x ETP), as totals and per GPU."""
+
+    components: dict[str, int]
+    dense_total: int
+    expert_total: int
+    dense_per_gpu: int
+    expert_per_gpu: int
+
+    @property
+    def total(self) -> int:
+        return self.dense_total + self.expert_total
+
+    @property
+    def per_gpu(self) -> int:
+        return self.dense_per_gpu + self.expert_per_gpu
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def stage_params(cfg: ModelConfig, roles: RoleMap, stages: list[Stage], *, tp: int = 1, ep: int = 1,
+                 etp: int | None = None) -> StageParams:
+    """Parameters of a set of stages (e.g. all virtual stages of one pipeline rank)."""
+    etp = tp if etp is None else etp
+    sh = shapes(cfg)
+    comp = {k: 0 for k in COMPONENTS}
+    dense_sharded = dense_repl = expert = 0
+    for s in stages:
+        for n in s.layers:
+            r = roles.role(n)
+            comp["attention"] += sh.attention
+            comp["norms"] += sh.norms
+            dense_sharded += sh.attn_sharded
+            dense_repl += sh.attn_replicated + sh.norms
+            if r.has_indexer:
+                comp["indexer"] += sh.indexer
+                dense_repl += sh.indexer
+            if r.ffn == "dense":
+                comp["dense_ffn"] += sh.dense_ffn
+                dense_sharded += sh.dense_ffn
+            else:
+                comp["routed_experts"] += sh.routed_experts
+                comp["shared_expert"] += sh.shared_expert
+                comp["router"] += sh.router
+                expert += sh.routed_experts
+                dense_sharded += sh.shared_expert
+                dense_repl += sh.router
+        has_embedding = s.embedding or s.mtp_layers > 0
+        if has_embedding:
+            comp["embedding"] += sh.embedding
+            dense_sharded += sh.embedding
+        if s.loss:
+            comp["lm_head"] += sh.lm_head
+            comp["final_norm"] += sh.final_norm
+            dense_sharded += sh.lm_head
+            dense_repl += sh.final_norm
+        for _ in range(s.mtp_layers):
+            comp["mtp"] += mtp_layer_total(cfg, sh, with_bias=False)
+            # MTP layer: attention (split as above), norms, indexer, MoE; eh_proj (2H^2) is
+            # column-parallel, enorm / hnorm / shared-head norm (3H) are replicated
+            dense_sharded += sh.attn_sharded + sh.shared_expert + (sh.mtp_extra - 3 * cfg.hidden_size)
+            dense_repl += sh.attn_replicated + sh.norms + sh.indexer + sh.router + 3 * cfg.hidden_size
+            expert += sh.routed_experts
+            if not cfg.n_routed_experts:
+                dense_sharded += sh.dense_ffn
+    experts_per_rank = _ceil_div(cfg.n_routed_experts, ep) if cfg.n_routed_experts else 0
+    expert_per_gpu = 0
+    if cfg.n_routed_experts:
+        per_expert_total = expert // cfg.n_routed_experts  # all experts' weights of these layers / E
+        expert_per_gpu = _ceil_div(per_expert_total * experts_per_rank, etp)
+    return StageParams(
+        components=comp,
+        dense_total=dense_sharded + dense_repl,
+        expert_total=expert,
+        dense_per_gpu=_ceil_div(dense_sharded, tp) + dense_repl,
+        expert_per_gpu=expert_per_gpu,
+    )
+
+
+def per_rank_params(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, *, tp: int = 1, ep: int = 1,
+                    etp: int | None = None) -> list[StageParams]:
+    """One :class:`StageParams` per pipeline rank (all its virtual stages together)."""
+    return [stage_params(cfg, roles, plan.rank_stages(r), tp=tp, ep=ep, etp=etp) for r in range(plan.pp)]
