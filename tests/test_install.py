@@ -1,0 +1,75 @@
+"""The Dockerfile's install and start steps, run for real in a fresh venv (no Docker engine here).
+
+Parses the Dockerfile for its pip install and CMD lines so the two cannot drift apart."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def _dockerfile_steps() -> tuple[str, list[str]]:
+    text = (REPO / "Dockerfile").read_text()
+    install = re.search(r"RUN python -m venv /opt/venv && /opt/venv/bin/(pip install [^\n]+)", text)
+    cmd = re.search(r'^CMD (\[.*\])$', text, re.M)
+    assert install and cmd, "Dockerfile must keep its venv install and exec-form CMD"
+    return install.group(1), json.loads(cmd.group(1))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_fresh_venv_install_start_and_healthz(tmp_path):
+    install, cmd = _dockerfile_steps()
+    src = tmp_path / "src"
+    src.mkdir()
+    # the Dockerfile copies exactly these into the image
+    shutil.copy(REPO / "pyproject.toml", src)
+    shutil.copy(REPO / "README.md", src)
+    shutil.copytree(REPO / "app", src / "app", ignore=shutil.ignore_patterns("__pycache__"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip_args = install.split()[2:]  # after "pip install"
+    subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", *pip_args], cwd=src, check=True, timeout=900)
+    port = _free_port()
+    exe = [str(venv / "bin" / cmd[0].rsplit("/", 1)[-1]), *cmd[1:]]
+    exe[exe.index("--port") + 1] = str(port)
+    exe[exe.index("--host") + 1] = "127.0.0.1"
+    work = tmp_path / "home"
+    work.mkdir()
+    proc = subprocess.Popen(exe, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        body = None
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+                    body = json.loads(r.read())
+                    break
+            except OSError:
+                if proc.poll() is not None:
+                    break
+                time.sleep(0.3)
+        assert body is not None, proc.stdout.read().decode() if proc.poll() is not None else "no answer"
+        assert body["status"] == "ok"
+        # the installed console script works from outside the source tree too
+        out = subprocess.run([str(venv / "bin" / "isplan"), "check", "glm-5.2", "--split", "14,8,8,8,8,8,8,16"],
+                             capture_output=True, text=True, cwd=work)
+        assert out.returncode == 0 and "VALID" in out.stdout
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
