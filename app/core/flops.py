@@ -1,0 +1,508 @@
+"""Forward FLOPs per token and per pipeline stage, IndexShare versus an indexer on every layer.
+
+Conventions (FACTS.md section 6; every count is an exact integer):
+
+* **2 FLOPs per multiply-add**; forward pass only unless a function says otherwise.
+* **Context L**: the number of key positions one query token sees (itself and the L - 1 before
+  it). Per-token figures (:func:`token_flops`, :func:`flops_report`, :func:`flops_vs_context`)
+  are the cost of *one token at context L* (the last token of an L-long prefix), as FACTS uses;
+  they are not averaged over a sequence. Sequence figures (:func:`forward_flops`,
+  :func:`stage_flops`) sum the exact causal cost: token t (1-based) of a sequence of S tokens
+  sees t positions, so the context-linear terms cost ``S(S+1)/2`` query-key pairs, i.e. an
+  average context of ``(S+1)/2``, and sparse attention costs ``sum_t min(k, t)`` pairs.
+* Main model only for per-token figures: the decoder layers, the final norm and the lm_head; no
+  MTP layer (like the activated-parameter count of :mod:`app.core.parameters`). The input
+  embedding is a table look-up and costs nothing. Stage and training figures add the MTP layers.
+
+Terms, with H hidden, h heads, rq / rkv the q / kv LoRA ranks, dn / dr / dv the nope / rope /
+value head dims, Hi / di the indexer heads / head dim, k = ``index_topk``, V the vocabulary:
+
+``linear``
+    2 x the activated weights of the decoder layers **except the indexer**, plus the final norm
+    and the lm_head (``2*(H + V*H)``, reported inside ``linear`` and also alone as
+    ``linear_lm_head``). Per layer: MLA projections (q_a, q_b, kv_a, kv_b, o_proj; with the
+    absorbed attention below kv_b's two halves are the absorption matmuls, same count), the
+    layer norms' gains (elementwise, 2 FLOPs per weight, negligible, kept so the identity below
+    is exact), the dense FFN or the top-k routed + shared experts and the router (``E*H``).
+    Identity: ``linear + indexer_projections == 2 * count_parameters(cfg).active``.
+``indexer_projections``
+    Only on layers that own an indexer: 2 x (wq_b ``rq*Hi*di`` + wk ``H*di`` + weights_proj
+    ``H*Hi`` + k_norm ``2*di``), i.e. 2 x the indexer's parameters. Not in ``linear``.
+``indexer_scoring``
+    Only on layers that own an indexer: ``2*L*Hi*di`` (one di-long dot product per indexer head
+    and key position; 8192*L for GLM-5.2). This is the term FACTS counts.
+``indexer_weighting``
+    Only on layers that own an indexer: ``2*L*Hi`` (ReLU'd scores times the per-head weights,
+    summed over heads). Kept apart so ``indexer_scoring`` stays exactly FACTS's term. The ReLU,
+    the key-cache quantisation and the top-k selection (comparisons) are not counted.
+``sparse_attention``
+    Every layer (full and shared: a shared layer attends over its source's top-k): absorbed MLA
+    over ``n = min(k, L)`` selected positions, ``2*h*n*(rkv + dr)`` for QK (latent + rope dims)
+    plus ``2*h*n*rkv`` for PV (latent dims): ``2*h*n*(576 + 512)`` = 285,212,672 per layer at
+    n = 2048 for GLM-5.2. A model without an indexer attends densely (n = L); a config without an
+    MLA latent (rkv = 0) uses ``2*h*n*(dn + dr + dv)``. Softmax and scaling are not counted.
+
+Variants: ``indexshare`` (the roles as derived: indexers only on full layers) and
+``every_layer`` (the same model with an indexer on every decoder layer, pattern ``F``).
+
+Ratios (``every_layer / indexshare``) under named conventions, :data:`CONVENTIONS`:
+
+* ``linear(no head)+indexer_scoring``: 2 x activated params without lm_head (indexer
+  projections included, as in FACTS's "2 x active") + indexer scoring. GLM-5.2 at 1M: 2.894;
+  this is what the published "2.9x fewer per-token FLOPs at 1M" corresponds to.
+* ``+sparse_attention``: the above + sparse attention. GLM-5.2 at 1M: 2.744; at 32K: 1.154
+  (FACTS's "only about 1.15x at 32K" matches this convention; the first gives 1.194 at 32K).
+* ``full`` (the default ``ratio``, ``indexshare_flops`` and ``every_layer_flops``): every term
+  above, lm_head and indexer weighting included.
+
+Pipeline figures: :func:`stage_flops` charges each stage its decoder layers, the loss stage the
+final norm + lm_head, the MTP stage its MTP layers (a full MoE/dense layer with its own indexer
++ eh_proj ``2*H*2H`` + enorm/hnorm/shared-head norm gains), and the **loss stage** the MTP
+logits (``2*V*H`` per MTP layer and token): Megatron runs ``self.mtp`` on the stage with
+``mtp_process`` but computes the MTP logits in ``process_mtp_loss`` inside ``_postprocess``,
+only on the ``post_process`` stage (NVIDIA/Megatron-LM ``megatron/core/models/gpt/gpt_model.py``).
+Training (:func:`training_flops`): forward + backward = 3 x forward (backward = 2 x forward);
+full activation recompute adds one more forward of the recomputed decoder layers (default: all
+of them, as ``--recompute-granularity full --recompute-method uniform``; the lm_head, the loss
+and the MTP layers are not recomputed). Pipeline bubble: ``(PP-1)/(VPP*m + PP - 1)`` of wall time
+(FACTS.md section 7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from app.core.layer_roles import LayerRole, RoleMap, derive_roles
+from app.core.model_config import ModelConfig
+from app.core.parameters import Shapes, shapes
+from app.core.stages import Stage, StagePlan
+
+#: Additive terms of every breakdown (their sum is ``total``).
+TERMS = ("linear", "indexer_projections", "indexer_scoring", "indexer_weighting", "sparse_attention")
+
+#: Named conventions: which terms count, and whether the lm_head (with the final norm) is kept.
+CONVENTIONS: dict[str, dict[str, Any]] = {
+    "linear(no head)+indexer_scoring": {
+        "terms": ("linear", "indexer_projections", "indexer_scoring"),
+        "lm_head": False,
+        "description": "2 x activated parameters without the lm_head and final norm (indexer "
+                       "projections included, no input embedding) + indexer scoring 2*L*Hi*di "
+                       "on layers that own an indexer; the convention of the published "
+                       "'2.9x fewer per-token FLOPs at 1M'",
+    },
+    "+sparse_attention": {
+        "terms": ("linear", "indexer_projections", "indexer_scoring", "sparse_attention"),
+        "lm_head": False,
+        "description": "the above + absorbed sparse MLA over min(index_topk, L) positions on every "
+                       "layer, 2*h*n*((kv_lora_rank + qk_rope_head_dim) + kv_lora_rank)",
+    },
+    "full": {
+        "terms": TERMS,
+        "lm_head": True,
+        "description": "every term: 2 x activated parameters including the final norm and lm_head "
+                       "(no input embedding), indexer projections, indexer scoring 2*L*Hi*di, "
+                       "indexer head weighting 2*L*Hi, absorbed sparse MLA attention",
+    },
+}
+DEFAULT_CONVENTION = "full"
+PUBLISHED_CONVENTION = "linear(no head)+indexer_scoring"
+
+RECOMPUTE_MODES = ("none", "full")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _check_int(name: str, value: int, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _zero() -> dict[str, int]:
+    return {t: 0 for t in TERMS}
+
+
+def _add(acc: dict[str, int], terms: dict[str, int]) -> dict[str, int]:
+    for t in TERMS:
+        acc[t] += terms[t]
+    return acc
+
+
+def _with_total(terms: dict[str, int], lm_head: int) -> dict[str, int]:
+    out = {t: terms[t] for t in TERMS}
+    out["total"] = sum(out[t] for t in TERMS)
+    out["linear_lm_head"] = lm_head
+    return out
+
+
+def topk_positions(cfg: ModelConfig, context: int) -> int:
+    """Key positions sparse attention reads for one query at ``context``: ``min(index_topk, L)``
+    with an indexer, ``L`` (dense attention) without one."""
+    if cfg.has_indexer and cfg.index_topk > 0:
+        return min(cfg.index_topk, context)
+    return context
+
+
+def causal_pairs(seq_length: int) -> int:
+    """Query-key pairs of one causal sequence: ``S(S+1)/2`` (average context ``(S+1)/2``)."""
+    return seq_length * (seq_length + 1) // 2
+
+
+def causal_selected_pairs(cfg: ModelConfig, seq_length: int) -> int:
+    """``sum over t = 1..S of min(k, t)``: the (query, selected key) pairs of one sequence."""
+    if not (cfg.has_indexer and cfg.index_topk > 0) or seq_length <= cfg.index_topk:
+        return causal_pairs(seq_length)
+    k = cfg.index_topk
+    return k * (k + 1) // 2 + (seq_length - k) * k
+
+
+def _attention_dims(cfg: ModelConfig) -> tuple[int, int]:
+    """(QK, PV) dims per head and key position of the attention as computed."""
+    if cfg.kv_lora_rank:
+        return cfg.kv_lora_rank + cfg.qk_rope_head_dim, cfg.kv_lora_rank
+    return cfg.qk_nope_head_dim + cfg.qk_rope_head_dim, cfg.v_head_dim
+
+
+def sparse_attention_per_position(cfg: ModelConfig) -> int:
+    """FLOPs per query and selected key position: ``2*h*((rkv + dr) + rkv)``."""
+    qk, pv = _attention_dims(cfg)
+    return 2 * cfg.num_attention_heads * (qk + pv)
+
+
+def _ffn_active(cfg: ModelConfig, sh: Shapes, ffn: str) -> int:
+    if ffn == "dense":
+        return sh.dense_ffn
+    return (cfg.num_experts_per_tok + cfg.n_shared_experts) * sh.expert + sh.router
+
+
+def _layer_role(roles: RoleMap, layer: int) -> LayerRole:
+    n = len(roles.layers)
+    if 1 <= layer <= n:
+        return roles.role(layer)
+    if n < layer <= n + len(roles.mtp):
+        return roles.mtp[layer - n - 1]
+    raise ValueError(
+        f"layer {layer} is out of range: the model has {n} decoder layers"
+        + (f" and {len(roles.mtp)} MTP layer(s) numbered {n + 1}..{n + len(roles.mtp)}" if roles.mtp else "")
+    )
+
+
+def _layer_terms(cfg: ModelConfig, sh: Shapes, role: LayerRole, *, tokens: int, pairs: int,
+                 selected: int) -> dict[str, int]:
+    """Terms of one layer for ``tokens`` queries that see ``pairs`` query-key pairs in all and
+    ``selected`` (query, selected key) pairs. MTP layers add eh_proj and their norms."""
+    linear_params = sh.attention + sh.norms + _ffn_active(cfg, sh, role.ffn)
+    if role.mtp:
+        linear_params += sh.mtp_extra
+    own = role.has_indexer
+    return {
+        "linear": 2 * linear_params * tokens,
+        "indexer_projections": 2 * sh.indexer * tokens if own else 0,
+        "indexer_scoring": 2 * cfg.index_n_heads * cfg.index_head_dim * pairs if own else 0,
+        "indexer_weighting": 2 * cfg.index_n_heads * pairs if own else 0,
+        "sparse_attention": sparse_attention_per_position(cfg) * selected,
+    }
+
+
+def head_flops_per_token(cfg: ModelConfig, sh: Shapes | None = None) -> int:
+    """Final norm gains + lm_head (``V*H``; the embedding's when tied): ``2*(H + V*H)``."""
+    sh = sh or shapes(cfg)
+    return 2 * (sh.final_norm + (sh.lm_head or sh.embedding))
+
+
+def every_layer_roles(cfg: ModelConfig, roles: RoleMap | None = None) -> RoleMap:
+    """The same model with an indexer on every decoder layer (pattern ``F``)."""
+    engine = roles.engine if roles is not None else "megatron"
+    if not cfg.has_indexer:
+        return roles or derive_roles(cfg, engine)
+    return derive_roles(cfg, engine, pattern="F")
+
+
+# --------------------------------------------------------------------------- per token
+
+
+def layer_flops(cfg: ModelConfig, roles: RoleMap, layer: int, context: int) -> dict[str, int]:
+    """Per-token forward FLOPs of decoder layer ``layer`` (1-based; MTP layers are numbered after
+    the decoder) at ``context``, by term, with ``total``. No lm_head."""
+    _check_int("context", context)
+    role = _layer_role(roles, layer)
+    terms = _layer_terms(cfg, shapes(cfg), role, tokens=1, pairs=context,
+                         selected=topk_positions(cfg, context))
+    return _with_total(terms, 0)
+
+
+def per_layer_forward_flops(cfg: ModelConfig, roles: RoleMap, layer: int, context: int) -> int:
+    """Per-token forward FLOPs of one layer at ``context`` (all terms; the layer's cost for an
+    optimiser balancing stages)."""
+    return layer_flops(cfg, roles, layer, context)["total"]
+
+
+def token_flops(cfg: ModelConfig, roles: RoleMap, context: int) -> dict[str, int]:
+    """Per-token forward FLOPs of the main model (decoder layers + final norm + lm_head, no MTP,
+    no input embedding) at ``context``, by term, with ``total`` and ``linear_lm_head``."""
+    _check_int("context", context)
+    sh = shapes(cfg)
+    acc = _zero()
+    selected = topk_positions(cfg, context)
+    for role in roles.layers:
+        _add(acc, _layer_terms(cfg, sh, role, tokens=1, pairs=context, selected=selected))
+    head = head_flops_per_token(cfg, sh)
+    acc["linear"] += head
+    return _with_total(acc, head)
+
+
+def convention_total(breakdown: dict[str, int], convention: str) -> int:
+    """The FLOPs a named convention counts out of a :func:`token_flops` breakdown."""
+    try:
+        conv = CONVENTIONS[convention]
+    except KeyError:
+        raise ValueError(f"unknown convention {convention!r}; use one of {list(CONVENTIONS)}") from None
+    total = sum(breakdown[t] for t in conv["terms"])
+    if not conv["lm_head"]:
+        total -= breakdown["linear_lm_head"]
+    return total
+
+
+def _convention_sentence(name: str) -> str:
+    return f"{name}: {CONVENTIONS[name]['description']}"
+
+
+def flops_report(cfg: ModelConfig, context: int, roles: RoleMap | None = None,
+                 pattern: str | None = None) -> dict[str, Any]:
+    """Per-token forward FLOPs at ``context``, IndexShare (the roles as derived, or ``pattern``)
+    versus an indexer on every layer; JSON-ready."""
+    _check_int("context", context)
+    roles = roles or derive_roles(cfg, pattern=pattern)
+    every = every_layer_roles(cfg, roles)
+    a = token_flops(cfg, roles, context)
+    b = token_flops(cfg, every, context)
+    ratios = {name: convention_total(b, name) / convention_total(a, name) for name in CONVENTIONS}
+    notes = []
+    if cfg.max_position_embeddings is not None and context > cfg.max_position_embeddings:
+        notes.append(f"context {context:,} exceeds max_position_embeddings {cfg.max_position_embeddings:,}")
+    if not cfg.has_indexer:
+        notes.append("the model has no DSA indexer: attention is dense over L and both variants are equal")
+    if roles.errors:
+        notes.append("the roles have errors (a shared layer without a source); FLOPs counted as if it ran")
+    return {
+        "model": cfg.id,
+        "context": context,
+        "indexshare_flops": convention_total(a, DEFAULT_CONVENTION),
+        "every_layer_flops": convention_total(b, DEFAULT_CONVENTION),
+        "ratio": ratios[DEFAULT_CONVENTION],
+        "ratios": ratios,
+        "default_convention": DEFAULT_CONVENTION,
+        "published_convention": PUBLISHED_CONVENTION,
+        "convention": (
+            "Forward FLOPs of one token at context L (it sees L positions), 2 FLOPs per multiply-add, "
+            "main model without MTP. Counted by default: linear = 2 x activated weights of the decoder "
+            "layers without the indexer + final norm + lm_head (no input embedding); "
+            "indexer_projections = 2 x indexer weights (wq_b, wk, weights_proj, k_norm) on layers that "
+            "own one; indexer_scoring = 2*L*Hi*di and indexer_weighting = 2*L*Hi on those layers; "
+            "sparse_attention = absorbed MLA over min(index_topk, L) positions on every layer. Not "
+            "counted: softmax, ReLU, top-k selection, RoPE, residual adds. The published '2.9x at 1M' "
+            f"is the '{PUBLISHED_CONVENTION}' ratio. "
+            + " | ".join(_convention_sentence(n) for n in CONVENTIONS)
+        ),
+        "breakdown": {"indexshare": a, "every_layer": b},
+        "indexer_layers": {"indexshare": sum(r.has_indexer for r in roles.layers),
+                           "every_layer": sum(r.has_indexer for r in every.layers)},
+        "notes": notes,
+    }
+
+
+def flops_vs_context(cfg: ModelConfig, contexts: Iterable[int], roles: RoleMap | None = None,
+                     pattern: str | None = None) -> dict[str, Any]:
+    """Per-token FLOPs of both variants and their ratios at each context, as lists for a plot."""
+    ctx = [_check_int("context", c) for c in contexts]
+    roles = roles or derive_roles(cfg, pattern=pattern)
+    every = every_layer_roles(cfg, roles)
+    out: dict[str, Any] = {
+        "contexts": ctx,
+        "indexshare_flops": [],
+        "every_layer_flops": [],
+        "ratio": [],
+        "ratios": {name: [] for name in CONVENTIONS},
+        "default_convention": DEFAULT_CONVENTION,
+    }
+    for c in ctx:
+        a, b = token_flops(cfg, roles, c), token_flops(cfg, every, c)
+        out["indexshare_flops"].append(convention_total(a, DEFAULT_CONVENTION))
+        out["every_layer_flops"].append(convention_total(b, DEFAULT_CONVENTION))
+        for name in CONVENTIONS:
+            out["ratios"][name].append(convention_total(b, name) / convention_total(a, name))
+        out["ratio"].append(out["ratios"][DEFAULT_CONVENTION][-1])
+    return out
+
+
+# --------------------------------------------------------------------------- per micro-batch / stage
+
+
+def _sequence_layer_terms(cfg: ModelConfig, sh: Shapes, role: LayerRole, seq_length: int, mbs: int) -> dict[str, int]:
+    terms = _layer_terms(cfg, sh, role, tokens=seq_length, pairs=causal_pairs(seq_length),
+                         selected=causal_selected_pairs(cfg, seq_length))
+    return {t: v * mbs for t, v in terms.items()}
+
+
+def _mtp_role(cfg: ModelConfig, roles: RoleMap, k: int) -> LayerRole:
+    """The k-th MTP layer (1-based); built like Megatron's when the RoleMap has fewer."""
+    if k <= len(roles.mtp):
+        return roles.mtp[k - 1]
+    n = cfg.num_hidden_layers + k
+    return LayerRole(n, "full", n, "moe" if cfg.n_routed_experts else "dense", cfg.has_indexer, mtp=True)
+
+
+def _stage_terms(cfg: ModelConfig, sh: Shapes, roles: RoleMap, stage: Stage, *, seq_length: int,
+                 mbs: int, mtp_before: int, mtp_total: int) -> tuple[dict[str, int], int]:
+    acc = _zero()
+    for n in stage.layers:
+        _add(acc, _sequence_layer_terms(cfg, sh, roles.role(n), seq_length, mbs))
+    for k in range(mtp_before + 1, mtp_before + stage.mtp_layers + 1):
+        _add(acc, _sequence_layer_terms(cfg, sh, _mtp_role(cfg, roles, k), seq_length, mbs))
+    head = 0
+    if stage.loss:
+        tokens = seq_length * mbs
+        head = head_flops_per_token(cfg, sh) * tokens
+        # MTP logits through the shared output layer, computed on the post_process stage
+        head += 2 * (sh.lm_head or sh.embedding) * tokens * mtp_total
+        acc["linear"] += head
+    return acc, head
+
+
+def forward_flops(cfg: ModelConfig, roles: RoleMap, *, seq_length: int, mbs: int = 1,
+                  mtp_layers: int | None = None) -> dict[str, int]:
+    """Forward FLOPs of the whole model on ``mbs`` causal sequences of ``seq_length`` tokens:
+    decoder layers, ``mtp_layers`` MTP layers (default: the config's) with their logits, final
+    norm and lm_head. By term, with ``total`` and ``linear_lm_head`` (all logits)."""
+    _check_int("seq_length", seq_length)
+    _check_int("mbs", mbs)
+    n_mtp = cfg.num_nextn_predict_layers if mtp_layers is None else _check_int("mtp_layers", mtp_layers, 0)
+    whole = Stage(0, 0, 0, 1 if roles.layers else None, len(roles.layers) if roles.layers else None,
+                  len(roles.layers), embedding=True, loss=True, mtp_layers=n_mtp)
+    terms, head = _stage_terms(cfg, shapes(cfg), roles, whole, seq_length=seq_length, mbs=mbs,
+                               mtp_before=0, mtp_total=n_mtp)
+    return _with_total(terms, head)
+
+
+def stage_flops(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, *, seq_length: int,
+                mbs: int = 1) -> dict[str, Any]:
+    """Forward FLOPs per stage and per pipeline rank for one micro-batch of ``mbs`` causal
+    sequences of ``seq_length`` tokens (exact causal sums: average context ``(S+1)/2`` for the
+    indexer, ``sum min(k, t)`` for sparse attention). A rank's FLOPs are the sum of its virtual
+    stages. ``imbalance`` = busiest rank / mean rank (1.0 is a perfectly balanced layout)."""
+    _check_int("seq_length", seq_length)
+    _check_int("mbs", mbs)
+    sh = shapes(cfg)
+    stages_out = []
+    mtp_seen = 0
+    rank_totals = [0] * plan.pp
+    for s in plan.stages:
+        terms, head = _stage_terms(cfg, sh, roles, s, seq_length=seq_length, mbs=mbs,
+                                   mtp_before=mtp_seen, mtp_total=plan.mtp_layers)
+        mtp_seen += s.mtp_layers
+        b = _with_total(terms, head)
+        rank_totals[s.pp_rank] += b["total"]
+        stages_out.append({
+            "index": s.index,
+            "pp_rank": s.pp_rank,
+            "vp_stage": s.vp_stage,
+            "first_layer": s.first_layer,
+            "last_layer": s.last_layer,
+            "num_layers": s.num_layers,
+            "embedding": s.embedding,
+            "loss": s.loss,
+            "mtp_layers": s.mtp_layers,
+            "flops": b["total"],
+            "breakdown": b,
+        })
+    total = sum(rank_totals)
+    mean = total / plan.pp if plan.pp else 0.0
+    busiest = max(rank_totals) if rank_totals else 0
+    return {
+        "seq_length": seq_length,
+        "mbs": mbs,
+        "tokens": seq_length * mbs,
+        "pp": plan.pp,
+        "vpp": plan.vpp,
+        "stages": stages_out,
+        "ranks": [{"pp_rank": r, "flops": f, "share": (f / total if total else 0.0)}
+                  for r, f in enumerate(rank_totals)],
+        "total": total,
+        "max_rank_flops": busiest,
+        "imbalance": (busiest / mean) if mean else 0.0,
+        "convention": (
+            "forward FLOPs of one micro-batch (mbs x seq_length tokens), 2 per multiply-add, all terms "
+            "of the 'full' convention; causal attention summed exactly (indexer over S(S+1)/2 query-key "
+            "pairs per sequence = average context (S+1)/2; sparse attention over sum_t min(index_topk, t)); "
+            "final norm + lm_head and the MTP logits on the loss stage; MTP layers (with their own "
+            "indexer and eh_proj) on their stage; no FLOPs for the input embedding"
+        ),
+    }
+
+
+# --------------------------------------------------------------------------- training
+
+
+def training_flops(cfg: ModelConfig, roles: RoleMap, *, seq_length: int, global_batch_size: int,
+                   recompute: str = "none", recompute_layers: Iterable[int] | None = None,
+                   mtp_layers: int | None = None) -> dict[str, Any]:
+    """FLOPs of one training step over ``global_batch_size`` sequences of ``seq_length``:
+    forward + backward = 3 x forward (backward = 2 x forward), plus, with ``recompute="full"``,
+    one more forward of the recomputed decoder layers (``recompute_layers``, 1-based; default all
+    of them, as ``--recompute-method uniform``). The lm_head, the loss and the MTP layers are not
+    recomputed."""
+    _check_int("global_batch_size", global_batch_size)
+    if recompute not in RECOMPUTE_MODES:
+        raise ValueError(f"recompute must be one of {list(RECOMPUTE_MODES)}, got {recompute!r}")
+    fwd = forward_flops(cfg, roles, seq_length=seq_length, mbs=global_batch_size, mtp_layers=mtp_layers)
+    recompute_flops = 0
+    recomputed: list[int] = []
+    if recompute == "full":
+        n = len(roles.layers)
+        recomputed = sorted(set(range(1, n + 1) if recompute_layers is None else recompute_layers))
+        bad = [x for x in recomputed if not 1 <= x <= n]
+        if bad:
+            raise ValueError(f"recompute_layers must be decoder layers 1..{n}; got {bad[:5]}")
+        sh = shapes(cfg)
+        for x in recomputed:
+            recompute_flops += sum(_sequence_layer_terms(cfg, sh, roles.role(x), seq_length, global_batch_size).values())
+    forward = fwd["total"]
+    return {
+        "seq_length": seq_length,
+        "global_batch_size": global_batch_size,
+        "tokens": seq_length * global_batch_size,
+        "forward": forward,
+        "backward": 2 * forward,
+        "recompute": recompute_flops,
+        "recompute_mode": recompute,
+        "recomputed_layers": len(recomputed),
+        "total": 3 * forward + recompute_flops,
+        "forward_breakdown": fwd,
+        "convention": (
+            "3 x forward (backward = 2 x forward) of the global batch, 'full' convention with exact causal "
+            "sums; full recompute adds one forward of each recomputed decoder layer (not the lm_head, "
+            "loss or MTP layers)"
+        ),
+    }
+
+
+def bubble_fraction(pp: int, vpp: int, num_microbatches: int) -> float:
+    """Pipeline bubble as a fraction of wall time, ``(PP-1)/(VPP*m + PP - 1)`` (FACTS.md section 7,
+    1F1B with interleaving)."""
+    _check_int("pp", pp)
+    _check_int("vpp", vpp)
+    _check_int("num_microbatches", num_microbatches)
+    return (pp - 1) / (vpp * num_microbatches + pp - 1)
+
+
+__all__ = [
+    "CONVENTIONS", "DEFAULT_CONVENTION", "PUBLISHED_CONVENTION", "TERMS",
+    "bubble_fraction", "causal_pairs", "causal_selected_pairs", "convention_total", "every_layer_roles",
+    "flops_report", "flops_vs_context", "forward_flops", "head_flops_per_token", "layer_flops",
+    "per_layer_forward_flops", "sparse_attention_per_position", "stage_flops", "token_flops",
+    "topk_positions", "training_flops",
+]
