@@ -88,10 +88,12 @@ class LayoutRequest:
     """A resolved layout description: the spec plus what a launcher contributed."""
 
     def __init__(self, spec: PipelineSpec, freq: int | None, offset: int | None,
-                 warnings: tuple[str, ...] = (), extra: dict[str, Any] | None = None):
+                 warnings: tuple[str, ...] = (), extra: dict[str, Any] | None = None,
+                 errors: tuple[Any, ...] = ()):
         self.spec, self.freq, self.offset = spec, freq, offset
         self.warnings = warnings
         self.extra = extra or {}
+        self.errors = errors
 
 
 def layout_request(args: argparse.Namespace, cfg: ModelConfig) -> LayoutRequest:
@@ -120,7 +122,8 @@ def layout_request(args: argparse.Namespace, cfg: ModelConfig) -> LayoutRequest:
         req = launcher_request(parsed, cfg)
         if req.unresolved:
             raise UsageError("; ".join(req.unresolved))
-        return LayoutRequest(req.spec, req.freq, req.offset, tuple(req.warnings), {"launcher": req.report})
+        return LayoutRequest(req.spec, req.freq, req.offset, tuple(req.warnings), {"launcher": req.report},
+                             errors=req.errors)
     if args.split is not None:
         if flag_only or args.layout is not None:
             raise UsageError("--split gives every stage size; drop " + ", ".join(flag_only + (["--layout"] if args.layout else [])))
@@ -154,7 +157,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     req = layout_request(args, cfg)
     freq, offset, notes = _engine_overrides(args.engine, req)
     result = run_check(cfg, req.spec, args.engine, pattern=args.pattern, freq=freq, offset=offset,
-                       extra_warnings=req.warnings + notes, extra=req.extra)
+                       extra_errors=req.errors, extra_warnings=req.warnings + notes, extra=req.extra)
     _out(args.format, result.to_json(), result.text_lines())
     return EXIT_VALID if result.valid else EXIT_INVALID
 

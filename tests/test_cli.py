@@ -200,3 +200,82 @@ def test_verify_bad_input_exits_2(tmp_path):
     path.write_text("[]")
     p = isplan("verify", str(path))
     assert p.returncode == 2 and "JSON object" in p.stderr
+
+
+# --------------------------------------------------------------------------- launcher scripts
+
+SLIME_GLM52 = r"""#!/bin/bash
+set -ex
+NODES=32
+PP=$(( NODES / 4 ))
+source "${SCRIPT_DIR}/models/glm5-744B-A40B.sh"
+MODEL_ARGS=(
+   --dsa-indexer-topk-freq 4        # GLM-5.2 IndexShare
+   --dsa-indexer-skip-topk-offset 3
+   --mtp-num-layers 1
+)
+PERF_ARGS=(
+   --tensor-model-parallel-size 4
+   --sequence-parallel
+   --pipeline-model-parallel-size $PP
+   --decoder-first-pipeline-num-layers 14
+   --decoder-last-pipeline-num-layers 16
+   --context-parallel-size 8
+   --expert-model-parallel-size 32
+   --expert-tensor-parallel-size 1
+   # --decoder-last-pipeline-num-layers 99  (commented out: must not count)
+)
+ray job submit --address="http://127.0.0.1:8265" \
+   -- python3 train_async.py \
+   --actor-num-nodes ${NODES} \
+   ${MODEL_ARGS[@]} ${PERF_ARGS[@]}
+"""
+
+
+def test_launcher_slime_glm52_script_from_stdin():
+    p = isplan("check", "glm-5.2", "--launcher", "-", "--format", "json", stdin=SLIME_GLM52)
+    assert p.returncode == 0, p.stdout + p.stderr
+    body = json.loads(p.stdout)
+    assert [s["num_layers"] for s in body["stages"]] == [14, 8, 8, 8, 8, 8, 8, 16]
+    vals = body["launcher"]["values"]
+    assert vals["--tensor-model-parallel-size"] == "4" and vals["--context-parallel-size"] == "8"
+    assert vals["--expert-model-parallel-size"] == "32" and vals["--pipeline-model-parallel-size"] == "8"
+    assert "--sequence-parallel" in body["launcher"]["switches"]
+
+
+def test_launcher_conversion_layout_from_file(tmp_path):
+    script = tmp_path / "convert.sh"
+    script.write_text("TP=8\nPP=2\npython tools/convert_hf_to_torch_dist.py \\\n"
+                      "  --tensor-model-parallel-size $TP --pipeline-model-parallel-size $PP \\\n"
+                      "  --decoder-last-pipeline-num-layers 40 --expert-model-parallel-size 16\n")
+    p = isplan("check", "glm-5.2", "--launcher", str(script), "--format", "json")
+    assert p.returncode == 0, p.stdout
+    body = json.loads(p.stdout)
+    assert [s["num_layers"] for s in body["stages"]] == [38, 40]
+    assert any("--mtp-num-layers is not in the script" in w for w in body["warnings"])
+
+
+def test_launcher_unresolved_pipeline_flag_exits_2_naming_it():
+    p = isplan("check", "glm-5.2", "--launcher", "-", stdin=SLIME_GLM52.replace("$PP", "$PP_FROM_ENV"))
+    assert p.returncode == 2
+    assert "--pipeline-model-parallel-size" in p.stderr and "$PP_FROM_ENV is not assigned" in p.stderr
+
+
+def test_launcher_num_layers_mismatch_is_invalid():
+    p = isplan("check", "glm-5.2", "--launcher", "-", stdin=SLIME_GLM52 + "\npython x.py --num-layers 61\n")
+    assert p.returncode == 1
+    assert "--num-layers 61 in the script does not match" in p.stdout
+
+
+def test_launcher_freq_offset_drive_roles_when_config_has_no_array(tmp_config):
+    path = tmp_config(tiny_config(8))  # no indexer_types: every layer full by default
+    script = "python x.py --pipeline-model-parallel-size 2 --dsa-indexer-topk-freq 4 --dsa-indexer-skip-topk-offset 3\n"
+    p = isplan("check", str(path), "--launcher", "-", "--format", "json", stdin=script)
+    # megatron, freq 4 offset 3 over 8 layers: full 1, 2, 3, 7; even split 4 + 4 starts at 5 (shared)
+    assert p.returncode == 1
+    assert json.loads(p.stdout)["violations"][0]["layer"] == 5
+
+
+def test_launcher_excludes_other_layout_options():
+    p = isplan("check", "glm-5.2", "--launcher", "-", "--pp", "8", stdin=SLIME_GLM52)
+    assert p.returncode == 2 and "drop --pp" in p.stderr

@@ -1,0 +1,896 @@
+"""Read Megatron-LM / slime parallelism flags out of a bash launcher script, without running it.
+
+Users paste the launcher they actually use (a slime ``scripts/run-*.sh``, a Megatron
+``torchrun ... pretrain_gpt.py`` script) and :func:`parse_launcher` reports the values the script
+would pass for :data:`KNOWN_VALUE_FLAGS` and :data:`KNOWN_SWITCH_FLAGS`. **Nothing is executed**:
+a small lexer and interpreter read this subset of bash statically:
+
+* ``\\`` line continuations, ``#`` comments, single/double quotes and backslash escapes;
+* scalar assignments ``NAME=v`` / ``NAME+=v`` (also after ``export``, ``readonly``, ``local``,
+  ``declare``, ``typeset``), arrays ``NAME=( ... )`` / ``NAME+=( ... )`` over several lines with
+  comments inside, and ``unset NAME``;
+* ``$V``, ``${V}``, ``${V:-d}``, ``${V-d}``, ``${V:=d}``, ``${V:+a}``, ``${V:?}``, ``${A[@]}``,
+  ``${A[*]}``, ``${A[i]}``, ``${#V}``, ``${#A[@]}`` and ``$(( ... ))`` 64-bit integer arithmetic
+  with ``+ - * / % ( )`` (``/`` truncates toward zero), evaluated by a tiny recursive-descent
+  parser, never ``eval``;
+* flags as ``--flag value`` or ``--flag=value`` in command lines, in array bodies and in
+  double-quoted scalar values (the old ``GPT_ARGS="--num-layers 24 ..."`` style); ``_`` in a
+  flag name counts as ``-`` (torchrun accepts ``--nproc_per_node``).
+
+Deliberate approximations:
+
+* Every statement is read once, in text order: ``if``/``case`` branches, loop and function
+  bodies all count, so the last assignment in the text wins. ``then``, ``do``, ``{`` ... at the
+  start of a command are skipped; other control-flow syntax is read as ordinary words.
+* Flags are collected where they are *written*: an array body counts even if the array is never
+  expanded, and ``${ARGS[@]}`` on a command line adds nothing.
+* ``VAR=x cmd`` prefix assignments are treated as ordinary assignments.
+* Command substitution (``$(...)``, backticks), positional parameters and variables never assigned
+  in the text (they would come from the environment) are unknown; when one feeds a flag of interest
+  the flag lands in ``unresolved`` with the reason. ``${V:-default}`` uses the default.
+* ``|``, ``;``, ``&&``, ``(`` ... only separate commands; redirection targets and here-document
+  bodies are skipped; ``source``/``.`` files are not read (a warning says so, as it does for a
+  ``${ARGS[@]}`` that is never assigned in the script).
+
+Hostile input stays cheap: more than :data:`MAX_LAUNCHER_BYTES` raises :class:`LauncherError`, and
+nesting depth, value length, array length and total expansion work are capped (a value that hits a
+cap becomes unresolved). Any other text parses without raising.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import re
+from dataclasses import dataclass
+
+from app.core.stages import PipelineSpec, PlanError
+
+MAX_LAUNCHER_BYTES = 1 << 20
+
+KNOWN_VALUE_FLAGS: frozenset[str] = frozenset({
+    "--num-layers", "--pipeline-model-parallel-size", "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers", "--num-virtual-stages-per-pipeline-rank",
+    "--virtual-pipeline-model-parallel-size", "--num-layers-per-virtual-pipeline-stage",
+    "--pipeline-model-parallel-layout", "--tensor-model-parallel-size", "--context-parallel-size",
+    "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--dsa-indexer-topk-freq",
+    "--dsa-indexer-skip-topk-offset", "--mtp-num-layers", "--micro-batch-size",
+    "--global-batch-size", "--seq-length", "--max-tokens-per-gpu", "--recompute-granularity",
+    "--recompute-method", "--recompute-num-layers", "--actor-num-nodes", "--actor-num-gpus-per-node",
+    "--num-gpus-per-node", "--nnodes", "--nproc-per-node",
+})
+KNOWN_SWITCH_FLAGS: frozenset[str] = frozenset({
+    "--sequence-parallel", "--account-for-embedding-in-pipeline-split",
+    "--account-for-loss-in-pipeline-split", "--optimizer-cpu-offload",
+    "--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d", "--allgather-cp",
+    "--overlap-p2p-communication", "--use-distributed-optimizer",
+})
+
+_MAX_DEPTH = 32           # nesting of ${...}, $((...)), arithmetic parentheses and variable lookups
+_MAX_VALUE = 1 << 16      # characters in one expanded value
+_MAX_ITEMS = 10_000       # elements kept in one array
+_MAX_ARITH = 4096         # characters in one arithmetic expression
+_TOO_LONG = f"the value is longer than {_MAX_VALUE} characters"
+_TOO_COMPLEX = "the script is too complex to expand (work limit reached)"
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_NAME_RE = re.compile(_NAME)
+_ASSIGN_RE = re.compile(rf"({_NAME})(\+?)=")
+_ARRAY_OPEN_RE = re.compile(rf"{_NAME}\+?=")
+_SPLICE_RE = re.compile(rf'"?\$\{{({_NAME})\[[@*]\]\}}"?')
+_LENGTH_RE = re.compile(rf"#({_NAME})(\[[@*]\])?")
+_PARAM_RE = re.compile(rf"({_NAME}|[0-9]+|[@*#?$!-])(?:\[([^\]]*)\])?(?:(:?[-=+?])(.*))?", re.S)
+_ARITH_TOKEN_RE = re.compile(rf"\s*(0[xX][0-9A-Fa-f]+|[0-9]+|{_NAME}|[-+*/%()])")
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+_PLAIN_RE = re.compile(r"(?:[^ \t\r\n;&|()<>\\'\"`$]|\$(?![({]))+")   # ordinary word characters
+_NESTED_PLAIN_RE = re.compile(r"[^\\$'\"`(){}]+")   # characters that never change nesting
+_LITERAL_RE = re.compile(r"[^\\'\"`$]+")               # runs needing no expansion
+_NEEDS_EXPANSION = re.compile(r"[\\'\"`$]").search
+_BREAK = " \t\r\n;&|()<>"
+_SIMPLE = r"""\$\{[^{}"'`$\\]*\}|\$\(\([^()"'`$\\]*\)\)"""   # ${...} / $((...)) without nesting
+_TOKEN_RE = re.compile(r"""
+    (?P<blank>(?:[ \t\r]|\\\n)+)
+  | (?P<nl>\n[ \t\r\n]*)
+  | (?P<comment>\#[^\n]*)
+  | (?P<op><<<|<<-|&>>|&&|\|\||;;|<<|>>|>&|<&|&>|\|&|>\||[;&|()<>])
+  | (?P<word>(?:[^ \t\r\n;&|()<>\\'"`$]|\\[^\n]|\$(?![({])|'[^']*'|SIMPLE
+                |"(?:[^"\\`$]|\\[\s\S]|\$(?![({])|SIMPLE)*")+)(?:[ \t\r]|\\\n)*
+""".replace("SIMPLE", _SIMPLE), re.X)   # fast path; _scan_word finishes words it stops inside
+_REDIRECTS = frozenset({"<", ">", ">>", "<<", "<<-", "<<<", ">&", "<&", "&>", "&>>", ">|"})
+_DECLARE = frozenset({"export", "readonly", "local", "declare", "typeset"})
+_RESERVED = frozenset({"if", "then", "elif", "else", "fi", "while", "until", "do", "done", "esac",
+                       "{", "}", "!", "time"})   # skipped at the start of a command
+_SPECIAL = "0123456789@*#?$!-"
+
+
+class LauncherError(ValueError):
+    """The input cannot be read at all: too large, or bytes that are not UTF-8 text."""
+
+
+@dataclass(frozen=True)
+class FlagOccurrence:
+    """One place a flag of interest is written; ``value`` is None for switches and unresolved values."""
+
+    flag: str
+    value: str | None
+    line: int   # 1-based line of the flag token in the original text
+    raw: str    # the value as written (unexpanded), "" for switches
+
+
+@dataclass(frozen=True)
+class UnresolvedValue:
+    """A value flag whose value cannot be known statically, and why."""
+
+    flag: str
+    raw: str
+    line: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class LauncherParse:
+    """What a launcher passes. ``values``/``switches`` are final (the last occurrence wins; a flag
+    whose last occurrence is unresolved is absent from ``values``); ``occurrences`` and
+    ``unresolved`` list every occurrence in text order, overridden ones included."""
+
+    values: dict[str, str]
+    switches: frozenset[str]
+    occurrences: tuple[FlagOccurrence, ...]
+    unresolved: tuple[UnresolvedValue, ...]
+    warnings: tuple[str, ...]
+    variables: dict[str, str]   # final resolved scalar variables, for display
+
+    def int_value(self, flag: str) -> int | None:
+        """``values[flag]`` as an int, None if absent; ValueError naming the flag if not an integer."""
+        value = self.values.get(flag)
+        if value is None:
+            return None
+        if _INT_RE.fullmatch(value.strip()):
+            try:
+                return int(value.strip())
+            except ValueError:   # more digits than int() accepts
+                pass
+        raise ValueError(f"{flag} is {_short(value)!r}, which is not an integer")
+
+
+class _Unresolved(Exception):
+    """Internal: an arithmetic expression cannot be evaluated; the message is the reason."""
+
+
+def _short(s: str, limit: int = 60) -> str:
+    s = " ".join(s.replace("\\\n", " ").split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _via(reason: str, name: str) -> str:
+    if reason.endswith(")") and " (via $" in reason:
+        return f"{reason[:-1]}, ${name})"
+    return f"{reason} (via ${name})"
+
+
+def _wrap(v: int) -> int:
+    """Reduce to a signed 64-bit integer, as bash does."""
+    return ((v + (1 << 63)) & ((1 << 64) - 1)) - (1 << 63)
+
+
+def _number(tok: str) -> int:
+    try:
+        if tok[:2] in ("0x", "0X"):
+            return _wrap(int(tok, 16))
+        return _wrap(int(tok, 8) if len(tok) > 1 and tok[0] == "0" else int(tok))
+    except ValueError:
+        raise _Unresolved(f"invalid number {_short(tok, 30)} in arithmetic") from None
+
+
+# --- lexing ---------------------------------------------------------------------------------------
+
+def _match_end(s: str, i: int, end: int) -> tuple[int, bool]:
+    """Skip the ``"``, backtick, ``$(`` or ``${`` opening at s[i]; return (index past its closer,
+    closed?). Iterative, so deep nesting cannot overflow the stack."""
+    if s[i] in '"`':
+        stack, i = [s[i]], i + 1
+    else:
+        stack, i = [")" if s[i + 1] == "(" else "}"], i + 2
+    while i < end:
+        m = _NESTED_PLAIN_RE.match(s, i, end)
+        if m:
+            i = m.end()
+            continue
+        c, top = s[i], stack[-1]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "$" and i + 1 < end and s[i + 1] in "({":
+            stack.append(")" if s[i + 1] == "(" else "}")
+            i += 2
+            continue
+        if top == '"':
+            if c == '"':
+                stack.pop()
+            elif c == "`":
+                stack.append("`")
+        elif c == "'":
+            j = s.find("'", i + 1, end)
+            if j < 0:
+                return end, False
+            i = j
+        elif c == '"':
+            stack.append('"')
+        elif c == top:
+            stack.pop()
+        elif c == "`":
+            stack.append("`")
+        elif (c, top) in (("(", ")"), ("{", "}")):
+            stack.append(top)
+        i += 1
+        if not stack:
+            return i, True
+    return end, False
+
+
+def _scan_word(s: str, i: int, end: int) -> tuple[int, bool]:
+    """Return (end of the word starting at s[i], closed?); s[i] is not a blank or operator."""
+    while i < end:
+        m = _PLAIN_RE.match(s, i, end)
+        if m:
+            i = m.end()
+            continue
+        c = s[i]
+        if c in _BREAK:
+            break
+        if c == "\\":
+            i += 2
+        elif c == "'":
+            j = s.find("'", i + 1, end)
+            if j < 0:
+                return end, False
+            i = j + 1
+        elif c in '"`' or (c == "$" and i + 1 < end and s[i + 1] in "({"):
+            i, ok = _match_end(s, i, end)
+            if not ok:
+                return end, False
+        else:
+            i += 1
+    return min(i, end), True
+
+
+def _skip_heredoc(s: str, i: int, end: int, delim: str, tabs: bool) -> int:
+    while i < end:
+        j = s.find("\n", i, end)
+        j = end if j < 0 else j
+        line = s[i:j]
+        if (line.lstrip("\t") if tabs else line) == delim:
+            return min(j + 1, end)
+        i = j + 1
+    return end
+
+
+def _word_end(s: str, i: int, end: int, m: re.Match | None) -> tuple[int, int, bool]:
+    """(end of the word at s[i], where to continue, closed?) given the fast-path match, if any."""
+    j = m.end("word") if m else i
+    if j < end and s[j] not in _BREAK:   # the fast path stopped at $(, ${, ` or a bad quote
+        j, ok = _scan_word(s, j, end)
+        return j, j, ok
+    return j, (m.end() if m else j), True
+
+
+def _lex_array(s: str, i: int, end: int, problems: list[int]) -> tuple[list[tuple[str, int]], int]:
+    """Read array elements after ``NAME=(`` up to the closing ``)``; return (elements, end)."""
+    elems: list[tuple[str, int]] = []
+    start = i
+    while i < end:
+        m = _TOKEN_RE.match(s, i, end)
+        kind = m.lastgroup if m else "word"
+        if kind in ("blank", "nl", "comment"):
+            i = m.end()
+        elif kind == "op":
+            if s[i] == ")":
+                return elems, i + 1
+            i += 1   # a stray operator inside an array body: ignore it
+        else:
+            j, nxt, ok = _word_end(s, i, end, m)
+            if not ok:
+                problems.append(i)
+            elems.append((s[i:j], i))
+            i = nxt
+    problems.append(start)
+    return elems, end
+
+
+def _lex(s: str, start: int, end: int, problems: list[int]) -> list[tuple[str, object, int]]:
+    """Split s[start:end] into ("word", raw, pos), ("op", op, pos), ("nl", "", pos) and
+    ("array", (prefix, [(raw, pos), ...]), pos) tokens. Unterminated constructs go to `problems`."""
+    toks: list[tuple[str, object, int]] = []
+    heredocs: list[tuple[str, bool]] = []
+    want_delim: str | None = None
+    i = start
+    while i < end:
+        m = _TOKEN_RE.match(s, i, end)
+        kind = m.lastgroup if m else "word"
+        if kind in ("blank", "comment"):
+            i = m.end()
+        elif kind == "nl":
+            toks.append(("nl", "", i))
+            i = m.end()
+            if heredocs:
+                i = m.start() + 1
+                for delim, tabs in heredocs:
+                    i = _skip_heredoc(s, i, end, delim, tabs)
+                heredocs.clear()
+            want_delim = None
+        elif kind == "op":
+            toks.append(("op", m.group(), i))
+            i = m.end()
+            want_delim = m.group() if m.group() in ("<<", "<<-") else None
+        else:
+            j, nxt, ok = _word_end(s, i, end, m)
+            if not ok:
+                problems.append(i)
+            raw = s[i:j]
+            if want_delim:
+                heredocs.append((re.sub(r"[\"'\\]", "", raw), want_delim == "<<-"))
+                want_delim = None
+            if j < end and s[j] == "(" and _ARRAY_OPEN_RE.fullmatch(raw):
+                elems, j = _lex_array(s, j + 1, end, problems)
+                toks.append(("array", (raw, elems), i))
+            else:
+                toks.append(("word", raw, i))
+                j = nxt
+            i = j
+    return toks
+
+
+# --- interpretation -------------------------------------------------------------------------------
+
+class _Interpreter:
+    """Walks the tokens once, in text order, tracking variables and recording flag occurrences.
+
+    Values are (text, reason) pairs: reason is None when the text is known, else why it is not.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.line_starts = [0, *itertools.accumulate(len(p) + 1 for p in text.split("\n")[:-1])]
+        self.scalars: dict[str, tuple[str, str | None]] = {}
+        self.arrays: dict[str, list[tuple[str, str | None]]] = {}
+        self.occurrences: list[FlagOccurrence] = []
+        self.unresolved: list[UnresolvedValue] = []
+        self.notes: list[str] = []
+        self.unknown: dict[str, str] = {}   # array name -> note, for arrays expanded before assigned
+        self.budget = 8 * len(text) + 100_000
+
+    def line(self, pos: int) -> int:
+        return bisect.bisect_right(self.line_starts, pos)
+
+    def spend(self, n: int) -> bool:
+        self.budget -= n
+        if self.budget < 0 and _TOO_COMPLEX not in self.notes:
+            self.notes.append(_TOO_COMPLEX)
+        return self.budget >= 0
+
+    def run(self) -> None:
+        problems: list[int] = []
+        cmd: list[tuple[str, object, int]] = []
+        skip = False
+        for tok in _lex(self.text, 0, len(self.text), problems):
+            kind, val, _ = tok
+            if kind == "op" and val in _REDIRECTS:
+                skip = True
+            elif kind in ("op", "nl"):
+                if cmd:
+                    self.command(cmd)
+                cmd, skip = [], False
+            elif skip:
+                skip = False   # a redirection target
+            else:
+                cmd.append(tok)
+        self.command(cmd)
+        if problems:
+            self.notes.append(f"line {self.line(min(problems))}: unterminated quote, expansion or "
+                              "array; the rest of the script was read as part of it")
+
+    def command(self, items: list) -> None:
+        i = 0
+        while i < len(items) and items[i][0] == "word" and items[i][1] in _RESERVED:
+            i += 1
+        while i < len(items) and self.assign(items[i]):
+            i += 1
+        rest = items[i:]
+        head = rest[0][1] if rest and rest[0][0] == "word" else None
+        if head in _DECLARE:
+            for item in rest[1:]:
+                self.assign(item)
+        elif head in ("source", ".") and len(rest) > 1:
+            self.notes.append(f"line {self.line(rest[0][2])}: {head} {_short(str(rest[1][1]), 40)} is not "
+                              "read; anything it defines is unknown here")
+        elif head == "unset":
+            for kind, raw, _ in rest[1:]:
+                if kind == "word":
+                    self.scalars.pop(raw, None)
+                    self.arrays.pop(raw, None)
+        else:
+            for item in rest:
+                if item[0] == "array":
+                    self.assign(item)
+            if rest:
+                self.scan([(raw, pos) for kind, raw, pos in rest if kind == "word"])
+
+    def assign(self, item: tuple) -> bool:
+        kind, val, pos = item
+        if kind == "array":
+            prefix, elems = val
+            name = prefix.rstrip("+=")
+            items: list[tuple[str, str | None]] = []
+            if prefix.endswith("+="):
+                items = list(self.arrays.get(name, [self.scalars[name]] if name in self.scalars else []))
+            exps: list[tuple[str, str | None] | None] = []
+            for raw, _ in elems:
+                m = _SPLICE_RE.fullmatch(raw)
+                if len(items) >= _MAX_ITEMS:
+                    exps.append(None)
+                elif m:   # "${OTHER[@]}" splices OTHER's elements
+                    src = m.group(1)
+                    more = self.arrays.get(src, [self.scalars[src]] if src in self.scalars else [])
+                    items.extend(more if self.spend(8 * len(more)) else [("", _TOO_COMPLEX)])
+                    exps.append(None)
+                else:
+                    exps.append(self.expand(raw))
+                    items.append(exps[-1])
+            self.scan(elems, exps)
+            if len(items) >= _MAX_ITEMS:
+                del items[_MAX_ITEMS:]
+                note = f"array {name} reached {_MAX_ITEMS} elements; later ones are dropped"
+                if note not in self.notes:
+                    self.notes.append(note)
+            self.arrays[name] = items
+            self.scalars.pop(name, None)
+            return True
+        m = _ASSIGN_RE.match(val) if kind == "word" else None
+        if not m:
+            return False
+        name, vraw = m.group(1), val[m.end():]
+        if len(vraw) >= 2 and vraw[0] == vraw[-1] == '"' and "--" in vraw:
+            start = pos + m.end() + 1   # flags written inside a double-quoted value
+            inner = _lex(self.text, start, start + len(vraw) - 2, [])
+            self.scan([(v, p) for k, v, p in inner if k == "word"])
+        text, reason = self.expand(vraw)
+        if m.group(2):
+            old, old_reason, _ = self.lookup(name)
+            text, reason = old + text, old_reason or reason
+            if len(text) > _MAX_VALUE:
+                text, reason = "", _TOO_LONG
+        self.set_scalar(name, (text, reason))
+        return True
+
+    def set_scalar(self, name: str, value: tuple[str, str | None]) -> None:
+        arr = self.arrays.get(name)
+        if arr is None:
+            self.scalars[name] = value
+        elif arr:
+            arr[0] = value
+        else:
+            arr.append(value)
+
+    def scan(self, words: list[tuple[str, int]], exps: list | None = None) -> None:
+        """Record the flags of interest written in `words` (command words or array elements)."""
+        n = len(words)
+        exps = list(exps) if exps else [None] * n
+
+        def exp(k: int) -> tuple[str, str | None]:   # expand lazily: most words are not flags
+            if exps[k] is None:
+                exps[k] = self.expand(words[k][0])
+            return exps[k]
+
+        i = 0
+        while i < n:
+            raw, pos = words[i]
+            i += 1
+            if not raw.lstrip("\"'").startswith("--"):
+                m = _SPLICE_RE.fullmatch(raw) if raw.startswith(("${", '"${')) else None
+                if m and m.group(1) not in self.arrays and m.group(1) not in self.scalars:
+                    self.unknown.setdefault(m.group(1), f"line {self.line(pos)}: {_short(raw, 40)} is never "
+                                            "assigned in this script, so flags inside it are not seen")
+                continue   # flags must be written literally, not come out of an expansion
+            text, reason = exp(i - 1)
+            name, eq, rest = text.partition("=")
+            flag = "--" + name[2:].replace("_", "-")
+            if not eq and flag in KNOWN_SWITCH_FLAGS:
+                self.occurrences.append(FlagOccurrence(flag, None, self.line(pos), ""))
+            elif flag in KNOWN_VALUE_FLAGS and eq:
+                vraw = raw.partition("=")[2].replace("\\\n", "")
+                if raw[0] in "\"'" and vraw.endswith(raw[0]):
+                    vraw = vraw[:-1]
+                self.add_value(flag, rest, reason, pos, vraw)
+            elif flag in KNOWN_VALUE_FLAGS and i < n and not exp(i)[0].startswith("--"):
+                self.add_value(flag, *exp(i), pos, words[i][0].replace("\\\n", ""))
+                i += 1
+            elif flag in KNOWN_VALUE_FLAGS:
+                self.add_value(flag, None, f"{flag} has no value", pos, "")
+
+    def add_value(self, flag: str, value: str | None, reason: str | None, pos: int, raw: str) -> None:
+        line = self.line(pos)
+        if reason is None and not value:
+            reason = f"{flag} has an empty value"
+        if reason:
+            self.occurrences.append(FlagOccurrence(flag, None, line, raw))
+            self.unresolved.append(UnresolvedValue(flag, raw, line, reason))
+        else:
+            self.occurrences.append(FlagOccurrence(flag, value, line, raw))
+
+    def lookup(self, name: str, index: str | None = None, depth: int = 0) -> tuple[str, str | None, bool]:
+        """Value of ``$name`` / ``${name[index]}`` as (text, unresolved reason or None, is set)."""
+        if name in self.arrays:
+            arr = self.arrays[name]
+        elif name in self.scalars:
+            arr = [self.scalars[name]]
+        elif _NAME_RE.fullmatch(name):
+            return "", f"${name} is not assigned in this script", False
+        else:
+            return "", f"${name} is a positional or special parameter and cannot be known", False
+        if index in ("@", "*"):
+            if not self.spend(8 * len(arr)):
+                return "", _TOO_COMPLEX, True
+            parts = [t for t, _ in arr]
+            if sum(map(len, parts)) + len(parts) > _MAX_VALUE:
+                return "", _TOO_LONG, True
+            reason = next((r for _, r in arr if r), None)
+            return " ".join(parts), reason and _via(reason, name), bool(arr)
+        try:
+            k = 0 if index is None else self.arith(index, depth + 1)
+        except _Unresolved as exc:
+            return "", f"index of ${{{name}[{_short(index or '')}]}}: {exc}", True
+        if -len(arr) <= k < len(arr):
+            text, reason = arr[k]
+            return text, reason and _via(reason, name), True
+        return "", None, False
+
+    def expand(self, raw: str, depth: int = 0) -> tuple[str, str | None]:
+        """Quote removal and expansion of one word: (text, first unresolved reason or None)."""
+        if not self.spend(len(raw) + 8):
+            return "", _TOO_COMPLEX
+        if len(raw) > 4 * _MAX_VALUE:
+            return "", _TOO_LONG
+        if not _NEEDS_EXPANSION(raw):
+            return raw, None
+        out: list[str] = []
+        size, reason, in_dq, i, n = 0, None, False, 0, len(raw)
+        while i < n:
+            m = _LITERAL_RE.match(raw, i)
+            r = None
+            c = raw[i]
+            if m:
+                piece, i = m.group(), m.end()
+            elif c == "\\":
+                nxt = raw[i + 1:i + 2]
+                piece = "" if nxt == "\n" else "\\" + nxt if in_dq and nxt not in '$`"\\' else nxt
+                i += 2
+            elif c == "'" and not in_dq:
+                j = raw.find("'", i + 1)
+                j = n if j < 0 else j
+                piece, i = raw[i + 1:j], j + 1
+            elif c == '"':
+                piece, in_dq, i = "", not in_dq, i + 1
+            elif c == "`" or (c == "$" and raw[i + 1:i + 2] in ("(", "{")):
+                j, ok = _match_end(raw, i, n)
+                piece, r = self.expand_piece(raw[i:j], ok, depth)
+                i = j
+            elif c == "$":
+                nm = _NAME_RE.match(raw, i + 1)
+                nxt = raw[i + 1:i + 2]
+                if nm:
+                    piece, r, _ = self.lookup(nm.group(), None, depth)
+                    i = nm.end()
+                elif nxt and nxt in _SPECIAL:
+                    piece, r, _ = self.lookup(nxt)
+                    i += 2
+                else:   # a lone "$" (or $'...', read as '...')
+                    piece, i = ("" if nxt == "'" and not in_dq else "$"), i + 1
+            else:
+                piece, i = c, i + 1
+            reason = reason or r
+            out.append(piece)
+            size += len(piece)
+            if size > _MAX_VALUE:
+                return "", _TOO_LONG
+        text = "".join(out)
+        self.spend(len(text))
+        return text, reason
+
+    def expand_piece(self, piece: str, ok: bool, depth: int) -> tuple[str, str | None]:
+        """Expand one ``$(...)``, backtick, ``$((...))`` or ``${...}`` piece."""
+        if not ok:
+            return "", f"{_short(piece, 20)} is never closed"
+        if depth >= _MAX_DEPTH:
+            return "", "expansions are nested too deeply"
+        if piece.startswith("$((") and piece.endswith("))"):
+            try:
+                return str(self.arith(piece[3:-2], depth + 1)), None
+            except _Unresolved as exc:
+                return "", str(exc)
+        if piece[0] == "`" or piece.startswith("$("):
+            return "", f"command substitution {_short(piece)} cannot be evaluated"
+        return self.param(piece[2:-1], depth + 1)
+
+    def param(self, body: str, depth: int) -> tuple[str, str | None]:
+        """Expand the inside of ``${...}``."""
+        m = _LENGTH_RE.fullmatch(body)
+        if m:
+            name = m.group(1)
+            if m.group(2):
+                return str(len(self.arrays[name]) if name in self.arrays else int(name in self.scalars)), None
+            text, reason, _ = self.lookup(name, None, depth)
+            return str(len(text)), reason
+        m = _PARAM_RE.fullmatch(body)
+        if not m:
+            return "", f"unsupported expansion ${{{_short(body)}}}"
+        name, index, op, word = m.groups()
+        text, reason, is_set = self.lookup(name, index, depth)
+        if op is None:
+            return text, reason
+        empty = not is_set or (op[0] == ":" and reason is None and text == "")
+        if op[-1] in "-=":
+            if not empty:
+                return text, reason
+            value = self.expand(word, depth)
+            if op[-1] == "=" and index is None and _NAME_RE.fullmatch(name):
+                self.set_scalar(name, value)
+            return value
+        if op[-1] == "+":
+            if empty:
+                return "", None
+            return ("", reason) if reason and op[0] == ":" else self.expand(word, depth)
+        if empty:
+            return "", f"${name} is not set, so ${{{name}{op}...}} would stop the script"
+        return text, reason
+
+    def arith(self, expr: str, depth: int) -> int:
+        """Evaluate ``$(( expr ))`` (raises _Unresolved)."""
+        if depth >= _MAX_DEPTH:
+            raise _Unresolved("arithmetic is nested too deeply")
+        if not self.spend(256):
+            raise _Unresolved(_TOO_COMPLEX)
+        text, reason = self.expand(expr, depth)
+        if reason:
+            raise _Unresolved(reason)
+        if len(text) > _MAX_ARITH:
+            raise _Unresolved(f"the arithmetic expression is longer than {_MAX_ARITH} characters")
+        tokens, pos = [], 0
+        while m := _ARITH_TOKEN_RE.match(text, pos):
+            tokens.append(m.group(1))
+            pos = m.end()
+        if text[pos:].strip():
+            raise _Unresolved(f"unsupported arithmetic $(({_short(expr)}))")
+        return _Arith(self, tokens, expr).parse(depth)
+
+    def variable(self, name: str, depth: int) -> int:
+        """A bare name inside arithmetic: its value, itself evaluated as arithmetic."""
+        text, reason, is_set = self.lookup(name, None, depth)
+        if not is_set:
+            raise _Unresolved(f"${name} is not assigned in this script")
+        if reason:
+            raise _Unresolved(reason)
+        return self.arith(text, depth + 1) if text.strip() else 0
+
+    def result(self) -> LauncherParse:
+        values: dict[str, str] = {}
+        by_flag: dict[str, list[FlagOccurrence]] = {}
+        for occ in self.occurrences:
+            if occ.flag in KNOWN_VALUE_FLAGS:
+                by_flag.setdefault(occ.flag, []).append(occ)
+                if occ.value is None:
+                    values.pop(occ.flag, None)
+                else:
+                    values[occ.flag] = occ.value
+        warnings = []
+        for flag, occs in by_flag.items():
+            shown = [o.value if o.value is not None else f"{o.raw or '(nothing)'} (unresolved)" for o in occs]
+            if len(set(shown)) < 2:
+                continue
+            listed = [f"{s} (line {o.line})" for s, o in zip(shown, occs)]
+            if len(listed) > 6:
+                listed = listed[:3] + ["..."] + listed[-3:]
+            listing = " and ".join(listed) if len(occs) == 2 else ", ".join(listed)
+            last = occs[-1].value
+            tail = f"the last one ({last}) is used" if last is not None else \
+                "the last one cannot be resolved, so no value is used"
+            count = "twice" if len(occs) == 2 else f"{len(occs)} times"
+            warnings.append(f"{flag} is set {count}: {listing}; {tail}")
+        notes = self.notes + [note for name, note in self.unknown.items()
+                              if name not in self.arrays and name not in self.scalars]
+        return LauncherParse(
+            values=values,
+            switches=frozenset(o.flag for o in self.occurrences if o.flag in KNOWN_SWITCH_FLAGS),
+            occurrences=tuple(self.occurrences),
+            unresolved=tuple(self.unresolved),
+            warnings=tuple(warnings + notes[:20] + [f"... and {len(notes) - 20} more"] * (len(notes) > 20)),
+            variables={k: t for k, (t, r) in self.scalars.items() if r is None},
+        )
+
+
+class _Arith:
+    """Recursive-descent evaluator for bash integer arithmetic: + - * / % and parentheses."""
+
+    def __init__(self, interp: _Interpreter, tokens: list[str], source: str) -> None:
+        self.interp, self.tokens, self.source, self.pos = interp, tokens, source, 0
+
+    def fail(self) -> None:
+        raise _Unresolved(f"unsupported arithmetic $(({_short(self.source)}))")
+
+    def peek(self) -> str:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else ""
+
+    def parse(self, depth: int) -> int:
+        if not self.tokens:
+            return 0
+        value = self.expr(depth)
+        if self.pos != len(self.tokens):
+            self.fail()
+        return value
+
+    def expr(self, depth: int) -> int:
+        value = self.term(depth)
+        while (op := self.peek()) in ("+", "-"):
+            self.pos += 1
+            rhs = self.term(depth)
+            value = _wrap(value + rhs if op == "+" else value - rhs)
+        return value
+
+    def term(self, depth: int) -> int:
+        value = self.unary(depth)
+        while (op := self.peek()) in ("*", "/", "%"):
+            self.pos += 1
+            rhs = self.unary(depth)
+            if op == "*":
+                value = _wrap(value * rhs)
+                continue
+            if rhs == 0:
+                raise _Unresolved(f"division by zero in $(({_short(self.source)}))")
+            q = abs(value) // abs(rhs)
+            q = -q if (value < 0) != (rhs < 0) else q   # truncate toward zero, like bash
+            value = _wrap(q if op == "/" else value - rhs * q)
+        return value
+
+    def unary(self, depth: int) -> int:
+        sign = 1
+        while (op := self.peek()) in ("+", "-"):
+            self.pos += 1
+            sign = -sign if op == "-" else sign
+        return _wrap(sign * self.primary(depth))
+
+    def primary(self, depth: int) -> int:
+        tok = self.peek()
+        self.pos += 1
+        if tok[:1].isdigit():
+            return _number(tok)
+        if tok[:1].isalpha() or tok[:1] == "_":
+            return self.interp.variable(tok, depth + 1)
+        if tok == "(" and depth < _MAX_DEPTH:
+            value = self.expr(depth + 1)
+            if self.peek() != ")":
+                self.fail()
+            self.pos += 1
+            return value
+        if tok == "(":
+            raise _Unresolved("arithmetic is nested too deeply")
+        self.fail()
+        return 0   # unreachable
+
+
+def parse_launcher(text: str | bytes) -> LauncherParse:
+    """Statically read a bash launcher script (never executed) and report its flags of interest.
+
+    Raises :class:`LauncherError` only if the input is over :data:`MAX_LAUNCHER_BYTES` (UTF-8) or is
+    bytes that are not UTF-8; any other text parses, with what cannot be known in ``unresolved``.
+    """
+    if isinstance(text, (bytes, bytearray)):
+        size, unit = len(text), "bytes"
+    elif isinstance(text, str):   # counting characters first avoids encoding a huge string
+        size, unit = (len(text), "characters") if len(text) > MAX_LAUNCHER_BYTES else \
+            (len(text.encode("utf-8", "surrogatepass")), "bytes")
+    else:
+        raise TypeError(f"parse_launcher() wants str or bytes, not {type(text).__name__}")
+    if size > MAX_LAUNCHER_BYTES:
+        raise LauncherError(f"the launcher script is {size} {unit}, "
+                            f"over the limit of {MAX_LAUNCHER_BYTES} bytes")
+    if not isinstance(text, str):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise LauncherError(f"the launcher script is not UTF-8 text "
+                                f"(bad byte at offset {exc.start})") from None
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n")
+    interp = _Interpreter(text)
+    interp.run()
+    return interp.result()
+
+
+# --------------------------------------------------------------------------- launcher -> layout
+
+#: Flags without which (or with an unresolved value of which) the stages cannot be materialised.
+PIPELINE_FLAGS = (
+    "--num-layers", "--pipeline-model-parallel-size", "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers", "--num-virtual-stages-per-pipeline-rank",
+    "--virtual-pipeline-model-parallel-size", "--num-layers-per-virtual-pipeline-stage",
+    "--pipeline-model-parallel-layout", "--mtp-num-layers", "--dsa-indexer-topk-freq",
+    "--dsa-indexer-skip-topk-offset",
+)
+
+
+@dataclass(frozen=True)
+class LauncherRequest:
+    """What a launcher script says about the pipeline, ready for :func:`app.core.layout_check.run_check`."""
+
+    spec: PipelineSpec
+    freq: int | None
+    offset: int | None
+    unresolved: tuple[str, ...]  # pipeline flags that could not be resolved: the check cannot run
+    warnings: tuple[str, ...]
+    errors: tuple[PlanError, ...]
+    report: dict
+
+
+def launcher_request(parsed: LauncherParse, cfg) -> LauncherRequest:
+    """Map the parsed flags onto a :class:`PipelineSpec` for ``cfg``.
+
+    ``--virtual-pipeline-model-parallel-size`` (the older name) counts as
+    ``--num-virtual-stages-per-pipeline-rank``. Without ``--mtp-num-layers`` the config's
+    ``num_nextn_predict_layers`` is assumed, with a warning (slime recipes often set it in a
+    sourced model file this parser does not read). A ``--num-layers`` that differs from the
+    config's ``num_hidden_layers`` is an error.
+    """
+    unresolved = tuple(
+        f"{u.flag} (line {u.line}): {u.reason}" for u in parsed.unresolved
+        if u.flag in PIPELINE_FLAGS and u.flag not in parsed.values
+    )
+    warnings = list(parsed.warnings)
+    warnings += [f"{u.flag} (line {u.line}) is unresolved: {u.reason}" for u in parsed.unresolved
+                 if u.flag not in PIPELINE_FLAGS and u.flag not in parsed.values]
+    errors: list[PlanError] = []
+
+    def num(flag: str) -> int | None:
+        try:
+            return parsed.int_value(flag)
+        except ValueError as exc:
+            nonlocal unresolved
+            unresolved = unresolved + (str(exc),)
+            return None
+
+    vpp = num("--num-virtual-stages-per-pipeline-rank")
+    legacy = num("--virtual-pipeline-model-parallel-size")
+    if vpp is None and legacy is not None:
+        vpp = legacy
+    mtp = num("--mtp-num-layers")
+    if mtp is None and "--mtp-num-layers" not in parsed.values and cfg.num_nextn_predict_layers:
+        warnings.append(
+            f"--mtp-num-layers is not in the script; assuming the config's num_nextn_predict_layers "
+            f"({cfg.num_nextn_predict_layers})"
+        )
+    layers = num("--num-layers")
+    if layers is not None and layers != cfg.num_hidden_layers:
+        errors.append(PlanError(
+            "num_layers_mismatch",
+            f"--num-layers {layers} in the script does not match the config's num_hidden_layers "
+            f"{cfg.num_hidden_layers}", "--num-layers"))
+    pp = num("--pipeline-model-parallel-size")
+    if pp is None and "--pipeline-model-parallel-size" not in parsed.values:
+        warnings.append("--pipeline-model-parallel-size is not in the script; Megatron's default is 1")
+    spec = PipelineSpec(
+        pp=pp or 1,
+        vpp=vpp,
+        layers_per_vstage=num("--num-layers-per-virtual-pipeline-stage"),
+        first=num("--decoder-first-pipeline-num-layers"),
+        last=num("--decoder-last-pipeline-num-layers"),
+        account_for_embedding="--account-for-embedding-in-pipeline-split" in parsed.switches,
+        account_for_loss="--account-for-loss-in-pipeline-split" in parsed.switches,
+        layout=parsed.values.get("--pipeline-model-parallel-layout"),
+        mtp_layers=mtp,
+        overlap_p2p="--overlap-p2p-communication" in parsed.switches,
+    )
+    report = {
+        "values": dict(sorted(parsed.values.items())),
+        "switches": sorted(parsed.switches),
+        "unresolved": [{"flag": u.flag, "line": u.line, "raw": u.raw, "reason": u.reason} for u in parsed.unresolved],
+        "warnings": list(parsed.warnings),
+    }
+    return LauncherRequest(spec, num("--dsa-indexer-topk-freq"), num("--dsa-indexer-skip-topk-offset"),
+                           unresolved, tuple(warnings), tuple(errors), report)
