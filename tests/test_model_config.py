@@ -120,3 +120,16 @@ def test_deepseek_v3_without_indexer_loads():
         raw.pop(k)
     cfg = load_config_bytes(json.dumps(raw).encode())
     assert not cfg.has_indexer
+
+
+def test_non_mla_model_is_refused_naming_the_missing_field():
+    raw = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "vocab_size": 32000,
+           "num_attention_heads": 32}
+    with pytest.raises(ConfigError) as err:
+        load_config_bytes(json.dumps(raw).encode())
+    assert err.value.field == "kv_lora_rank" and "llama" in str(err.value)
+    # a DeepSeek-V3-shaped config under another model_type (e.g. kimi_k2) loads
+    ok = tiny_config(model_type="kimi_k2")
+    for k in ("index_n_heads", "index_head_dim", "index_topk"):
+        ok.pop(k)
+    assert not load_config_bytes(json.dumps(ok).encode()).has_indexer

@@ -339,6 +339,15 @@ def config_from_dict(
             raise ConfigError(
                 f"index_topk_pattern may only contain 'F' and 'S'; found {bad[:5]}", "index_topk_pattern"
             )
+    if model_type not in KNOWN_MODEL_TYPES:
+        missing = [f for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+                   if raw.get(f) is None]
+        if missing:
+            raise ConfigError(
+                f"model_type {model_type!r} is not a DeepSeek-V3-shaped MLA model: {missing[0]} is missing "
+                f"(isplan plans {', '.join(KNOWN_MODEL_TYPES)} and configs with the same MLA/MoE fields)",
+                missing[0],
+            )
     freq = _int_field(raw, "index_topk_freq", None)
     offset = _int_field(raw, "index_skip_topk_offset", None)
     tie = raw.get("tie_word_embeddings", False)
