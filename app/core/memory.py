@@ -1,0 +1,772 @@
+"""GPU memory: training per pipeline rank (weights, gradients, optimizer, activations) and inference
+(weights + MLA / indexer KV cache), with Megatron's own estimate beside it.
+
+Everything is in bytes; ``GB`` in messages is 10**9 bytes and ``GiB`` 2**30 (Megatron prints
+"MB" meaning MiB). GPU capacities follow :mod:`app.core.parallelism` (vendor decimal, H100 80GB =
+80e9 bytes).
+
+Training: weights, gradients, optimizer
+---------------------------------------
+Parameters per GPU come from :func:`app.core.parameters.per_rank_params` (all virtual stages of a
+pipeline rank; dense params split by TP with the replicated parts whole, routed experts split by
+EP x ETP). Bytes per parameter (FACTS.md section 7, Megatron ``docs/.../dist_optimizer.md``):
+
+* BF16 weights 2 B; FP32 main gradients 4 B (``--main-grads-dtype``);
+* FP32 master weights 4 B + Adam ``m``, ``v`` 4 B + 4 B = 12 B (``--main-params-dtype``,
+  ``--exp-avg-dtype``, ``--exp-avg-sq-dtype``);
+* without the distributed optimizer 2 + 4 + 12 = 18 B/param; with it ``6 + 12/d`` where the
+  optimizer state is sharded over ``d = DP * CP`` for dense (non-expert) params and ``d = EDP``
+  for routed-expert params.
+* ``--optimizer-cpu-offload`` (fraction ``--optimizer-offload-fraction``, default 1) moves master
+  weights and Adam states to the host: reported as ``host_bytes`` and removed from the GPU total.
+  BF16 weights and FP32 gradient buffers stay on the GPU.
+* ``--use-precision-aware-optimizer`` alone changes no byte count: it only lets the optimizer keep
+  its states in the dtypes the four dtype flags name. The byte counts change only when those are
+  lowered from fp32 (e.g. ``exp_avg_dtype="bf16"``), and then by exactly the dtype sizes.
+
+Training: activations (per layer, per micro-batch, per CP-local token)
+----------------------------------------------------------------------
+``t`` = tokens one GPU holds per micro-batch after the CP split (``mbs * seq / CP``, or slime's
+``--max-tokens-per-gpu``). Regions under sequence parallelism hold ``t / TP`` tokens (``s_div``
+= TP with SP, 1 without). BF16 tensors are 2 B per element, FP32 4 B. With H hidden, h heads,
+rq / rkv the q / kv LoRA ranks, dn / dr / dv the nope / rope / value head dims, Hi / di the indexer
+heads / head dim, k the routed experts per token, E routed and S shared experts, i / I the expert /
+dense FFN widths, per token of ``t``:
+
+=====================  =================================  ======================================
+term                   bytes per token                    why it is kept
+=====================  =================================  ======================================
+attn_norm_input        2H / s_div                         RMSNorm backward (= the layer input)
+attn_norm_output       2H / s_div                         input of q_a / kv_a (SP-sharded, re-gathered)
+q_latent               2 rq                               q_a output, q_a_layernorm input
+q_latent_norm          2 rq                               q_b input (also the indexer's wq_b input)
+kv_latent              2 (rkv + dr)                       kv_a output (latent + rope key)
+kv_latent_norm         2 rkv                              kv_b input
+q_heads, k_heads       2 h (dn + dr) / TP each            attention-core inputs (MLA up-projected)
+v_heads                2 h dv / TP                        attention-core input
+attn_softmax_lse       4 h / TP                           flash-attention log-sum-exp (FP32)
+attn_output            2 h dv / TP                        o_proj input
+idx_q (full layers)    2 Hi di                            indexer query (replicated over TP)
+idx_k                  4 di                               indexer key before and after k_norm
+idx_weights            2 Hi                               per-head weights_proj output
+idx_topk_scores        4 topk                             FP32 scores of the selected top-k
+mlp_norm_input         2H / s_div                         RMSNorm backward
+mlp_norm_output        2H / s_div                         router / shared-expert / FFN input
+router                 (4E + 8k) / s_div                  FP32 logits + top-k probs and int32 ids
+expert_input           2H * k ETP / TP                    permuted tokens (k copies per token)
+expert_fc1             4 (i / ETP) * k ETP / TP           gate+up output
+expert_act             2 (i / ETP) * k ETP / TP           SwiGLU output = fc2 input
+expert_output          2H * k ETP / TP                    fc2 output, kept for the prob-weighted combine
+shared_fc1/act         4 S i / TP, 2 S i / TP             shared expert (TP-sharded)
+dense_fc1/act          4 I / TP, 2 I / TP                 dense FFN layers
+mtp_inputs (MTP)       8H / s_div                         enorm / hnorm inputs and eh_proj input
+=====================  =================================  ======================================
+
+Routed tokens: each GPU holds ``t / TP`` tokens under SP, the dispatcher gathers them over ETP and
+sends ``k`` copies, so a GPU processes ``k * t * ETP / TP`` rows whose FFN width is ``i / ETP``
+(EP moves tokens between GPUs but does not change how many each holds under balanced routing).
+Not itemised: dropout masks (GLM/DeepSeek use no dropout), RoPE caches, token ids, the all-gathered
+CP keys of ``--allgather-cp`` and communication buffers (transient).
+
+The IndexShare top-k holder is separate (``topk_indices``): every layer that computes top-k (full
+layers and MTP layers) keeps ``t * index_topk`` int32 indices per in-flight micro-batch, because
+the shared layers after it read them (and so does their recomputation); it is kept regardless of
+the recompute mode.
+
+Recompute (``--recompute-granularity``):
+
+* ``none``: every term above is kept for every layer.
+* ``selective``: Megatron ``--recompute-modules core_attn mla_up_proj``: the attention core and
+  the MLA up-projections are recomputed, so ``q_heads``, ``k_heads``, ``v_heads`` and
+  ``attn_softmax_lse`` are dropped; the latents, the o_proj input and everything else stay.
+* ``full`` + ``uniform`` N: each virtual stage's decoder layers form groups of N; only each
+  group's input (``2H / s_div`` per token) is kept per micro-batch (an MTP layer keeps its two
+  inputs, ``4H / s_div``); plus a working set of N layers' full activations (the largest layers
+  of the rank) while a group is recomputed in backward (one micro-batch at a time).
+* ``full`` + ``block`` N: the first N layers of each virtual stage keep only their input, the rest
+  keep everything; working set one layer.
+
+In-flight micro-batches (Megatron ``schedules.py``): 1F1B rank ``p`` (0-based) holds
+``min(PP - p, m)`` micro-batches. Interleaved (VPP > 1), rank ``p`` runs
+``W = 2 (PP - p - 1) + (VPP - 1) PP`` warm-up forwards (all ``m VPP`` when ``m == PP``); at the
+peak it holds ``min(W + 1, m VPP)`` chunk micro-batches, forward ``j`` being on chunk
+``(j mod PP VPP) // PP``; each chunk's count multiplies that chunk's own activations. For rank 0
+with equal chunks this is ``PP (1 + (PP - 1) / (PP VPP))`` rank-sized micro-batches, FACTS
+section 7's factor; applying the same warm-up rule to every rank keeps ranks consistent.
+When ``m`` is unknown, ``m >= PP`` (the worst case) is assumed.
+
+Loss stage: the FP32 logits of one micro-batch, ``t * ceil(V / TP) * 4`` B (vocab-parallel
+cross-entropy keeps FP32 softmax of the TP shard of the vocabulary for all ``t`` tokens), for the
+main head on the loss stage and once more per MTP layer on the MTP stage.
+
+Embedding / lm_head / MTP weights sit on the stages that hold them (``parameters.stage_params``).
+
+Inference
+---------
+See :func:`inference_memory`.
+
+Megatron's own estimate
+-----------------------
+:func:`megatron_theoretical` reproduces what ``report_theoretical_memory`` in NVIDIA/Megatron-LM
+``megatron/training/theoretical_memory_usage.py`` computes (the version after Megatron-LM PR #4687,
+which splits parameters into TP-sharded, replicated and routed-expert buckets): it spreads the
+decoder layers evenly over PP, puts one MTP block and the embedding on the "most loaded" shard,
+counts MLA without the DSA indexer, divides the whole attention (including the replicated MLA
+down-projections) by TP, uses ``DP = world / (TP PP CP)`` for the dense optimizer shard and EDP for
+experts, ignores optimizer offload, and estimates activations with the dense-transformer formulas
+of Korthikanti et al. (no MoE, no CP, no indexer, no uneven stages).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from app.core.layer_roles import RoleMap, derive_roles
+from app.core.model_config import ModelConfig
+from app.core.parallelism import DTYPE_BYTES, ParallelConfig, check_parallel, resolve_gpu
+from app.core.parameters import per_rank_params, shapes, stage_params
+from app.core.stages import PipelineSpec, Stage, StagePlan, materialise
+
+GB = 10**9
+GIB = 2**30
+MIB = 2**20
+
+SELECTIVE_DROPPED = ("q_heads", "k_heads", "v_heads", "attn_softmax_lse")
+
+TERM_LABELS = {
+    "weights_dense": "BF16 dense weights",
+    "weights_expert": "BF16 expert weights",
+    "gradients_dense": "dense FP32 gradients",
+    "gradients_expert": "expert FP32 gradients",
+    "optimizer_dense": "dense optimizer state (FP32 master weights + Adam m, v)",
+    "optimizer_expert": "expert optimizer state (FP32 master weights + Adam m, v of the routed experts)",
+    "activations": "stored activations of the in-flight micro-batches",
+    "recompute_working_set": "recompute working set",
+    "topk_indices": "IndexShare top-k indices",
+    "logits": "FP32 logits of the loss head(s)",
+}
+
+
+# --------------------------------------------------------------------------- activations
+
+
+def layer_activation_terms(cfg: ModelConfig, par: ParallelConfig, *, ffn: str, indexer: bool,
+                           mtp: bool = False) -> dict[str, float]:
+    """Bytes per CP-local token of one layer for one micro-batch with nothing recomputed
+    (the table in the module docstring)."""
+    H, h = cfg.hidden_size, cfg.num_attention_heads
+    rq, rkv = cfg.q_lora_rank, cfg.kv_lora_rank
+    dn, dr, dv = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+    tp, etp = par.tp, par.expert_tp
+    s_div = tp if par.sp else 1
+    t: dict[str, float] = {}
+    t["attn_norm_input"] = 2 * H / s_div
+    t["attn_norm_output"] = 2 * H / s_div
+    if rq:
+        t["q_latent"] = 2 * rq
+        t["q_latent_norm"] = 2 * rq
+    t["kv_latent"] = 2 * (rkv + dr)
+    t["kv_latent_norm"] = 2 * rkv
+    t["q_heads"] = 2 * h * (dn + dr) / tp
+    t["k_heads"] = 2 * h * (dn + dr) / tp
+    t["v_heads"] = 2 * h * dv / tp
+    t["attn_softmax_lse"] = 4 * h / tp
+    t["attn_output"] = 2 * h * dv / tp
+    if indexer and cfg.has_indexer:
+        t["idx_q"] = 2 * cfg.index_n_heads * cfg.index_head_dim
+        t["idx_k"] = 4 * cfg.index_head_dim
+        t["idx_weights"] = 2 * cfg.index_n_heads
+        t["idx_topk_scores"] = 4 * cfg.index_topk
+    t["mlp_norm_input"] = 2 * H / s_div
+    t["mlp_norm_output"] = 2 * H / s_div
+    if ffn == "dense":
+        t["dense_fc1"] = 4 * cfg.intermediate_size / tp
+        t["dense_act"] = 2 * cfg.intermediate_size / tp
+    else:
+        k, i = cfg.num_experts_per_tok, cfg.moe_intermediate_size
+        rows = k * etp / tp  # routed rows per CP-local token on one GPU
+        t["router"] = (4 * cfg.n_routed_experts + 8 * k) / s_div
+        t["expert_input"] = 2 * H * rows
+        t["expert_fc1"] = 4 * (i / etp) * rows
+        t["expert_act"] = 2 * (i / etp) * rows
+        t["expert_output"] = 2 * H * rows
+        if cfg.n_shared_experts:
+            t["shared_fc1"] = 4 * cfg.n_shared_experts * i / tp
+            t["shared_act"] = 2 * cfg.n_shared_experts * i / tp
+    if mtp:
+        t["mtp_inputs"] = 8 * H / s_div
+    return t
+
+
+def in_flight_microbatches(pp: int, vpp: int, m: int | None, rank: int) -> list[int]:
+    """Micro-batches whose activations rank ``rank`` holds at its peak, per virtual chunk."""
+    if vpp <= 1:
+        return [pp - rank if m is None else min(pp - rank, m)]
+    total = None if m is None else m * vpp
+    if m is not None and m == pp:
+        warm = total
+    else:
+        warm = 2 * (pp - rank - 1) + (vpp - 1) * pp
+        if total is not None:
+            warm = min(warm, total)
+    assert warm is not None
+    peak = warm + 1 if total is None else min(warm + 1, total)
+    counts = [0] * vpp
+    for j in range(peak):
+        counts[(j % (pp * vpp)) // pp] += 1
+    return counts
+
+
+def _layer_kinds(roles: RoleMap, stage: Stage) -> list[tuple[str, bool, bool]]:
+    """(ffn, owns top-k, is MTP) for every layer of a stage, decoder layers then MTP layers."""
+    out = []
+    for n in stage.layers:
+        r = roles.role(n)
+        out.append((r.ffn, r.role == "full", False))
+    for j in range(stage.mtp_layers):
+        r = roles.mtp[j] if j < len(roles.mtp) else None
+        out.append((r.ffn if r else "moe", True, True))
+    return out
+
+
+def _stored_per_token(terms: dict[str, float], recompute: str) -> float:
+    if recompute == "selective":
+        return sum(v for k, v in terms.items() if k not in SELECTIVE_DROPPED)
+    return sum(terms.values())
+
+
+def _rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: ParallelConfig,
+                      rank: int) -> dict[str, Any]:
+    H = cfg.hidden_size
+    s_div = par.tp if par.sp else 1
+    tok = par.tokens_per_microbatch
+    stages = sorted(plan.rank_stages(rank), key=lambda s: s.vp_stage)
+    counts = in_flight_microbatches(plan.pp, plan.vpp or 1, par.microbatches, rank)
+    acts = topk = 0.0
+    per_mb: list[float] = []
+    full_layer_bytes: list[float] = []
+    for v, st in enumerate(stages):
+        kinds = _layer_kinds(roles, st)
+        full = [sum(layer_activation_terms(cfg, par, ffn=f, indexer=idx, mtp=m).values()) * tok
+                for f, idx, m in kinds]
+        full_layer_bytes.extend(full)
+        n_dec = st.num_layers
+        if par.recompute == "full":
+            n_rec = par.recompute_num_layers
+            if par.recompute_method == "uniform":
+                groups = math.ceil(n_dec / n_rec) if n_dec else 0
+                stored = groups * 2 * H / s_div * tok
+            else:  # block: first N layers keep their input, the rest everything
+                blocked = min(n_rec, n_dec)
+                stored = blocked * 2 * H / s_div * tok + sum(full[blocked:n_dec])
+            stored += st.mtp_layers * 4 * H / s_div * tok
+        else:
+            stored = sum(_stored_per_token(layer_activation_terms(cfg, par, ffn=f, indexer=idx, mtp=m),
+                                           par.recompute) * tok for f, idx, m in kinds)
+        c = counts[v] if v < len(counts) else 0
+        per_mb.append(stored)
+        acts += c * stored
+        owners = sum(1 for _, idx, _ in kinds if idx) if cfg.has_indexer else 0
+        topk += c * owners * tok * cfg.index_topk * 4
+    working = 0.0
+    if par.recompute == "full" and full_layer_bytes:
+        n = 1 if par.recompute_method == "block" else min(par.recompute_num_layers, len(full_layer_bytes))
+        working = sum(sorted(full_layer_bytes, reverse=True)[:n])
+    vocab_shard = math.ceil(cfg.vocab_size / par.tp)
+    heads = sum(int(s.loss) + s.mtp_layers for s in stages)
+    logits = heads * tok * vocab_shard * 4
+    return {
+        "activations": acts,
+        "recompute_working_set": working,
+        "topk_indices": topk,
+        "logits": float(logits),
+        "in_flight": counts,
+        "per_microbatch_stored": per_mb,
+    }
+
+
+# --------------------------------------------------------------------------- weights / optimizer
+
+
+def _bytes_per_param(par: ParallelConfig) -> tuple[int, int, int]:
+    """(weight, gradient, optimizer-state) bytes per parameter before sharding."""
+    opt = (DTYPE_BYTES[par.main_params_dtype] + DTYPE_BYTES[par.exp_avg_dtype]
+           + DTYPE_BYTES[par.exp_avg_sq_dtype])
+    return 2, DTYPE_BYTES[par.main_grads_dtype], opt
+
+
+def _state_bytes(dense: int, expert: int, par: ParallelConfig, offload: bool) -> dict[str, float]:
+    wb, gb, ob = _bytes_per_param(par)
+    d_dense = par.dense_optimizer_shards if par.distributed_optimizer else 1
+    d_exp = par.edp if par.distributed_optimizer else 1
+    opt_dense = math.ceil(dense / d_dense) * ob
+    opt_exp = math.ceil(expert / d_exp) * ob
+    frac = par.optimizer_offload_fraction if offload else 0.0
+    return {
+        "weights_dense": float(dense * wb),
+        "weights_expert": float(expert * wb),
+        "gradients_dense": float(dense * gb),
+        "gradients_expert": float(expert * gb),
+        "optimizer_dense": opt_dense * (1 - frac),
+        "optimizer_expert": opt_exp * (1 - frac),
+        "host_optimizer": (opt_dense + opt_exp) * frac,
+    }
+
+
+def _rank_entry(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: ParallelConfig, rank: int,
+                dense: int, expert: int, offload: bool, capacity: int,
+                act: dict[str, Any]) -> dict[str, Any]:
+    st = _state_bytes(dense, expert, par, offload)
+    fine = {k: v for k, v in st.items() if k != "host_optimizer"}
+    fine.update({k: act[k] for k in ("activations", "recompute_working_set", "topk_indices", "logits")})
+    fine = {k: int(round(v)) for k, v in fine.items()}
+    breakdown = {
+        "weights": fine["weights_dense"] + fine["weights_expert"],
+        "gradients": fine["gradients_dense"] + fine["gradients_expert"],
+        "optimizer_states": fine["optimizer_dense"] + fine["optimizer_expert"],
+        "activations": fine["activations"],
+        "recompute_working_set": fine["recompute_working_set"],
+        "topk_indices": fine["topk_indices"],
+        "logits": fine["logits"],
+    }
+    total = sum(breakdown.values())
+    dominant = max(fine, key=lambda k: fine[k])
+    stages = sorted(plan.rank_stages(rank), key=lambda s: s.vp_stage)
+    return {
+        "pp_rank": rank,
+        "stages": [{"vp_stage": s.vp_stage, "first_layer": s.first_layer, "last_layer": s.last_layer,
+                    "num_layers": s.num_layers, "mtp_layers": s.mtp_layers, "embedding": s.embedding,
+                    "loss": s.loss} for s in stages],
+        "num_layers": sum(s.num_layers for s in stages),
+        "mtp_layers": sum(s.mtp_layers for s in stages),
+        "moe_layers": sum(1 for s in stages for n in s.layers if roles.role(n).ffn == "moe")
+        + sum(s.mtp_layers for s in stages if cfg.n_routed_experts),
+        "topk_layers": sum(1 for s in stages for n in s.layers if roles.role(n).role == "full" and cfg.has_indexer)
+        + (sum(s.mtp_layers for s in stages) if cfg.has_indexer else 0),
+        "in_flight_microbatches": act["in_flight"],
+        "in_flight_equivalent": sum(act["in_flight"]) / max(1, len(act["in_flight"])),
+        "params_per_gpu": {"dense": dense, "expert": expert, "total": dense + expert},
+        "breakdown": breakdown,
+        "breakdown_detail": fine,
+        "host_bytes": int(round(st["host_optimizer"])),
+        "total_bytes": total,
+        "total_gb": total / GB,
+        "capacity_bytes": capacity,
+        "fits": total <= capacity,
+        "headroom_bytes": capacity - total,
+        "dominant_term": dominant,
+        "dominant_label": TERM_LABELS[dominant],
+    }
+
+
+# --------------------------------------------------------------------------- Megatron's estimate
+
+
+def megatron_theoretical(cfg: ModelConfig, par: ParallelConfig, *, mtp_layers: int | None = None,
+                         make_vocab_size_divisible_by: int = 128, add_bias_linear: bool = False,
+                         seq_length: int | None = None) -> dict[str, Any]:
+    """What ``report_theoretical_memory`` (NVIDIA/Megatron-LM
+    ``megatron/training/theoretical_memory_usage.py``) prints for these flags, in bytes.
+
+    Re-implemented from its formulas (not copied): MLA attention
+    ``rq (H + h (dn+dr) + 1) + rkv (H + h (dn+dv) + 1) + H dr + h dv H`` (no indexer), SwiGLU FFNs
+    ``3 H I``, shared experts ``3 H S i``, routed experts ``3 H i E``, norms ``2H``, router ``H E``
+    (+E with ``--add-bias-linear``; GLM runs use ``--disable-bias-linear``), final norm ``H``,
+    embedding ``H * padded_vocab`` (padded to a multiple of 128 * TP). Most-loaded shard:
+    ``(tp_block / PP + tp_mtp + embedding) / TP + repl_block / PP + repl_mtp +
+    (expert_block / PP + expert_mtp) / (ETP EP)``; bytes ``18`` or ``6 + 12 / DP`` for the dense
+    buckets with ``DP = world / (TP PP CP)`` and ``6 + 12 / EDP`` for experts.
+    Activations: with SP and selective recompute the Korthikanti ``s b H (18 + 4 I / H)`` per layer
+    formula divided by TP, otherwise the "without SP" formula ``s b H (10 + 24 / TP)`` per layer
+    times 1.05; both multiply by all ``num_layers`` (the first stage holds PP micro-batches of
+    ``L / PP`` layers), add embedding terms, scale by the interleaving penalty or
+    ``min(1, m / PP)``, and use the full sequence length (no CP split).
+    """
+    H, h = cfg.hidden_size, cfg.num_attention_heads
+    rq, rkv = cfg.q_lora_rank, cfg.kv_lora_rank
+    dn, dr, dv = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+    E = cfg.n_routed_experts
+    tp, pp, cp = par.tp, par.pp, par.cp
+    roles = derive_roles(cfg)
+    n_layers = cfg.num_hidden_layers
+    moe_pattern = [1 if r.ffn == "moe" else 0 for r in roles.layers] if E else [0] * n_layers
+    n_moe = sum(moe_pattern)
+    n_dense = n_layers - n_moe
+    n_mtp = cfg.num_nextn_predict_layers if mtp_layers is None else mtp_layers
+    mtp_moe = n_mtp * moe_pattern[-1] if n_mtp else 0
+    mtp_dense = n_mtp - mtp_moe
+    norm = 1  # RMSNorm
+    if rq:
+        q_term = rq * (H + h * (dn + dr) + norm)
+    else:
+        q_term = H * h * (dn + dr)
+    attn = q_term + rkv * (H + h * (dn + dv) + norm) + H * dr + h * dv * H
+    dense_mlp = 3 * H * cfg.intermediate_size
+    shared = 3 * H * cfg.n_shared_experts * cfg.moe_intermediate_size
+    routed = 3 * H * cfg.moe_intermediate_size * E if E else 0
+    layernorm = 2 * H * norm
+    router = (H * E + (E if add_bias_linear else 0)) if E else 0
+    final_ln = norm * H
+    unit = make_vocab_size_divisible_by * tp
+    padded_vocab = -(-cfg.vocab_size // unit) * unit
+    embedding = H * padded_vocab
+    untied = not cfg.tie_word_embeddings
+
+    tp_block = (attn + dense_mlp) * n_dense + (attn + shared) * n_moe
+    repl_block = layernorm * n_dense + (layernorm + router) * n_moe + final_ln
+    exp_block = routed * n_moe
+    tp_mtp = (attn + dense_mlp) * mtp_dense + (attn + shared) * mtp_moe
+    repl_mtp = layernorm * mtp_dense + (layernorm + router) * mtp_moe
+    exp_mtp = routed * mtp_moe
+    etp, ep = par.expert_tp, par.ep
+    world = par.world
+    dp = max(1, world // (tp * pp * cp))
+    edp = max(1, world // (etp * ep * pp))
+
+    tp_shard = (tp_block / pp + tp_mtp + embedding) / tp
+    repl_shard = repl_block / pp + repl_mtp
+    exp_shard = (exp_block / pp + exp_mtp) / (etp * ep)
+    if untied and pp == 1:
+        tp_shard += embedding / tp
+    most_loaded = tp_shard + repl_shard + exp_shard
+    other = tp_block / (pp * tp) + repl_block / pp + exp_block / (pp * etp * ep) if pp > 1 else None
+
+    def bpp(d: int) -> float:
+        return 18.0 if not par.distributed_optimizer else 6 + 12 / d
+
+    weight_opt = (tp_shard + repl_shard) * bpp(dp) + exp_shard * bpp(edp)
+
+    # activations
+    # Megatron's --seq-length: the whole sample (it never divides by CP); slime packs mbs into it
+    s = seq_length if seq_length is not None else par.sample_length
+    b = 1 if par.tokens_per_gpu is not None else par.mbs
+    m = par.microbatches
+    vpp = par.vpp if par.vpp and par.vpp > 1 else None
+    I = cfg.intermediate_size
+    sp_selective = par.sp and par.recompute == "selective"
+    if sp_selective:
+        act = s * b * H * (18 + 4 * I / H) * n_layers
+    else:
+        act = s * b * H * (10 + 24 / tp) * n_layers
+    act += 8 * s * b * pp + s * b * H * pp
+    if vpp is not None:
+        act *= 1 + (pp - 1) / (pp * vpp)
+    elif pp > 1 and m is not None:
+        act *= min(1, m / pp)
+    if sp_selective:
+        if pp == 1:
+            act += s * b * H * 4 * (1 + padded_vocab / H)
+        act /= tp
+        formula = "compute_activation_memory (SP + selective recompute)"
+    else:
+        if pp == 1:
+            act += (s * b * padded_vocab / tp + s * b * H) * 2
+        act *= 1.05
+        formula = "compute_activation_memory_without_sp"
+    return {
+        "source": "NVIDIA/Megatron-LM megatron/training/theoretical_memory_usage.py: report_theoretical_memory "
+                  "(weights/optimizer as after PR #4687: TP-sharded, replicated and routed-expert buckets)",
+        "padded_vocab_size": padded_vocab,
+        "data_parallel_size": dp,
+        "expert_data_parallel_size": edp,
+        "params_most_loaded_shard": int(round(most_loaded)),
+        "params_most_loaded_shard_split": {"tp_sharded": int(round(tp_shard)), "replicated": int(round(repl_shard)),
+                                           "routed_experts": int(round(exp_shard))},
+        "params_other_shards": int(round(other)) if other is not None else None,
+        "bytes_per_param_dense": bpp(dp),
+        "bytes_per_param_expert": bpp(edp),
+        "weight_and_optimizer_bytes": int(round(weight_opt)),
+        "weight_and_optimizer_gib": weight_opt / GIB,
+        "weight_and_optimizer_mib": weight_opt / MIB,
+        "activation_formula": formula,
+        "activation_seq_length": s,
+        "activation_bytes": int(round(act)),
+        "activation_gib": act / GIB,
+        "total_bytes": int(round(weight_opt + act)),
+        "total_gib": (weight_opt + act) / GIB,
+    }
+
+
+# --------------------------------------------------------------------------- training
+
+
+def _memory_for(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: ParallelConfig, offload: bool,
+                params: list, acts: list[dict[str, Any]], capacity: int) -> list[dict[str, Any]]:
+    return [_rank_entry(cfg, roles, plan, par, r, params[r].dense_per_gpu, params[r].expert_per_gpu,
+                        offload, capacity, acts[r]) for r in range(plan.pp)]
+
+
+def _gb(x: float) -> str:
+    return f"{x / GB:.1f} GB"
+
+
+def _explain(cfg: ModelConfig, par: ParallelConfig, actual: list[dict[str, Any]], alt: list[dict[str, Any]],
+             gpu_label: str, capacity: int) -> str:
+    edp_txt = (f"EDP = world/(ETP*EP*PP) = {par.world}/({par.expert_tp}*{par.ep}*{par.pp}) = {par.edp}")
+    worst = max(actual, key=lambda e: e["total_bytes"])
+
+    def why(e: dict[str, Any]) -> str:
+        d = e["breakdown_detail"]
+        term = e["dominant_term"]
+        parts = [f"rank {e['pp_rank']} holds {e['num_layers']} decoder layer(s)"
+                 + (f" + {e['mtp_layers']} MTP layer(s)" if e["mtp_layers"] else "")
+                 + f" ({e['moe_layers']} MoE), {e['params_per_gpu']['expert'] / 1e9:.2f}B routed-expert and "
+                 f"{e['params_per_gpu']['dense'] / 1e9:.2f}B dense params per GPU",
+                 f"its largest term is the {TERM_LABELS[term]}: {_gb(d[term])}"]
+        if term == "optimizer_expert":
+            parts.append(f"the expert optimizer state cannot be sharded because {edp_txt}"
+                         if par.edp == 1 else
+                         f"the expert optimizer state is sharded only {par.edp} ways ({edp_txt})")
+        return "; ".join(parts)
+
+    over = [e for e in actual if not e["fits"]]
+    if over:
+        txt = (f"Does not fit {gpu_label}: rank(s) {', '.join(str(e['pp_rank']) for e in over)} overflow; "
+               f"rank {worst['pp_rank']} needs {_gb(worst['total_bytes'])} of {_gb(capacity)}. " + why(worst) + ".")
+        if not par.optimizer_cpu_offload:
+            alt_worst = max(alt, key=lambda e: e["total_bytes"])
+            if all(e["fits"] for e in alt):
+                txt += (f" With --optimizer-cpu-offload every rank fits (largest rank {alt_worst['pp_rank']}: "
+                        f"{_gb(alt_worst['total_bytes'])}; {_gb(alt_worst['host_bytes'])} of optimizer state per GPU "
+                        "moves to host memory).")
+            else:
+                txt += (f" Even with --optimizer-cpu-offload rank {alt_worst['pp_rank']} needs "
+                        f"{_gb(alt_worst['total_bytes'])}.")
+        return txt
+    txt = (f"Every pipeline rank fits {gpu_label}; the fullest is rank {worst['pp_rank']} at "
+           f"{_gb(worst['total_bytes'])} ({_gb(worst['headroom_bytes'])} headroom).")
+    if par.optimizer_cpu_offload:
+        alt_over = [e for e in alt if not e["fits"]]
+        if alt_over:
+            w = max(alt_over, key=lambda e: e["total_bytes"])
+            moved = next(e["host_bytes"] for e in actual if e["pp_rank"] == w["pp_rank"])
+            txt += (f" It fits only because of --optimizer-cpu-offload: without it rank(s) "
+                    f"{', '.join(str(e['pp_rank']) for e in alt_over)} overflow, rank {w['pp_rank']} needing "
+                    f"{_gb(w['total_bytes'])} > {_gb(capacity)}: " + why(w) + f". The offload moves {_gb(moved)} "
+                    "of master weights and Adam state per GPU of that rank to host memory.")
+        else:
+            txt += " It would also fit without --optimizer-cpu-offload."
+    return txt
+
+
+def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
+                    roles: RoleMap | None = None) -> dict[str, Any]:
+    """Training memory per GPU of every pipeline rank (all its virtual stages), JSON-ready.
+
+    Raises ``ValueError`` for a plan Megatron would refuse or whose PP / VPP disagree with ``par``.
+    """
+    if plan.errors or not plan.stages:
+        msg = "; ".join(e.message for e in plan.errors) or "the plan has no stages"
+        raise ValueError(f"cannot estimate memory for an invalid pipeline plan: {msg}")
+    if plan.pp != par.pp:
+        raise ValueError(f"the plan has PP={plan.pp} but the parallel config has PP={par.pp}")
+    if (plan.vpp or 1) != (par.vpp or 1):
+        raise ValueError(f"the plan has VPP={plan.vpp} but the parallel config has VPP={par.vpp}")
+    roles = roles or derive_roles(cfg)
+    gpu = resolve_gpu(par.gpu, par.gpu_capacity_bytes)
+    cap = gpu.capacity_bytes
+    params = per_rank_params(cfg, roles, plan, tp=par.tp, ep=par.ep, etp=par.expert_tp)
+    acts = [_rank_activations(cfg, roles, plan, par, r) for r in range(plan.pp)]
+    actual = _memory_for(cfg, roles, plan, par, par.optimizer_cpu_offload, params, acts, cap)
+    alt = _memory_for(cfg, roles, plan, par, not par.optimizer_cpu_offload, params, acts, cap)
+    with_off, without_off = (actual, alt) if par.optimizer_cpu_offload else (alt, actual)
+    mt = megatron_theoretical(cfg, par, mtp_layers=plan.mtp_layers)
+    worst_no_off = max(without_off, key=lambda e: e["total_bytes"])
+    ours_state = sum(worst_no_off["breakdown_detail"][k] for k in (
+        "weights_dense", "weights_expert", "gradients_dense", "gradients_expert", "optimizer_dense",
+        "optimizer_expert"))
+    max_params = max(actual, key=lambda e: e["params_per_gpu"]["total"])
+    mt["vs_model"] = {
+        "model_max_params_rank": max_params["pp_rank"],
+        "model_max_params_per_gpu": max_params["params_per_gpu"]["total"],
+        "model_weight_and_optimizer_bytes_without_offload": ours_state,
+        "model_rank": worst_no_off["pp_rank"],
+        "under_report_fraction": 1 - mt["weight_and_optimizer_bytes"] / ours_state if ours_state else 0.0,
+    }
+    mt["where_it_under_reports"] = [
+        f"layers are spread evenly ({cfg.num_hidden_layers}/{par.pp} = {cfg.num_hidden_layers / par.pp:g} per rank); "
+        f"the real plan puts {max_params['num_layers']} decoder + {max_params['mtp_layers']} MTP layers on rank "
+        f"{max_params['pp_rank']} ({max_params['params_per_gpu']['total'] / 1e9:.2f}B params per GPU vs "
+        f"{mt['params_most_loaded_shard'] / 1e9:.2f}B)",
+        "no DSA indexer weights or activations, no IndexShare top-k indices",
+        "MLA down-projections (replicated in Megatron-Core) are divided by TP",
+        "activations use dense-transformer formulas: no MoE dispatch, no CP split, no recompute-full savings, "
+        "no uneven stages, first stage only",
+        "dense optimizer shard uses DP = world/(TP*PP*CP) instead of DP*CP (over-reports with CP > 1)",
+        "optimizer CPU offload is ignored (over-reports when it is on)",
+    ]
+    explanation = _explain(cfg, par, actual, alt, gpu.label, cap)
+    checks = check_parallel(cfg, par, plan)
+    notes = [
+        f"capacity convention: {gpu.label}; CUDA context, NCCL buffers and allocator fragmentation are not "
+        "itemised and must fit in the headroom",
+        f"tokens per GPU per micro-batch t = {par.tokens_per_microbatch} (after the CP split"
+        + (", slime --max-tokens-per-gpu" if par.tokens_per_gpu is not None else "") + ")",
+        "micro-batches per step: " + (str(par.microbatches) if par.microbatches is not None else
+                                      "unknown; assumed >= PP (1F1B worst case)"),
+        "--use-precision-aware-optimizer alone does not change byte counts; only lowered "
+        "--main-grads/--main-params/--exp-avg(-sq) dtypes do"
+        + (f" (here: grads {par.main_grads_dtype}, master {par.main_params_dtype}, m {par.exp_avg_dtype}, "
+           f"v {par.exp_avg_sq_dtype})"),
+        "distributed optimizer shards: dense over DP*CP = "
+        f"{par.dense_optimizer_shards}, experts over EDP = {par.edp}" if par.distributed_optimizer
+        else "no distributed optimizer: 18 B/param everywhere",
+        f"recompute: {par.recompute}" + (f" ({par.recompute_method}, {par.recompute_num_layers} layer(s))"
+                                         if par.recompute == "full" else
+                                         " (core_attn + mla_up_proj)" if par.recompute == "selective" else ""),
+        "the IndexShare top-k indices of every full and MTP layer are kept per in-flight micro-batch "
+        "(int32, t x index_topk x 4 B) in every recompute mode",
+        "logits: FP32 t x ceil(V/TP) x 4 B for one micro-batch per loss head (main + each MTP layer)",
+    ]
+    return {
+        "gpus": par.world,
+        "gpu": gpu.to_dict(),
+        "parallel": par.to_dict(),
+        "expert_grid": par.expert_grid,
+        "tokens_per_microbatch": par.tokens_per_microbatch,
+        "microbatches": par.microbatches,
+        "stages": actual,
+        "fits": all(e["fits"] for e in actual),
+        "max_rank": max(actual, key=lambda e: e["total_bytes"])["pp_rank"],
+        "offload_comparison": {
+            "with_offload": [{"pp_rank": e["pp_rank"], "total_bytes": e["total_bytes"], "fits": e["fits"],
+                              "host_bytes": e["host_bytes"]} for e in with_off],
+            "without_offload": [{"pp_rank": e["pp_rank"], "total_bytes": e["total_bytes"], "fits": e["fits"],
+                                 "dominant_term": e["dominant_term"]} for e in without_off],
+        },
+        "megatron_theoretical": mt,
+        "explanation": explanation,
+        "checks": [c.to_dict() for c in checks],
+        "notes": notes,
+    }
+
+
+# --------------------------------------------------------------------------- inference
+
+
+KV_DTYPES = ("bf16", "fp8")
+WEIGHT_DTYPES = ("bf16", "fp8")
+
+
+def kv_bytes_per_token_layer(cfg: ModelConfig, kv_dtype: str = "bf16") -> int:
+    """MLA latent cache of one token in one layer: ``(rkv + dr) * 2`` in BF16; in vLLM's
+    ``fp8_ds_mla`` layout ``rkv`` FP8 bytes + one FP32 scale per 128 latent values + the rope key
+    in BF16 (``512 + 16 + 128 = 656`` for GLM-5.2)."""
+    rkv, dr = cfg.kv_lora_rank, cfg.qk_rope_head_dim
+    if kv_dtype == "bf16":
+        return 2 * (rkv + dr)
+    if kv_dtype == "fp8":
+        return rkv + 4 * math.ceil(rkv / 128) + 2 * dr
+    raise ValueError(f"kv_dtype must be one of {KV_DTYPES}, got {kv_dtype!r}")
+
+
+def indexer_bytes_per_token_layer(cfg: ModelConfig) -> int:
+    """Indexer key cache of one token in one indexer-owning layer: ``index_head_dim`` FP8 bytes and
+    one FP32 scale (132 B for GLM-5.2), FP8 whatever the latent's dtype (vLLM)."""
+    return cfg.index_head_dim + 4 if cfg.has_indexer else 0
+
+
+def inference_memory(cfg: ModelConfig, *, tp: int = 1, ep: int = 1, dp_attention: bool = False,
+                     kv_dtype: str = "bf16", context: int | None = None, batch: int = 1,
+                     gpu: str = "h100-80gb", gpu_capacity_bytes: int | None = None,
+                     weight_dtype: str = "bf16", include_mtp: bool = False,
+                     roles: RoleMap | None = None) -> dict[str, Any]:
+    """Serving memory per GPU: weights under TP / EP plus the KV cache of ``batch`` sequences of
+    ``context`` tokens, and the largest context / batch that fits.
+
+    Conventions:
+
+    * Weights: one pipeline stage over all decoder layers (+ MTP when ``include_mtp``), split with
+      :func:`parameters.stage_params`; routed experts are whole experts over EP (ETP 1) when
+      ``ep > 1``, TP-sharded when ``ep == 1``. ``dp_attention`` replicates the attention weights
+      (MLA up/out projections) on every GPU; everything else keeps its TP / EP split.
+      ``weight_dtype="fp8"`` stores every decoder linear weight (attention, indexer, FFN, experts,
+      MTP eh_proj) in 1 B and keeps embedding, lm_head, norms and router in BF16; block scales
+      (< 0.1 %) are ignored.
+    * KV per token: ``layers * latent + indexer_layers * 132`` where ``latent`` is 1152 B (BF16) or
+      656 B (FP8 ``fp8_ds_mla``) for GLM-5.2 and indexer layers are those that own an indexer
+      (the 21 full layers; + MTP when served). MLA has one latent head, so TP does not shard it:
+      every GPU of a TP group holds the whole cache of its sequences. FACTS counts the decoder
+      layers only (MTP excluded by default).
+    * Sequences per GPU: all ``batch`` sequences without DP attention; ``ceil(batch / tp)`` with
+      it (each attention-DP rank serves its own sequences).
+    """
+    if tp < 1 or ep < 1 or batch < 1:
+        raise ValueError("tp, ep and batch must be >= 1")
+    if weight_dtype not in WEIGHT_DTYPES:
+        raise ValueError(f"weight_dtype must be one of {WEIGHT_DTYPES}, got {weight_dtype!r}")
+    context = context if context is not None else (cfg.max_position_embeddings or 131072)
+    if context < 1:
+        raise ValueError("context must be >= 1 token")
+    roles = roles or derive_roles(cfg)
+    g = resolve_gpu(gpu, gpu_capacity_bytes)
+    n_mtp = cfg.num_nextn_predict_layers if include_mtp else 0
+    plan = materialise(PipelineSpec(pp=1), cfg.num_hidden_layers, default_mtp=n_mtp)
+    etp = 1 if ep > 1 else tp
+    sp = stage_params(cfg, roles, list(plan.stages), tp=tp, ep=ep, etp=etp)
+    sh = shapes(cfg)
+    n_attn = cfg.num_hidden_layers + n_mtp
+    dense = sp.dense_per_gpu
+    if dp_attention and tp > 1:
+        dense += n_attn * (sh.attn_sharded - math.ceil(sh.attn_sharded / tp))
+    expert = sp.expert_per_gpu
+    if weight_dtype == "bf16":
+        weights = 2 * (dense + expert)
+    else:
+        n_moe = sum(1 for r in roles.layers if r.ffn == "moe") + (n_mtp if cfg.n_routed_experts else 0)
+        # one stage holds one embedding copy (the MTP layer shares it) and the lm_head
+        keep_bf16 = (math.ceil(sh.embedding / tp) + math.ceil(sh.lm_head / tp)
+                     + n_attn * sh.norms + sh.final_norm + n_moe * sh.router + n_mtp * 3 * cfg.hidden_size)
+        weights = 2 * keep_bf16 + (dense + expert - keep_bf16)
+    latent = kv_bytes_per_token_layer(cfg, kv_dtype)
+    idx = indexer_bytes_per_token_layer(cfg)
+    idx_layers = sum(1 for r in roles.layers if r.has_indexer) + (n_mtp if cfg.has_indexer else 0)
+    kv_layers = cfg.num_hidden_layers + n_mtp
+    per_token = kv_layers * latent + idx_layers * idx
+    seqs = math.ceil(batch / tp) if dp_attention else batch
+    per_seq = per_token * context
+    kv_total = per_seq * seqs
+    total = weights + kv_total
+    cap = g.capacity_bytes
+    avail = cap - weights
+    max_tokens_per_gpu = max(0, avail // per_token) if per_token else 0
+    max_context = max_tokens_per_gpu // seqs if seqs else 0
+    max_seqs = max(0, avail // per_seq) if per_seq else 0
+    max_batch = max_seqs * tp if dp_attention else max_seqs
+    return {
+        "gpu": g.to_dict(),
+        "tp": tp, "ep": ep, "etp": etp, "dp_attention": dp_attention,
+        "weight_dtype": weight_dtype, "kv_dtype": kv_dtype, "include_mtp": include_mtp,
+        "params_per_gpu": {"dense": dense, "expert": expert, "total": dense + expert},
+        "weights_bytes_per_gpu": int(weights),
+        "kv": {
+            "latent_bytes_per_token_layer": latent,
+            "indexer_bytes_per_token_layer": idx,
+            "layers": kv_layers,
+            "indexer_layers": idx_layers,
+            "bytes_per_token": per_token,
+            "latent_only_bytes_per_token": kv_layers * latent,
+            "mtp_included": bool(n_mtp),
+        },
+        "context": context,
+        "batch": batch,
+        "sequences_per_gpu": seqs,
+        "kv_bytes_per_sequence": per_seq,
+        "kv_bytes_per_gpu": kv_total,
+        "total_bytes_per_gpu": int(total),
+        "capacity_bytes": cap,
+        "fits": total <= cap,
+        "headroom_bytes": int(cap - total),
+        "max_context_tokens": int(max_context),
+        "max_batch": int(max_batch),
+        "notes": [
+            f"KV per token = {kv_layers} x {latent} B latent + {idx_layers} x {idx} B indexer keys = {per_token:,} B"
+            + (" (MTP layer included)" if n_mtp else " (decoder layers only; MTP not served)"),
+            "MLA caches one latent head per token, so TP does not shard the KV cache",
+            f"one {context:,}-token sequence: {per_seq / GB:.1f} GB = {per_seq / GIB:.1f} GiB; latent only "
+            f"{kv_layers * latent * context / GB:.1f} GB = {kv_layers * latent * context / GIB:.1f} GiB",
+            "max_context_tokens: longest context for the given sequences per GPU; max_batch: most "
+            "sequences at the given context; both after weights, with no runtime reserve",
+        ],
+    }
