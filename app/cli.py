@@ -235,6 +235,180 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_VALID if report["ok"] else EXIT_INVALID
 
 
+def add_parallel_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("parallelism (Megatron flag names in brackets; a --launcher supplies defaults)")
+    g.add_argument("--tp", type=int, help="[--tensor-model-parallel-size]")
+    g.add_argument("--cp", type=int, help="[--context-parallel-size]")
+    g.add_argument("--ep", type=int, help="[--expert-model-parallel-size]")
+    g.add_argument("--etp", type=int, help="[--expert-tensor-parallel-size] (default: TP)")
+    g.add_argument("--dp", type=int, help="data-parallel size (or give --gpus)")
+    g.add_argument("--gpus", type=int, help="total GPUs; DP = GPUs / (TP x CP x PP)")
+    g.add_argument("--sp", action="store_true", default=None, help="[--sequence-parallel]")
+    g.add_argument("--mbs", type=int, help="[--micro-batch-size] (default 1)")
+    g.add_argument("--num-microbatches", type=int, help="micro-batches per step per DP rank")
+    g.add_argument("--global-batch", type=int, help="[--global-batch-size]; micro-batches follow")
+    g.add_argument("--seq-length", type=int, help="[--seq-length] tokens per sample")
+    g.add_argument("--tokens-per-gpu", type=int, help="[--max-tokens-per-gpu] tokens per GPU after the CP split")
+    g.add_argument("--recompute", choices=("none", "selective", "full"), help="[--recompute-granularity]")
+    g.add_argument("--recompute-method", choices=("uniform", "block"), help="[--recompute-method]")
+    g.add_argument("--recompute-num-layers", type=int, help="[--recompute-num-layers]")
+    g.add_argument("--optimizer-cpu-offload", action="store_true", default=None, help="[--optimizer-cpu-offload]")
+    g.add_argument("--use-precision-aware-optimizer", action="store_true", default=None,
+                   help="[--use-precision-aware-optimizer] (bytes change only with lower dtypes)")
+    g.add_argument("--no-distributed-optimizer", action="store_true", help="plain Adam states on every DP rank")
+    g.add_argument("--gpu", default=None, help="GPU preset: h100-80gb (default), h200-141gb, b200-180gb, mi300x-192gb, custom")
+    g.add_argument("--gpu-memory-gb", type=float, help="capacity for --gpu custom, in GB (1e9 bytes)")
+
+
+_LAUNCHER_PARALLEL = {
+    "tp": "--tensor-model-parallel-size", "cp": "--context-parallel-size",
+    "ep": "--expert-model-parallel-size", "etp": "--expert-tensor-parallel-size",
+    "mbs": "--micro-batch-size", "global_batch": "--global-batch-size", "seq_length": "--seq-length",
+    "tokens_per_gpu": "--max-tokens-per-gpu", "recompute_num_layers": "--recompute-num-layers",
+}
+
+
+def parallel_config(args: argparse.Namespace, req: LayoutRequest | None, pp: int, vpp: int):
+    """A :class:`ParallelConfig` from the flags, with a launcher's values as defaults."""
+    from app.core.parallelism import ParallelConfig
+
+    launcher = (req.extra.get("launcher") if req else None) or {}
+    values, switches = launcher.get("values", {}), set(launcher.get("switches", []))
+    kw: dict[str, Any] = {}
+    for key, flag in _LAUNCHER_PARALLEL.items():
+        cli = getattr(args, key, None)
+        if cli is not None:
+            kw[key] = cli
+        elif flag in values:
+            try:
+                kw[key] = int(values[flag])
+            except ValueError:
+                raise UsageError(f"{flag} in the launcher is {values[flag]!r}, not a whole number") from None
+    for key, flag in (("recompute", "--recompute-granularity"), ("recompute_method", "--recompute-method")):
+        cli = getattr(args, key, None)
+        if cli is not None:
+            kw[key] = cli
+        elif flag in values:
+            kw[key] = values[flag]
+    for key, flag in (("sp", "--sequence-parallel"), ("optimizer_cpu_offload", "--optimizer-cpu-offload"),
+                      ("use_precision_aware_optimizer", "--use-precision-aware-optimizer")):
+        kw[key] = bool(getattr(args, key, None)) or flag in switches
+    if args.dp is not None:
+        kw["dp"] = args.dp
+    if args.gpus is not None:
+        kw["gpus"] = args.gpus
+    elif args.dp is None:
+        nodes = values.get("--actor-num-nodes") or values.get("--nnodes")
+        per = values.get("--actor-num-gpus-per-node") or values.get("--nproc-per-node") or values.get("--num-gpus-per-node")
+        if nodes and per and nodes.isdigit() and per.isdigit():
+            kw["gpus"] = int(nodes) * int(per)
+    if args.no_distributed_optimizer:
+        kw["distributed_optimizer"] = False
+    if args.gpu is not None:
+        kw["gpu"] = args.gpu
+    if args.gpu_memory_gb is not None:
+        kw["gpu_capacity_bytes"] = int(args.gpu_memory_gb * 1e9)
+        kw.setdefault("gpu", "custom")
+    kw.setdefault("seq_length", None)
+    if kw.get("seq_length") is None and kw.get("tokens_per_gpu") is None:
+        kw["seq_length"] = 4096
+    try:
+        return ParallelConfig(pp=pp, vpp=vpp if vpp > 1 else None, **kw)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_params(args: argparse.Namespace) -> int:
+    from app.core.layer_roles import derive_roles
+    from app.core.parameters import count_parameters, per_rank_params
+    from app.core.stages import materialise
+
+    cfg = load_model(args.model)
+    roles = derive_roles(cfg, args.engine, pattern=args.pattern)
+    body: dict[str, Any] = {"model": cfg.summary(), **count_parameters(cfg, roles).to_json()}
+    if not args.per_layer:
+        body.pop("per_layer")
+    if _has_layout(args):
+        req = layout_request(args, cfg)
+        plan = materialise(req.spec, cfg.num_hidden_layers, default_mtp=cfg.num_nextn_predict_layers)
+        if plan.errors:
+            raise UsageError("; ".join(e.message for e in plan.errors))
+        tp, ep = args.tp or 1, args.ep or 1
+        ranks = per_rank_params(cfg, roles, plan, tp=tp, ep=ep, etp=args.etp)
+        body["stages"] = [{"pp_rank": r, "total": sp.total, "dense_total": sp.dense_total,
+                           "expert_total": sp.expert_total, "per_gpu": sp.per_gpu,
+                           "dense_per_gpu": sp.dense_per_gpu, "expert_per_gpu": sp.expert_per_gpu,
+                           "components": sp.components} for r, sp in enumerate(ranks)]
+        body["sharding"] = {"tp": tp, "ep": ep, "etp": args.etp if args.etp is not None else tp}
+    lines = [f"model {cfg.id}", f"main_total       {body['main_total']:>20,}  (no MTP, no router bias)",
+             f"checkpoint_total {body['checkpoint_total']:>20,}  (+ MTP layers and router biases)",
+             f"active           {body['active']:>20,}  per token", f"indexer_layers   {body['indexer_layers']:>20}"]
+    lines += [f"  {k:<16}{v:>20,}" for k, v in body["breakdown"].items()]
+    for st in body.get("stages", []):
+        lines.append(f"pp rank {st['pp_rank']}: {st['total']:,} params, {st['per_gpu']:,} per GPU")
+    _out(args.format, body, lines)
+    return EXIT_VALID
+
+
+def _has_layout(args: argparse.Namespace) -> bool:
+    return any(getattr(args, k, None) is not None for k in ("split", "pp", "layout", "launcher"))
+
+
+def cmd_memory(args: argparse.Namespace) -> int:
+    from app.core.layer_roles import derive_roles
+    from app.core.memory import inference_memory, training_memory
+    from app.core.stages import materialise
+
+    cfg = load_model(args.model)
+    if args.inference:
+        try:
+            body = inference_memory(cfg, tp=args.tp or 1, ep=args.ep or 1, dp_attention=args.dp_attention,
+                                    kv_dtype=args.kv_dtype, context=args.context, batch=args.batch,
+                                    gpu=args.gpu or "h100-80gb",
+                                    gpu_capacity_bytes=int(args.gpu_memory_gb * 1e9) if args.gpu_memory_gb else None,
+                                    weight_dtype=args.weight_dtype, include_mtp=args.include_mtp)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        _out(args.format, body, [json.dumps(body, indent=2)])
+        return EXIT_VALID
+    req = layout_request(args, cfg)
+    plan = materialise(req.spec, cfg.num_hidden_layers, default_mtp=cfg.num_nextn_predict_layers)
+    if plan.errors:
+        raise UsageError("the layout is not one Megatron accepts: " + "; ".join(e.message for e in plan.errors))
+    par = parallel_config(args, req, plan.pp, plan.vpp)
+    roles = derive_roles(cfg, args.engine, pattern=args.pattern)
+    body = training_memory(cfg, plan, par, roles)
+    lines = [f"{body['gpus']} GPUs ({body['gpu']['label']}), expert grid {body['expert_grid']}"]
+    for st in body["stages"]:
+        lines.append(f"pp rank {st['pp_rank']}: {st['total_bytes'] / 1e9:7.1f} GB of {st['capacity_bytes'] / 1e9:.0f} GB "
+                     + ("fits" if st["fits"] else "OVERFLOWS") + f"  (largest term: {st['dominant_label']})")
+    mt = body["megatron_theoretical"]
+    lines.append(f"Megatron report_theoretical_memory (even split, no indexer/uneven terms): most-loaded shard "
+                 f"{mt['params_most_loaded_shard'] / 1e9:.2f}B params, {mt['weight_and_optimizer_gib']:.1f} GiB "
+                 "weights + optimizer state")
+    lines.append(body["explanation"])
+    _out(args.format, body, lines)
+    return EXIT_VALID if body["fits"] else EXIT_INVALID
+
+
+def cmd_flops(args: argparse.Namespace) -> int:
+    from app.core.flops import flops_report
+
+    cfg = load_model(args.model)
+    if args.context < 1:
+        raise UsageError(f"--context must be at least 1, got {args.context}")
+    body = flops_report(cfg, args.context, pattern=args.pattern)
+    n_idx = body.get("indexer_layers", {})
+    lines = [f"per-token forward FLOPs of {cfg.id} at context {args.context:,}",
+             f"IndexShare ({n_idx.get('indexshare', '?')} indexer layers): {body['indexshare_flops']:>22,}",
+             f"indexer on every layer ({n_idx.get('every_layer', '?')}): {body['every_layer_flops']:>22,}",
+             f"ratio {body['ratio']:.3f} (default convention)"]
+    lines += [f"  ratio {v:.3f} counting {k}" for k, v in body["ratios"].items()]
+    lines += ["", body["convention"]]
+    _out(args.format, body, lines)
+    return EXIT_VALID
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="isplan",
@@ -274,6 +448,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="PATH", help="config.json to verify against (default: the receipt's preset or path)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("params", help="parameter counts: totals, active, per component, per stage and GPU")
+    _add_model(p)
+    add_layout_args(p)
+    g = p.add_argument_group("sharding for per-GPU counts")
+    g.add_argument("--tp", type=int)
+    g.add_argument("--ep", type=int)
+    g.add_argument("--etp", type=int)
+    p.add_argument("--per-layer", action="store_true", help="include one entry per decoder layer")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_params)
+
+    p = sub.add_parser("memory", help="training memory per GPU per pipeline rank (or --inference)",
+                       description="Training memory per GPU of every pipeline rank, beside Megatron's own "
+                                   "estimate; exit 1 when a rank overflows the GPU. --inference: serving memory.")
+    _add_model(p)
+    add_layout_args(p)
+    add_parallel_args(p)
+    g = p.add_argument_group("inference (--inference)")
+    g.add_argument("--inference", action="store_true", help="serving memory: weights + KV cache")
+    g.add_argument("--context", type=int, help="tokens per sequence")
+    g.add_argument("--batch", type=int, default=1, help="sequences")
+    g.add_argument("--kv-dtype", choices=("bf16", "fp8"), default="bf16")
+    g.add_argument("--weight-dtype", choices=("bf16", "fp8"), default="bf16")
+    g.add_argument("--dp-attention", action="store_true")
+    g.add_argument("--include-mtp", action="store_true", help="serve the MTP layer (its KV and weights)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_memory)
+
+    p = sub.add_parser("flops", help="per-token forward FLOPs with and without IndexShare")
+    _add_model(p)
+    p.add_argument("--context", type=int, default=1_048_576, help="context length L (default 1,048,576)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_flops)
     return parser
 
 
