@@ -349,3 +349,18 @@ def test_more_context_never_lowers_kv(c1, c2, kv, batch):
 def test_replace_keeps_config_frozen():
     p = tiny_par()
     assert replace(p, tp=4).tp == 4 and p.tp == 2
+
+
+def test_rank_totals_fast_path_equals_the_full_report():
+    from app.core.layer_roles import derive_roles
+    from app.core.memory import rank_totals, training_memory
+    from app.core.model_config import load_model
+    from app.core.parallelism import slime_glm52_training
+    from app.core.stages import materialise
+
+    cfg = load_model("glm-5.2")
+    spec, par = slime_glm52_training()
+    plan = materialise(spec, 78, default_mtp=1)
+    roles = derive_roles(cfg)
+    full = training_memory(cfg, plan, par, roles)
+    assert rank_totals(cfg, roles, plan, par) == [s["total_bytes"] for s in full["stages"]]

@@ -246,10 +246,19 @@ def _rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Pa
     acts = topk = 0.0
     per_mb: list[float] = []
     full_layer_bytes: list[float] = []
+    # per-token (everything, stored under this recompute mode) for each distinct layer kind:
+    # a stage has at most a handful of kinds, so the terms are derived once per kind
+    per_kind: dict[tuple[str, bool, bool], tuple[float, float]] = {}
+
+    def kind_bytes(kind: tuple[str, bool, bool]) -> tuple[float, float]:
+        if kind not in per_kind:
+            terms = layer_activation_terms(cfg, par, ffn=kind[0], indexer=kind[1], mtp=kind[2])
+            per_kind[kind] = (sum(terms.values()), _stored_per_token(terms, par.recompute))
+        return per_kind[kind]
+
     for v, st in enumerate(stages):
         kinds = _layer_kinds(roles, st)
-        full = [sum(layer_activation_terms(cfg, par, ffn=f, indexer=idx, mtp=m).values()) * tok
-                for f, idx, m in kinds]
+        full = [kind_bytes(k)[0] * tok for k in kinds]
         full_layer_bytes.extend(full)
         n_dec = st.num_layers
         if par.recompute == "full":
@@ -262,8 +271,7 @@ def _rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Pa
                 stored = blocked * 2 * H / s_div * tok + sum(full[blocked:n_dec])
             stored += st.mtp_layers * 4 * H / s_div * tok
         else:
-            stored = sum(_stored_per_token(layer_activation_terms(cfg, par, ffn=f, indexer=idx, mtp=m),
-                                           par.recompute) * tok for f, idx, m in kinds)
+            stored = sum(kind_bytes(k)[1] * tok for k in kinds)
         c = counts[v] if v < len(counts) else 0
         per_mb.append(stored)
         acts += c * stored
@@ -358,6 +366,30 @@ def _rank_entry(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Parallel
         "dominant_term": dominant,
         "dominant_label": TERM_LABELS[dominant],
     }
+
+
+def rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: ParallelConfig) -> list[dict[str, Any]]:
+    """Activation-side terms of every pipeline rank (they depend on TP, ETP, CP, SP, recompute,
+    micro-batch shape and the plan, not on EP or the optimizer)."""
+    return [_rank_activations(cfg, roles, plan, par, r) for r in range(plan.pp)]
+
+
+def rank_totals(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: ParallelConfig,
+                params: list | None = None, acts: list[dict[str, Any]] | None = None) -> list[int]:
+    """Total bytes per GPU of every pipeline rank, the same terms as :func:`training_memory`
+    (each rounded the same way) without the report around them: the search's fast path.
+    ``params`` (:func:`per_rank_params`) and ``acts`` (:func:`rank_activations`) may be passed in
+    when they are cached."""
+    params = params or per_rank_params(cfg, roles, plan, tp=par.tp, ep=par.ep, etp=par.expert_tp)
+    acts = acts or rank_activations(cfg, roles, plan, par)
+    out = []
+    for r in range(plan.pp):
+        st = _state_bytes(params[r].dense_per_gpu, params[r].expert_per_gpu, par, par.optimizer_cpu_offload)
+        act = acts[r]
+        terms = [v for k, v in st.items() if k != "host_optimizer"]
+        terms += [act[k] for k in ("activations", "recompute_working_set", "topk_indices", "logits")]
+        out.append(sum(int(round(v)) for v in terms))
+    return out
 
 
 # --------------------------------------------------------------------------- Megatron's estimate
@@ -567,7 +599,7 @@ def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
     gpu = resolve_gpu(par.gpu, par.gpu_capacity_bytes)
     cap = gpu.capacity_bytes
     params = per_rank_params(cfg, roles, plan, tp=par.tp, ep=par.ep, etp=par.expert_tp)
-    acts = [_rank_activations(cfg, roles, plan, par, r) for r in range(plan.pp)]
+    acts = rank_activations(cfg, roles, plan, par)
     actual = _memory_for(cfg, roles, plan, par, par.optimizer_cpu_offload, params, acts, cap)
     alt = _memory_for(cfg, roles, plan, par, not par.optimizer_cpu_offload, params, acts, cap)
     with_off, without_off = (actual, alt) if par.optimizer_cpu_offload else (alt, actual)
