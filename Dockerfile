@@ -8,6 +8,8 @@ RUN useradd --create-home --uid 10001 isplan
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY app ./app
+COPY templates ./templates
+COPY static ./static
 RUN python -m venv /opt/venv && /opt/venv/bin/pip install --no-cache-dir .
 
 USER isplan

@@ -409,6 +409,62 @@ def cmd_flops(args: argparse.Namespace) -> int:
     return EXIT_VALID
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    from app.core.layer_roles import derive_roles
+    from app.core.plan_search import plan_report
+
+    cfg = load_model(args.model)
+    roles = derive_roles(cfg, args.engine, pattern=args.pattern)
+    near = parse_split(args.near) if args.near is not None else None
+    try:
+        body = plan_report(cfg, roles, pp=args.pp, vpp=args.vpp, objective=args.objective,
+                           context=args.context, top=args.top, near=near)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    lc_unit, objective = body["cost_unit"], body["objective"]
+    lines = [f"{cfg.id}: {body['valid_layout_count']:,} valid layouts for PP {args.pp} x VPP {args.vpp} "
+             f"(objective {objective}: {lc_unit})"]
+    if body["best"] is None:
+        lines.append("no valid layout: fewer full layers than stages (or layer 1 is shared)")
+    else:
+        b = body["best"]
+        lines.append(f"best: --split {','.join(map(str, b['split']))}  (starts {b['starts']}; max {b['max_cost']:.6g})")
+        lines.append("      " + " ".join(b["megatron_flags"]))
+        for k, alt in enumerate(body["alternatives"], start=2):
+            lines.append(f"#{k}:   --split {','.join(map(str, alt['split']))}  (max {alt['max_cost']:.6g})")
+    if "near" in body and body["near"]:
+        n = body["near"]
+        lines.append(f"nearest valid to {','.join(map(str, n['from']))}: {','.join(map(str, n['split']))} "
+                     f"({n['moved']} layer(s) move)")
+    _out(args.format, body, lines)
+    return EXIT_VALID if body["best"] is not None else EXIT_INVALID
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from app.core.search import search
+
+    cfg = load_model(args.model)
+    try:
+        body = search(cfg, args.gpus, gpu=args.gpu, gpu_capacity_bytes=int(args.gpu_memory_gb * 1e9)
+                      if args.gpu_memory_gb else None, seq_length=args.seq_length,
+                      tokens_per_gpu=args.tokens_per_gpu, mbs=args.mbs,
+                      num_microbatches=args.num_microbatches, top=args.top, engine=args.engine)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    c = body["counts"]
+    lines = [f"{cfg.id} on {args.gpus} x {body['gpu']['label']}: {c['combinations']:,} combinations in "
+             f"{body['seconds']:.2f} s; dropped {c['constraint']:,} (constraints), {c['no_layout']:,} (no valid "
+             f"layout), {c['memory']:,} (memory); {c['feasible']:,} feasible (+{c['dominated']:,} dominated)",
+             "ranking: " + body["ranking_model"]]
+    for k, r in enumerate(body["results"], start=1):
+        lines.append(f"#{k} TP{r['tp']} CP{r['cp']} PP{r['pp']} DP{r['dp']} EP{r['ep']} ETP{r['etp']} VPP{r['vpp']} "
+                     f"recompute={r['recompute']} offload={'on' if r['optimizer_cpu_offload'] else 'off'}: "
+                     f"{r['max_rank_bytes'] / 1e9:.1f} GB peak, time x{r['relative_step_time']:.3f}, "
+                     f"split {','.join(map(str, r['split']))}")
+    _out(args.format, body, lines)
+    return EXIT_VALID if body["results"] else EXIT_INVALID
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="isplan",
@@ -482,6 +538,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context", type=int, default=1_048_576, help="context length L (default 1,048,576)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_flops)
+
+    p = sub.add_parser("plan", help="the exact min-max optimal valid layout, alternatives, nearest valid")
+    _add_model(p)
+    p.add_argument("--pp", type=int, required=True, help="pipeline ranks")
+    p.add_argument("--vpp", type=int, default=1, help="virtual stages per rank (default 1)")
+    p.add_argument("--objective", choices=("compute", "memory", "balanced"), default="balanced")
+    p.add_argument("--context", type=int, default=4096, help="context for the compute objective (default 4096)")
+    p.add_argument("--top", type=int, default=3, help="alternatives after the best (default 3)")
+    p.add_argument("--near", metavar="LIST", help="also give the valid layout closest to this split")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("search", help="rank parallel configurations for a GPU budget")
+    p.add_argument("model", metavar="MODEL", nargs="?", default="glm-5.2", help="preset id or config.json (default glm-5.2)")
+    p.add_argument("--engine", choices=ENGINES, default="megatron")
+    p.add_argument("--gpus", type=int, required=True, help="GPU budget")
+    p.add_argument("--gpu", default="h100-80gb", help="GPU preset (h100-80gb, h200-141gb, b200-180gb, mi300x-192gb, custom)")
+    p.add_argument("--gpu-memory-gb", type=float, help="capacity for --gpu custom, GB")
+    p.add_argument("--seq-length", type=int, help="tokens per sample (default 4096 unless --tokens-per-gpu)")
+    p.add_argument("--tokens-per-gpu", type=int, help="slime --max-tokens-per-gpu")
+    p.add_argument("--mbs", type=int, default=1)
+    p.add_argument("--num-microbatches", type=int, help="default 8 x PP")
+    p.add_argument("--top", type=int, default=10)
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_search)
     return parser
 
 

@@ -40,7 +40,10 @@ def test_fresh_venv_install_start_and_healthz(tmp_path):
     # the Dockerfile copies exactly these into the image
     shutil.copy(REPO / "pyproject.toml", src)
     shutil.copy(REPO / "README.md", src)
-    shutil.copytree(REPO / "app", src / "app", ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in ("app", "templates", "static"):
+        shutil.copytree(REPO / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    text = (REPO / "Dockerfile").read_text()
+    assert all(f"COPY {f} ./{f}" in text for f in ("app", "templates", "static"))
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip_args = install.split()[2:]  # after "pip install"
@@ -66,6 +69,13 @@ def test_fresh_venv_install_start_and_healthz(tmp_path):
                 time.sleep(0.3)
         assert body is not None, proc.stdout.read().decode() if proc.poll() is not None else "no answer"
         assert body["status"] == "ok"
+        # the page renders from the installed package's own templates and assets
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as r:
+            page = r.read().decode()
+        assert "256 GPUs" in page and "VALID" in page
+        for asset in ("/static/app.js", "/static/vendor/htmx-2.0.11.min.js", "/assets/plotly.min.js"):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{asset}", timeout=10) as r:
+                assert r.status == 200 and len(r.read()) > 1000
         # the installed console script works from outside the source tree too
         out = subprocess.run([str(venv / "bin" / "isplan"), "check", "glm-5.2", "--split", "14,8,8,8,8,8,8,16"],
                              capture_output=True, text=True, cwd=work)

@@ -209,8 +209,11 @@ def _spec_from(inputs: dict[str, Any]) -> PipelineSpec:
         raise ReceiptError(f"layout inputs are malformed: {exc}") from None
 
 
-def verify_receipt(receipt: Any, *, config_path: str | None = None) -> dict[str, Any]:
-    """Recompute ``receipt`` and list every difference (empty list = verified)."""
+def verify_receipt(receipt: Any, *, config_path: str | None = None,
+                   config: ModelConfig | None = None) -> dict[str, Any]:
+    """Recompute ``receipt`` and list every difference (empty list = verified). The config is
+    ``config`` when given (the web app passes an uploaded one), else read from ``config_path``,
+    else the receipt's preset or path."""
     if not isinstance(receipt, dict):
         raise ReceiptError("a receipt is a JSON object")
     model = _require(receipt, "model", dict, "")
@@ -228,7 +231,7 @@ def verify_receipt(receipt: Any, *, config_path: str | None = None) -> dict[str,
                            "the receipt was edited after it was written")
 
     try:
-        cfg = _load_for_verify(model, config_path)
+        cfg = config if config is not None else _load_for_verify(model, config_path)
     except ConfigError as exc:
         raise ReceiptError(f"the config cannot be loaded: {exc}") from None
     for key, actual in (("sha256", cfg.sha256), ("canonical_sha256", cfg.canonical_sha256),

@@ -1,0 +1,850 @@
+"""Exact min-max pipeline layouts for IndexShare (full / shared DSA layer) models.
+
+Problem
+-------
+A model has ``N`` decoder layers, 1-based. *Full* layers compute the sparse-attention top-k;
+*shared* layers reuse the top-k of the nearest preceding full layer, so a pipeline stage may only
+start on a full layer. A layout cuts the ``N`` layers into ``S = PP * VPP`` contiguous, non-empty
+stages in vp-major order (stage ``i`` is pipeline rank ``i % PP``, virtual stage ``i // PP``). It
+is *valid* iff every stage starts on a full layer; layer 1 must therefore be full, and with ``F``
+full layers there are exactly ``C(F - 1, S - 1)`` valid layouts (choose the starts of stages
+``1 .. S-1`` among the ``F - 1`` full layers after layer 1): :func:`count_valid_layouts`.
+
+Each layer ``n`` costs ``c[n] >= 0``. Stage ``0`` carries ``first_stage_extra`` (embedding) and
+stage ``S-1`` carries ``last_stage_extra`` (lm_head + MTP + loss); a stage's cost is the sum of its
+layers plus the extras that apply (both, when ``S == 1``). The *unit* is a stage
+(``unit="stage"``) or a pipeline rank (``unit="rank"``, the default: the sum of the rank's ``VPP``
+stages, its memory / compute). With ``VPP == 1`` both units coincide.
+
+Order (objective and tie-breaks)
+--------------------------------
+Layouts are ordered by the key ``(max unit cost, sum of squared unit costs, split)``: minimise the
+largest unit, then prefer the more even layout, then the lexicographically smallest stage sizes
+(vp-major). Equal splits are equal layouts, so the order is total and every answer is
+deterministic. :func:`optimal_layout` returns the first layout in this order,
+:func:`k_best_layouts` the first ``k`` (distinct by construction).
+
+All arithmetic is exact: every cost is converted to a :class:`fractions.Fraction` and scaled by the
+common denominator to a Python ``int`` (floats are dyadic, so this is lossless), so ties are real
+ties and never rounding artefacts. Reported costs are the exact sums rounded once to ``float``.
+
+Methods, exactness and complexity (``W = F - S + 1`` = choices per cut, ``S <= F``)
+-----------------------------------------------------------------------------------
+*Cut points.* Only the starts of stages ``1 .. S-1`` are free, each on a full layer, so a layout is
+a strictly increasing sequence of full-layer indices ``0 = x_0 < x_1 < .. < x_{S-1} <= F - 1``;
+stage ``j`` may only start at full index ``x_j`` in ``[j, j + W - 1]``. Stage costs come from
+prefix sums over full-layer blocks in O(1).
+
+*Stage objective* (``VPP == 1`` or ``unit="stage"``), three exact dynamic programmes over
+(stage, start):
+
+1. ``G[j][x]``: the least possible max cost of stages ``j..S-1`` when stage ``j`` starts at ``x``
+   (``G[j][x] = min_y max(cost_j(x, y), G[j+1][y])``); ``M* = G[0][0]``;
+2. ``H[j][x]``: the least sum of squares of stages ``j..S-1`` with every stage cost ``<= M*``;
+3. a forward pass taking at each stage the smallest next start that keeps the optimum of 2,
+   which yields the lexicographically smallest split among the optimal ones.
+
+The key is a lexicographic order of (max, sum of squares, split); phase 1 fixes the first
+component exactly, phase 2 the second among layouts with that maximum, phase 3 the third.
+O(S * W^2) time (the inner loops stop once a stage alone exceeds the bound), O(S * F) memory.
+GLM-5.2 (F = 21) is instant; N = 1024, F = 256, PP = 64 takes well under a second.
+
+*k best, stage objective.* Lawler's partition method over the cut sequence: pop the best layout
+of a sub-space (a fixed prefix of starts plus a set of forbidden values for the next start) and
+split the rest of that sub-space into ``S - 1`` disjoint sub-spaces. The best layout of a
+sub-space is found exactly with ``G`` and an ``H`` table for its own maximum (cached per value).
+Distinct and in order by construction; O(k * S) sub-spaces, each O(S * W) plus at most one new
+``H`` table of O(S * W^2).
+
+*Rank objective with VPP > 1.* A rank's cost sums non-contiguous stages, so the DP above does not
+apply and a DP over stages must carry the partial sums of all pending ranks (exponential).
+Instead an exact depth-first branch-and-bound enumerates the cut sequence in vp-major order and
+keeps the ``k`` best keys found. A sub-tree is cut only when a *valid lower bound* on the key of
+each of its completions is larger than the current ``k``-th best key, so no layout of the true
+``k`` best is ever discarded (exactness). Bounds, with ``R`` the cost still to place and ``Q`` the
+ranks that still receive a stage: the largest partial rank sum (costs are non-negative); the
+average ``ceil((sum_Q partial + R) / |Q|)``; the rank of the last stage plus the final block
+(last full layer .. N) plus ``last_stage_extra``; for the sum of squares the water-filling
+minimum of ``sum x_r^2`` subject to ``x_r >= partial_r`` and ``sum_Q x_r = sum_Q partial + R``.
+Children are visited in increasing start order and the loop stops as soon as the stage alone
+pushes its rank over the ``k``-th best maximum. The search is seeded with the stage-objective
+optimum. Worst case O(S * C(F - 1, S - 1)) nodes, so it runs only up to
+:data:`EXACT_RANK_MAX_STAGES` stages and :data:`EXACT_RANK_MAX_FULL` full layers; beyond that
+:func:`optimal_layout` / :func:`k_best_layouts` fall back to the exact *stage* objective and
+say so in :attr:`Layout.note` (``exact`` is then ``False`` for the rank objective asked for).
+
+*Nearest valid layout* (:func:`nearest_valid`): the layers moved are those whose stage index
+changes, ``N - sum_j |old_j & new_j|``; this decomposes over consecutive cut pairs, so a DP over
+(stage, start) on full layers minimises it exactly in O(S * W^2), tie-broken by the cut shift
+``sum_j |x_j - t_j|`` and then the smallest split. (The moved count equals the cut shift only
+while no layer moves by more than one stage.)
+
+Nothing here imports anything outside the standard library (the fast CLI imports ``app.core``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import numbers
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Sequence
+
+__all__ = [
+    "RANK_DP_MAX_TRANSITIONS",
+    "Layout",
+    "NearestValid",
+    "StartChange",
+    "count_valid_layouts",
+    "k_best_layouts",
+    "nearest_valid",
+    "optimal_layout",
+]
+
+UNITS = ("rank", "stage")
+#: Work limit of the exact rank-objective DP (VPP > 1): rank transitions examined per call.
+RANK_DP_MAX_TRANSITIONS = 2_000_000
+
+_INF = math.inf
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One valid layout. Stages are vp-major; layer numbers are 1-based.
+
+    ``unit_costs`` are per rank (``unit == "rank"``) or per stage (``unit == "stage"``) and
+    ``max_cost`` is their maximum. ``exact`` is ``False`` only when a rank objective was asked for
+    but the instance exceeded the exact-search limits (see ``note``).
+    """
+
+    split: list[int]
+    stage_costs: list[float]
+    unit_costs: list[float]
+    max_cost: float
+    starts: list[int]
+    rank_costs: list[float]
+    pp: int
+    vpp: int
+    unit: str
+    exact: bool = True
+    note: str = ""
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.split)
+
+
+@dataclass(frozen=True)
+class StartChange:
+    """A stage whose first layer moved (1-based layers)."""
+
+    stage: int
+    pp_rank: int
+    vp_stage: int
+    old_start: int
+    new_start: int
+
+
+@dataclass(frozen=True)
+class NearestValid:
+    """The valid layout closest to a given split (see :func:`nearest_valid`)."""
+
+    split: list[int]
+    starts: list[int]
+    moved: int  # layers whose stage index changes
+    cut_shift: int  # sum over the S-1 cuts of |new cut - old cut|
+    changed: tuple[StartChange, ...]
+
+
+# --------------------------------------------------------------------------- input handling
+
+
+def _check_mask(full: Sequence) -> list[bool]:
+    mask = [bool(v) for v in full]
+    if not mask:
+        raise ValueError("full must describe at least one layer (got an empty mask)")
+    return mask
+
+
+def _check_count(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return int(value)
+
+
+def _fraction(value: object, what: str) -> Fraction:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{what} must be a real number, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{what} must be finite, got {value!r}")
+    frac = Fraction(value)
+    if frac < 0:
+        raise ValueError(f"{what} must be >= 0, got {value!r}")
+    return frac
+
+
+@dataclass
+class _Problem:
+    n: int
+    pos: list[int]  # 0-based positions of full layers, plus pos[F] = N
+    f: int
+    s: int
+    pp: int
+    vpp: int
+    w: int
+    bp: list[int]  # bp[x] = scaled cost of layers before pos[x]
+    fe: int
+    le: int
+    den: int
+
+    def extra(self, j: int) -> int:
+        return (self.fe if j == 0 else 0) + (self.le if j == self.s - 1 else 0)
+
+
+def _problem(costs, full, pp, vpp, first_stage_extra, last_stage_extra, unit) -> _Problem | None:
+    """Validate the input; ``None`` when no valid layout exists."""
+    pp = _check_count(pp, "pp")
+    vpp = _check_count(vpp, "vpp")
+    if unit not in UNITS:
+        raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
+    mask = _check_mask(full)
+    costs = list(costs)
+    if len(costs) != len(mask):
+        raise ValueError(f"len(costs) = {len(costs)} but len(full) = {len(mask)}; give one cost per layer")
+    fracs = [_fraction(c, f"cost of layer {i + 1}") for i, c in enumerate(costs)]
+    fe = _fraction(first_stage_extra, "first_stage_extra")
+    le = _fraction(last_stage_extra, "last_stage_extra")
+    n = len(mask)
+    s = pp * vpp
+    pos = [i for i, is_full in enumerate(mask) if is_full]
+    f = len(pos)
+    if not mask[0] or s > f:
+        return None
+    den = 1
+    for fr in (*fracs, fe, le):
+        den = math.lcm(den, fr.denominator)
+    scaled = [fr.numerator * (den // fr.denominator) for fr in fracs]
+    prefix = [0]
+    for v in scaled:
+        prefix.append(prefix[-1] + v)
+    pos.append(n)
+    bp = [prefix[p] for p in pos]
+    return _Problem(
+        n=n, pos=pos, f=f, s=s, pp=pp, vpp=vpp, w=f - s + 1, bp=bp,
+        fe=fe.numerator * (den // fe.denominator), le=le.numerator * (den // le.denominator), den=den,
+    )
+
+
+# --------------------------------------------------------------------------- costs and keys
+
+
+def _stage_ints(pb: _Problem, xs: Sequence[int]) -> list[int]:
+    bp, s = pb.bp, pb.s
+    return [bp[xs[j + 1] if j + 1 < s else pb.f] - bp[xs[j]] + pb.extra(j) for j in range(s)]
+
+
+def _rank_ints(pb: _Problem, stage: list[int]) -> list[int]:
+    return [sum(stage[v * pb.pp + r] for v in range(pb.vpp)) for r in range(pb.pp)]
+
+
+def _key(pb: _Problem, xs: Sequence[int], unit: str) -> tuple:
+    stage = _stage_ints(pb, xs)
+    units = _rank_ints(pb, stage) if unit == "rank" else stage
+    return (max(units), sum(u * u for u in units), sum(c * c for c in stage), tuple(xs))
+
+
+def _layout(pb: _Problem, xs: Sequence[int], unit: str, exact: bool = True, note: str = "") -> Layout:
+    starts0 = [pb.pos[x] for x in xs]
+    split = [b - a for a, b in zip(starts0, starts0[1:] + [pb.n])]
+    stage = _stage_ints(pb, xs)
+    rank = _rank_ints(pb, stage)
+    units = rank if unit == "rank" else stage
+    den = pb.den
+    return Layout(
+        split=split,
+        stage_costs=[v / den for v in stage],
+        unit_costs=[v / den for v in units],
+        max_cost=max(units) / den,
+        starts=[p + 1 for p in starts0],
+        rank_costs=[v / den for v in rank],
+        pp=pb.pp,
+        vpp=pb.vpp,
+        unit=unit,
+        exact=exact,
+        note=note,
+    )
+
+
+# --------------------------------------------------------------------------- stage objective
+
+
+class _StageSolver:
+    """Exact DPs for the stage objective (see the module docstring)."""
+
+    def __init__(self, pb: _Problem):
+        self.pb = pb
+        s, w, f, bp = pb.s, pb.w, pb.f, pb.bp
+        # G[j][x]: least max stage cost of stages j..S-1 with stage j starting at full index x.
+        g = [[_INF] * (f + 1) for _ in range(s)]
+        last = s - 1
+        for x in range(last, last + w):
+            g[last][x] = bp[f] - bp[x] + pb.extra(last)
+        for j in range(s - 2, -1, -1):
+            e, nxt, row = pb.extra(j), g[j + 1], g[j]
+            hi = j + w  # the next start y is in (x, j + w]
+            for x in range(j, j + w):
+                base = bp[x] - e
+                best = _INF
+                for y in range(x + 1, hi + 1):
+                    c = bp[y] - base
+                    if c >= best:
+                        break  # stage costs only grow with y
+                    v = nxt[y]
+                    if v < best:
+                        best = c if c > v else v
+                row[x] = best
+        self.g = g
+        self._h: dict[int, list[list[float]]] = {}
+
+    def h(self, bound: int) -> list[list[float]]:
+        """H[j][x]: least sum of squared stage costs of stages j..S-1, every stage <= bound."""
+        table = self._h.get(bound)
+        if table is not None:
+            return table
+        pb = self.pb
+        s, w, f, bp = pb.s, pb.w, pb.f, pb.bp
+        h = [[_INF] * (f + 1) for _ in range(s)]
+        last = s - 1
+        for x in range(last, last + w):
+            c = bp[f] - bp[x] + pb.extra(last)
+            if c <= bound:
+                h[last][x] = c * c
+        for j in range(s - 2, -1, -1):
+            e, nxt, row = pb.extra(j), h[j + 1], h[j]
+            hi = j + w
+            for x in range(j, j + w):
+                base = bp[x] - e
+                best = _INF
+                for y in range(x + 1, hi + 1):
+                    c = bp[y] - base
+                    if c > bound:
+                        break
+                    v = nxt[y]
+                    if v is not _INF:
+                        v += c * c
+                        if v < best:
+                            best = v
+                row[x] = best
+        self._h[bound] = h
+        return h
+
+    def complete(self, xs: list[int], bound: int) -> list[int]:
+        """Extend starts ``xs`` (stage len(xs)-1 starts at xs[-1]) to the lexicographically
+        smallest completion of least sum of squares with every stage <= bound."""
+        pb = self.pb
+        h = self.h(bound)
+        bp, w = pb.bp, pb.w
+        xs = list(xs)
+        for j in range(len(xs) - 1, pb.s - 1):
+            x = xs[-1]
+            base = bp[x] - pb.extra(j)
+            target = h[j][x]
+            for y in range(x + 1, j + w + 1):
+                c = bp[y] - base
+                if c <= bound and h[j + 1][y] is not _INF and c * c + h[j + 1][y] == target:
+                    xs.append(y)
+                    break
+            else:  # pragma: no cover - the tables guarantee a successor
+                raise AssertionError("stage DP reconstruction failed")
+        return xs
+
+    def optimum(self) -> list[int]:
+        return self.complete([0], self.g[0][0])
+
+    def best_in(self, prefix: tuple[int, ...], excluded: frozenset[int], floor: tuple | None = None) -> tuple | None:
+        """Key of the best layout with the given prefix of starts and the next start not in
+        ``excluded``; ``None`` if that sub-space is empty."""
+        pb = self.pb
+        bp, w = pb.bp, pb.w
+        j = len(prefix) - 1  # stage j starts at prefix[-1]; choose the start of stage j + 1
+        stage = [bp[prefix[i + 1]] - bp[prefix[i]] + pb.extra(i) for i in range(j)]
+        pm = max(stage, default=0)
+        ps = sum(c * c for c in stage)
+        x = prefix[-1]
+        base = bp[x] - pb.extra(j)
+        nxt = self.g[j + 1]
+        ys = [y for y in range(x + 1, j + w + 1) if y not in excluded]
+        bound = _INF
+        for y in ys:
+            c = bp[y] - base
+            v = max(pm, c, nxt[y])
+            if v < bound:
+                bound = v
+        if bound is _INF:
+            return None
+        h = self.h(bound)
+        best, best_y = _INF, None
+        for y in ys:
+            c = bp[y] - base
+            if c > bound:
+                break
+            v = h[j + 1][y]
+            if v is not _INF and c * c + v < best:
+                best, best_y = c * c + v, y
+        xs = self.complete(list(prefix) + [best_y], bound)
+        return (bound, ps + best, ps + best, tuple(xs))
+
+
+def _lawler(best_in, s: int, k: int) -> list[tuple]:
+    """Lawler's k-best partition over the cut sequence: keys of the ``k`` best layouts, in order.
+
+    ``best_in(prefix, excl, floor)`` returns the key (last item: the cut tuple) of the best layout
+    whose cuts start with ``prefix`` and whose next cut is not in ``excl``, or ``None``; ``floor``
+    (``None`` or a key known to be no worse than that best) may be used to skip work.
+    """
+    root = best_in((0,), frozenset(), None)
+    if root is None:
+        return []
+    heap = [(root, 1, frozenset())]  # (key, constrained cut index, forbidden values there)
+    out: list[tuple] = []
+    while heap:
+        key, at, excluded = heapq.heappop(heap)
+        out.append(key)
+        if len(out) == k:
+            break
+        xs = key[-1]
+        for t in range(at, s):
+            forbid = (excluded | {xs[t]}) if t == at else frozenset((xs[t],))
+            sub = best_in(xs[:t], forbid, key)  # a sub-space's best is never better than key
+            if sub is not None:
+                heapq.heappush(heap, (sub, t, forbid))
+    return out
+
+
+# --------------------------------------------------------------------------- rank objective
+
+
+class _BudgetExceeded(Exception):
+    pass
+
+
+class _RankSolver:
+    """Exact rank-major DP for the rank objective with VPP > 1 (see the module docstring).
+
+    Cut ``j`` is the full index where stage ``j`` starts (``c_0 = 0``, ``c_S = F``). With the
+    round boundaries ``beta = (c_P, c_2P, .., c_(V-1)P)`` fixed, rank ``r`` owns stages
+    ``v*P + r`` and the *state* before rank ``r`` is ``sigma_r = (c_r, c_(P+r), .., c_((V-1)P+r))``:
+    the ranks are independent given their states, so the least cost-to-go is a function of
+    ``(beta, r, sigma_r)`` alone. A sub-space (Lawler) fixes ``c_1 .. c_(t-1)`` to ``prefix`` and
+    forbids ``excl`` for ``c_t``.
+    """
+
+    def __init__(self, pb: _Problem, stage: "_StageSolver", budget: int):
+        self.pb = pb
+        self.stage = stage
+        self.left = budget
+
+    def _spend(self, n: int = 1) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise _BudgetExceeded
+
+    @staticmethod
+    def _ys(j: int, a: int, hi: int, prefix: tuple[int, ...]):
+        """Candidate values of cut ``j`` above ``a`` and at most ``hi`` (prefix-constrained)."""
+        if j < len(prefix):
+            p = prefix[j]
+            return (p,) if a < p <= hi else ()
+        return range(a + 1, hi + 1)
+
+    def _betas(self, prefix: tuple[int, ...], excl: frozenset[int]) -> list[tuple[int, ...]]:
+        """Every admissible boundary tuple (each one costs a unit of the work budget)."""
+        pb = self.pb
+        p, v_count, w, t = pb.pp, pb.vpp, pb.w, len(prefix)
+        # with b_v = beta_v - v*P the tuples are non-decreasing sequences in [0, W): count them
+        if math.comb(w + v_count - 2, v_count - 1) > self.left:
+            raise _BudgetExceeded
+        out: list[tuple[int, ...]] = []
+
+        def rec(v: int, lo: int, acc: tuple[int, ...]) -> None:
+            if v == v_count:
+                self._spend()
+                out.append(acc)
+                return
+            j = v * p
+            for b in self._ys(j, lo - 1, j + w - 1, prefix):
+                if b < j or (j == t and b in excl):
+                    continue
+                rec(v + 1, b + p, acc + (b,))
+
+        rec(1, p, ())
+        return out
+
+    def _minmax(self, beta: tuple[int, ...], cap: float, prefix: tuple[int, ...], excl: frozenset[int]):
+        """Least possible max rank cost with these boundaries, among layouts whose every rank
+        costs <= cap (``inf`` if there is none)."""
+        pb = self.pb
+        p, nv, bp, fe, le = pb.pp, pb.vpp, pb.bp, pb.fe, pb.le
+        t = len(prefix)
+        ys = self._ys
+        final = beta + (pb.f,)
+        phi_end = sum(bp[x] for x in final)
+        memo: list[dict] = [{} for _ in range(p)]
+
+        def f(r: int, st: tuple[int, ...], phi: int):
+            d = memo[r]
+            got = d.get(st)
+            if got is not None:
+                return got
+            ex = fe if r == 0 else 0
+            if r == p - 1:
+                c = phi_end - phi + ex + le
+                res = c if c <= cap else _INF
+                d[st] = res
+                return res
+            if phi_end - phi + ex + le > (p - r) * cap:
+                d[st] = _INF
+                return _INF
+            rr = r + 1
+            nxt = [0] * nv
+            best = _INF
+
+            def rec(v: int, partial: int) -> None:
+                nonlocal best
+                if v == nv:
+                    sub = f(rr, tuple(nxt), phi + partial - ex)
+                    cand = partial if partial > sub else sub
+                    if cand < best:
+                        best = cand
+                    return
+                a = st[v]
+                base = bp[a]
+                j = v * p + rr
+                seen = 0
+                for y in ys(j, a, final[v] - (p - rr), prefix):
+                    seen += 1
+                    c = partial + bp[y] - base
+                    if c >= best or c > cap:
+                        break  # dearer for every larger y
+                    if j == t and y in excl:
+                        continue
+                    nxt[v] = y
+                    rec(v + 1, c)
+                self._spend(seen)
+
+            rec(0, ex)
+            d[st] = best
+            return best
+
+        init = (0,) + beta
+        return f(0, init, sum(bp[x] for x in init))
+
+    def _sumsq(self, beta: tuple[int, ...], cap: int, prefix: tuple[int, ...], excl: frozenset[int]):
+        """Least (sum of squared rank costs, sum of squared stage costs) with every rank <= cap;
+        returns (value or None, memo)."""
+        pb = self.pb
+        p, nv, bp, fe, le = pb.pp, pb.vpp, pb.bp, pb.fe, pb.le
+        t = len(prefix)
+        ys = self._ys
+        final = beta + (pb.f,)
+        phi_end = sum(bp[x] for x in final)
+        memo: list[dict] = [{} for _ in range(p)]
+
+        def g(r: int, st: tuple[int, ...], phi: int):
+            d = memo[r]
+            if st in d:
+                return d[st]
+            ex = fe if r == 0 else 0
+            if r == p - 1:
+                stages = [bp[final[v]] - bp[st[v]] for v in range(nv)]
+                stages[0] += ex
+                stages[-1] += le
+                c = sum(stages)
+                res = (c * c, sum(x * x for x in stages)) if c <= cap else None
+                d[st] = res
+                return res
+            if phi_end - phi + ex + le > (p - r) * cap:
+                d[st] = None
+                return None
+            rr = r + 1
+            later = p - rr  # ranks after this one
+            nxt = [0] * nv
+            best = None
+
+            def rec(v: int, partial: int, sq: int) -> None:
+                nonlocal best
+                if v == nv:
+                    sub = g(rr, tuple(nxt), phi + partial - ex)
+                    if sub is not None:
+                        cand = (partial * partial + sub[0], sq + sub[1])
+                        if best is None or cand < best:
+                            best = cand
+                    return
+                a = st[v]
+                base = bp[a] - (ex if v == 0 else 0)
+                j = v * p + rr
+                last = v == nv - 1
+                seen = 0
+                for y in ys(j, a, final[v] - (p - rr), prefix):
+                    seen += 1
+                    s = bp[y] - base
+                    c = partial + s
+                    if c > cap or (best is not None and c * c > best[0]):
+                        break
+                    if j == t and y in excl:
+                        continue
+                    if last and best is not None:
+                        # the later ranks share the rest: their squares sum to >= rest^2 / count
+                        rest = phi_end - (phi + c - ex) + le
+                        if (c * c) * later + rest * rest > best[0] * later:
+                            continue
+                    nxt[v] = y
+                    rec(v + 1, c, sq + s * s)
+                self._spend(seen)
+
+            rec(0, 0, 0)
+            d[st] = best
+            return best
+
+        init = (0,) + beta
+        return g(0, init, sum(bp[x] for x in init)), memo
+
+    def _optimal_edges(self, beta, r, st, cap, memo, prefix, excl):
+        """Successor states of ``(beta, r, st)`` on optimal (phase-2) paths."""
+        pb = self.pb
+        p, nv, bp, fe = pb.pp, pb.vpp, pb.bp, pb.fe
+        t = len(prefix)
+        final = beta + (pb.f,)
+        if r == p - 1:
+            return [final]
+        target = memo[r][st]
+        ex = fe if r == 0 else 0
+        rr = r + 1
+        nxt = [0] * nv
+        out = []
+
+        def rec(v: int, partial: int, sq: int) -> None:
+            if v == nv:
+                sub = memo[rr].get(tuple(nxt))
+                if sub is not None and (partial * partial + sub[0], sq + sub[1]) == target:
+                    out.append(tuple(nxt))
+                return
+            a = st[v]
+            base = bp[a] - (ex if v == 0 else 0)
+            j = v * p + rr
+            seen = 0
+            for y in self._ys(j, a, final[v] - (p - rr), prefix):
+                seen += 1
+                s = bp[y] - base
+                c = partial + s
+                if c > cap or c * c > target[0]:
+                    break
+                if j == t and y in excl:
+                    continue
+                nxt[v] = y
+                rec(v + 1, c, sq + s * s)
+            self._spend(seen)
+
+        rec(0, 0, 0)
+        return out
+
+    def best_in(self, prefix: tuple[int, ...], excl: frozenset[int], floor: tuple | None = None) -> tuple | None:
+        pb = self.pb
+        p, nv = pb.pp, pb.vpp
+        seed = self.stage.best_in(prefix, excl)  # a layout of this sub-space: an upper bound
+        if seed is None:
+            return None
+        seed_xs = seed[-1]
+        cap = _key(pb, seed_xs, "rank")[0]
+        betas = self._betas(prefix, excl)
+        # phase 1: the least maximum. Search only for strict improvements on the best known
+        # value; unless the floor (a lower bound) already shows the seed's maximum is optimal.
+        if floor is None or floor[0] < cap:
+            seed_beta = tuple(seed_xs[v * p] for v in range(1, nv))
+            for beta in sorted(betas, key=lambda b: b != seed_beta):
+                val = self._minmax(beta, cap - 1, prefix, excl)
+                if val < cap:
+                    cap = val
+        bound = cap
+        # phase 2: least (sum of squared rank costs, sum of squared stage costs) at that maximum
+        memos, sums = {}, {}
+        for beta in betas:
+            val, memo = self._sumsq(beta, bound, prefix, excl)
+            if val is not None:
+                sums[beta], memos[beta] = val, memo
+        best_sum = min(sums.values())
+        # phase 3: lexicographically smallest cut sequence among the optimal paths
+        layers: list[dict] = [{} for _ in range(p + 1)]
+        for beta, val in sums.items():
+            if val == best_sum:
+                layers[0][(beta, (0,) + beta)] = None
+        for r in range(p):
+            for node in layers[r]:
+                beta, st = node
+                succ = [(beta, nst) for nst in self._optimal_edges(beta, r, st, bound, memos[beta], prefix, excl)]
+                layers[r][node] = succ
+                for nd in succ:
+                    layers[r + 1].setdefault(nd, None)
+        alive = [set(layer) for layer in layers]
+        for v in range(nv):
+            cur = alive[0]
+            for r in range(1, p + 1):
+                cand = {nd for node in cur for nd in layers[r - 1][node] if nd in alive[r]}
+                low = min(nd[1][v] for nd in cand)
+                cur = {nd for nd in cand if nd[1][v] == low}
+                alive[r] = cur
+            for r in range(p - 1, -1, -1):
+                alive[r] = {node for node in alive[r] if any(nd in alive[r + 1] for nd in layers[r][node])}
+        path = [min(alive[r]) for r in range(p)]  # one node each by now
+        xs = [0] * pb.s
+        for r, (_, st) in enumerate(path):
+            for v in range(nv):
+                xs[v * p + r] = st[v]
+        return (bound, best_sum[0], best_sum[1], tuple(xs))
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def _solve(pb: _Problem, k: int, unit: str) -> list[Layout]:
+    if pb.s == 1:
+        return [_layout(pb, [0], unit)]
+    stage = _StageSolver(pb)
+    if unit == "stage" or pb.vpp == 1:
+        return [_layout(pb, key[-1], unit) for key in _lawler(stage.best_in, pb.s, k)]
+    rank = _RankSolver(pb, stage, RANK_DP_MAX_TRANSITIONS)
+    try:
+        keys = _lawler(rank.best_in, pb.s, k)
+    except _BudgetExceeded:
+        note = (
+            f"rank objective not solved exactly: the exact rank DP needs more than "
+            f"{RANK_DP_MAX_TRANSITIONS:,} transitions for S = {pb.s} stages (VPP = {pb.vpp}) over "
+            f"F = {pb.f} full layers; this is the exact optimum of the per-stage objective "
+            "(unit='stage') instead, with rank_costs reported for reference"
+        )
+        return [_layout(pb, key[-1], "stage", exact=False, note=note) for key in _lawler(stage.best_in, pb.s, k)]
+    return [_layout(pb, key[-1], "rank") for key in keys]
+
+
+def optimal_layout(
+    costs: Sequence[float],
+    full: Sequence[bool],
+    pp: int,
+    vpp: int = 1,
+    first_stage_extra: float = 0.0,
+    last_stage_extra: float = 0.0,
+    unit: str = "rank",
+) -> Layout | None:
+    """The exact min-max optimal valid layout (ties: sum of squares, then smallest split).
+
+    ``costs[i]`` and ``full[i]`` describe layer ``i + 1``. Returns ``None`` when no valid layout
+    exists (layer 1 shared, or more stages than full layers). Raises ``ValueError`` on bad input.
+    """
+    pb = _problem(costs, full, pp, vpp, first_stage_extra, last_stage_extra, unit)
+    if pb is None:
+        return None
+    return _solve(pb, 1, unit)[0]
+
+
+def k_best_layouts(
+    costs: Sequence[float],
+    full: Sequence[bool],
+    pp: int,
+    vpp: int = 1,
+    k: int = 5,
+    first_stage_extra: float = 0.0,
+    last_stage_extra: float = 0.0,
+    unit: str = "rank",
+) -> list[Layout]:
+    """The ``k`` best distinct valid layouts in the order of :func:`optimal_layout` (fewer when
+    fewer exist; empty when none exists)."""
+    k = _check_count(k, "k")
+    pb = _problem(costs, full, pp, vpp, first_stage_extra, last_stage_extra, unit)
+    if pb is None:
+        return []
+    return _solve(pb, k, unit)
+
+
+def count_valid_layouts(full: Sequence[bool], num_stages: int) -> int:
+    """Number of valid layouts of ``num_stages`` stages: ``C(F - 1, S - 1)`` if layer 1 is full."""
+    s = _check_count(num_stages, "num_stages")
+    mask = _check_mask(full)
+    if not mask[0]:
+        return 0
+    return math.comb(sum(mask) - 1, s - 1)  # comb is 0 when S > F
+
+
+def nearest_valid(split: Sequence[int], full: Sequence[bool], vpp: int = 1) -> NearestValid | None:
+    """The valid layout with ``len(split)`` stages that moves the fewest layers.
+
+    A layer *moves* when its stage index changes. Ties: the smallest cut shift
+    ``sum_j |new cut_j - old cut_j|``, then the lexicographically smallest split. Zero-sized
+    stages are allowed in the input. Returns ``None`` when no valid layout of that many stages
+    exists; raises ``ValueError`` when the split does not sum to the number of layers.
+    """
+    vpp = _check_count(vpp, "vpp")
+    mask = _check_mask(full)
+    sizes = list(split)
+    for i, v in enumerate(sizes):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
+            raise ValueError(f"stage {i} size must be a non-negative integer, got {v!r}")
+    n = len(mask)
+    s = len(sizes)
+    if s == 0:
+        raise ValueError("split must have at least one stage")
+    if s % vpp:
+        raise ValueError(f"split has {s} stages, not a multiple of vpp = {vpp}")
+    total = sum(sizes)
+    if total != n:
+        raise ValueError(f"split sums to {total} layers but the model has N = {n}")
+    pp = s // vpp
+    pos = [i for i, is_full in enumerate(mask) if is_full]
+    f = len(pos)
+    if not mask[0] or s > f:
+        return None
+    pos.append(n)
+    old = [0]
+    for v in sizes:
+        old.append(old[-1] + v)  # old[j] = 0-based first layer of stage j, old[s] = n
+    w = f - s + 1
+
+    def moved_in(j: int, a: int, b: int) -> int:
+        """Layers of new stage j = [a, b) that were not in old stage j."""
+        overlap = min(b, old[j + 1]) - max(a, old[j])
+        return (b - a) - (overlap if overlap > 0 else 0)
+
+    # D[j][x] = (moved, shift) of stages j..S-1 when stage j starts at full index x
+    big = (n + 1, 0)
+    d = [[big] * (f + 1) for _ in range(s)]
+    for x in range(s - 1, s - 1 + w):
+        d[s - 1][x] = (moved_in(s - 1, pos[x], n), 0)
+    for j in range(s - 2, -1, -1):
+        for x in range(j, j + w):
+            best = big
+            for y in range(x + 1, j + w + 1):
+                tm, ts = d[j + 1][y]
+                cand = (tm + moved_in(j, pos[x], pos[y]), ts + abs(pos[y] - old[j + 1]))
+                if cand < best:
+                    best = cand
+            d[j][x] = best
+    xs = [0]
+    for j in range(s - 1):
+        x = xs[-1]
+        target = d[j][x]
+        for y in range(x + 1, j + w + 1):
+            tm, ts = d[j + 1][y]
+            if (tm + moved_in(j, pos[x], pos[y]), ts + abs(pos[y] - old[j + 1])) == target:
+                xs.append(y)
+                break
+    starts0 = [pos[x] for x in xs]
+    new_split = [b - a for a, b in zip(starts0, starts0[1:] + [n])]
+    moved, shift = d[0][0]
+    changed = tuple(
+        StartChange(stage=j, pp_rank=j % pp, vp_stage=j // pp, old_start=old[j] + 1, new_start=starts0[j] + 1)
+        for j in range(s)
+        if starts0[j] != old[j]
+    )
+    return NearestValid(split=new_split, starts=[p + 1 for p in starts0], moved=moved, cut_shift=shift, changed=changed)

@@ -1,0 +1,210 @@
+"""Parallel-configuration search for a GPU budget: enumerate, drop what Megatron refuses or what
+overflows a GPU, rank the rest.
+
+Enumerated: TP (divisors of the head count, at most 8 = one NVLink domain), CP (powers of two up
+to 16, dividing the sample length in chunks of 2*CP), PP (powers of two up to 16 with a valid
+IndexShare layout), EP (divisors of the expert count), ETP in {1, TP}, VPP in {1, 2, 4} (PP > 2),
+recompute in {none, selective, full (uniform, 1 layer)}, optimizer CPU offload off/on. DP follows
+from the budget: GPUs / (TP*CP*PP) must be whole, and ETP*EP*PP must divide the world.
+
+Each (PP, VPP) uses the optimal valid layout for memory (:func:`app.core.optimiser.optimal_layout`
+over per-layer parameter counts, embedding on the first stage, lm_head + MTP + the MTP's
+embedding copy on the last), so every physical and virtual stage starts on a full layer.
+
+Ranking model (stated, simple, deterministic): the estimated relative step time is
+
+    time = imbalance * recompute_factor * offload_factor / (1 - bubble)
+
+where ``imbalance`` is the busiest pipeline rank's forward FLOPs over the mean
+(:func:`app.core.flops.stage_flops`), ``bubble`` = (PP-1)/(VPP*m + PP-1) with m micro-batches,
+``recompute_factor`` is 1 (none), 1.05 (selective) or 4/3 (full: one more forward on top of
+forward + 2x backward), and ``offload_factor`` 1.10 (host Adam step, partly overlapped). Lower is
+better; ties go to the smaller model-parallel group (TP*CP*PP: more data parallelism, less
+communication) and then to more memory headroom. Communication volume is not modelled beyond that
+tie-break. Memory only falls along none -> selective -> full recompute and without -> with
+offload, so each shape is probed once with its leanest option (all overflow if that does) and then
+walked from the cheapest option up; the options costlier than the first that fits are counted as
+``dominated`` (they fit, but the cheaper one of the same shape always ranks above them).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.flops import bubble_fraction, stage_flops
+from app.core.layer_roles import RoleMap, derive_roles
+from app.core.memory import rank_activations, rank_totals
+from app.core.model_config import ModelConfig
+from app.core.optimiser import optimal_layout
+from app.core.parallelism import ParallelConfig, check_parallel, resolve_gpu
+from app.core.layer_costs import memory_costs
+from app.core.parameters import per_rank_params
+from app.core.stages import PipelineSpec, StagePlan, materialise, megatron_flags
+
+RECOMPUTE_FACTOR = {"none": 1.0, "selective": 1.05, "full": 4.0 / 3.0}
+OFFLOAD_FACTOR = 1.10
+RECOMPUTE_ORDER = ("none", "selective", "full")  # stored activations only fall along this order
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    tp: tuple[int, ...] | None = None
+    cp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    ep: tuple[int, ...] | None = None
+    vpp: tuple[int, ...] = (1, 2, 4)
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    offload: tuple[bool, ...] = (False, True)
+
+
+def search(
+    cfg: ModelConfig,
+    gpus: int,
+    *,
+    gpu: str = "h100-80gb",
+    gpu_capacity_bytes: int | None = None,
+    seq_length: int | None = None,
+    tokens_per_gpu: int | None = None,
+    mbs: int = 1,
+    num_microbatches: int | None = None,
+    space: SearchSpace | None = None,
+    top: int = 10,
+    engine: str = "megatron",
+) -> dict[str, Any]:
+    """Evaluate every combination in ``space`` for ``gpus`` GPUs; JSON-ready result."""
+    if gpus < 1:
+        raise ValueError(f"--gpus must be at least 1, got {gpus}")
+    if seq_length is None and tokens_per_gpu is None:
+        seq_length = 4096
+    capacity = resolve_gpu(gpu, gpu_capacity_bytes).capacity_bytes
+    space = space or SearchSpace()
+    t0 = time.perf_counter()
+    roles = derive_roles(cfg, engine)
+    full = [r.role == "full" for r in roles.layers]
+    mem = memory_costs(cfg, roles)
+    costs, first_extra, last_extra = list(mem.costs), mem.first_stage_extra, mem.last_stage_extra
+    heads, experts = cfg.num_attention_heads, cfg.n_routed_experts
+    tps = space.tp or tuple(t for t in _divisors(heads) if t <= 8)
+    cps = space.cp or (1, 2, 4, 8, 16)
+    pps = space.pp or tuple(p for p in (1, 2, 4, 8, 16) if p <= len(roles.full_layers))
+    eps = space.ep or tuple(_divisors(experts) if experts else (1,))
+    counts = {"combinations": 0, "constraint": 0, "no_layout": 0, "memory": 0, "feasible": 0, "dominated": 0}
+    plans: dict[tuple[int, int], StagePlan | None] = {}
+    imbalance: dict[tuple[int, int], float] = {}
+    sample = seq_length
+
+    def plan_for(pp: int, vpp: int) -> StagePlan | None:
+        key = (pp, vpp)
+        if key not in plans:
+            lay = optimal_layout(costs, full, pp, vpp, first_stage_extra=first_extra, last_stage_extra=last_extra)
+            if lay is None:
+                plans[key] = None
+            else:
+                plan = materialise(PipelineSpec(split=tuple(lay.split), vpp=vpp, overlap_p2p=True),
+                                   cfg.num_hidden_layers, default_mtp=cfg.num_nextn_predict_layers)
+                plans[key] = None if plan.errors else plan
+            if plans[key] is not None:
+                sf = stage_flops(cfg, roles, plans[key], seq_length=sample or tokens_per_gpu or 4096)
+                imbalance[key] = sf["imbalance"]
+        return plans[key]
+
+    # cheapest first; the last option saves the most memory (full recompute + offload)
+    options = sorted(((rc, off) for rc in space.recompute for off in space.offload),
+                     key=lambda o: RECOMPUTE_FACTOR[o[0]] * (OFFLOAD_FACTOR if o[1] else 1.0))
+    leanest = max(options, key=lambda o: (RECOMPUTE_ORDER.index(o[0]), o[1]))
+    params_cache: dict[tuple[int, ...], list] = {}
+    acts_cache: dict[tuple[Any, ...], list] = {}
+
+    def totals_for(plan: StagePlan, par: ParallelConfig, params: list) -> list[int]:
+        akey = (par.pp, par.vpp, par.tp, par.expert_tp, par.cp, par.recompute, par.data_parallel)
+        if akey not in acts_cache:
+            acts_cache[akey] = rank_activations(cfg, roles, plan, par)
+        return rank_totals(cfg, roles, plan, par, params, acts_cache[akey])
+    feasible: list[dict[str, Any]] = []
+    for pp in pps:
+        for tp in tps:
+            for cp in cps:
+                mp = tp * cp * pp
+                if gpus % mp:
+                    continue
+                for ep in eps:
+                    for etp in sorted({1, tp}):
+                        if gpus % (etp * ep * pp):
+                            continue
+                        for vpp in space.vpp:
+                            if vpp > 1 and pp <= 2:
+                                continue
+                            counts["combinations"] += len(options)
+                            plan = plan_for(pp, vpp)
+                            if plan is None:
+                                counts["no_layout"] += len(options)
+                                continue
+
+                            def config(rc: str, off: bool) -> ParallelConfig:
+                                return ParallelConfig(
+                                    tp=tp, cp=cp, pp=pp, gpus=gpus, ep=ep, etp=etp,
+                                    vpp=vpp if vpp > 1 else None, sp=tp > 1, mbs=mbs,
+                                    num_microbatches=num_microbatches, seq_length=seq_length,
+                                    tokens_per_gpu=tokens_per_gpu, recompute=rc,
+                                    optimizer_cpu_offload=off, use_precision_aware_optimizer=off,
+                                    gpu=gpu, gpu_capacity_bytes=gpu_capacity_bytes)
+
+                            try:
+                                probe = config(*leanest)
+                            except ValueError:
+                                counts["constraint"] += len(options)
+                                continue
+                            if any(not c.ok and not c.warning for c in check_parallel(cfg, probe, plan)):
+                                counts["constraint"] += len(options)
+                                continue
+                            pkey = (pp, vpp, tp, ep, etp)
+                            if pkey not in params_cache:
+                                params_cache[pkey] = per_rank_params(cfg, roles, plan, tp=tp, ep=ep, etp=etp)
+                            params = params_cache[pkey]
+                            # memory only falls from the cheapest option to the leanest one: if the
+                            # leanest overflows, every option does
+                            if max(totals_for(plan, probe, params)) > capacity:
+                                counts["memory"] += len(options)
+                                continue
+                            for k, (rc, off) in enumerate(options):
+                                par = probe if (rc, off) == leanest else config(rc, off)
+                                totals = totals_for(plan, par, params)
+                                if max(totals) > capacity:
+                                    counts["memory"] += 1
+                                    continue
+                                counts["feasible"] += 1
+                                counts["dominated"] += len(options) - k - 1
+                                m = par.microbatches or max(8 * pp, 1)
+                                bubble = bubble_fraction(pp, vpp, m)
+                                score = (imbalance[(pp, vpp)] * RECOMPUTE_FACTOR[rc]
+                                         * (OFFLOAD_FACTOR if off else 1.0) / (1 - bubble))
+                                feasible.append({
+                                    "tp": tp, "cp": cp, "pp": pp, "dp": par.data_parallel, "ep": ep, "etp": etp,
+                                    "vpp": vpp, "edp": par.edp, "recompute": rc, "optimizer_cpu_offload": off,
+                                    "split": plan.sizes, "megatron_flags": megatron_flags(plan)[0],
+                                    "max_rank_bytes": max(totals), "headroom_bytes": capacity - max(totals),
+                                    "imbalance": imbalance[(pp, vpp)], "bubble": bubble,
+                                    "microbatches": m, "relative_step_time": score,
+                                })
+                                break  # the costlier options of this shape also fit but are dominated
+    feasible.sort(key=lambda r: (round(r["relative_step_time"], 9), r["tp"] * r["cp"] * r["pp"], -r["headroom_bytes"]))
+    elapsed = time.perf_counter() - t0
+    return {
+        "model": cfg.id,
+        "gpus": gpus,
+        "gpu": resolve_gpu(gpu, gpu_capacity_bytes).__dict__,
+        "seq_length": seq_length,
+        "tokens_per_gpu": tokens_per_gpu,
+        "counts": counts,
+        "evaluated_per_second": counts["combinations"] / elapsed if elapsed > 0 else None,
+        "seconds": elapsed,
+        "ranking_model": ("relative step time = imbalance x recompute factor (none 1, selective 1.05, full 4/3) x "
+                          "offload factor (1.10) / (1 - pipeline bubble); ties: smaller TP*CP*PP, then more headroom"),
+        "results": feasible[:top],
+    }

@@ -1,0 +1,128 @@
+/* isplan dashboard behaviour. No inline scripts: figures come from data-figure attributes and
+   every handler is attached here, so the page runs under a strict Content-Security-Policy. */
+(function () {
+  "use strict";
+
+  function form() { return document.getElementById("controls"); }
+
+  function renderFigures(root) {
+    if (!window.Plotly) return;
+    (root || document).querySelectorAll(".plotly-figure[data-figure]").forEach(function (el) {
+      try {
+        var fig = JSON.parse(el.getAttribute("data-figure"));
+        window.Plotly.react(el, fig.data, fig.layout, {displaylogo: false, responsive: true});
+      } catch (e) { el.textContent = "figure unavailable: " + e; }
+    });
+  }
+
+  function mapInfo() {
+    var map = document.getElementById("layer-map");
+    if (!map) return null;
+    var full = map.dataset.full ? map.dataset.full.split(",").map(Number) : [];
+    var starts = map.dataset.starts ? map.dataset.starts.split(",").map(Number) : [];
+    return {map: map, n: Number(map.dataset.numLayers), full: full, starts: starts};
+  }
+
+  /* Set stage k's first layer (k >= 1, 0-based stage index) and ask the server for the new plan. */
+  function moveBoundary(stageIndex, layer) {
+    var info = mapInfo();
+    if (!info) return;
+    var starts = info.starts.slice();
+    var lo = starts[stageIndex - 1] + 1;
+    var hi = stageIndex + 1 < starts.length ? starts[stageIndex + 1] - 1 : info.n;
+    layer = Math.max(lo, Math.min(hi, layer));
+    if (layer === starts[stageIndex]) return;
+    starts[stageIndex] = layer;
+    var sizes = [];
+    for (var i = 0; i < starts.length; i++) {
+      var end = i + 1 < starts.length ? starts[i + 1] : info.n + 1;
+      sizes.push(end - starts[i]);
+    }
+    var f = form();
+    f.querySelector("#mode").value = "split";
+    f.querySelector("#split").value = sizes.join(",");
+    window.__isplanFocus = stageIndex;
+    window.htmx.trigger(f, "plan-change");
+  }
+
+  function nextFull(info, from, dir) {
+    var list = dir > 0 ? info.full : info.full.slice().reverse();
+    for (var i = 0; i < list.length; i++) {
+      if (dir > 0 ? list[i] > from : list[i] < from) return list[i];
+    }
+    return from;
+  }
+
+  document.addEventListener("keydown", function (ev) {
+    var b = ev.target;
+    if (!b.classList || !b.classList.contains("boundary")) return;
+    var info = mapInfo();
+    var stage = Number(b.dataset.stage) - 1;
+    var now = Number(b.getAttribute("aria-valuenow"));
+    var target = null;
+    if (ev.key === "ArrowRight" || ev.key === "ArrowUp") target = ev.shiftKey ? nextFull(info, now, 1) : now + 1;
+    else if (ev.key === "ArrowLeft" || ev.key === "ArrowDown") target = ev.shiftKey ? nextFull(info, now, -1) : now - 1;
+    else if (ev.key === "Home") target = 0;
+    else if (ev.key === "End") target = info.n;
+    if (target === null) return;
+    ev.preventDefault();
+    moveBoundary(stage, target);
+  });
+
+  /* Pointer drag: press a boundary, move over the cells, release on the layer the stage should start at. */
+  var drag = null;
+  document.addEventListener("pointerdown", function (ev) {
+    var b = ev.target.closest && ev.target.closest(".boundary");
+    if (!b) return;
+    ev.preventDefault();
+    b.focus();
+    drag = {stage: Number(b.dataset.stage) - 1, el: b, target: Number(b.getAttribute("aria-valuenow"))};
+    b.classList.add("dragging");
+  });
+  document.addEventListener("pointermove", function (ev) {
+    if (!drag) return;
+    var el = document.elementFromPoint(ev.clientX, ev.clientY);
+    var cell = el && el.closest && el.closest(".cell");
+    if (!cell || cell.classList.contains("mtp")) return;
+    document.querySelectorAll(".cell.drop").forEach(function (c) { c.classList.remove("drop"); });
+    cell.classList.add("drop");
+    drag.target = Number(cell.dataset.layer);
+  });
+  document.addEventListener("pointerup", function () {
+    if (!drag) return;
+    var d = drag;
+    drag = null;
+    d.el.classList.remove("dragging");
+    document.querySelectorAll(".cell.drop").forEach(function (c) { c.classList.remove("drop"); });
+    moveBoundary(d.stage, d.target);
+  });
+
+  document.addEventListener("click", function (ev) {
+    var t = ev.target;
+    if (t.matches && t.matches("button.copy-url")) {
+      var url = window.location.href;
+      var done = function () { t.textContent = "Copied"; setTimeout(function () { t.textContent = "Copy share URL"; }, 1500); };
+      if (navigator.clipboard && navigator.clipboard.writeText) navigator.clipboard.writeText(url).then(done, done);
+      else done();
+      t.dataset.url = url;
+    }
+  });
+
+  document.addEventListener("htmx:afterSwap", function (ev) {
+    var li = document.getElementById("layout-inputs");
+    if (li && li.dataset.mode) {
+      var f = form();
+      f.querySelector("#mode").value = li.dataset.mode;
+      if (li.dataset.split) f.querySelector("#split").value = li.dataset.split;
+    }
+    renderFigures(document.getElementById("results"));
+    if (typeof window.__isplanFocus === "number") {
+      var b = document.querySelector('.boundary[data-stage="' + (window.__isplanFocus + 1) + '"]');
+      if (b) b.focus();
+      window.__isplanFocus = null;
+    }
+    document.body.dataset.updated = String(Date.now());
+  });
+
+  document.addEventListener("DOMContentLoaded", function () { renderFigures(document); });
+})();
