@@ -6,7 +6,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: serve test venv bench clean
+CHROMIUM ?= /usr/bin/chromium
+
+.PHONY: serve test venv bench clean browser screenshot
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +21,17 @@ venv: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/uvicorn app.main:app --host 127.0.0.1 --port 8000
 
-test: $(STAMP)
-	$(BIN)/python -m pytest
+# Browser tests drive Debian's Chromium through Playwright (no browser download).
+browser:
+	@command -v $(CHROMIUM) >/dev/null 2>&1 || { \
+	  echo "installing Debian chromium (browser tests need it)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: $(STAMP) browser
+	ISPLAN_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest
+
+screenshot: $(STAMP) browser
+	ISPLAN_CHROMIUM=$(CHROMIUM) $(BIN)/python -m scripts.screenshot docs/screenshot.png
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

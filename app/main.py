@@ -37,6 +37,7 @@ from app.core.stages import LayoutInputError, parse_split
 from app.web.assets import asset_dir
 from app.web.figures import compute_figure, context_figure, memory_figure, schedule_figure
 from app.web.plan_state import GPUS, PlanState, parse_state
+from app.web.plan_state import error_fields as plan_fields
 from app.web.store import ConfigStore
 from app.web.view import PlanView, build_view, conversion_spec, spec_from_state
 
@@ -121,8 +122,7 @@ def _figures(v: PlanView) -> dict[str, Any]:
 
 def _context(request: Request, v: PlanView, **extra: Any) -> dict[str, Any]:
     _, presets = load_manifest()
-    error_fields = ["model", "pattern", "pp", "first", "last", "vpp", "split", "layout", "tp", "cp", "dp", "gpus",
-                    "ep", "etp", "mbs", "mb", "seq", "tpg", "gpu_gb", "conv_pp", "conv_split"]
+    error_fields = plan_fields()
     return {"request": request, "v": v, "presets": presets, "preset_ids": preset_ids(), "engines": ENGINES,
             "gpus": GPUS, "figures": _figures(v), "error_fields": error_fields, "oob": False, **extra}
 

@@ -1,39 +1,219 @@
-"""The JSON API mirrors the CLI's JSON; bad input is a 4xx naming the field."""
+"""The web app's routes: pages, fragments, uploads and every JSON twin of a CLI command.
+
+JSON twins are compared with the real CLI's ``--format json`` output for the same inputs."""
 
 from __future__ import annotations
 
+import json
+import re
+
+import pytest
 from fastapi.testclient import TestClient
 
-from app.main import app
+import app.main as web
+from app.web.store import ConfigStore
+from tests.test_cli import isplan
 
-client = TestClient(app)
+SEED_BAD = "10,10,10,10,10,10,9,9"
 
 
-def test_healthz():
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    web.store = ConfigStore(tmp_path_factory.mktemp("store") / "configs.sqlite3")
+    return TestClient(web.app)
+
+
+def test_healthz_and_about(client):
     r = client.get("/healthz")
     assert r.status_code == 200 and r.json()["status"] == "ok"
+    about = client.get("/api/v1/about").json()
+    assert about["htmx"]["version"].startswith("2.0.")
+    assert len(about["htmx"]["sha256"]) == 64
 
 
-def test_check_matches_seed_case():
-    r = client.get("/api/v1/check", params={"split": "10,10,10,10,10,10,9,9"})
-    assert r.status_code == 200
-    assert [v["layer"] for v in r.json()["violations"]] == [21, 41, 61, 70]
+def test_vendored_htmx_matches_its_recorded_digest(client):
+    import hashlib
+
+    about = client.get("/api/v1/about").json()
+    body = client.get(f"/static/vendor/{about['htmx']['file']}").content
+    assert hashlib.sha256(body).hexdigest() == about["htmx"]["sha256"]
+    assert len(client.get("/assets/plotly.min.js").content) > 1_000_000
 
 
-def test_roles():
-    r = client.get("/api/v1/roles", params={"model": "glm-5.2"})
-    assert r.json()["num_full"] == 21
-
-
-def test_bad_input_is_4xx_with_field():
-    r = client.get("/api/v1/check", params={"model": "../../etc/passwd", "split": "78"})
-    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "model"
-    r = client.get("/api/v1/check", params={"split": "1,x"})
-    assert r.status_code == 422 and "entry 2" in r.json()["errors"][0]["message"]
-    r = client.get("/api/v1/check", params={"pp": "0"})
-    assert r.status_code == 422
-
-
-def test_index_page():
+def test_security_headers(client):
     r = client.get("/")
-    assert r.status_code == 200 and "VALID" in r.text
+    csp = r.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "'unsafe-inline'" not in csp.split("script-src")[1].split(";")[0]
+    assert "frame-ancestors 'none'" in csp
+    assert r.headers["x-content-type-options"] == "nosniff"
+    assert "<script>" not in r.text and " onclick=" not in r.text.lower()
+
+
+def test_default_page_is_the_slime_profile(client):
+    r = client.get("/")
+    assert r.status_code == 200
+    assert "TP 4 × CP 8 × PP 8 × DP 1 = 256 GPUs" in r.text
+    assert re.search(r'id="verdict">\s*<strong>VALID', r.text)
+    # seven boundaries, at the starts 15, 23, ..., 63
+    assert re.findall(r'aria-valuenow="(\d+)"', r.text) == ["15", "23", "31", "39", "47", "55", "63"]
+
+
+def test_fragment_replaces_url_and_lists_violations(client):
+    r = client.get("/fragment", params={"model": "glm-5.2", "mode": "split", "split": SEED_BAD})
+    assert r.status_code == 200
+    assert r.headers["hx-replace-url"].startswith("/?")
+    assert "split=10%2C10" in r.headers["hx-replace-url"]
+    layers = re.findall(r'<li class="err" data-layer="(\d+)"', r.text)
+    assert layers == ["21", "41", "61", "70"]
+    assert 'hx-swap-oob="true"' in r.text  # field messages ride along out of band
+
+
+def test_bad_values_render_the_page_with_messages(client):
+    r = client.get("/", params={"pp": "abc", "tp": "0", "mode": "split", "split": "1,x", "gpu": "tpu"})
+    assert r.status_code == 200
+    for field, words in (("pp", "whole number"), ("tp", "between 1 and 64"), ("split", "entry 2"), ("gpu", "one of")):
+        m = re.search(rf'id="err-{field}" role="alert">([^<]+)<', r.text)
+        assert m and words in m.group(1), field
+
+
+def test_actions_balance_and_nearest(client):
+    for action in ("balance", "nearest"):
+        r = client.get("/fragment", params={"model": "glm-5.2", "mode": "split", "split": SEED_BAD, "action": action})
+        url = r.headers["hx-replace-url"]
+        assert "mode=split" in url and "split=10%2C10%2C10%2C10" not in url
+        assert re.search(r'id="verdict">\s*<strong>VALID', r.text), action
+
+
+# --------------------------------------------------------------------------- JSON twins
+
+
+def test_check_twin_equals_cli(client):
+    api = client.get("/api/v1/check", params={"split": SEED_BAD}).json()
+    cli = json.loads(isplan("check", "glm-5.2", "--split", SEED_BAD, "--format", "json").stdout)
+    for key in ("valid", "stages", "violations", "errors", "megatron_flags", "layout_string", "model"):
+        assert api[key] == cli[key], key
+
+
+def test_roles_and_flops_twins_equal_cli(client):
+    assert client.get("/api/v1/roles", params={"pattern": "FSSS"}).json() == json.loads(
+        isplan("roles", "glm-5.2", "--pattern", "FSSS", "--format", "json").stdout)
+    assert client.get("/api/v1/flops", params={"context": 32768}).json() == json.loads(
+        isplan("flops", "glm-5.2", "--context", "32768", "--format", "json").stdout)
+
+
+def test_plan_search_twin_equals_cli(client):
+    api = client.get("/api/v1/plan-search", params={"pp": 8, "objective": "memory", "near": SEED_BAD}).json()
+    cli = json.loads(isplan("plan", "glm-5.2", "--pp", "8", "--objective", "memory", "--near", SEED_BAD,
+                            "--format", "json").stdout)
+    assert api == cli
+
+
+def test_params_twin(client):
+    api = client.get("/api/v1/params").json()
+    assert api["main_total"] == 743_377_000_704
+    per_rank = client.get("/api/v1/params", params={"split": "14,8,8,8,8,8,8,16", "tp": 4, "ep": 32, "etp": 1}).json()
+    assert len(per_rank["stages"]) == 8
+
+
+def test_plan_memory_receipt_verify(client):
+    plan = client.get("/api/v1/plan").json()  # the default profile
+    assert plan["parallel"]["gpus"] == 256 and plan["check"]["valid"]
+    mem = client.get("/api/v1/memory").json()
+    assert [s["pp_rank"] for s in mem["stages"]] == list(range(8)) and mem["fits"]
+    receipt = client.get("/api/v1/receipt").json()
+    assert [lay["name"] for lay in receipt["layouts"]] == ["training", "conversion"]
+    assert client.post("/api/v1/verify", json=receipt).json()["ok"] is True
+    receipt["layouts"][0]["stages"][1]["first_layer"] = 16
+    report = client.post("/api/v1/verify", json=receipt).json()
+    assert report["ok"] is False and any("stage 2" in d for d in report["differences"])
+    dl = client.get("/receipt")
+    assert dl.headers["content-disposition"].startswith("attachment")
+
+
+def test_search_api(client):
+    r = client.get("/api/v1/search", params={"gpus": 256, "tokens_per_gpu": 8192, "top": 2})
+    body = r.json()
+    assert r.status_code == 200 and len(body["results"]) == 2
+    assert all(x["tp"] * x["cp"] * x["pp"] * x["dp"] == 256 for x in body["results"])
+
+
+@pytest.mark.parametrize("path, params, field", [
+    ("/api/v1/check", {"model": "../../etc/passwd", "split": "78"}, "model"),
+    ("/api/v1/check", {"split": "1,x"}, "split"),
+    ("/api/v1/check", {"pp": "0"}, "pp"),
+    ("/api/v1/roles", {"pattern": "FQ"}, None),
+    ("/api/v1/plan-search", {"pp": 2, "vpp": 2}, "pp"),
+    ("/api/v1/plan-search", {"near": "1,2"}, "near"),
+    ("/api/v1/memory", {"mode": "split", "split": "78", "tp": "0"}, "tp"),
+])
+def test_api_bad_input_is_422_naming_the_field(client, path, params, field):
+    r = client.get(path, params=params)
+    assert r.status_code == 422, r.text
+    err = r.json()["errors"][0] if "errors" in r.json() else r.json()["detail"][0]
+    if field:
+        assert err.get("field") == field or field in json.dumps(err)
+
+
+def test_verify_rejects_non_json(client):
+    r = client.post("/api/v1/verify", content=b"{nope")
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "receipt"
+
+
+# --------------------------------------------------------------------------- uploads
+
+
+def _glm52() -> dict:
+    from tests.conftest import REPO
+
+    return json.loads((REPO / "app/core/presets/glm-5.2.json").read_text())
+
+
+def test_upload_is_content_addressed_and_survives_a_restart(client, tmp_path):
+    raw = _glm52()
+    raw["indexer_types"][14] = "shared"  # layer 15 shared: stage 2 of the slime profile starts on it
+    data = json.dumps(raw).encode()
+    r = client.post("/upload", files={"file": ("config.json", data, "application/json")},
+                    data={"query": "pp=8&first=14&last=16"}, follow_redirects=False)
+    assert r.status_code == 303
+    loc = r.headers["location"]
+    assert "model=sha256%3A" in loc or "model=sha256:" in loc
+    page = client.get(loc)
+    assert "starts at shared layer 15" in page.text
+    model_id = re.search(r"model=(sha256(?:%3A|:)[0-9a-f]{64})", loc).group(1).replace("%3A", ":")
+    # a fresh store on the same file (a restarted server) still knows it
+    again = ConfigStore(web.store.path)
+    assert again.get(model_id) is not None
+    assert client.get("/api/v1/check", params={"model": model_id, "split": "14,8,8,8,8,8,8,16"}).json()["valid"] is False
+
+
+@pytest.mark.parametrize("data, words", [
+    (b"{not json", "not valid JSON"),
+    (b'{"a": 1, "a": 2}', "repeats the key"),
+    (b'{"num_hidden_layers": NaN}', "NaN"),
+    (b"\xff\xfe", "not UTF-8"),
+    (b" " * ((1 << 20) + 10), "limit"),
+])
+def test_bad_uploads_are_refused_with_a_message(client, data, words):
+    r = client.post("/upload", files={"file": ("bad.json", data, "application/json")}, data={"query": ""},
+                    follow_redirects=False)
+    assert r.status_code == 422
+    assert words in r.text
+
+
+def test_hostile_strings_are_escaped(client):
+    r = client.get("/", params={"model": "<script>alert(1)</script>", "pattern": '"><img src=x onerror=alert(1)>'})
+    assert r.status_code == 200
+    assert "<script>alert(1)" not in r.text and "<img src=x" not in r.text
+    assert "&lt;script&gt;" in r.text
+
+
+def test_launcher_form_redirects_to_the_derived_plan(client):
+    from tests.test_cli import SLIME_GLM52
+
+    r = client.post("/launcher", data={"script": SLIME_GLM52, "model": "glm-5.2"}, follow_redirects=False)
+    assert r.status_code == 303
+    loc = r.headers["location"]
+    for part in ("pp=8", "first=14", "last=16", "tp=4", "cp=8", "ep=32", "sp=1"):
+        assert part in loc, part
+    bad = client.post("/launcher", data={"script": SLIME_GLM52.replace("$PP", "$NOPE"), "model": "glm-5.2"})
+    assert bad.status_code == 422 and "$NOPE is not assigned" in bad.text

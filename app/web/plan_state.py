@@ -158,3 +158,7 @@ def parse_state(params: Mapping[str, str]) -> PlanState:
     if state.mode == "layout" and not state.layout:
         state.errors.setdefault("layout", "mode=layout needs layout=STR, e.g. Et*3|(tt|)*29,m|L")
     return state
+
+
+def error_fields() -> list[str]:
+    return [f.name for f in fields(PlanState) if f.name != "errors"]
