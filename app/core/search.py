@@ -127,20 +127,29 @@ def search(
             acts_cache[akey] = rank_activations(cfg, roles, plan, par)
         return rank_totals(cfg, roles, plan, par, params, acts_cache[akey])
     feasible: list[dict[str, Any]] = []
+    per_vpp = len(options)
     for pp in pps:
         for tp in tps:
+            etps = sorted({1, tp})
             for cp in cps:
                 mp = tp * cp * pp
-                if gpus % mp:
+                if gpus % mp:  # world = TP*CP*PP*DP: DP would not be whole
+                    skipped = len(eps) * len(etps) * len(space.vpp) * per_vpp
+                    counts["combinations"] += skipped
+                    counts["constraint"] += skipped
                     continue
                 for ep in eps:
-                    for etp in sorted({1, tp}):
-                        if gpus % (etp * ep * pp):
+                    for etp in etps:
+                        if gpus % (etp * ep * pp):  # the expert grid must divide the world
+                            skipped = len(space.vpp) * per_vpp
+                            counts["combinations"] += skipped
+                            counts["constraint"] += skipped
                             continue
                         for vpp in space.vpp:
-                            if vpp > 1 and pp <= 2:
-                                continue
                             counts["combinations"] += len(options)
+                            if vpp > 1 and pp <= 2:  # interleaving needs PP > 2
+                                counts["constraint"] += len(options)
+                                continue
                             plan = plan_for(pp, vpp)
                             if plan is None:
                                 counts["no_layout"] += len(options)

@@ -1,0 +1,90 @@
+"""The parallel-configuration search and the isplan plan / search commands."""
+
+from __future__ import annotations
+
+import json
+from math import comb
+
+from app.core.layer_roles import derive_roles
+from app.core.memory import training_memory
+from app.core.model_config import load_model
+from app.core.parallelism import ParallelConfig, check_parallel
+from app.core.search import SearchSpace, search
+from app.core.stages import PipelineSpec, materialise
+from tests.test_cli import isplan
+
+GLM52 = load_model("glm-5.2")
+
+
+def test_every_result_is_feasible_when_rechecked_from_scratch():
+    body = search(GLM52, 256, tokens_per_gpu=8192, top=15)
+    assert body["results"]
+    roles = derive_roles(GLM52)
+    for r in body["results"]:
+        assert r["tp"] * r["cp"] * r["pp"] * r["dp"] == 256
+        plan = materialise(PipelineSpec(split=tuple(r["split"]), vpp=r["vpp"] if r["vpp"] > 1 else None,
+                                        overlap_p2p=True), 78, default_mtp=1)
+        assert not plan.errors
+        starts = [s.first_layer for s in plan.stages]
+        assert all(roles.role(s).role == "full" for s in starts)  # every physical and virtual start
+        par = ParallelConfig(tp=r["tp"], cp=r["cp"], pp=r["pp"], gpus=256, ep=r["ep"], etp=r["etp"],
+                             vpp=r["vpp"] if r["vpp"] > 1 else None, sp=r["tp"] > 1, tokens_per_gpu=8192,
+                             recompute=r["recompute"], optimizer_cpu_offload=r["optimizer_cpu_offload"],
+                             use_precision_aware_optimizer=r["optimizer_cpu_offload"])
+        assert not [c for c in check_parallel(GLM52, par, plan) if not c.ok and not c.warning]
+        mem = training_memory(GLM52, plan, par, roles)
+        assert mem["fits"] and max(s["total_bytes"] for s in mem["stages"]) == r["max_rank_bytes"]
+    times = [r["relative_step_time"] for r in body["results"]]
+    assert times == sorted(times)
+
+
+def test_counts_add_up_and_a_restricted_space_is_exact():
+    space = SearchSpace(tp=(4,), cp=(8,), pp=(8,), ep=(32,), vpp=(1,), recompute=("full",), offload=(False, True))
+    body = search(GLM52, 256, tokens_per_gpu=8192, space=space)
+    c = body["counts"]
+    # ETP in {1, TP=4} gives two shapes with two offload options each; ETP 4 x EP 32 x PP 8 = 1024
+    # does not divide 256 GPUs, so those two are constraint failures
+    assert c["combinations"] == 4 and c["constraint"] == 2
+    assert c["combinations"] == c["constraint"] + c["no_layout"] + c["memory"] + c["feasible"] + c["dominated"]
+    # The memory-optimal layout moves layers off the last rank, so -- unlike slime's first 14 / last
+    # 16, which needs the offload on 80 GB -- it fits without offload, which ranks first (cheaper).
+    best = body["results"][0]
+    assert best["split"] != [14, 8, 8, 8, 8, 8, 8, 16] and best["split"][-1] < 16
+    assert best["optimizer_cpu_offload"] is False and c["dominated"] == 1
+
+
+def test_plan_cli_counts_and_best_is_valid():
+    p = isplan("plan", "glm-5.2", "--pp", "8", "--objective", "compute", "--top", "2", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    body = json.loads(p.stdout)
+    assert body["valid_layout_count"] == comb(20, 7) == 77520  # C(F-1, S-1), F = 21 full layers
+    assert len(body["layer_costs"]) == 78 and body["last_stage_extra"] > 0
+    best = body["best"]
+    assert sum(best["split"]) == 78 and len(best["split"]) == 8
+    check = isplan("check", "glm-5.2", "--split", ",".join(map(str, best["split"])))
+    assert check.returncode == 0
+    # stage_costs = sum of layer costs (+ extras on the first / last stage)
+    costs, start = body["layer_costs"], 0
+    for i, size in enumerate(best["split"]):
+        expect = sum(costs[start:start + size]) + (body["first_stage_extra"] if i == 0 else 0) + (
+            body["last_stage_extra"] if i == 7 else 0)
+        assert abs(best["stage_costs"][i] - expect) <= 1e-9 * expect
+        start += size
+    assert len(body["alternatives"]) == 2
+
+
+def test_plan_cli_bad_input():
+    assert isplan("plan", "glm-5.2", "--pp", "2", "--vpp", "2").returncode == 2
+    p = isplan("plan", "glm-5.2", "--pp", "8", "--near", "1,2")
+    assert p.returncode == 2 and "--near has 2 stages" in p.stderr
+    # more stages than full layers: no valid layout (exit 1)
+    assert isplan("plan", "glm-5.2", "--pp", "22").returncode == 1
+
+
+def test_search_cli():
+    p = isplan("search", "--gpus", "256", "--tokens-per-gpu", "8192", "--top", "3", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    body = json.loads(p.stdout)
+    assert len(body["results"]) == 3 and "ranking_model" in body
+    bad = isplan("search", "--gpus", "0")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
