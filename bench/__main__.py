@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = ["cli_gate"]
+BENCHES = ["cli_gate", "live_update", "search_speed"]
 
 
 def main(argv: list[str]) -> int:

@@ -35,6 +35,7 @@ where the checkpoint has none, or the reverse).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from enum import Enum
 from typing import Any
 
@@ -212,6 +213,7 @@ def _build(
     return RoleMap(engine, rule, freq, offset, tuple(layers), mtp, tuple(errors))
 
 
+@lru_cache(maxsize=256)
 def derive_roles(
     cfg: ModelConfig,
     engine: Engine | str = DEFAULT_ENGINE,
@@ -248,6 +250,11 @@ def _diff(a: tuple[bool, ...], b: tuple[bool, ...]) -> list[int]:
 def role_disagreements(
     cfg: ModelConfig, *, freq: int | None = None, offset: int | None = None
 ) -> list[dict[str, Any]]:
+    return [dict(d) for d in _role_disagreements(cfg, freq, offset)]
+
+
+@lru_cache(maxsize=256)
+def _role_disagreements(cfg: ModelConfig, freq: int | None, offset: int | None) -> tuple[dict[str, Any], ...]:
     """Where the config's array and the freq/offset rule disagree, and where engines disagree.
 
     Each entry: ``kind`` (``array_vs_rule`` or ``engines``), the two sides, and ``layers`` (1-based).
@@ -299,7 +306,7 @@ def role_disagreements(
                         ),
                     }
                 )
-    return out
+    return tuple(out)
 
 
 def _fmt_layers(layers: list[int], limit: int = 12) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -445,7 +446,9 @@ def preset_ids() -> tuple[str, ...]:
 DEFAULT_PRESET = "glm-5.2"
 
 
+@lru_cache(maxsize=16)
 def load_preset(preset_id: str) -> ModelConfig:
+    """A shipped preset (cached: presets are immutable and ``ModelConfig`` is frozen)."""
     _, presets = load_manifest()
     for p in presets:
         if p.id == preset_id:

@@ -10,6 +10,7 @@ Palette: Okabe-Ito (colour-blind safe); every series also has a name, and bars c
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from app.core.flops import flops_vs_context
@@ -67,7 +68,8 @@ def compute_figure(flops: dict[str, Any]) -> dict[str, Any]:
                          yaxis={"title": {"text": "TFLOPs"}})}
 
 
-def context_figure(cfg, roles, max_context: int) -> dict[str, Any]:
+@lru_cache(maxsize=64)
+def _context_curve(cfg, roles, max_context: int) -> tuple[list[int], dict[str, Any]]:
     contexts = []
     c = 1024
     while c <= max_context:
@@ -75,7 +77,11 @@ def context_figure(cfg, roles, max_context: int) -> dict[str, Any]:
         c *= 2
     if contexts[-1] != max_context:
         contexts.append(max_context)
-    fc = flops_vs_context(cfg, contexts, roles=roles)
+    return contexts, flops_vs_context(cfg, contexts, roles=roles)
+
+
+def context_figure(cfg, roles, max_context: int) -> dict[str, Any]:
+    contexts, fc = _context_curve(cfg, roles, max_context)
     return {"data": [
         {"type": "scatter", "mode": "lines+markers", "name": "IndexShare (as configured)", "x": contexts,
          "y": [v / 1e9 for v in fc["indexshare_flops"]], "line": {"color": OKABE_ITO[0]}},

@@ -1,0 +1,81 @@
+"""Server time of one live plan update (validation + memory + FLOPs + fragment render) for the
+GLM-5.2 slime profile, in-process and over loopback HTTP, p50/p99 over >= 1000 updates.
+
+Each update moves one stage boundary (alternating between two valid layouts and one invalid),
+so caches keyed on the layout do not hide the work. Target: p99 <= 10 ms server time.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from bench.common import ms, percentiles, save
+
+REPO = Path(__file__).resolve().parent.parent
+BASE = "model=glm-5.2&mode=split&tp=4&cp=8&ep=32&etp=1&sp=1&tpg=8192&recompute=full&offload=1&conv=flags&conv_pp=2&conv_last=40"
+SPLITS = ["14,8,8,8,8,8,8,16", "14,9,7,8,8,8,8,16", "14,12,4,8,8,8,8,16"]
+
+
+def _queries(n: int) -> list[str]:
+    return [f"{BASE}&split={SPLITS[i % len(SPLITS)]}" for i in range(n)]
+
+
+def in_process(n: int) -> dict:
+    from fastapi.testclient import TestClient
+
+    import app.main as web
+
+    client = TestClient(web.app)
+    client.get("/fragment?" + _queries(1)[0])  # warm up imports and caches
+    samples = [client.get("/api/v1/timing?" + q).json()["seconds"] for q in _queries(n)]
+    return percentiles(samples)
+
+
+def over_http(n: int) -> dict:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "ISPLAN_DATA_DIR": tempfile.mkdtemp(prefix="isplan-bench-")}
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port",
+                             str(port), "--log-level", "warning"], cwd=REPO, env=env)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(base + "/healthz", timeout=1).read()
+                break
+            except OSError:
+                time.sleep(0.2)
+        urllib.request.urlopen(base + "/fragment?" + _queries(1)[0]).read()
+        samples = []
+        for q in _queries(n):
+            t0 = time.perf_counter()
+            urllib.request.urlopen(base + "/fragment?" + q, timeout=10).read()
+            samples.append(time.perf_counter() - t0)
+        return percentiles(samples)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def main(n: int = 1000) -> dict:
+    result = {"updates": n, "in_process_server": in_process(n), "loopback_http_round_trip": over_http(n),
+              "target_p99_seconds": 0.010}
+    result["meets_target"] = result["in_process_server"]["p99"] <= 0.010
+    save("live_update", result)
+    a, b = result["in_process_server"], result["loopback_http_round_trip"]
+    print(f"live_update ({n} updates): server p50 {ms(a['p50'])} p99 {ms(a['p99'])} (target p99 <= 10 ms) | "
+          f"loopback HTTP round trip p50 {ms(b['p50'])} p99 {ms(b['p99'])}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
