@@ -402,7 +402,7 @@ def cmd_flops(args: argparse.Namespace) -> int:
     lines = [f"per-token forward FLOPs of {cfg.id} at context {args.context:,}",
              f"IndexShare ({n_idx.get('indexshare', '?')} indexer layers): {body['indexshare_flops']:>22,}",
              f"indexer on every layer ({n_idx.get('every_layer', '?')}): {body['every_layer_flops']:>22,}",
-             f"ratio {body['ratio']:.3f} (default convention)"]
+             f"ratio {body['ratio']:.3f} ({body['default_convention']}, the published 2.9x's convention)"]
     lines += [f"  ratio {v:.3f} counting {k}" for k, v in body["ratios"].items()]
     lines += ["", body["convention"]]
     _out(args.format, body, lines)
