@@ -10,74 +10,76 @@ is *valid* iff every stage starts on a full layer; layer 1 must therefore be ful
 full layers there are exactly ``C(F - 1, S - 1)`` valid layouts (choose the starts of stages
 ``1 .. S-1`` among the ``F - 1`` full layers after layer 1): :func:`count_valid_layouts`.
 
-Each layer ``n`` costs ``c[n] >= 0``. Stage ``0`` carries ``first_stage_extra`` (embedding) and
-stage ``S-1`` carries ``last_stage_extra`` (lm_head + MTP + loss); a stage's cost is the sum of its
-layers plus the extras that apply (both, when ``S == 1``). The *unit* is a stage
-(``unit="stage"``) or a pipeline rank (``unit="rank"``, the default: the sum of the rank's ``VPP``
-stages, its memory / compute). With ``VPP == 1`` both units coincide.
+Layer ``n`` costs ``c[n] >= 0``; stage ``0`` also carries ``first_stage_extra`` (embedding) and
+stage ``S-1`` carries ``last_stage_extra`` (lm_head + MTP + loss), both when ``S == 1``. The
+*unit* is a stage (``unit="stage"``) or a pipeline rank (``unit="rank"``, the default: the sum of
+the rank's ``VPP`` stages, i.e. its memory / compute). With ``VPP == 1`` the two coincide.
 
-Order (objective and tie-breaks)
---------------------------------
-Layouts are ordered by the key ``(max unit cost, sum of squared unit costs, split)``: minimise the
-largest unit, then prefer the more even layout, then the lexicographically smallest stage sizes
-(vp-major). Equal splits are equal layouts, so the order is total and every answer is
-deterministic. :func:`optimal_layout` returns the first layout in this order,
-:func:`k_best_layouts` the first ``k`` (distinct by construction).
+Order (objective and deterministic tie-breaks)
+----------------------------------------------
+Layouts are ordered by the key::
 
-All arithmetic is exact: every cost is converted to a :class:`fractions.Fraction` and scaled by the
-common denominator to a Python ``int`` (floats are dyadic, so this is lossless), so ties are real
-ties and never rounding artefacts. Reported costs are the exact sums rounded once to ``float``.
+    (max unit cost, sum of squared unit costs, sum of squared stage costs, split)
 
-Methods, exactness and complexity (``W = F - S + 1`` = choices per cut, ``S <= F``)
------------------------------------------------------------------------------------
-*Cut points.* Only the starts of stages ``1 .. S-1`` are free, each on a full layer, so a layout is
-a strictly increasing sequence of full-layer indices ``0 = x_0 < x_1 < .. < x_{S-1} <= F - 1``;
-stage ``j`` may only start at full index ``x_j`` in ``[j, j + W - 1]``. Stage costs come from
-prefix sums over full-layer blocks in O(1).
+minimise the largest unit; then prefer even units; then (for ranks) even stages inside them;
+then the lexicographically smallest stage sizes (vp-major; the same as the smallest stage starts).
+For ``unit="stage"`` the 2nd and 3rd items coincide. Equal splits are equal layouts, so the order
+is total: :func:`optimal_layout` returns its first layout and :func:`k_best_layouts` its first
+``k``, distinct by construction.
 
-*Stage objective* (``VPP == 1`` or ``unit="stage"``), three exact dynamic programmes over
-(stage, start):
+All arithmetic is exact: costs become :class:`fractions.Fraction` values scaled by their common
+denominator to Python ``int`` (floats are dyadic, so this is lossless); ties are real ties, never
+rounding artefacts. Reported costs are the exact sums rounded once to ``float``.
 
-1. ``G[j][x]``: the least possible max cost of stages ``j..S-1`` when stage ``j`` starts at ``x``
-   (``G[j][x] = min_y max(cost_j(x, y), G[j+1][y])``); ``M* = G[0][0]``;
-2. ``H[j][x]``: the least sum of squares of stages ``j..S-1`` with every stage cost ``<= M*``;
-3. a forward pass taking at each stage the smallest next start that keeps the optimum of 2,
-   which yields the lexicographically smallest split among the optimal ones.
+Methods, exactness and complexity
+---------------------------------
+A layout is its cut sequence ``0 = x_0 < x_1 < .. < x_{S-1} < F``: ``x_j`` is the full layer (0-based
+index among the full layers) where stage ``j`` starts. ``x_j`` can only lie in ``[j, j + W - 1]``
+with ``W = F - S + 1``, and a stage's cost is a difference of prefix sums, O(1).
 
-The key is a lexicographic order of (max, sum of squares, split); phase 1 fixes the first
-component exactly, phase 2 the second among layouts with that maximum, phase 3 the third.
-O(S * W^2) time (the inner loops stop once a stage alone exceeds the bound), O(S * F) memory.
-GLM-5.2 (F = 21) is instant; N = 1024, F = 256, PP = 64 takes well under a second.
+*Stage objective* (``VPP == 1`` or ``unit="stage"``): three exact dynamic programmes over
+(stage, start): ``G[j][x]``, the least max cost of stages ``j..S-1`` when stage ``j`` starts at
+``x`` (``min_y max(cost_j(x, y), G[j+1][y])``), gives the optimum ``M``; ``H[j][x]``, the least sum
+of squares of stages ``j..S-1`` with every stage ``<= M``; a forward pass taking the smallest next
+start that keeps ``H`` optimal gives the smallest split. Each phase fixes one key item exactly
+given the previous ones. O(S * W^2) time (inner loops stop once a stage alone exceeds the bound),
+O(S * F) memory: GLM-5.2 is instant; N = 1024, F = 256, PP = 64 takes a fraction of a second.
 
-*k best, stage objective.* Lawler's partition method over the cut sequence: pop the best layout
-of a sub-space (a fixed prefix of starts plus a set of forbidden values for the next start) and
-split the rest of that sub-space into ``S - 1`` disjoint sub-spaces. The best layout of a
-sub-space is found exactly with ``G`` and an ``H`` table for its own maximum (cached per value).
-Distinct and in order by construction; O(k * S) sub-spaces, each O(S * W) plus at most one new
-``H`` table of O(S * W^2).
+*Rank objective, VPP > 1*: a rank sums non-contiguous stages, so the stage DP does not apply, and
+a DP over stages in vp-major order would have to carry the partial sums of all pending ranks. The
+DP here goes *rank-major* instead. Fix the round boundaries ``beta = (x_P, x_2P, .., x_(V-1)P)``
+(``P = PP``, ``V = VPP``); then rank ``r`` owns the chunks ``[x_(vP+r), x_(vP+r+1))`` and its cost
+depends only on the states ``sigma_r = (x_r, x_(P+r), .., x_((V-1)P+r))`` and ``sigma_(r+1)``. The
+ranks are independent given their states, so the best cost-to-go is a function of
+``(beta, r, sigma_r)``: an exact memoised DP from ``(0, beta)`` to ``(beta, F)``, with three phases
+as above (least max; least (sum of squared rank costs, sum of squared stage costs), an additive
+pair compared lexicographically; smallest split by one forward greedy pass per vp round over the
+DAG of optimal transitions, pruned backward after each round). Phase 1 starts from the best
+*stage* layout's rank maximum and only searches for strict improvements; transitions above the
+current bound are cut (monotone in the cut), and so are states whose remaining cost cannot fit
+``(ranks left) * bound``. Worst case O(W^(V-1) * P * W^(2V)) transitions (W^(V-1) boundary tuples,
+W^V states per rank, W^V transitions each), far fewer with the cuts. Measured work units (one
+per candidate cut examined, about a microsecond each): GLM-5.2 (F = 21, S = 16) a few thousand
+at PP8 VPP2 (milliseconds) and up to a few 10^5 at PP2 VPP8; S = 16, F = 64, VPP = 2 up to about
+10^6 for the optimum and 2 * 10^6 for k = 5; VPP >= 4 with ``F >> S`` grows out of reach.
 
-*Rank objective with VPP > 1.* A rank's cost sums non-contiguous stages, so the DP above does not
-apply and a DP over stages must carry the partial sums of all pending ranks (exponential).
-Instead an exact depth-first branch-and-bound enumerates the cut sequence in vp-major order and
-keeps the ``k`` best keys found. A sub-tree is cut only when a *valid lower bound* on the key of
-each of its completions is larger than the current ``k``-th best key, so no layout of the true
-``k`` best is ever discarded (exactness). Bounds, with ``R`` the cost still to place and ``Q`` the
-ranks that still receive a stage: the largest partial rank sum (costs are non-negative); the
-average ``ceil((sum_Q partial + R) / |Q|)``; the rank of the last stage plus the final block
-(last full layer .. N) plus ``last_stage_extra``; for the sum of squares the water-filling
-minimum of ``sum x_r^2`` subject to ``x_r >= partial_r`` and ``sum_Q x_r = sum_Q partial + R``.
-Children are visited in increasing start order and the loop stops as soon as the stage alone
-pushes its rank over the ``k``-th best maximum. The search is seeded with the stage-objective
-optimum. Worst case O(S * C(F - 1, S - 1)) nodes, so it runs only up to
-:data:`EXACT_RANK_MAX_STAGES` stages and :data:`EXACT_RANK_MAX_FULL` full layers; beyond that
-:func:`optimal_layout` / :func:`k_best_layouts` fall back to the exact *stage* objective and
-say so in :attr:`Layout.note` (``exact`` is then ``False`` for the rank objective asked for).
+*Stated limit*: the work is capped at :data:`RANK_DP_MAX_WORK` units per call (a few seconds at
+most) and the recursion depth ``PP * (VPP + 2)`` at :data:`RANK_DP_MAX_DEPTH`. Beyond either limit the functions return the exact optimum of the
+*stage* objective instead, with ``exact=False``, ``unit="stage"`` and a ``note`` saying why.
 
-*Nearest valid layout* (:func:`nearest_valid`): the layers moved are those whose stage index
-changes, ``N - sum_j |old_j & new_j|``; this decomposes over consecutive cut pairs, so a DP over
-(stage, start) on full layers minimises it exactly in O(S * W^2), tie-broken by the cut shift
-``sum_j |x_j - t_j|`` and then the smallest split. (The moved count equals the cut shift only
-while no layer moves by more than one stage.)
+*k best* (both objectives): Lawler's partition over the cut sequence. Pop the best layout of a
+sub-space (a fixed prefix of cuts plus forbidden values for the next cut) and split the rest of
+that sub-space into disjoint sub-spaces, one per later cut. Each sub-space's best comes from the
+DPs above run with those constraints (the stage ``H`` tables are cached per bound; the rank DP
+reuses the parent's maximum as a lower bound). Exact, distinct and in key order by construction;
+O(k * S) sub-space solves.
+
+*Nearest valid layout* (:func:`nearest_valid`): a layer *moves* when its stage index changes;
+their number is ``N - sum_j |old stage j & new stage j|``, which decomposes over consecutive
+cuts, so a DP over (stage, start on a full layer) minimises it exactly in O(S * W^2), tie-broken
+by the cut shift ``sum_j |new cut_j - old cut_j|`` and then the smallest split. The two counts
+agree while no layer moves by more than one stage; the cut shift over-counts otherwise
+(full layers 1, 4, 5 of 6: split 1,1,4 -> 3,1,2 moves 3 layers, cut shift 4).
 
 Nothing here imports anything outside the standard library (the fast CLI imports ``app.core``).
 """
@@ -92,7 +94,9 @@ from fractions import Fraction
 from typing import Sequence
 
 __all__ = [
-    "RANK_DP_MAX_TRANSITIONS",
+    "RANK_DP_MAX_BOUNDARIES",
+    "RANK_DP_MAX_DEPTH",
+    "RANK_DP_MAX_WORK",
     "Layout",
     "NearestValid",
     "StartChange",
@@ -103,8 +107,13 @@ __all__ = [
 ]
 
 UNITS = ("rank", "stage")
-#: Work limit of the exact rank-objective DP (VPP > 1): rank transitions examined per call.
-RANK_DP_MAX_TRANSITIONS = 2_000_000
+#: Work limit of the exact rank-objective DP (VPP > 1), in candidate cuts examined per call
+#: (about 1 microsecond each in CPython); beyond it the per-stage optimum is returned instead.
+RANK_DP_MAX_WORK = 2_000_000
+#: The rank DP is not attempted when there are more round-boundary tuples than this.
+RANK_DP_MAX_BOUNDARIES = 2_000
+#: The rank DP recurses about PP * (VPP + 2) frames deep; beyond this it is not attempted.
+RANK_DP_MAX_DEPTH = 600
 
 _INF = math.inf
 
@@ -450,7 +459,7 @@ class _RankSolver:
     def _spend(self, n: int = 1) -> None:
         self.left -= n
         if self.left < 0:
-            raise _BudgetExceeded
+            raise _BudgetExceeded(f"the exact rank DP needs more than {RANK_DP_MAX_WORK:,} work units")
 
     @staticmethod
     def _ys(j: int, a: int, hi: int, prefix: tuple[int, ...]):
@@ -465,8 +474,11 @@ class _RankSolver:
         pb = self.pb
         p, v_count, w, t = pb.pp, pb.vpp, pb.w, len(prefix)
         # with b_v = beta_v - v*P the tuples are non-decreasing sequences in [0, W): count them
-        if math.comb(w + v_count - 2, v_count - 1) > self.left:
-            raise _BudgetExceeded
+        count = math.comb(w + v_count - 2, v_count - 1)
+        if count > RANK_DP_MAX_BOUNDARIES:
+            raise _BudgetExceeded(
+                f"{count:,} round-boundary tuples exceed the rank DP limit {RANK_DP_MAX_BOUNDARIES:,}"
+            )
         out: list[tuple[int, ...]] = []
 
         def rec(v: int, lo: int, acc: tuple[int, ...]) -> None:
@@ -571,6 +583,7 @@ class _RankSolver:
                 return None
             rr = r + 1
             later = p - rr  # ranks after this one
+            mass = phi_end - phi + ex + le  # this rank and the later ones, together
             nxt = [0] * nv
             best = None
 
@@ -592,15 +605,19 @@ class _RankSolver:
                     seen += 1
                     s = bp[y] - base
                     c = partial + s
-                    if c > cap or (best is not None and c * c > best[0]):
+                    if c > cap:
                         break
+                    if best is not None:
+                        # This rank ends at some cost x >= c (== c for the last chunk) and the later
+                        # ranks share mass - x, so q >= x^2 + (mass - x)^2 / later: convex in x,
+                        # least at x = mass / (later + 1), increasing beyond it.
+                        x = c if last or c * (later + 1) >= mass else None
+                        if x is not None and (x * x) * later + (mass - x) ** 2 > best[0] * later:
+                            if c * (later + 1) >= mass:
+                                break  # and only grows with y
+                            continue
                     if j == t and y in excl:
                         continue
-                    if last and best is not None:
-                        # the later ranks share the rest: their squares sum to >= rest^2 / count
-                        rest = phi_end - (phi + c - ex) + le
-                        if (c * c) * later + rest * rest > best[0] * later:
-                            continue
                     nxt[v] = y
                     rec(v + 1, c, sq + s * s)
                 self._spend(seen)
@@ -664,8 +681,15 @@ class _RankSolver:
         # value; unless the floor (a lower bound) already shows the seed's maximum is optimal.
         if floor is None or floor[0] < cap:
             seed_beta = tuple(seed_xs[v * p] for v in range(1, nv))
-            for beta in sorted(betas, key=lambda b: b != seed_beta):
+            for i, beta in enumerate(sorted(betas, key=lambda b: b != seed_beta)):
+                before = self.left
                 val = self._minmax(beta, cap - 1, prefix, excl)
+                if i == 0 and (before - self.left) * len(betas) > self.left:
+                    # probe: at this rate the other boundary tuples would not fit the budget
+                    raise _BudgetExceeded(
+                        f"the exact rank DP would need about {(before - self.left) * len(betas):,} work "
+                        f"units (limit {RANK_DP_MAX_WORK:,})"
+                    )
                 if val < cap:
                     cap = val
         bound = cap
@@ -698,7 +722,8 @@ class _RankSolver:
                 alive[r] = cur
             for r in range(p - 1, -1, -1):
                 alive[r] = {node for node in alive[r] if any(nd in alive[r + 1] for nd in layers[r][node])}
-        path = [min(alive[r]) for r in range(p)]  # one node each by now
+        assert all(len(alive[r]) == 1 for r in range(p + 1)), "rank DP lexicographic pass"
+        path = [next(iter(alive[r])) for r in range(p)]
         xs = [0] * pb.s
         for r, (_, st) in enumerate(path):
             for v in range(nv):
@@ -715,18 +740,21 @@ def _solve(pb: _Problem, k: int, unit: str) -> list[Layout]:
     stage = _StageSolver(pb)
     if unit == "stage" or pb.vpp == 1:
         return [_layout(pb, key[-1], unit) for key in _lawler(stage.best_in, pb.s, k)]
-    rank = _RankSolver(pb, stage, RANK_DP_MAX_TRANSITIONS)
-    try:
-        keys = _lawler(rank.best_in, pb.s, k)
-    except _BudgetExceeded:
-        note = (
-            f"rank objective not solved exactly: the exact rank DP needs more than "
-            f"{RANK_DP_MAX_TRANSITIONS:,} transitions for S = {pb.s} stages (VPP = {pb.vpp}) over "
-            f"F = {pb.f} full layers; this is the exact optimum of the per-stage objective "
-            "(unit='stage') instead, with rank_costs reported for reference"
-        )
-        return [_layout(pb, key[-1], "stage", exact=False, note=note) for key in _lawler(stage.best_in, pb.s, k)]
-    return [_layout(pb, key[-1], "rank") for key in keys]
+    depth = pb.pp * (pb.vpp + 2)
+    if depth <= RANK_DP_MAX_DEPTH:
+        rank = _RankSolver(pb, stage, RANK_DP_MAX_WORK)
+        try:
+            return [_layout(pb, key[-1], "rank") for key in _lawler(rank.best_in, pb.s, k)]
+        except _BudgetExceeded as exc:
+            reason = str(exc)
+    else:
+        reason = f"PP * (VPP + 2) = {depth} exceeds the rank DP depth limit {RANK_DP_MAX_DEPTH}"
+    note = (
+        f"rank objective not solved exactly ({reason}; S = {pb.s} stages, VPP = {pb.vpp}, "
+        f"F = {pb.f} full layers): this is the exact optimum of the per-stage objective "
+        "(unit='stage') instead; rank_costs are reported for reference"
+    )
+    return [_layout(pb, key[-1], "stage", exact=False, note=note) for key in _lawler(stage.best_in, pb.s, k)]
 
 
 def optimal_layout(
@@ -816,32 +844,28 @@ def nearest_valid(split: Sequence[int], full: Sequence[bool], vpp: int = 1) -> N
         overlap = min(b, old[j + 1]) - max(a, old[j])
         return (b - a) - (overlap if overlap > 0 else 0)
 
-    # D[j][x] = (moved, shift) of stages j..S-1 when stage j starts at full index x
-    big = (n + 1, 0)
-    d = [[big] * (f + 1) for _ in range(s)]
+    # D[j][x]: least moved * scale + shift of stages j..S-1 when stage j starts at full index x
+    # (the shift of a cut is at most N, so the scale keeps the order lexicographic)
+    scale = n * s + 1
+    worst = (n + 1) * scale
+    d = [[worst] * (f + 1) for _ in range(s)]
     for x in range(s - 1, s - 1 + w):
-        d[s - 1][x] = (moved_in(s - 1, pos[x], n), 0)
+        d[s - 1][x] = moved_in(s - 1, pos[x], n) * scale
+
+    def via(j: int, x: int, y: int) -> int:
+        return d[j + 1][y] + moved_in(j, pos[x], pos[y]) * scale + abs(pos[y] - old[j + 1])
+
     for j in range(s - 2, -1, -1):
+        row = d[j]
         for x in range(j, j + w):
-            best = big
-            for y in range(x + 1, j + w + 1):
-                tm, ts = d[j + 1][y]
-                cand = (tm + moved_in(j, pos[x], pos[y]), ts + abs(pos[y] - old[j + 1]))
-                if cand < best:
-                    best = cand
-            d[j][x] = best
+            row[x] = min(via(j, x, y) for y in range(x + 1, j + w + 1))
     xs = [0]
     for j in range(s - 1):
         x = xs[-1]
-        target = d[j][x]
-        for y in range(x + 1, j + w + 1):
-            tm, ts = d[j + 1][y]
-            if (tm + moved_in(j, pos[x], pos[y]), ts + abs(pos[y] - old[j + 1])) == target:
-                xs.append(y)
-                break
+        xs.append(next(y for y in range(x + 1, j + w + 1) if via(j, x, y) == d[j][x]))
+    moved, shift = divmod(d[0][0], scale)
     starts0 = [pos[x] for x in xs]
     new_split = [b - a for a, b in zip(starts0, starts0[1:] + [n])]
-    moved, shift = d[0][0]
     changed = tuple(
         StartChange(stage=j, pp_rank=j % pp, vp_stage=j // pp, old_start=old[j] + 1, new_start=starts0[j] + 1)
         for j in range(s)
