@@ -60,12 +60,17 @@ current bound are cut (monotone in the cut), and so are states whose remaining c
 ``(ranks left) * bound``. Worst case O(W^(V-1) * P * W^(2V)) transitions (W^(V-1) boundary tuples,
 W^V states per rank, W^V transitions each), far fewer with the cuts. Measured work units (one
 per candidate cut examined, about a microsecond each): GLM-5.2 (F = 21, S = 16) a few thousand
-at PP8 VPP2 (milliseconds) and up to a few 10^5 at PP2 VPP8; S = 16, F = 64, VPP = 2 up to about
-10^6 for the optimum and 2 * 10^6 for k = 5; VPP >= 4 with ``F >> S`` grows out of reach.
+at PP8 VPP2 (milliseconds) and up to a few 10^5 at PP2 VPP8; 78 all-full layers at PP8 VPP2
+about 6 * 10^5; S = 16, F = 64, VPP = 2 from 10^4 to 10^6 for the optimum (k = 5: up to 2 * 10^6);
+VPP >= 4 with ``F >> S`` grows out of reach.
 
-*Stated limit*: the work is capped at :data:`RANK_DP_MAX_WORK` units per call (a few seconds at
-most) and the recursion depth ``PP * (VPP + 2)`` at :data:`RANK_DP_MAX_DEPTH`. Beyond either limit the functions return the exact optimum of the
-*stage* objective instead, with ``exact=False``, ``unit="stage"`` and a ``note`` saying why.
+*Stated limits*: the exact rank DP runs only while (a) the number of round-boundary tuples
+``C(W + V - 2, V - 1)`` is at most :data:`RANK_DP_MAX_BOUNDARIES`, (b) the recursion depth
+``PP * (VPP + 2)`` is at most :data:`RANK_DP_MAX_DEPTH` and (c) the work stays within
+:data:`RANK_DP_MAX_WORK` units per call (about a second; the first boundary tuple's work is used
+as a probe to give up early when the rest clearly cannot fit). Beyond any limit the functions
+return the exact optimum of the *stage* objective instead, with ``exact=False``,
+``unit="stage"`` and a ``note`` saying which limit was hit.
 
 *k best* (both objectives): Lawler's partition over the cut sequence. Pop the best layout of a
 sub-space (a fixed prefix of cuts plus forbidden values for the next cut) and split the rest of
@@ -109,7 +114,7 @@ __all__ = [
 UNITS = ("rank", "stage")
 #: Work limit of the exact rank-objective DP (VPP > 1), in candidate cuts examined per call
 #: (about 1 microsecond each in CPython); beyond it the per-stage optimum is returned instead.
-RANK_DP_MAX_WORK = 2_000_000
+RANK_DP_MAX_WORK = 1_000_000
 #: The rank DP is not attempted when there are more round-boundary tuples than this.
 RANK_DP_MAX_BOUNDARIES = 2_000
 #: The rank DP recurses about PP * (VPP + 2) frames deep; beyond this it is not attempted.
