@@ -398,12 +398,26 @@ def cmd_flops(args: argparse.Namespace) -> int:
     if args.context < 1:
         raise UsageError(f"--context must be at least 1, got {args.context}")
     body = flops_report(cfg, args.context, pattern=args.pattern)
+    if args.global_batch is not None:
+        from app.core.flops import training_flops
+        from app.core.layer_roles import derive_roles
+
+        try:
+            body["training"] = training_flops(cfg, derive_roles(cfg, args.engine, pattern=args.pattern),
+                                              seq_length=args.seq_length, global_batch_size=args.global_batch,
+                                              recompute=args.recompute)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     n_idx = body.get("indexer_layers", {})
     lines = [f"per-token forward FLOPs of {cfg.id} at context {args.context:,}",
              f"IndexShare ({n_idx.get('indexshare', '?')} indexer layers): {body['indexshare_flops']:>22,}",
              f"indexer on every layer ({n_idx.get('every_layer', '?')}): {body['every_layer_flops']:>22,}",
              f"ratio {body['ratio']:.3f} ({body['default_convention']}, the published 2.9x's convention)"]
     lines += [f"  ratio {v:.3f} counting {k}" for k, v in body["ratios"].items()]
+    if "training" in body:
+        t = body["training"]
+        lines.append(f"training step ({args.global_batch} x {args.seq_length} tokens, recompute {args.recompute}): "
+                     f"{t.get('step_flops', t.get('total', 0)):,} FLOPs")
     lines += ["", body["convention"]]
     _out(args.format, body, lines)
     return EXIT_VALID
@@ -536,6 +550,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("flops", help="per-token forward FLOPs with and without IndexShare")
     _add_model(p)
     p.add_argument("--context", type=int, default=1_048_576, help="context length L (default 1,048,576)")
+    p.add_argument("--global-batch", type=int, help="also training FLOPs per step for this many sequences")
+    p.add_argument("--seq-length", type=int, default=4096, help="tokens per sequence for --global-batch (default 4096)")
+    p.add_argument("--recompute", choices=("none", "full"), default="none", help="full: one more forward per step")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_flops)
 

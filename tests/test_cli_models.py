@@ -66,3 +66,13 @@ def test_flops_json_ratio_near_published():
     assert abs(body["ratios"]["linear(no head)+indexer_scoring"] - 2.89) < 0.01  # published "2.9x at 1M"
     assert body["every_layer_flops"] > body["indexshare_flops"]
     assert isplan("flops", "glm-5.2", "--context", "0").returncode == 2
+
+
+def test_flops_training_step():
+    p = isplan("flops", "glm-5.2", "--global-batch", "4", "--seq-length", "1024", "--format", "json")
+    t = json.loads(p.stdout)["training"]
+    assert t["tokens"] == 4 * 1024
+    assert t["total"] == 3 * t["forward"]  # forward + backward (2x), no recompute
+    full = json.loads(isplan("flops", "glm-5.2", "--global-batch", "4", "--seq-length", "1024", "--recompute",
+                             "full", "--format", "json").stdout)["training"]
+    assert t["total"] < full["total"] < 4 * t["forward"]  # one more forward of the decoder layers only
