@@ -109,6 +109,9 @@
   });
 
   document.addEventListener("htmx:afterSwap", function (ev) {
+    // htmx 2 fires afterSwap once per swapped element (the results block and every out-of-band
+    // field message); only the results block needs the figures redrawn and the inputs synced
+    if (!ev.target || ev.target.id !== "results") return;
     var li = document.getElementById("layout-inputs");
     if (li && li.dataset.mode) {
       var f = form();

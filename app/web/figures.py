@@ -149,5 +149,5 @@ def schedule_figure(pp: int, microbatches: int, bubble: float) -> dict[str, Any]
                      "marker": {"color": color, "line": {"color": "#000000", "width": 0.5}},
                      "hovertemplate": name + " micro-batch %{text}<extra></extra>"})
     return {"data": data, "layout": _layout(
-        f"1F1B schedule, {m} micro-batches shown (bubble {bubble * 100:.1f}% at the configured count)",
+        f"1F1B schedule, {m} micro-batches (bubble {bubble * 100:.1f}% as configured)",
         barmode="overlay", yaxis={"autorange": "reversed"}, xaxis={"title": {"text": "time (forward = 1)"}})}

@@ -144,7 +144,7 @@ def build_view(state: PlanState, store: ConfigStore) -> PlanView:
     errors = dict(state.errors)
     cfg, model_err = resolve_model(state, store)
     if model_err:
-        errors["model"] = model_err
+        errors["model"] = f"{errors['model']}; {model_err}" if "model" in errors else model_err
     pattern = state.pattern
     check = None
     try:
