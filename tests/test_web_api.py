@@ -217,3 +217,12 @@ def test_launcher_form_redirects_to_the_derived_plan(client):
         assert part in loc, part
     bad = client.post("/launcher", data={"script": SLIME_GLM52.replace("$PP", "$NOPE"), "model": "glm-5.2"})
     assert bad.status_code == 422 and "$NOPE is not assigned" in bad.text
+
+
+def test_parallel_checks_are_listed_with_their_outcome(client):
+    r = client.get("/")
+    assert "Parallelism checks: 0 failing, 2 warning(s)" in r.text
+    assert "warning · mtp_cp" in r.text and "pass · world_size" in r.text
+    bad = client.get("/", params={"model": "glm-5.2", "pp": 8, "first": 14, "last": 16, "tp": 4, "ep": 48})
+    assert "FAIL · experts_ep: EP=48 does not divide 256 experts" in bad.text
+    assert "try 32 or 64" in bad.text
