@@ -226,3 +226,18 @@ def test_parallel_checks_are_listed_with_their_outcome(client):
     bad = client.get("/", params={"model": "glm-5.2", "pp": 8, "first": 14, "last": 16, "tp": 4, "ep": 48})
     assert "FAIL · experts_ep: EP=48 does not divide 256 experts" in bad.text
     assert "try 32 or 64" in bad.text
+
+
+def test_no_path_from_user_input_reaches_the_filesystem(client, tmp_path):
+    from tests.conftest import REPO
+
+    real = tmp_path / "config.json"
+    real.write_bytes((REPO / "app/core/presets/glm-5.2.json").read_bytes())
+    for model in (str(real), str(tmp_path), "app/core/presets/glm-5.2.json", "file://" + str(real)):
+        r = client.get("/api/v1/check", params={"model": model, "split": "78"})
+        assert r.status_code == 422 and r.json()["errors"][0]["field"] == "model", model
+        page = client.get("/", params={"model": model, "split": "78"})
+        assert "neither a preset" in page.text
+    # static files cannot be used to climb out of the static folder
+    for path in ("/static/../app/main.py", "/static/%2e%2e/app/main.py", "/static/..%2fpyproject.toml"):
+        assert client.get(path).status_code == 404, path
