@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.flops import bubble_fraction, stage_flops
-from app.core.layer_roles import RoleMap, derive_roles
+from app.core.layer_roles import derive_roles
 from app.core.memory import rank_activations, rank_totals
 from app.core.model_config import ModelConfig
 from app.core.optimiser import optimal_layout
