@@ -139,3 +139,11 @@ def test_non_mla_model_is_refused_naming_the_missing_field():
     for k in ("index_n_heads", "index_head_dim", "index_topk"):
         ok.pop(k)
     assert not load_config_bytes(json.dumps(ok).encode()).has_indexer
+
+
+def test_dsa_sizes_default_like_transformers_when_omitted():
+    raw = tiny_config(8, indexer_types=["full", "shared"] * 4)
+    for k in ("index_n_heads", "index_head_dim", "index_topk"):
+        raw.pop(k)
+    cfg = load_config_bytes(json.dumps(raw).encode())  # glm_moe_dsa: 32 x 128, top-k 2048
+    assert (cfg.index_n_heads, cfg.index_head_dim, cfg.index_topk) == (32, 128, 2048) and cfg.has_indexer

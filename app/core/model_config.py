@@ -72,6 +72,7 @@ _POSITIVE = {
 }
 
 KNOWN_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3")
+_DSA_DEFAULTS = {"glm_moe_dsa": (32, 128, 2048), "deepseek_v32": (64, 128, 2048)}
 
 
 class ConfigError(ValueError):
@@ -326,6 +327,9 @@ def config_from_dict(
     heads = _int_field(raw, "num_attention_heads", None, required=True)
     vocab = _int_field(raw, "vocab_size", None, required=True)
     has_dsa = model_type in ("glm_moe_dsa", "deepseek_v32") or raw.get("index_n_heads") is not None
+    # the transformers config classes' defaults when a DSA config omits the indexer sizes
+    # (GlmMoeDsaConfig: 32 heads x 128, top-k 2048; DeepseekV32Config: 64 heads x 128, top-k 2048)
+    dsa_defaults = _DSA_DEFAULTS.get(model_type or "", (0, 0, 0))
     index_topk_pattern = raw.get("index_topk_pattern")
     if index_topk_pattern is not None:
         if not isinstance(index_topk_pattern, str):
@@ -388,9 +392,9 @@ def config_from_dict(
         qk_nope_head_dim=_int_field(raw, "qk_nope_head_dim", 0),  # type: ignore[arg-type]
         qk_rope_head_dim=_int_field(raw, "qk_rope_head_dim", 0),  # type: ignore[arg-type]
         v_head_dim=_int_field(raw, "v_head_dim", 0),  # type: ignore[arg-type]
-        index_n_heads=_int_field(raw, "index_n_heads", 0) if has_dsa else 0,  # type: ignore[arg-type]
-        index_head_dim=_int_field(raw, "index_head_dim", 0) if has_dsa else 0,  # type: ignore[arg-type]
-        index_topk=_int_field(raw, "index_topk", 0) if has_dsa else 0,  # type: ignore[arg-type]
+        index_n_heads=_int_field(raw, "index_n_heads", dsa_defaults[0]) if has_dsa else 0,  # type: ignore[arg-type]
+        index_head_dim=_int_field(raw, "index_head_dim", dsa_defaults[1]) if has_dsa else 0,  # type: ignore[arg-type]
+        index_topk=_int_field(raw, "index_topk", dsa_defaults[2]) if has_dsa else 0,  # type: ignore[arg-type]
         index_topk_freq=freq,
         index_skip_topk_offset=offset,
         index_topk_pattern=index_topk_pattern,
