@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = ["cli_gate", "live_update", "search_speed"]
+BENCHES = ["cli_gate", "live_update", "scaling", "optimiser_speed", "search_speed", "load"]
 
 
 def main(argv: list[str]) -> int:
@@ -14,9 +14,13 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"unknown benchmark(s) {unknown}; choose from {BENCHES}", file=sys.stderr)
         return 2
+    status = 0
     for name in names:
-        importlib.import_module(f"bench.{name}").main()
-    return 0
+        result = importlib.import_module(f"bench.{name}").main()
+        if isinstance(result, dict) and result.get("errors"):
+            print(f"{name}: {result['errors']} error(s)", file=sys.stderr)
+            status = 1
+    return status
 
 
 if __name__ == "__main__":
