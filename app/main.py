@@ -21,13 +21,14 @@ from fastapi import FastAPI, File, Form, Query, Request, UploadFile
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from starlette.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from app import __version__
 from app.core.flops import flops_report
 from app.core.launcher import LauncherError, launcher_request, parse_launcher
 from app.core.layer_roles import ENGINES, PatternError, derive_roles, roles_report
-from app.core.model_config import MAX_CONFIG_BYTES, ConfigError, ModelConfig, load_manifest, load_preset, preset_ids
+from app.core.model_config import ConfigError, ModelConfig, load_manifest, load_preset, preset_ids
 from app.core.optimiser import k_best_layouts, nearest_valid
 from app.core.layer_costs import layer_costs
 from app.core.parameters import count_parameters, per_rank_params
@@ -67,6 +68,11 @@ async def security_headers(request: Request, call_next):
     response.headers["X-Frame-Options"] = "DENY"
     response.headers["Referrer-Policy"] = "same-origin"
     return response
+
+
+from app.web.limits import BodySizeLimit  # request bodies: 2 MiB for uploads, 64 KiB elsewhere
+
+app.add_middleware(BodySizeLimit)
 
 
 class BadInput(ValueError):
@@ -183,9 +189,9 @@ def fragment(request: Request, action: str | None = None) -> HTMLResponse:
 
 @app.post("/upload", include_in_schema=False)
 async def upload(request: Request, file: UploadFile = File(...), query: str = Form("")) -> Response:
-    data = await file.read(MAX_CONFIG_BYTES + 1)
+    data = await file.read()  # at most 2 MiB: BodySizeLimit refuses larger requests before they arrive
     try:
-        cfg = store.put(data, name=file.filename)
+        cfg = await run_in_threadpool(store.put, data, name=file.filename)
     except ConfigError as exc:
         state = parse_state(dict(parse_qsl(query)))
         state.errors["model"] = f"upload {file.filename!r} refused: {exc}"
@@ -401,14 +407,13 @@ def api_receipt(request: Request) -> dict[str, Any]:
 
 @app.post("/api/v1/verify")
 async def api_verify(request: Request) -> dict[str, Any]:
-    """``isplan verify --format json``: POST a receipt (JSON body, at most 4 MiB)."""
+    """``isplan verify --format json``: POST a receipt (JSON body, at most 2 MiB: larger bodies get
+    a 413 from :class:`app.web.limits.BodySizeLimit`)."""
     raw = await request.body()
-    if len(raw) > 4 << 20:
-        raise BadInput("the receipt is over 4 MiB", "receipt")
     try:
         receipt = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadInput(f"the body is not JSON: {exc}", "receipt") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, over-long integers
+        raise BadInput(f"the body is not JSON (a receipt is a JSON object): {str(exc)[:200]}", "receipt") from None
     cfg = None
     if isinstance(receipt, dict) and isinstance(receipt.get("model"), dict):
         mid = receipt["model"].get("id")

@@ -1,0 +1,220 @@
+"""Acknowledged uploads survive concurrency and a SIGKILL of the server.
+
+The store commits its ``INSERT`` (WAL, ``synchronous=FULL``) inside ``ConfigStore.put``, and
+``/upload`` answers 303 only after ``put`` returns, so every 303 names a committed row. These
+tests drive a real uvicorn on 127.0.0.1 with ``ISPLAN_DATA_DIR`` in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import http.client
+import json
+import sqlite3
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from app.web.store import ConfigStore
+from tests.browser_support import REPO, AppServer
+
+BASE = json.loads((REPO / "app" / "core" / "presets" / "glm-5.2.json").read_text())
+SPLIT = "22,20,20,16"  # a valid GLM-5.2 layout (78 layers, PP=4)
+BOUNDARY = "----isplan-persistence"
+
+
+def config(vocab_size: int) -> bytes:
+    cfg = copy.deepcopy(BASE)
+    cfg["vocab_size"] = vocab_size
+    return json.dumps(cfg, indent=1).encode()
+
+
+def post_upload(port: int, data: bytes, filename: str = "config.json", timeout: float = 10) -> str | None:
+    """POST /upload; the ``sha256:<hex>`` of a 303 (an acknowledged upload), else None."""
+    body = (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{filename}\"\r\n"
+            "Content-Type: application/json\r\n\r\n").encode() + data + f"\r\n--{BOUNDARY}--\r\n".encode()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("POST", "/upload", body=body,
+                     headers={"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"})
+        resp = conn.getresponse()
+        resp.read()
+        if resp.status != 303:
+            return None
+        return parse_qs(urlsplit(resp.getheader("location")).query)["model"][0]
+    finally:
+        conn.close()
+
+
+def check_status(port: int, model: str) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", f"/api/v1/check?model={model}&split={SPLIT}")
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    finally:
+        conn.close()
+
+
+def db_rows(path: Path) -> list[tuple[str, bytes]]:
+    """(sha256, bytes) of every row, after ``PRAGMA integrity_check`` passed (read-only)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        return [(h, bytes(b)) for h, b in conn.execute("SELECT sha256, bytes FROM configs")]
+    finally:
+        conn.close()
+
+
+def assert_rows_intact(path: Path) -> list[str]:
+    rows = db_rows(path)
+    bad = [h for h, b in rows if hashlib.sha256(b).hexdigest() != h]
+    assert not bad, f"rows whose bytes fail their SHA-256: {bad}"
+    return [h for h, _ in rows]
+
+
+@pytest.mark.slow
+def test_concurrent_uploads_of_the_same_and_different_configs(tmp_path):
+    configs = [config(150_000 + i) for i in range(5)]
+    digests = {hashlib.sha256(c).hexdigest() for c in configs}
+    with AppServer(tmp_path / "data") as srv:
+        def worker(t: int) -> list[tuple[int, str | None]]:
+            out = []
+            for k in range(10):
+                i = (t + k) % len(configs)
+                out.append((i, post_upload(srv.port, configs[i], filename=f"t{t}-{k}.json")))
+            return out
+
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(16) as pool:
+            results = [r for rs in pool.map(worker, range(16)) for r in rs]
+        elapsed = time.monotonic() - t0
+        assert len(results) == 160 and elapsed < 30
+        assert all(model is not None for _, model in results), "an upload was not acknowledged"
+        for i, model in results:
+            assert model == "sha256:" + hashlib.sha256(configs[i]).hexdigest()
+        for model in {m for _, m in results}:
+            assert check_status(srv.port, model) == 200
+        stored = assert_rows_intact(srv.data_dir / "configs.sqlite3")
+        assert sorted(stored) == sorted(digests)  # identical uploads are one row
+
+
+@pytest.mark.slow
+def test_acknowledged_uploads_survive_sigkill(tmp_path):
+    data_dir = tmp_path / "data"
+    db = data_dir / "configs.sqlite3"
+    acked: dict[str, int] = {}  # sha256:<hex> -> vocab_size
+    next_vocab = iter(range(100_000, 200_000))
+    srv = AppServer(data_dir)
+    try:
+        for round_ in range(2):
+            srv.start()
+            stop = threading.Event()
+            errors: list[BaseException] = []
+
+            def uploader(stop: threading.Event = stop, errors: list[BaseException] = errors) -> None:
+                t_end = time.monotonic() + 20
+                for _ in range(2000):
+                    if stop.is_set() or time.monotonic() > t_end:
+                        return
+                    vocab = next(next_vocab)
+                    data = config(vocab)
+                    try:
+                        model = post_upload(srv.port, data, timeout=5)
+                    except (ConnectionError, http.client.HTTPException, OSError):
+                        return  # the server is gone
+                    except BaseException as exc:  # noqa: BLE001 - reported below
+                        errors.append(exc)
+                        return
+                    if model is not None:
+                        if model != "sha256:" + hashlib.sha256(data).hexdigest():
+                            errors.append(AssertionError(f"303 names {model} for vocab_size={vocab}"))
+                            return
+                        acked[model] = vocab
+
+            before = len(acked)
+            thread = threading.Thread(target=uploader, daemon=True)
+            thread.start()
+            deadline = time.monotonic() + 15
+            while len(acked) < before + 25 and time.monotonic() < deadline and thread.is_alive():
+                time.sleep(0.005)
+            assert len(acked) >= before + 25, f"round {round_}: only {len(acked) - before} uploads acknowledged"
+            srv.proc.kill()  # SIGKILL, in the middle of the stream of uploads
+            srv.proc.wait(timeout=10)
+            thread.join(timeout=10)
+            stop.set()
+            assert not thread.is_alive() and not errors, errors
+
+            # the files as the killed server left them: consistent, every row intact
+            stored = set(assert_rows_intact(db))
+            missing = [m for m in acked if m.removeprefix("sha256:") not in stored]
+            assert not missing, f"acknowledged but lost after SIGKILL: {missing[:3]}"
+
+        # a restarted server on the same data dir serves every acknowledged upload
+        srv.start()
+        for model in acked:
+            assert check_status(srv.port, model) == 200, model
+        srv.stop()
+        fresh = ConfigStore(db)
+        for model, vocab in acked.items():
+            cfg = fresh.get(model)
+            assert cfg is not None and cfg.vocab_size == vocab
+        assert fresh.count() >= len(acked)
+        assert_rows_intact(db)
+    finally:
+        srv.stop()
+
+
+# --------------------------------------------------------------------------- the store in process
+
+
+def test_the_parsed_config_cache_is_bounded_and_evicted_configs_reload(tmp_path, monkeypatch):
+    import app.web.store as store_mod
+
+    monkeypatch.setattr(store_mod, "CACHE_ENTRIES", 4)
+    store = ConfigStore(tmp_path / "configs.sqlite3")
+    ids = [store.put(config(120_000 + i), name=f"c{i}.json").id for i in range(12)]
+    assert len(store._cache) == 4 and store.count() == 12
+    for i, model in enumerate(ids):  # evicted ones come back from SQLite, digest-checked
+        cfg = store.get(model)
+        assert cfg is not None and cfg.vocab_size == 120_000 + i and cfg.label == f"c{i}.json"
+    assert len(store._cache) == 4
+
+    monkeypatch.setattr(store_mod, "CACHE_ENTRIES", 1000)
+    monkeypatch.setattr(store_mod, "CACHE_BYTES", 3 * len(config(120_000)))
+    store = ConfigStore(tmp_path / "configs.sqlite3")
+    for model in ids:
+        store.get(model)
+    assert len(store._cache) == 3 and store._cache_bytes <= 3 * len(config(120_000))
+
+
+def test_the_first_upload_names_a_config_before_and_after_a_restart(tmp_path):
+    path = tmp_path / "configs.sqlite3"
+    data = config(130_000)
+    long_name = "n" * 300 + ".json"
+    first = ConfigStore(path).put(data, name=long_name)
+    store = ConfigStore(path)
+    again = store.put(data, name="other.json")  # identical bytes: one row, the first name stays
+    assert store.count() == 1
+    restarted = ConfigStore(path).get(first.id)
+    assert first.label == again.label == restarted.label == long_name[:120]
+
+
+def test_a_name_that_is_not_utf8_is_stored_not_a_500(tmp_path):
+    store = ConfigStore(tmp_path / "configs.sqlite3")
+    cfg = store.put(config(131_000), name="bad\udcff.json")  # a lone surrogate
+    assert ConfigStore(store.path).get(cfg.id).label == "bad?.json"
+
+
+def test_a_tampered_row_is_not_served(tmp_path):
+    path = tmp_path / "configs.sqlite3"
+    cfg = ConfigStore(path).put(config(132_000))
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE configs SET bytes = ? WHERE sha256 = ?", (config(132_001), cfg.sha256))
+    assert ConfigStore(path).get(cfg.id) is None
