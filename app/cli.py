@@ -70,7 +70,8 @@ def _out(fmt: str, body: dict[str, Any], lines: list[str]) -> None:
     if fmt == "json":
         sys.stdout.write(json.dumps(body, indent=2) + "\n")
     else:
-        sys.stdout.write("\n".join(lines) + "\n")
+        # a string from a hostile input may hold lone surrogates: print them escaped, never crash
+        sys.stdout.write(("\n".join(lines) + "\n").encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 def _read_text(path: str) -> str:
@@ -300,7 +301,7 @@ def parallel_config(args: argparse.Namespace, req: LayoutRequest | None, pp: int
     elif args.dp is None:
         nodes = values.get("--actor-num-nodes") or values.get("--nnodes")
         per = values.get("--actor-num-gpus-per-node") or values.get("--nproc-per-node") or values.get("--num-gpus-per-node")
-        if nodes and per and nodes.isdigit() and per.isdigit():
+        if nodes and per and nodes.isascii() and per.isascii() and nodes.isdigit() and per.isdigit():
             kw["gpus"] = int(nodes) * int(per)
     if args.no_distributed_optimizer:
         kw["distributed_optimizer"] = False
@@ -588,13 +589,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, LayoutInputError, PatternError, UsageError) as exc:
+    except (ConfigError, LayoutInputError, PatternError, UsageError, ValueError, ArithmeticError) as exc:
+        # ValueError / ArithmeticError: anything else a bad value can provoke (a NaN or infinite
+        # --gpu-memory-gb, an unbalanced quote in --also, an over-long integer in a receipt)
         fmt = getattr(args, "format", "text")
         if fmt == "json":
             field = getattr(exc, "field", None)
             sys.stdout.write(json.dumps({"valid": False, "errors": [
                 {"code": "bad_input", "message": str(exc), "field": field}]}, indent=2) + "\n")
-        sys.stderr.write(f"isplan {args.command}: error: {exc}\n")
+        sys.stderr.write(f"isplan {args.command}: error: {str(exc).encode('utf-8', 'backslashreplace').decode()}\n")
         return EXIT_USAGE
     except BrokenPipeError:
         return EXIT_VALID

@@ -49,7 +49,16 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline';
        "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
        "frame-ancestors 'none'")
 
+class SafeJSONResponse(JSONResponse):
+    """JSON with non-ASCII escaped: a lone surrogate copied from hostile input cannot break
+    encoding the answer (it would be a 500 with UTF-8 output)."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
 app = FastAPI(
+    default_response_class=SafeJSONResponse,
     title="isplan",
     version=__version__,
     description="IndexShare layout planner: validate and plan pipeline layouts of GLM-5.2-class DSA models. "
@@ -87,7 +96,7 @@ class BadInput(ValueError):
 @app.exception_handler(PatternError)
 @app.exception_handler(ReceiptError)
 async def _bad_input(request: Request, exc: Exception) -> JSONResponse:
-    return JSONResponse(status_code=422, content={
+    return SafeJSONResponse(status_code=422, content={
         "valid": False,
         "errors": [{"code": "bad_input", "message": str(exc), "field": getattr(exc, "field", None)}],
     })

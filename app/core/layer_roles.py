@@ -60,7 +60,8 @@ ENGINE_DEFAULTS: dict[Engine, tuple[int, int]] = {
 
 
 class PatternError(ValueError):
-    """A ``--pattern`` override that is not a string of F and S of a usable length."""
+    """A role override that cannot be used: a ``--pattern`` that is not F/S letters of a usable
+    length, or a freq / offset override out of range."""
 
 
 def formula_is_full(n: int, freq: int, offset: int, engine: Engine) -> bool:
@@ -226,6 +227,12 @@ def derive_roles(
     ``--dsa-indexer-topk-freq`` / ``--dsa-indexer-skip-topk-offset``)."""
     engine = Engine(engine)
     n = cfg.num_hidden_layers
+    if freq is not None and freq < 1:
+        raise PatternError(f"--dsa-indexer-topk-freq must be at least 1, got {freq}")
+    if offset is not None and offset < 0:
+        raise PatternError(f"--dsa-indexer-skip-topk-offset must not be negative, got {offset}")
+    if pattern is not None and not isinstance(pattern, str):
+        raise PatternError("--pattern must be a string of F and S")
     if not cfg.has_indexer:
         full = (True,) * n
         rm = _build(cfg, engine, "no_indexer", full, None, None)

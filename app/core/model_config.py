@@ -218,6 +218,8 @@ def parse_json_bytes(data: bytes) -> dict[str, Any]:
         raise ConfigError(
             f"config.json is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
+    except ValueError as exc:  # e.g. an integer longer than Python's int-conversion limit
+        raise ConfigError(f"config.json cannot be read: {str(exc)[:160]}") from None
     if not isinstance(obj, dict):
         raise ConfigError("config.json must be a JSON object ({...}) at the top level")
     if _depth(obj, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:

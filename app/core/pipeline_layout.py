@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 FLAG = "--pipeline-model-parallel-layout"
 MAX_EXPANDED = 1_000_000
-_GROUP = re.compile(r"\(([^)]+)\)\*(\d+)")
-_SINGLE = re.compile(r"(.)\*(\d+)")
+MAX_STAGES = 16_384  # PP x VPP; far above any real pipeline
+_SINGLE = re.compile(r"(.)\*([0-9]+)")
 _CHARS = {"E", "L", "t", "m"}
 
 
@@ -38,16 +38,58 @@ class LayoutIssue:
     flag: str = FLAG
 
 
-def _expand(pattern: re.Pattern[str], text: str, budget: int) -> str:
+def _expand_groups(text: str, budget: int) -> str:
+    """Unroll ``(...)*n`` in one left-to-right pass (linear time on any input).
+
+    Same result as Megatron's ``re.sub(r'\\(([^)]+)\\)\\*(\\d+)', ...)`` for every layout it
+    accepts; groups cannot nest, and a ``(`` without its ``)*n`` is an error here rather than a
+    stray character later.
+    """
+    out: list[str] = []
+    size = 0
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch != "(":
+            out.append(ch)
+            size += 1
+            i += 1
+            continue
+        close = text.find(")", i + 1)
+        if close == -1:
+            raise LayoutSyntaxError(f"{FLAG}: '(' at position {i + 1} has no ')'")
+        inner = text[i + 1:close]
+        if "(" in inner:
+            raise LayoutSyntaxError(f"{FLAG}: groups cannot nest ('(' inside the group at position {i + 1})")
+        if not inner:
+            raise LayoutSyntaxError(f"{FLAG}: empty group '()' at position {i + 1}")
+        j = close + 1
+        if j >= len(text) or text[j] != "*":
+            raise LayoutSyntaxError(f"{FLAG}: the group at position {i + 1} needs a repeat count, e.g. (tt|)*29")
+        k = j + 1
+        while k < len(text) and text[k].isascii() and text[k].isdigit():
+            k += 1
+        if k == j + 1:
+            raise LayoutSyntaxError(f"{FLAG}: the group at position {i + 1} needs a repeat count after '*'")
+        digits = text[j + 1:k]
+        count = int(digits) if len(digits) < 12 else budget + 1
+        size += len(inner) * count
+        if size > budget:
+            raise LayoutSyntaxError(f"{FLAG} expands to more than {budget:,} tokens; check the repeat counts")
+        out.append(inner * count)
+        i = k
+    return "".join(out)
+
+
+def _expand_singles(text: str, budget: int) -> str:
+    """Unroll ``x*n`` (one character repeated), as Megatron's ``(.)\\*(\\d+)`` does."""
     total = len(text)
-    for m in pattern.finditer(text):
+    for m in _SINGLE.finditer(text):
         count = int(m.group(2)) if len(m.group(2)) < 12 else budget + 1
-        total += len(m.group(1)) * count - len(m.group(0))
+        total += count - len(m.group(0))
         if total > budget:
-            raise LayoutSyntaxError(
-                f"{FLAG} expands to more than {budget:,} tokens; check the repeat counts"
-            )
-    return pattern.sub(lambda m: m.group(1) * int(m.group(2)), text)
+            raise LayoutSyntaxError(f"{FLAG} expands to more than {budget:,} tokens; check the repeat counts")
+    return _SINGLE.sub(lambda m: m.group(1) * int(m.group(2)), text)
 
 
 def parse_layout(layout: str) -> list[list[str]]:
@@ -57,8 +99,10 @@ def parse_layout(layout: str) -> list[list[str]]:
     if len(layout) > 100_000:
         raise LayoutSyntaxError(f"{FLAG} is {len(layout):,} characters long; the limit is 100,000")
     text = layout.replace(",", "")
-    text = _expand(_GROUP, text, MAX_EXPANDED)
-    text = _expand(_SINGLE, text, MAX_EXPANDED)
+    text = _expand_groups(text, MAX_EXPANDED)
+    text = _expand_singles(text, MAX_EXPANDED)
+    if text.count("|") >= MAX_STAGES:
+        raise LayoutSyntaxError(f"{FLAG} has {text.count('|') + 1:,} stages; the limit is {MAX_STAGES:,}")
     stages: list[list[str]] = []
     for stage in text.split("|"):
         tokens = list(stage)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from app import __version__
-from app.core.layer_roles import ENGINES
+from app.core.layer_roles import ENGINES, PatternError
 from app.core.layout_check import run_check
 from app.core.model_config import ConfigError, ModelConfig, load_config_bytes, load_preset, preset_ids
 from app.core.stages import LayoutInputError, PipelineSpec
@@ -47,7 +47,8 @@ def is_immutable(rev: str | None) -> bool:
 def canonical_body_digest(receipt: dict[str, Any]) -> str:
     body = {k: v for k, v in receipt.items() if k != "body_sha256"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    # surrogatepass: a hostile receipt may carry lone surrogates; it must still hash (and differ)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 LayoutInput = tuple[str, PipelineSpec, "int | None", "int | None", "tuple[str, ...]"]
@@ -199,14 +200,31 @@ def _load_for_verify(model: dict[str, Any], config_path: str | None) -> ModelCon
     )
 
 
-def _spec_from(inputs: dict[str, Any]) -> PipelineSpec:
+_INT_INPUTS = ("pp", "vpp", "layers_per_vstage", "first", "last", "mtp_layers")
+_BOOL_INPUTS = ("account_for_embedding", "account_for_loss", "overlap_p2p")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _spec_from(inputs: dict[str, Any], where: str) -> PipelineSpec:
+    """The recorded inputs as a :class:`PipelineSpec`, each field type-checked."""
     kwargs = {k: v for k, v in inputs.items() if k in _SPEC_FIELDS}
-    if isinstance(kwargs.get("split"), list):
-        kwargs["split"] = tuple(kwargs["split"])
-    try:
-        return PipelineSpec(**kwargs)
-    except TypeError as exc:
-        raise ReceiptError(f"layout inputs are malformed: {exc}") from None
+    for k in _INT_INPUTS:
+        if kwargs.get(k) is not None and not _is_int(kwargs[k]):
+            raise ReceiptError(f"{where}.inputs.{k} must be a whole number or null, got {json.dumps(kwargs[k])[:40]}")
+    for k in _BOOL_INPUTS:
+        if k in kwargs and not isinstance(kwargs[k], bool):
+            raise ReceiptError(f"{where}.inputs.{k} must be true or false")
+    if kwargs.get("layout") is not None and not isinstance(kwargs["layout"], str):
+        raise ReceiptError(f"{where}.inputs.layout must be a string or null")
+    split = kwargs.get("split")
+    if split is not None:
+        if not isinstance(split, list) or not all(_is_int(x) for x in split):
+            raise ReceiptError(f"{where}.inputs.split must be a list of whole numbers or null")
+        kwargs["split"] = tuple(split)
+    return PipelineSpec(**kwargs)
 
 
 def verify_receipt(receipt: Any, *, config_path: str | None = None,
@@ -221,6 +239,16 @@ def verify_receipt(receipt: Any, *, config_path: str | None = None,
     engine = receipt.get("engine", {}).get("semantics") if isinstance(receipt.get("engine"), dict) else None
     if engine not in ENGINES:
         raise ReceiptError(f"receipt field engine.semantics must be one of {list(ENGINES)}, got {engine!r}")
+    pattern = receipt.get("pattern")
+    if pattern is not None and not isinstance(pattern, str):
+        raise ReceiptError("receipt field pattern must be a string or null")
+    eng = receipt.get("engine", {})
+    for key, value in (("model.revision", model.get("revision")), ("engine.commit", eng.get("commit")),
+                       ("model.id", model.get("id"))):
+        if value is not None and not isinstance(value, str):
+            raise ReceiptError(f"receipt field {key} must be a string or null")
+    if not isinstance(receipt.get("checks", []), list):
+        raise ReceiptError("receipt field checks must be a list")
     differences: list[str] = []
     notes: list[str] = []
 
@@ -239,18 +267,20 @@ def verify_receipt(receipt: Any, *, config_path: str | None = None,
         if model.get(key) != actual:
             differences.append(f"model.{key}: receipt has {model.get(key)!r}, the config gives {actual!r}")
 
-    pattern = receipt.get("pattern")
     rebuilt_layouts = []
     for k, lay in enumerate(layouts):
         if not isinstance(lay, dict) or not isinstance(lay.get("inputs"), dict):
             raise ReceiptError(f"layouts[{k}] has no inputs object")
         name = lay.get("name", f"#{k}")
-        spec = _spec_from(lay["inputs"])
+        spec = _spec_from(lay["inputs"], f"layouts[{k}]")
+        for key in ("dsa_indexer_topk_freq", "dsa_indexer_skip_topk_offset"):
+            if lay.get(key) is not None and not _is_int(lay[key]):
+                raise ReceiptError(f"layouts[{k}].{key} must be a whole number or null")
         try:
             fresh = _layout_entry(cfg, name, spec, lay.get("dsa_indexer_topk_freq"),
                                   lay.get("dsa_indexer_skip_topk_offset"), (), engine, pattern)
-        except (LayoutInputError, ValueError) as exc:
-            differences.append(f"layout {name!r}: its inputs no longer materialise: {exc}")
+        except (LayoutInputError, PatternError, ValueError) as exc:
+            differences.append(f"layout {_short(name)}: its inputs no longer materialise: {exc}")
             continue
         # warnings recorded at creation may include launcher notes; compare the rest
         fresh["warnings"] = lay.get("warnings", [])
@@ -272,10 +302,10 @@ def verify_receipt(receipt: Any, *, config_path: str | None = None,
                             f"{f} receipt {_short(g.get(f) if isinstance(g, dict) else g)} vs recomputed {_short(w.get(f))}"
                             for f in fields))
 
-    eng = receipt.get("engine", {})
     fresh_checks = _checks(cfg, model.get("revision"), eng.get("commit"), rebuilt_layouts)
     if receipt.get("checks") != fresh_checks and len(rebuilt_layouts) == len(layouts):
-        recorded = {c.get("name"): c for c in receipt.get("checks", []) if isinstance(c, dict)}
+        recorded = {c["name"]: c for c in receipt.get("checks", [])
+                    if isinstance(c, dict) and isinstance(c.get("name"), str)}
         for c in fresh_checks:
             r = recorded.get(c["name"])
             if r != c:

@@ -28,6 +28,7 @@ they can, otherwise as a layout string; parsing the emitted flags gives the same
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,7 @@ EMB_FLAG = "--account-for-embedding-in-pipeline-split"
 LOSS_FLAG = "--account-for-loss-in-pipeline-split"
 MTP_FLAG = "--mtp-num-layers"
 MAX_PP = 4096
+_WHOLE = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: str.isdigit() also accepts superscripts
 MAX_STAGES = 65536
 
 
@@ -160,7 +162,7 @@ def parse_split(text: str) -> tuple[int, ...]:
         raise LayoutInputError(f"--split has {len(parts):,} entries; the limit is {MAX_STAGES:,}")
     out = []
     for k, p in enumerate(parts, start=1):
-        if not p or not (p.isdigit() or (p[0] in "+-" and p[1:].isdigit())) or len(p) > 9:
+        if not _WHOLE.fullmatch(p) or len(p) > 9:
             raise LayoutInputError(f"--split entry {k} is {p!r}; every stage size must be a whole number")
         value = int(p)
         if value < 0:

@@ -10,6 +10,7 @@ otherwise an absent parameter takes its neutral default, so a share URL always m
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 from urllib.parse import urlencode
@@ -86,7 +87,7 @@ DEFAULT_PROFILE = dict(
 
 def _int(raw: str, name: str, lo: int, hi: int) -> int:
     text = raw.strip()
-    if not text.lstrip("-").isdigit() or len(text) > 12:
+    if not re.fullmatch(r"-?[0-9]+", text) or len(text) > 12:  # ASCII digits only
         raise ValueError(f"{name} must be a whole number, got {raw[:40]!r}")
     v = int(text)
     if not lo <= v <= hi:

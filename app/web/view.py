@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.flops import bubble_fraction, stage_flops
-from app.core.layer_roles import PatternError
+from app.core.layer_roles import PatternError, derive_roles
 from app.core.layout_check import CheckResult, run_check
 from app.core.memory import training_memory
 from app.core.model_config import ConfigError, ModelConfig, load_preset, preset_ids
@@ -154,11 +154,12 @@ def build_view(state: PlanState, store: ConfigStore) -> PlanView:
         spec = None
     if spec is not None:
         try:
-            check = run_check(cfg, spec, state.engine, pattern=pattern)
+            derive_roles(cfg, state.engine, pattern=pattern)
         except PatternError as exc:
             errors["pattern"] = str(exc)
             pattern = None
-            check = run_check(cfg, spec, state.engine)
+        try:
+            check = run_check(cfg, spec, state.engine, pattern=pattern)
         except LayoutInputError as exc:
             errors.setdefault(state.mode if state.mode != "flags" else "pp", str(exc))
     conversion = None
@@ -194,20 +195,22 @@ def build_view(state: PlanState, store: ConfigStore) -> PlanView:
                 errors["pp"] = str(exc)
             flops = stage_flops(cfg, check.roles, plan, seq_length=par.sample_length, mbs=par.mbs)
     if check is not None:
+        n_layers = cfg.num_hidden_layers
+        sized = not check.plan.errors  # a plan with errors may reach past the last layer
         rank_mem = {s["pp_rank"]: s for s in memory["stages"]} if memory else {}
         stage_fl = {s["index"]: s["flops"] for s in flops["stages"]} if flops else {}
         for rec in check.boundary.records:
             s = rec.stage
             sp_ = stage_params(cfg, check.roles, [s], tp=par.tp if par else 1, ep=par.ep if par else 1,
-                               etp=par.expert_tp if par else None)
+                               etp=par.expert_tp if par else None) if sized else None
             rm = rank_mem.get(s.pp_rank)
             rows.append({
                 "stage": s.index + 1, "pp_rank": s.pp_rank, "vp_stage": s.vp_stage,
                 "range": f"{s.first_layer}–{s.last_layer}" if s.num_layers else "—",
                 "num_layers": s.num_layers, "start_role": rec.start_role, "source": rec.source_layer,
                 "source_stage": rec.source_stage.index + 1 if rec.source_stage else None,
-                "full_layers": [n for n in s.layers if check.roles.role(n).role == "full"],
-                "params_per_gpu": sp_.per_gpu,
+                "full_layers": [n for n in s.layers if n <= n_layers and check.roles.role(n).role == "full"],
+                "params_per_gpu": sp_.per_gpu if sp_ else None,
                 "rank_memory_bytes": rm["total_bytes"] if rm else None,
                 "rank_fits": rm["fits"] if rm else None,
                 "flops": stage_fl.get(s.index),
