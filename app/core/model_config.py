@@ -250,7 +250,8 @@ def _bracket_depth(text: str) -> int:
 
 def canonical_digest(obj: Any) -> str:
     body = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+    # surrogatepass: JSON may spell lone surrogates ("\ud800"); the digest must still exist
+    return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _int_field(raw: dict[str, Any], name: str, default: int | None, *, required: bool = False) -> int | None:
