@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, urlencode
 
 import plotly
 from fastapi import FastAPI, File, Form, Query, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -100,6 +101,18 @@ async def _bad_input(request: Request, exc: Exception) -> JSONResponse:
         "valid": False,
         "errors": [{"code": "bad_input", "message": str(exc), "field": getattr(exc, "field", None)}],
     })
+
+
+@app.exception_handler(RequestValidationError)
+async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """FastAPI's own parameter validation, in the same shape as every other isplan 4xx."""
+    errors = []
+    for err in exc.errors():
+        loc = [str(x) for x in err.get("loc", ()) if x not in ("query", "body", "path")]
+        field = loc[-1] if loc else None
+        errors.append({"code": "bad_input", "field": field,
+                       "message": f"{field or 'request'}: {err.get('msg', 'invalid value')}"})
+    return SafeJSONResponse(status_code=422, content={"valid": False, "errors": errors})
 
 
 # --------------------------------------------------------------------------- helpers
@@ -270,6 +283,26 @@ def plotly_js() -> FileResponse:
 # --------------------------------------------------------------------------- JSON API
 
 
+class ErrorItem(BaseModel):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx from isplan: what is wrong and which field to fix."""
+
+    valid: bool = False
+    errors: list[ErrorItem]
+
+
+#: declared on every JSON route: bad input is a 422 naming the field, an oversized body a 413
+ERRORS: dict[int | str, dict[str, Any]] = {
+    422: {"model": ErrorBody, "description": "bad input; the message names the field and the fix"},
+    413: {"model": ErrorBody, "description": "request body over the size limit"},
+}
+
+
 class Health(BaseModel):
     status: Literal["ok"]
     version: str
@@ -280,7 +313,7 @@ def healthz() -> Health:
     return Health(status="ok", version=__version__)
 
 
-@app.get("/api/v1/about")
+@app.get("/api/v1/about", responses=ERRORS)
 def about() -> dict[str, Any]:
     """Versions of isplan and of the assets the page serves (htmx is vendored with its SHA-256)."""
     return {"isplan": __version__, "plotly": plotly.__version__, "htmx": VENDOR["htmx"],
@@ -313,7 +346,7 @@ def _strict_view(request: Request) -> PlanView:
     return v
 
 
-@app.get("/api/v1/plan")
+@app.get("/api/v1/plan", responses=ERRORS)
 def api_plan(request: Request) -> dict[str, Any]:
     """The page's data for a plan URL (same query parameters as ``/``): the check (as
     ``isplan check --format json``), parallel checks, per-rank memory, per-stage FLOPs, exports."""
@@ -329,7 +362,7 @@ def api_plan(request: Request) -> dict[str, Any]:
     }
 
 
-@app.get("/api/v1/check")
+@app.get("/api/v1/check", responses=ERRORS)
 def api_check(request: Request) -> dict[str, Any]:
     """``isplan check --format json`` for the plan in the query (page parameters)."""
     v = _strict_view(request)
@@ -338,14 +371,14 @@ def api_check(request: Request) -> dict[str, Any]:
     return v.check.to_json()
 
 
-@app.get("/api/v1/roles")
+@app.get("/api/v1/roles", responses=ERRORS)
 def api_roles(model: str = "glm-5.2", engine: Literal["megatron", "slime", "hf"] = "megatron",
               pattern: str | None = Query(None, max_length=4096)) -> dict[str, Any]:
     """``isplan roles --format json``."""
     return roles_report(_model(model), engine, pattern=pattern)
 
 
-@app.get("/api/v1/params")
+@app.get("/api/v1/params", responses=ERRORS)
 def api_params(model: str = "glm-5.2", engine: Literal["megatron", "slime", "hf"] = "megatron",
                pattern: str | None = Query(None, max_length=4096), split: str | None = Query(None, max_length=20000),
                vpp: int = Query(1, ge=1, le=16), tp: int = Query(1, ge=1, le=64), ep: int = Query(1, ge=1, le=4096),
@@ -367,7 +400,7 @@ def api_params(model: str = "glm-5.2", engine: Literal["megatron", "slime", "hf"
     return body
 
 
-@app.get("/api/v1/memory")
+@app.get("/api/v1/memory", responses=ERRORS)
 def api_memory(request: Request) -> dict[str, Any]:
     """``isplan memory --format json`` for the plan in the query (page parameters)."""
     v = _strict_view(request)
@@ -376,14 +409,14 @@ def api_memory(request: Request) -> dict[str, Any]:
     return v.memory
 
 
-@app.get("/api/v1/flops")
+@app.get("/api/v1/flops", responses=ERRORS)
 def api_flops(model: str = "glm-5.2", context: int = Query(1_048_576, ge=1, le=1 << 24),
               pattern: str | None = Query(None, max_length=4096)) -> dict[str, Any]:
     """``isplan flops --format json``."""
     return flops_report(_model(model), context, pattern=pattern)
 
 
-@app.get("/api/v1/plan-search")
+@app.get("/api/v1/plan-search", responses=ERRORS)
 def api_plan_search(model: str = "glm-5.2", engine: Literal["megatron", "slime", "hf"] = "megatron",
                     pp: int = Query(8, ge=1, le=256), vpp: int = Query(1, ge=1, le=16),
                     objective: Literal["compute", "memory", "balanced"] = "balanced",
@@ -398,7 +431,7 @@ def api_plan_search(model: str = "glm-5.2", engine: Literal["megatron", "slime",
         raise BadInput(str(exc), "near" if "near" in str(exc) else "pp") from None
 
 
-@app.get("/api/v1/search")
+@app.get("/api/v1/search", responses=ERRORS)
 def api_search(model: str = "glm-5.2", gpus: int = Query(256, ge=1, le=1 << 20),
                gpu: Literal["h100-80gb", "h200-141gb", "b200-180gb", "mi300x-192gb"] = "h100-80gb",
                seq_length: int | None = Query(None, ge=1, le=1 << 24),
@@ -408,13 +441,13 @@ def api_search(model: str = "glm-5.2", gpus: int = Query(256, ge=1, le=1 << 20),
     return search(_model(model), gpus, gpu=gpu, seq_length=seq_length, tokens_per_gpu=tokens_per_gpu, top=top)
 
 
-@app.get("/api/v1/receipt")
+@app.get("/api/v1/receipt", responses=ERRORS)
 def api_receipt(request: Request) -> dict[str, Any]:
     """``isplan receipt`` for the plan in the query (training + the conversion slot if set)."""
     return _receipt_for(_strict_state(request))
 
 
-@app.post("/api/v1/verify")
+@app.post("/api/v1/verify", responses=ERRORS)
 async def api_verify(request: Request) -> dict[str, Any]:
     """``isplan verify --format json``: POST a receipt (JSON body, at most 2 MiB: larger bodies get
     a 413 from :class:`app.web.limits.BodySizeLimit`)."""
