@@ -7,18 +7,14 @@ so caches keyed on the layout do not hide the work. Target: p99 <= 10 ms server 
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
+from tests.browser_support import AppServer  # the one way the project starts a real server
 from bench.common import ms, percentiles, save
 
-REPO = Path(__file__).resolve().parent.parent
 BASE = "model=glm-5.2&mode=split&tp=4&cp=8&ep=32&etp=1&sp=1&tpg=8192&recompute=full&offload=1&conv=flags&conv_pp=2&conv_last=40"
 SPLITS = ["14,8,8,8,8,8,8,16", "14,9,7,8,8,8,8,16", "14,12,4,8,8,8,8,16"]
 
@@ -39,31 +35,14 @@ def in_process(n: int) -> dict:
 
 
 def over_http(n: int) -> dict:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "ISPLAN_DATA_DIR": tempfile.mkdtemp(prefix="isplan-bench-")}
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port",
-                             str(port), "--log-level", "warning"], cwd=REPO, env=env)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(base + "/healthz", timeout=1).read()
-                break
-            except OSError:
-                time.sleep(0.2)
-        urllib.request.urlopen(base + "/fragment?" + _queries(1)[0]).read()
+    with AppServer(Path(tempfile.mkdtemp(prefix="isplan-bench-"))) as srv:
+        urllib.request.urlopen(srv.url + "/fragment?" + _queries(1)[0]).read()
         samples = []
         for q in _queries(n):
             t0 = time.perf_counter()
-            urllib.request.urlopen(base + "/fragment?" + q, timeout=10).read()
+            urllib.request.urlopen(srv.url + "/fragment?" + q, timeout=10).read()
             samples.append(time.perf_counter() - t0)
-        return percentiles(samples)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    return percentiles(samples)
 
 
 def main(n: int = 1000) -> dict:

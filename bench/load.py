@@ -15,9 +15,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import itertools
-import os
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -25,47 +22,13 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tests.browser_support import AppServer  # the one way the project starts a real server
 from bench.common import ms, percentiles, save
 from bench.live_update import BASE, SPLITS
 
-REPO = Path(__file__).resolve().parent.parent
 # SPLITS: two valid layouts and one invalid (stage 3 starts on shared layer 24); two more of each.
 LOAD_SPLITS = SPLITS + ["18,8,8,8,8,8,8,12", "14,8,8,8,8,8,9,15", "10,12,8,8,8,8,8,16", "13,9,8,8,8,8,8,16"]
 QUERIES = [f"/fragment?{BASE}&split={s}" for s in LOAD_SPLITS]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_server(data_dir: str) -> tuple[subprocess.Popen, int, Path]:
-    port = _free_port()
-    log = Path(data_dir) / "uvicorn.log"
-    env = {**os.environ, "ISPLAN_DATA_DIR": data_dir}
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port",
-                             str(port), "--log-level", "warning", "--no-access-log"],
-                            cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).read()
-            return proc, port, log
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise SystemExit(f"uvicorn did not start:\n{log.read_text(errors='replace')[-2000:]}")
-            time.sleep(0.2)
-
-
-def _stop_server(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
 
 
 def _hammer(port: int, clients: int, seconds: float, max_requests: int) -> dict:
@@ -119,16 +82,13 @@ def _hammer(port: int, clients: int, seconds: float, max_requests: int) -> dict:
 
 
 def main(seconds: float = 30.0, clients: int = 64, max_requests: int = 200_000) -> dict:
-    data_dir = tempfile.mkdtemp(prefix="isplan-bench-")
-    proc, port, log = _start_server(data_dir)
-    try:
+    with AppServer(Path(tempfile.mkdtemp(prefix="isplan-bench-"))) as srv:
         for q in QUERIES:  # warm up imports and caches
-            urllib.request.urlopen(f"http://127.0.0.1:{port}{q}", timeout=30).read()
-        result = _hammer(port, clients, seconds, max_requests)
-    finally:
-        _stop_server(proc)
+            urllib.request.urlopen(f"{srv.url}{q}", timeout=30).read()
+        result = _hammer(srv.port, clients, seconds, max_requests)
+        log_tail = srv.log()
     result.update({"target_seconds": seconds, "max_requests": max_requests, "splits": LOAD_SPLITS,
-                   "server_log_tail": log.read_text(errors="replace")[-2000:]})
+                   "server_log_tail": log_tail[-2000:]})
     save("load", result)
     lat = result["latency"] or {"p50": float("nan"), "p99": float("nan")}
     print(f"load ({clients} clients, {result['seconds']:.1f} s, {result['requests']:,} requests): "
