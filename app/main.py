@@ -42,7 +42,7 @@ from app.web.figures import compute_figure, context_figure, memory_figure, sched
 from app.web.plan_state import GPUS, PlanState, parse_state
 from app.web.plan_state import error_fields as plan_fields
 from app.web.store import ConfigStore
-from app.web.view import PlanView, build_view, conversion_spec, spec_from_state
+from app.web.view import PlanView, build_view, conversion_spec, resolve_model, spec_from_state
 
 PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 VENDOR = json.loads((asset_dir("static") / "vendor" / "VENDOR.json").read_text())
@@ -161,7 +161,7 @@ def _apply_action(state: PlanState, action: str | None) -> PlanState:
     ``nearest``: the valid layout closest to the current stages."""
     if action not in ("balance", "nearest"):
         return state
-    cfg = _model(state.model) if state.model in preset_ids() or state.model.startswith("sha256:") else load_preset("glm-5.2")
+    cfg, _ = resolve_model(state, store)  # the page's own resolver: an unknown model is a field message
     try:
         roles = derive_roles(cfg, state.engine, pattern=state.pattern)
         plan_spec = spec_from_state(state)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.core.model_config import load_config_bytes
+from app.core.parallelism import ParallelConfig
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -62,3 +63,13 @@ def tmp_config(tmp_path):
         return p
 
     return write
+
+
+def slime_par(**over) -> ParallelConfig:
+    """The slime GLM-5.2 training launch (THUDM/slime scripts/run-glm5.2-744B-A40B.sh as quoted in
+    FACTS.md section 1), written out here as test input; ``over`` changes single flags."""
+    fields = dict(tp=4, cp=8, pp=8, gpus=256, ep=32, etp=1, sp=True, mbs=1, tokens_per_gpu=8192,
+                  recompute="full", recompute_method="uniform", recompute_num_layers=1,
+                  optimizer_cpu_offload=True, use_precision_aware_optimizer=True, gpu="h100-80gb")
+    fields.update(over)
+    return ParallelConfig(**fields)

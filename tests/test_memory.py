@@ -19,7 +19,7 @@ from app.core.memory import (
 from app.core.model_config import load_model
 from app.core.parallelism import ParallelConfig
 from app.core.stages import PipelineSpec, materialise
-from tests.conftest import make_config, tiny_config
+from tests.conftest import make_config, tiny_config, slime_par
 
 GB = 10**9
 
@@ -200,12 +200,6 @@ def test_invalid_plan_is_refused(glm52):
 # --------------------------------------------------------------------------- slime GLM-5.2 profile
 
 
-def slime_par(**over) -> ParallelConfig:
-    fields = dict(tp=4, cp=8, pp=8, gpus=256, ep=32, etp=1, sp=True, mbs=1, tokens_per_gpu=8192,
-                  recompute="full", recompute_method="uniform", recompute_num_layers=1,
-                  optimizer_cpu_offload=True, use_precision_aware_optimizer=True, gpu="h100-80gb")
-    fields.update(over)
-    return ParallelConfig(**fields)
 
 
 @pytest.fixture(scope="module")

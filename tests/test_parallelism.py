@@ -14,7 +14,7 @@ from app.core.parallelism import (
     slime_glm52_training,
 )
 from app.core.stages import PipelineSpec, materialise
-from tests.conftest import make_config, tiny_config
+from tests.conftest import make_config, tiny_config, slime_par
 
 
 @pytest.fixture(scope="module")
@@ -29,13 +29,6 @@ def by_name(checks):
     return out
 
 
-def slime_par(**over) -> ParallelConfig:
-    # THUDM/slime scripts/run-glm5.2-744B-A40B.sh as quoted in FACTS.md section 1
-    fields = dict(tp=4, cp=8, pp=8, gpus=256, ep=32, etp=1, sp=True, mbs=1, tokens_per_gpu=8192,
-                  recompute="full", recompute_method="uniform", recompute_num_layers=1,
-                  optimizer_cpu_offload=True, use_precision_aware_optimizer=True, gpu="h100-80gb")
-    fields.update(over)
-    return ParallelConfig(**fields)
 
 
 def slime_plan(cfg):

@@ -242,3 +242,10 @@ def test_no_path_from_user_input_reaches_the_filesystem(client, tmp_path):
     # static files cannot be used to climb out of the static folder
     for path in ("/static/../app/main.py", "/static/%2e%2e/app/main.py", "/static/..%2fpyproject.toml"):
         assert client.get(path).status_code == 404, path
+
+
+def test_actions_with_an_unknown_model_render_a_field_message(client):
+    r = client.get("/fragment", params={"model": "sha256:" + "0" * 64, "mode": "split", "split": SEED_BAD,
+                                        "action": "balance"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    assert re.search(r'id="err-model"[^>]*>[^<]*neither a preset', r.text)

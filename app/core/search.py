@@ -38,7 +38,7 @@ from app.core.layer_roles import derive_roles
 from app.core.memory import rank_activations, rank_totals
 from app.core.model_config import ModelConfig
 from app.core.optimiser import optimal_layout
-from app.core.parallelism import ParallelConfig, check_parallel, resolve_gpu
+from app.core.parallelism import ParallelConfig, check_parallel, divisors, resolve_gpu
 from app.core.layer_costs import memory_costs
 from app.core.parameters import per_rank_params
 from app.core.stages import PipelineSpec, StagePlan, materialise, megatron_flags
@@ -47,9 +47,6 @@ RECOMPUTE_FACTOR = {"none": 1.0, "selective": 1.05, "full": 4.0 / 3.0}
 OFFLOAD_FACTOR = 1.10
 RECOMPUTE_ORDER = ("none", "selective", "full")  # stored activations only fall along this order
 
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 @dataclass(frozen=True)
@@ -90,10 +87,10 @@ def search(
     mem = memory_costs(cfg, roles)
     costs, first_extra, last_extra = list(mem.costs), mem.first_stage_extra, mem.last_stage_extra
     heads, experts = cfg.num_attention_heads, cfg.n_routed_experts
-    tps = space.tp or tuple(t for t in _divisors(heads) if t <= 8)
+    tps = space.tp or tuple(t for t in divisors(heads) if t <= 8)
     cps = space.cp or (1, 2, 4, 8, 16)
     pps = space.pp or tuple(p for p in (1, 2, 4, 8, 16) if p <= len(roles.full_layers))
-    eps = space.ep or tuple(_divisors(experts) if experts else (1,))
+    eps = space.ep or tuple(divisors(experts) if experts else (1,))
     counts = {"combinations": 0, "constraint": 0, "no_layout": 0, "memory": 0, "feasible": 0, "dominated": 0}
     plans: dict[tuple[int, int], StagePlan | None] = {}
     imbalance: dict[tuple[int, int], float] = {}

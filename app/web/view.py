@@ -21,12 +21,6 @@ from app.core.stages import LayoutInputError, PipelineSpec, parse_split
 from app.web.plan_state import PlanState
 from app.web.store import ConfigStore
 
-COMPONENT_LABELS = {
-    "weights": "weights", "gradients": "gradients", "optimizer_states": "optimizer states",
-    "activations": "activations", "recompute_working_set": "recompute working set",
-    "topk_indices": "IndexShare top-k", "logits": "logits",
-}
-
 
 @dataclass
 class LayerCell:
