@@ -39,10 +39,49 @@
       sizes.push(end - starts[i]);
     }
     var f = form();
-    f.querySelector("#mode").value = "split";
+    setMode("split");
     f.querySelector("#split").value = sizes.join(",");
-    window.__isplanFocus = stageIndex;
+    window.__isplanFocus = {boundary: stageIndex};
+    send("");
+  }
+
+  /* The one request queue: every change goes through send(); the form's hx-sync="this:replace"
+     aborts an older request in flight, and a pending debounced typing update is dropped, so the
+     last action always wins and the URL comes from the response that drew the page. */
+  var pending = null;
+  function send(action) {
+    if (pending) { clearTimeout(pending); pending = null; }
+    var f = form();
+    if (!f || !window.htmx) return;
+    f.querySelector("#action").value = action || "";
     window.htmx.trigger(f, "plan-change");
+  }
+  function sendLater() {
+    if (pending) clearTimeout(pending);
+    pending = setTimeout(function () { pending = null; send(""); }, 250);
+  }
+
+  function setMode(mode) {
+    var sel = form().querySelector("#mode");
+    if (sel && sel.value !== mode) sel.value = mode;
+    syncInactive();
+  }
+  function syncInactive() {
+    var mode = form().querySelector("#mode").value;
+    form().querySelectorAll(".fld[data-modes]").forEach(function (el) {
+      var on = el.dataset.modes.split(" ").indexOf(mode) >= 0;
+      el.classList.toggle("inactive", !on);
+    });
+    var note = document.getElementById("mode-note");
+    if (note) note.textContent = mode === "flags" ? "" : "Fields greyed out are not used when the layout is given by " +
+      (mode === "split" ? "stage sizes." : "a layout string.");
+  }
+
+  /* The layout mode follows the field the user edited. */
+  function followMode(el) {
+    if (el.dataset && el.dataset.setsMode) setMode(el.dataset.setsMode);
+    else if (el.id === "pp" && form().querySelector("#mode").value === "split") setMode("flags");
+    else if (el.id === "mode") syncInactive();
   }
 
   function nextFull(info, from, dir) {
@@ -97,8 +136,43 @@
     moveBoundary(d.stage, d.target);
   });
 
+  document.addEventListener("input", function (ev) {
+    var el = ev.target;
+    if (!el.form || el.form.id !== "controls") return;
+    followMode(el);
+    if (el.type === "text" || el.type === "number") sendLater();
+  });
+  document.addEventListener("change", function (ev) {
+    var el = ev.target;
+    if (!el.form || el.form.id !== "controls") return;
+    followMode(el);
+    if (el.type === "text" || el.type === "number") sendLater(); else send("");
+  });
+  document.addEventListener("htmx:configRequest", function (ev) {
+    var a = document.getElementById("action");
+    if (a && ev.detail.elt && ev.detail.elt.id === "controls") {
+      if (!ev.detail.parameters.get || !ev.detail.parameters.get("action")) {
+        if (ev.detail.parameters.delete) ev.detail.parameters.delete("action");
+      }
+      a.value = "";
+    }
+  });
+  document.addEventListener("submit", function (ev) {
+    var st = document.getElementById("plan-state");
+    var q = ev.target.querySelector && ev.target.querySelector('input[name="query"]');
+    if (st && q) q.value = st.dataset.query;
+  });
+
   document.addEventListener("click", function (ev) {
     var t = ev.target;
+    var act = t.closest && t.closest("button[data-action]");
+    if (act) { window.__isplanFocus = {id: act.id}; send(act.dataset.action); return; }
+    var fix = t.closest && t.closest("a[data-focus]");
+    if (fix) {
+      var target = document.getElementById(fix.dataset.focus);
+      if (target) { ev.preventDefault(); target.focus(); target.scrollIntoView({block: "center"}); }
+      return;
+    }
     if (t.matches && t.matches("button.copy-url")) {
       var url = window.location.href;
       var done = function () { t.textContent = "Copied"; setTimeout(function () { t.textContent = "Copy share URL"; }, 1500); };
@@ -112,20 +186,35 @@
     // htmx 2 fires afterSwap once per swapped element (the results block and every out-of-band
     // field message); only the results block needs the figures redrawn and the inputs synced
     if (!ev.target || ev.target.id !== "results") return;
-    var li = document.getElementById("layout-inputs");
-    if (li && li.dataset.mode) {
-      var f = form();
-      f.querySelector("#mode").value = li.dataset.mode;
-      if (li.dataset.split) f.querySelector("#split").value = li.dataset.split;
-    }
+    syncForm();
     renderFigures(document.getElementById("results"));
-    if (typeof window.__isplanFocus === "number") {
-      var b = document.querySelector('.boundary[data-stage="' + (window.__isplanFocus + 1) + '"]');
+    var want = window.__isplanFocus;
+    window.__isplanFocus = null;
+    if (want && typeof want.boundary === "number") {
+      var b = document.querySelector('.boundary[data-stage="' + (want.boundary + 1) + '"]');
       if (b) b.focus();
-      window.__isplanFocus = null;
+    } else if (want && want.id) {
+      var el = document.getElementById(want.id);
+      if (el) el.focus();
     }
     document.body.dataset.updated = String(Date.now());
   });
 
-  document.addEventListener("DOMContentLoaded", function () { renderFigures(document); });
+  /* Make the form show the plan the server answered with (Balance, Nearest valid, a canonical
+     value), except the field the user is typing in. */
+  function syncForm() {
+    var st = document.getElementById("plan-state");
+    if (!st) return;
+    var values = JSON.parse(st.dataset.values);
+    var f = form();
+    Object.keys(values).forEach(function (key) {
+      var el = f.querySelector("#" + CSS.escape(key));
+      if (!el || el === document.activeElement) return;
+      if (el.type === "checkbox") el.checked = values[key] === "1";
+      else if (el.value !== values[key]) el.value = values[key];
+    });
+    syncInactive();
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { renderFigures(document); syncInactive(); });
 })();

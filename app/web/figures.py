@@ -151,3 +151,22 @@ def schedule_figure(pp: int, microbatches: int, bubble: float) -> dict[str, Any]
     return {"data": data, "layout": _layout(
         f"1F1B schedule, {m} micro-batches (bubble {bubble * 100:.1f}% as configured)",
         barmode="overlay", yaxis={"autorange": "reversed"}, xaxis={"title": {"text": "time (forward = 1)"}})}
+
+
+def page_figures(v: Any) -> dict[str, Any]:
+    """The page's figures for a :class:`app.web.view.PlanView` (only those with data)."""
+    from app.core.flops import bubble_fraction
+
+    ev = v.ev
+    figs: dict[str, Any] = {}
+    if ev.memory:
+        figs["memory"] = memory_figure(ev.memory)
+    if ev.stage_flops:
+        figs["compute"] = compute_figure(ev.stage_flops)
+    if ev.check is not None:
+        figs["context"] = context_figure(ev.cfg, ev.check.roles, v.plan.context)
+        stages = ev.check.plan
+        if ev.par is not None and stages.stages:
+            m = ev.par.microbatches or 8 * stages.pp
+            figs["schedule"] = schedule_figure(stages.pp, m, bubble_fraction(stages.pp, stages.vpp, m))
+    return figs

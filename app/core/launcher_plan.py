@@ -1,0 +1,73 @@
+"""Launcher import: a bash launcher script -> a :class:`~app.core.plan.Plan` that loses nothing.
+
+:mod:`app.core.launcher` reads the script statically (never runs it); this module maps the final
+command line onto the plan table's Megatron/slime flag names (:func:`app.core.plan.plan_from_flags`),
+so every value a launcher sets has a plan field, a URL key and a CLI flag. The GPU count of a slime
+launcher is ``--actor-num-nodes`` x ``--actor-num-gpus-per-node`` (torchrun: ``--nnodes`` x
+``--nproc-per-node``).
+
+Fails closed: a script that cannot be read, or whose pipeline flags cannot be resolved, raises
+:class:`LauncherImportError` naming each flag and line (exit 2 / a 422), never a verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from app.core.launcher import LauncherError, LauncherParse, launcher_request, parse_launcher
+from app.core.model_config import ModelConfig
+from app.core.plan import Plan, plan_from_flags
+
+_NODES = ("--actor-num-nodes", "--nnodes")
+_PER_NODE = ("--actor-num-gpus-per-node", "--nproc-per-node", "--num-gpus-per-node")
+
+
+class LauncherImportError(ValueError):
+    """The launcher cannot be read completely; the message names what is missing."""
+
+    field = "launcher"
+
+
+@dataclass
+class LauncherImport:
+    plan: Plan
+    report: dict[str, Any]
+    warnings: tuple[str, ...] = ()
+    errors: tuple[Any, ...] = field(default_factory=tuple)
+
+
+def _gpus(parsed: LauncherParse) -> int | None:
+    def first(flags: tuple[str, ...]) -> int | None:
+        for flag in flags:
+            try:
+                value = parsed.int_value(flag)
+            except ValueError:
+                return None
+            if value is not None:
+                return value
+        return None
+
+    nodes, per = first(_NODES), first(_PER_NODE)
+    return nodes * per if nodes and per else None
+
+
+def import_launcher(text: str | bytes, cfg: ModelConfig, base: Plan) -> LauncherImport:
+    """The plan a launcher describes on top of ``base`` (model, engine and page settings)."""
+    try:
+        parsed = parse_launcher(text)
+    except LauncherError as exc:
+        raise LauncherImportError(str(exc)) from None
+    req = launcher_request(parsed, cfg)
+    if req.unresolved:
+        raise LauncherImportError("the launcher's pipeline flags cannot be read: " + "; ".join(req.unresolved))
+    plan, problems = plan_from_flags(parsed.values, parsed.switches, replace(base, mode="flags"))
+    if problems:
+        raise LauncherImportError("; ".join(p.message for p in problems))
+    gpus = _gpus(parsed)
+    if gpus is not None and plan.gpus is None and plan.dp is None:
+        plan = replace(plan, gpus=gpus)
+    # the plan carries --num-layers itself (its mismatch is a verdict reason with a URL key)
+    errors = tuple(e for e in req.errors if e.code != "num_layers_mismatch")
+    warnings = tuple(w for w in req.warnings if "--mtp-num-layers is not in the script" not in w)
+    return LauncherImport(plan, req.report, warnings, errors)

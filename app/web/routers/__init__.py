@@ -1,0 +1,1 @@
+"""One router per area: pages, the plan API, the models API, uploads."""

@@ -1,0 +1,94 @@
+"""The plan API: every command that evaluates a plan, as ``GET /api/v1/<command>?<plan query>``.
+
+Each route returns the report of :mod:`app.core.reports` - the same object as
+``isplan <command> --format json`` for the same plan (tests/test_twins.py) - with its verdict.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+
+from app.core import reports
+from app.core.plan import MAX_GPUS, SLIME_GLM52_PROFILE, parse_sizes, strict_plan
+from app.core.receipt import verify_receipt
+from app.web.deps import BadInput, PlanDep, Store, model_config
+from app.web.schemas import ERRORS, CheckReport, PlanPage, ReceiptReport, Report, VerifyReport
+from app.web.view import build_view
+
+router = APIRouter(prefix="/api/v1", tags=["plan"], responses=ERRORS)
+
+
+@router.get("/plan", response_model=PlanPage)
+def plan_page(request: Request, _plan: PlanDep, store: Store) -> dict[str, Any]:
+    """The page's whole data for a plan URL (same query as ``/``; an empty query is the page's
+    pinned slime GLM-5.2 profile): the plan, its verdict, the check, the conversion slot,
+    parallelism, per-rank memory, per-stage FLOPs and the exports."""
+    plan = strict_plan(request.query_params, empty=SLIME_GLM52_PROFILE)
+    model_config(plan.model, store)  # an unknown model is a 422 here, not a fallback
+    return build_view(plan, [], store).page_json()
+
+
+@router.get("/check", response_model=CheckReport)
+def check(plan: PlanDep, store: Store) -> dict[str, Any]:
+    """``isplan check --format json``: stages, boundary, acceptance and the plan's verdict."""
+    return reports.check_report(plan, model_config(plan.model, store)).body
+
+
+@router.get("/memory", response_model=Report)
+def memory(plan: PlanDep, store: Store) -> dict[str, Any]:
+    """``isplan memory --format json``: training memory per GPU of every pipeline rank."""
+    return reports.memory_report(plan, model_config(plan.model, store)).body
+
+
+@router.get("/receipt", response_model=ReceiptReport)
+def receipt(plan: PlanDep, store: Store) -> dict[str, Any]:
+    """``isplan receipt``: a verifiable record of the plan's layouts (training + conversion slot)."""
+    return reports.receipt_report(plan, model_config(plan.model, store)).body
+
+
+@router.get("/plan-search", response_model=Report)
+def plan_search(plan: PlanDep, store: Store,
+                objective: Literal["compute", "memory", "balanced"] = "balanced",
+                context: Annotated[int, Query(ge=1, le=1 << 24)] = 4096,
+                top: Annotated[int, Query(ge=0, le=100)] = 3,
+                near: Annotated[str | None, Query(max_length=20_000)] = None) -> dict[str, Any]:
+    """``isplan plan --format json``: the optimal valid layout for ``pp`` x ``vpp``, the next best
+    ones and, with ``near``, the valid layout closest to a split."""
+    try:
+        near_sizes = parse_sizes(near, "near") if near is not None else None
+    except ValueError as exc:
+        raise BadInput(str(exc), "near") from None
+    from dataclasses import replace
+
+    return reports.plan_search_report(replace(plan, context=context), model_config(plan.model, store),
+                                      objective=objective, top=top, near=near_sizes).body
+
+
+@router.get("/search", response_model=Report)
+def search(plan: PlanDep, store: Store, top: Annotated[int, Query(ge=0, le=100)] = 10) -> dict[str, Any]:
+    """``isplan search --format json``: parallel configurations for the GPU budget ``gpus``."""
+    if plan.gpus is None:
+        raise BadInput(f"give gpus=N (1 to {MAX_GPUS:,}): the GPU budget to search", "gpus")
+    return reports.search_report(plan, model_config(plan.model, store), gpus=plan.gpus, top=top).body
+
+
+@router.post("/verify", response_model=VerifyReport)
+async def verify(request: Request, store: Store) -> dict[str, Any]:
+    """``isplan verify --format json``: POST a receipt (a JSON body of at most 2 MiB)."""
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, over-long integers
+        raise BadInput(f"the body is not JSON (a receipt is a JSON object): {str(exc)[:200]}", "receipt") from None
+    cfg = None
+    if isinstance(body, dict) and isinstance(body.get("model"), dict):
+        mid = body["model"].get("id")
+        if isinstance(mid, str) and mid.startswith("sha256:"):
+            cfg = store.get(mid)
+    from starlette.concurrency import run_in_threadpool
+
+    result: dict[str, Any] = await run_in_threadpool(verify_receipt, body, config=cfg)
+    return result
