@@ -58,7 +58,9 @@ def _read_text(path: str) -> str:
     import stat
 
     if path == "-":
-        data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        stream = getattr(sys.stdin, "buffer", None)
+        data = stream.read(MAX_INPUT_BYTES + 1) if stream is not None else \
+            sys.stdin.read(MAX_INPUT_BYTES + 1).encode("utf-8", "surrogatepass")
     else:
         try:
             st = os.stat(path)
@@ -179,6 +181,12 @@ def cmd_flops(args: argparse.Namespace) -> int:
     return _emit(args, flops_command_report(plan_from_cli(args, args.model), cfg))
 
 
+def _top(args: argparse.Namespace) -> int:
+    if not 0 <= args.top <= 100:
+        raise UsageError(f"--top must be between 0 and 100, got {args.top}")
+    return int(args.top)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from app.core.reports import plan_search_report
 
@@ -187,7 +195,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise UsageError("isplan plan needs --pp N (the pipeline ranks to plan for)")
     plan = replace(plan_from_cli(args, args.model), context=args.plan_context)
     near = parse_sizes(args.near, "--near") if args.near is not None else None
-    return _emit(args, plan_search_report(plan, cfg, objective=args.objective, top=args.top, near=near))
+    return _emit(args, plan_search_report(plan, cfg, objective=args.objective, top=_top(args), near=near))
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -197,7 +205,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     plan = plan_from_cli(args, args.model)
     if plan.gpus is None:
         raise UsageError("isplan search needs --gpus N (the GPU budget)")
-    return _emit(args, search_report(plan, cfg, gpus=plan.gpus, top=args.top))
+    return _emit(args, search_report(plan, cfg, gpus=plan.gpus, top=_top(args)))
 
 
 def _also_layouts(args: argparse.Namespace, plan: Plan) -> list[tuple[str, Any]]:
@@ -352,8 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--objective", choices=("compute", "memory", "balanced"), default="balanced")
     p.add_argument("--context", dest="plan_context", type=int, default=4096,
                    help="context for the compute objective (default 4096)")
-    p.add_argument("--top", type=int, default=3, choices=range(0, 101), metavar="K",
-                   help="alternatives after the best (0-100, default 3)")
+    p.add_argument("--top", type=int, default=3, metavar="K", help="alternatives after the best (0-100, default 3)")
     p.add_argument("--near", metavar="LIST", help="also give the valid layout closest to this split")
     _fmt(p)
     p.set_defaults(func=cmd_plan)
@@ -366,8 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
         spec = TABLE[name]
         g.add_argument(str(spec.cli), dest=name, default=None, choices=spec.choices or None,
                        metavar=None if spec.choices else spec.metavar, help=spec.help)
-    p.add_argument("--top", type=int, default=10, choices=range(0, 101), metavar="K",
-                   help="configurations to list (0-100, default 10)")
+    p.add_argument("--top", type=int, default=10, metavar="K", help="configurations to list (0-100, default 10)")
     _fmt(p)
     p.set_defaults(func=cmd_search)
     return parser

@@ -73,3 +73,14 @@ def slime_par(**over) -> ParallelConfig:
                   optimizer_cpu_offload=True, use_precision_aware_optimizer=True, gpu="h100-80gb")
     fields.update(over)
     return ParallelConfig(**fields)
+
+
+def app_client(store_dir: Path, **client_kw):
+    """The real web app (``create_app``) with its config store in ``store_dir``, as a TestClient;
+    the store is ``client.app.state.store``."""
+    from fastapi.testclient import TestClient
+
+    from app.web.app import create_app
+    from app.web.store import ConfigStore
+
+    return TestClient(create_app(store=ConfigStore(store_dir / "configs.sqlite3")), **client_kw)

@@ -42,9 +42,21 @@ def test_memory_slime_profile_needs_offload_on_80gb():
     assert abs(mt["params_most_loaded_shard"] / 3.95e9 - 1) < 0.02  # issue 3: "about 3.95B"
     assert abs(mt["weight_and_optimizer_gib"] / 66 - 1) < 0.02  # "66 GiB"
     p = isplan("memory", "glm-5.2", "--launcher", "-", "--tokens-per-gpu", "8192", "--recompute", "full",
-               "--optimizer-cpu-offload", "--format", "json", stdin=SLIME_GLM52)
-    assert p.returncode == 0
+               "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--format", "json", stdin=SLIME_GLM52)
+    assert p.returncode == 0, p.stdout
     assert all(s["fits"] for s in json.loads(p.stdout)["stages"])
+
+
+def test_offload_without_precision_aware_optimizer_is_no_go_even_when_every_rank_fits():
+    """Megatron refuses --optimizer-cpu-offload without --use-precision-aware-optimizer: an
+    error-level parallel check, so the verdict is no-go (exit 1) although the memory fits."""
+    p = isplan("memory", "glm-5.2", "--launcher", "-", "--tokens-per-gpu", "8192", "--recompute", "full",
+               "--optimizer-cpu-offload", "--format", "json", stdin=SLIME_GLM52)
+    body = json.loads(p.stdout)
+    assert all(s["fits"] for s in body["stages"])
+    assert p.returncode == 1
+    assert [(r["kind"], r["code"], r["field"]) for r in body["verdict"]["blocking"]] == [
+        ("parallel", "cpu_offload_flags", "pao")]
 
 
 def test_memory_inference_kv_per_token():

@@ -6,16 +6,16 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from app.web.figures import compute_figure, context_figure, memory_figure, schedule_figure
-from app.web.plan_state import parse_state
+from app.core.plan import SLIME_GLM52_PROFILE
 from app.web.store import ConfigStore
 from app.web.view import build_view
 
 
 def test_default_profile_figures_are_valid_plotly(tmp_path):
-    v = build_view(parse_state({}), ConfigStore(tmp_path / "s.sqlite3"))
+    v = build_view(SLIME_GLM52_PROFILE, [], ConfigStore(tmp_path / "s.sqlite3"))
     figs = {
-        "memory": memory_figure(v.memory),
-        "compute": compute_figure(v.flops),
+        "memory": memory_figure(v.ev.memory),
+        "compute": compute_figure(v.ev.stage_flops),
         "context": context_figure(v.cfg, v.check.roles, 1 << 20),
         "schedule": schedule_figure(8, 64, 7 / 71),
     }
@@ -25,7 +25,7 @@ def test_default_profile_figures_are_valid_plotly(tmp_path):
         assert all(trace.get("name") for trace in fig["data"]), name  # every colour has a legend name
     mem = figs["memory"]
     # stacked bars sum to each rank's total (GB), and the capacity line is the H100's 80 GB
-    for i, stage in enumerate(v.memory["stages"]):
+    for i, stage in enumerate(v.ev.memory["stages"]):
         stacked = sum(t["y"][i] for t in mem["data"] if t["type"] == "bar")
         assert abs(stacked - stage["total_bytes"] / 1e9) < 1e-6
     assert mem["data"][-1]["y"][0] == 80.0

@@ -61,14 +61,7 @@ from app.core.stages import (
     materialise,
     parse_split,
 )
-from app.web.plan_state import (
-    _CHOICES,
-    _INT_LIMITS,
-    _TEXT_LIMITS,
-    PlanState,
-    error_fields,
-    parse_state,
-)
+from app.core.plan import BY_URL, TABLE, Plan, plan_from_query
 from app.web.store import ConfigStore
 from app.web.view import PlanView, build_view
 from tests.conftest import REPO, tiny_config
@@ -556,9 +549,9 @@ def test_load_config_limits():
         assert exc is not None
 
 
-# --------------------------------------------------------------------------- web: parse_state / build_view
+# --------------------------------------------------------------------------- web: plan_from_query / build_view
 
-STATE_KEYS = error_fields()
+STATE_KEYS = list(BY_URL)
 STATE_VALUE = st.one_of(
     TEXT,
     INTS.map(str),
@@ -574,45 +567,51 @@ STATE_VALUE = st.one_of(
 STATE_PARAMS = st.dictionaries(st.sampled_from(STATE_KEYS + ["action", "unknown"]), STATE_VALUE, max_size=10)
 
 
-def _valid_int(key: str, raw: str) -> bool:
-    lo, hi = _INT_LIMITS[key]
+def _valid_int(lo: float | None, hi: float | None, raw: str) -> bool:
     text = raw.strip()
-    return bool(re.fullmatch(r"-?[0-9]{1,12}", text)) and lo <= int(text) <= hi
+    return bool(re.fullmatch(r"[+-]?[0-9]{1,12}", text)) and (lo or 0) <= int(text) <= (hi or 0)
+
+
+def _valid(key: str, raw: str) -> bool:
+    """Whether ``raw`` is a usable value for URL key ``key``, by the bounds in the plan table,
+    decided here without the plan parser."""
+    spec = TABLE[BY_URL[key]]
+    if spec.kind == "int":
+        return _valid_int(spec.lo, spec.hi, raw)
+    if spec.kind == "choice":
+        return raw in spec.choices
+    if spec.kind == "bool":
+        return raw.strip().lower() in ("0", "1", "true", "false", "on", "off")
+    if spec.kind == "float":
+        try:
+            return bool((spec.lo or 0) <= float(raw) <= (spec.hi or 0))
+        except ValueError:
+            return False
+    if spec.kind == "sizes":
+        parts = raw.split(",")
+        return len(raw) <= spec.max_len and all(
+            re.fullmatch(r"[+-]?[0-9]{1,9}", p.strip()) and 0 <= int(p) <= (spec.hi or 0) for p in parts)
+    return len(raw) <= spec.max_len
 
 
 @FUZZ
 @given(params=STATE_PARAMS)
-def test_parse_state_never_raises_and_reports_each_bad_field(params):
-    """parse_state never raises; a bad value keeps the default and is named in state.errors."""
-    state, _ = call(parse_state, params)
-    assert isinstance(state, PlanState)
-    assert all(isinstance(m, str) and m for m in state.errors.values())
+def test_plan_from_query_never_raises_and_reports_each_bad_field(params):
+    """plan_from_query never raises; a bad value keeps the default and is named among the problems."""
+    (plan, problems), _ = call(plan_from_query, params)
+    assert isinstance(plan, Plan)
+    named = {p.field for p in problems}
+    assert all(isinstance(p.message, str) and p.message for p in problems)
     for key, raw in params.items():
         if key not in STATE_KEYS or not raw.strip():
             continue
-        if key in _INT_LIMITS:
-            if key in state.errors:
-                assert not _valid_int(key, raw)
-            else:
-                assert isinstance(getattr(state, key), int)
-                lo, hi = _INT_LIMITS[key]
-                assert lo <= getattr(state, key) <= hi
-                if re.fullmatch(r"-?[0-9]{1,12}", raw.strip()):
-                    assert getattr(state, key) == int(raw.strip())
-            if _valid_int(key, raw):
-                assert key not in state.errors
-        elif key in _CHOICES:
-            assert (key in state.errors) == (raw not in _CHOICES[key])
-        elif key in ("sp", "offload"):
-            assert (key in state.errors) == (raw not in ("0", "1", "true", "false", "on", "off"))
-        elif key == "gpu_gb":
-            try:
-                ok = 1 <= float(raw) <= 10_000
-            except ValueError:
-                ok = False
-            assert (key in state.errors) == (not ok)
-        elif key not in ("split", "layout"):  # those two also carry mode= messages
-            assert (key in state.errors) == (len(raw) > _TEXT_LIMITS.get(key, 1000))
+        name = BY_URL[key]
+        if _valid(key, raw):
+            if key not in ("split", "layout", "conv_split", "conv_pp"):  # those also carry mode= messages
+                assert key not in named, (key, raw)
+        else:
+            assert key in named, (key, raw)
+            assert getattr(plan, name) == getattr(Plan(), name) or name in ("mode", "conv")  # derived
 
 
 @pytest.fixture(scope="module")
@@ -628,11 +627,11 @@ def store(tmp_path_factory):
 @example(params={"split": "14,8,8,8,8,8,8,18"})
 @example(params={"pattern": "X", "layout": "Q"})  # found: LayoutInputError escaped build_view
 def test_build_view_never_raises(store, params):
-    """build_view(parse_state(...)) never raises for any query; field problems are in field_errors."""
-    state, _ = call(parse_state, params)
-    view, _ = call(build_view, state, store)
+    """build_view(plan_from_query(...)) never raises for any query; field problems are in field_errors."""
+    plan, problems = plan_from_query(params)
+    view, _ = call(build_view, plan, problems, store)
     assert isinstance(view, PlanView)
-    assert set(state.errors) <= set(view.field_errors)
+    assert {p.field for p in problems} <= set(view.field_errors)
 
 
 @pytest.mark.parametrize("params", [
@@ -642,8 +641,8 @@ def test_build_view_never_raises(store, params):
 ])
 def test_build_view_bad_pattern_with_bad_layout(store, params):
     """A bad pattern together with an unusable layout is two field messages, not an exception."""
-    state = parse_state(params)
-    view, _ = call(build_view, state, store)
+    plan, problems = plan_from_query(params)
+    view, _ = call(build_view, plan, problems, store)
     assert "pattern" in view.field_errors
 
 
@@ -928,14 +927,9 @@ def test_cli_known_crashes(argv, stdin):
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
     """The web app (server errors as 500 responses) with its store in a temporary directory."""
-    from fastapi.testclient import TestClient
+    from tests.conftest import app_client
 
-    import app.main as web
-
-    mp = pytest.MonkeyPatch()
-    mp.setattr(web, "store", ConfigStore(tmp_path_factory.mktemp("fuzz-web") / "configs.sqlite3"))
-    yield TestClient(web.app, raise_server_exceptions=False)
-    mp.undo()
+    return app_client(tmp_path_factory.mktemp("fuzz-web"), raise_server_exceptions=False)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))

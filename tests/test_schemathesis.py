@@ -33,11 +33,12 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis import checks as st_checks
 
-import app.main as web
+from app.web.app import create_app
+from app.core.model_config import load_preset
 from app.core.model_config import preset_ids
 from app.core.receipt import build_receipt
 from app.core.stages import PipelineSpec
-from app.web.plan_state import _CHOICES, _INT_LIMITS, error_fields
+from app.core.plan import TABLE
 from app.web.store import ConfigStore
 from tests.conftest import tiny_config
 
@@ -70,9 +71,8 @@ def app_store(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("isplan-data")
     mp.setenv("ISPLAN_DATA_DIR", str(data_dir))
     store = ConfigStore(data_dir / "configs.sqlite3")
-    mp.setattr(web, "store", store)
     uploaded = store.put(json.dumps(tiny_config(8)).encode(), name="tiny.json")
-    yield web.app, uploaded.id
+    yield create_app(store=store), uploaded.id
     mp.undo()
 
 
@@ -186,23 +186,26 @@ def _state_parameters(uploaded: str) -> list[dict[str, Any]]:
         "offload": _anything({"enum": ["0", "1", "true", "false", "on", "off"]}),
     }
     params = []
-    for name in error_fields():
-        if name in special:
-            schema = special[name]
-        elif name in _INT_LIMITS:
-            lo, hi = _INT_LIMITS[name]
+    for name, spec in TABLE.items():
+        key = spec.url
+        if key in special:
+            schema = special[key]
+        elif spec.kind == "bool":
+            schema = _anything({"enum": ["0", "1", "true", "false", "on", "off"]})
+        elif spec.kind == "int":
+            lo, hi = int(spec.lo or 0), int(spec.hi or 0)
             schema = _anything({"type": "integer", "minimum": lo - 1, "maximum": min(hi + 1, 1 << 20)},
                                {"type": "integer", "minimum": lo, "maximum": min(hi, 64)})
-        elif name in _CHOICES:
-            schema = _anything({"enum": list(_CHOICES[name])})
+        elif spec.kind == "choice":
+            schema = _anything({"enum": list(spec.choices)})
         else:
             schema = {"type": "string"}
-        params.append({"name": name, "in": "query", "required": False, "schema": schema})
+        params.append({"name": key, "in": "query", "required": False, "schema": schema})
     return params
 
 
 def _receipt_body_schema() -> dict[str, Any]:
-    real = build_receipt(web.load_preset("glm-5.2"), [("training", PipelineSpec(pp=8, first=14, last=16), None, None, ())])
+    real = build_receipt(load_preset("glm-5.2"), [("training", PipelineSpec(pp=8, first=14, last=16), None, None, ())])
     small_int = {"anyOf": [{"type": "integer", "minimum": -2, "maximum": 90}, {"type": "null"}, {}]}
     shaped = {
         "type": "object",

@@ -25,6 +25,7 @@ import app.main as web
 from app.core.model_config import MAX_CONFIG_BYTES
 from app.web.limits import DEFAULT_LIMIT, UPLOAD_LIMIT
 from app.web.store import ConfigStore
+from tests.conftest import app_client
 from tests.browser_support import AppServer
 
 PRESET = Path(web.__file__).resolve().parent / "core" / "presets" / "glm-5.2.json"
@@ -47,20 +48,15 @@ def with_field(name: str, value_json: str) -> bytes:
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
-    old = web.store
-    web.store = ConfigStore(tmp_path_factory.mktemp("uploads") / "configs.sqlite3")
-    try:
-        yield TestClient(web.app, follow_redirects=False)
-    finally:
-        web.store = old
+    return app_client(tmp_path_factory.mktemp("uploads"), follow_redirects=False)
 
 
 def upload(client, data: bytes, filename: str = "config.json"):
-    rows = web.store.count()
+    rows = client.app.state.store.count()
     t0 = time.monotonic()
     r = client.post("/upload", files={"file": (filename, data, "application/json")}, data={"query": ""})
     r.elapsed_s = time.monotonic() - t0
-    r.rows_added = web.store.count() - rows
+    r.rows_added = client.app.state.store.count() - rows
     return r
 
 
@@ -199,7 +195,7 @@ def test_a_100k_entry_array_elsewhere_is_a_valid_config(client):
     data = config_bytes(vocab_size=152_000, some_table=list(range(100_000)))
     assert len(data) < MAX_CONFIG_BYTES
     model = accepted(client, upload(client, data))
-    cfg = web.store.get(model)
+    cfg = client.app.state.store.get(model)
     assert cfg is not None and cfg.extra["some_table"][-1] == 99_999
     assert client.get("/api/v1/check", params={"model": model, "split": SPLIT}).status_code == 200
 

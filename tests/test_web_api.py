@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 import app.main as web
 from app.web.store import ConfigStore
+from tests.conftest import app_client
 from tests.test_cli import isplan
 
 SEED_BAD = "10,10,10,10,10,10,9,9"
@@ -19,8 +20,7 @@ SEED_BAD = "10,10,10,10,10,10,9,9"
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
-    web.store = ConfigStore(tmp_path_factory.mktemp("store") / "configs.sqlite3")
-    return TestClient(web.app)
+    return app_client(tmp_path_factory.mktemp("store"))
 
 
 def test_healthz_and_about(client):
@@ -181,7 +181,7 @@ def test_upload_is_content_addressed_and_survives_a_restart(client, tmp_path):
     assert "starts at shared layer 15" in page.text
     model_id = re.search(r"model=(sha256(?:%3A|:)[0-9a-f]{64})", loc).group(1).replace("%3A", ":")
     # a fresh store on the same file (a restarted server) still knows it
-    again = ConfigStore(web.store.path)
+    again = ConfigStore(client.app.state.store.path)
     assert again.get(model_id) is not None
     assert client.get("/api/v1/check", params={"model": model_id, "split": "14,8,8,8,8,8,8,16"}).json()["valid"] is False
 
