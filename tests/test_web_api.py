@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 import re
 
+from urllib.parse import parse_qsl
+
 import pytest
 from fastapi.testclient import TestClient
 
 import app.main as web
+from app.core.plan import SLIME_GLM52_PROFILE
 from app.web.store import ConfigStore
 from tests.conftest import app_client
 from tests.test_cli import isplan
@@ -53,7 +56,7 @@ def test_default_page_is_the_slime_profile(client):
     r = client.get("/")
     assert r.status_code == 200
     assert "TP 4 × CP 8 × PP 8 × DP 1 = 256 GPUs" in r.text
-    assert re.search(r'id="verdict">\s*<strong>VALID', r.text)
+    assert re.search(r'id="verdict" class="verdict"><strong>GO</strong>', r.text)
     # seven boundaries, at the starts 15, 23, ..., 63
     assert re.findall(r'aria-valuenow="(\d+)"', r.text) == ["15", "23", "31", "39", "47", "55", "63"]
 
@@ -71,7 +74,7 @@ def test_fragment_replaces_url_and_lists_violations(client):
 def test_bad_values_render_the_page_with_messages(client):
     r = client.get("/", params={"pp": "abc", "tp": "0", "mode": "split", "split": "1,x", "gpu": "tpu"})
     assert r.status_code == 200
-    for field, words in (("pp", "whole number"), ("tp", "between 1 and 64"), ("split", "entry 2"), ("gpu", "one of")):
+    for field, words in (("pp", "whole number"), ("tp", "between 1 and 1,024"), ("split", "entry 2"), ("gpu", "one of")):
         m = re.search(rf'id="err-{field}" role="alert">([^<]+)<', r.text)
         assert m and words in m.group(1), field
 
@@ -79,9 +82,9 @@ def test_bad_values_render_the_page_with_messages(client):
 def test_actions_balance_and_nearest(client):
     for action in ("balance", "nearest"):
         r = client.get("/fragment", params={"model": "glm-5.2", "mode": "split", "split": SEED_BAD, "action": action})
-        url = r.headers["hx-replace-url"]
+        url = r.headers["hx-push-url"]  # a discrete action is a history entry: Back undoes it
         assert "mode=split" in url and "split=10%2C10%2C10%2C10" not in url
-        assert re.search(r'id="verdict">\s*<strong>VALID', r.text), action
+        assert 'data-kind="boundary"' not in r.text, action
 
 
 # --------------------------------------------------------------------------- JSON twins
@@ -97,7 +100,7 @@ def test_check_twin_equals_cli(client):
 def test_roles_and_flops_twins_equal_cli(client):
     assert client.get("/api/v1/roles", params={"pattern": "FSSS"}).json() == json.loads(
         isplan("roles", "glm-5.2", "--pattern", "FSSS", "--format", "json").stdout)
-    assert client.get("/api/v1/flops", params={"context": 32768}).json() == json.loads(
+    assert client.get("/api/v1/flops", params={"ctx": 32768}).json() == json.loads(
         isplan("flops", "glm-5.2", "--context", "32768", "--format", "json").stdout)
 
 
@@ -116,11 +119,12 @@ def test_params_twin(client):
 
 
 def test_plan_memory_receipt_verify(client):
-    plan = client.get("/api/v1/plan").json()  # the default profile
-    assert plan["parallel"]["gpus"] == 256 and plan["check"]["valid"]
-    mem = client.get("/api/v1/memory").json()
+    plan = client.get("/api/v1/plan").json()  # an empty query is the page's default profile
+    assert plan["parallel"]["gpus"] == 256 and plan["check"]["valid"] and plan["verdict"]["go"]
+    profile = dict(parse_qsl(SLIME_GLM52_PROFILE.query()))
+    mem = client.get("/api/v1/memory", params=profile).json()
     assert [s["pp_rank"] for s in mem["stages"]] == list(range(8)) and mem["fits"]
-    receipt = client.get("/api/v1/receipt").json()
+    receipt = client.get("/api/v1/receipt", params=profile).json()
     assert [lay["name"] for lay in receipt["layouts"]] == ["training", "conversion"]
     assert client.post("/api/v1/verify", json=receipt).json()["ok"] is True
     receipt["layouts"][0]["stages"][1]["first_layer"] = 16
@@ -221,8 +225,9 @@ def test_launcher_form_redirects_to_the_derived_plan(client):
 
 def test_parallel_checks_are_listed_with_their_outcome(client):
     r = client.get("/")
-    assert "Parallelism checks: 0 failing, 2 warning(s)" in r.text
-    assert "warning · mtp_cp" in r.text and "pass · world_size" in r.text
+    # the profile builds no MTP layer (no --mtp-num-layers), so the MTP-with-CP caveat is gone
+    assert "Parallelism checks: 0 failing, 1 warning(s)" in r.text
+    assert "warning · dsa_cp" in r.text and "pass · world_size" in r.text and "mtp_cp" not in r.text
     bad = client.get("/", params={"model": "glm-5.2", "pp": 8, "first": 14, "last": 16, "tp": 4, "ep": 48})
     assert "FAIL · experts_ep: EP=48 does not divide 256 experts" in bad.text
     assert "try 32 or 64" in bad.text

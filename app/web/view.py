@@ -151,7 +151,9 @@ def resolve_model(model: str, store: ConfigStore) -> tuple[ModelConfig, str | No
 def build_view(plan: Plan, problems: list[FieldProblem], store: ConfigStore) -> PlanView:
     """Evaluate ``plan`` for the page. Fields with problems keep their defaults (already in
     ``plan``) and carry a message; the verdict is always that of the plan shown."""
-    errors = {p.field: p.message for p in problems}
+    errors: dict[str, str] = {}
+    for p in problems:  # the first problem of a field is the one to fix first
+        errors.setdefault(p.field, p.message)
     cfg, model_err = resolve_model(plan.model, store)
     if model_err:
         errors["model"] = f"{errors['model']}; {model_err}" if "model" in errors else model_err
