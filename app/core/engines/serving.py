@@ -35,11 +35,19 @@ from app.core.engines.rules import (
 )
 from app.core.layer_roles import RoleMap, derive_roles
 from app.core.model_config import ModelConfig
+from app.core.optimiser import k_best_layouts
+from app.core.serving_memory import (
+    ServingMemoryError,
+    ServingMemorySettings,
+    serving_layer_costs,
+    serving_memory,
+)
 from app.core.stages import PipelineSpec, PlanError, Stage, StagePlan
 
 SERVING_ENGINES: dict[str, ModuleType] = {"vllm": vllm, "sglang": sglang}
 MAX_PP = 4096
 MAX_TP = 4096
+OBJECTIVES = ("memory", "layers")
 _ENTRY = re.compile(r"\s*[+-]?[0-9]+\s*")  # what Python's int() accepts, ASCII digits only
 
 
@@ -320,3 +328,136 @@ def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int
         "command": command,
         "script": f"export {env_line}\n{command}\n",
     }
+
+
+# --------------------------------------------------------------------------- best partition
+
+
+@dataclass(frozen=True)
+class ServingCandidate:
+    """One partition found by :func:`best_serving_partition`, with its verdict and export."""
+
+    sizes: tuple[int, ...]
+    objective: str
+    rank_costs: tuple[float, ...]
+    max_rank_cost: float
+    check: ServingCheck
+    export: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "partition": list(self.sizes),
+            "objective": self.objective,
+            "unit": "bytes per GPU" if self.objective == "memory" else "decoder layers",
+            "rank_costs": [int(b) for b in self.rank_costs],
+            "max_rank_cost": int(self.max_rank_cost),
+            "valid": self.check.valid,
+            "export": self.export,
+        }
+
+
+def best_serving_partition(cfg: ModelConfig, engine: str, pp: int, *, k: int = 1, mtp: bool = True,
+                           version: str | date | None = None, memory: ServingMemorySettings | None = None,
+                           model: str | None = None, allow_shared_starts: bool = False,
+                           objective: str = "memory") -> list[ServingCandidate]:
+    """The ``k`` best partitions of ``cfg`` over ``pp`` ranks for ``engine``, best first.
+
+    ``objective="memory"``: cost of a rank = bytes per GPU of its layers' weights (TP/EP sharded)
+    + their KV and indexer caches for ``context x concurrency`` tokens
+    (:func:`app.core.serving_memory.serving_layer_costs`), plus the embedding on rank 0 and lm_head,
+    final norm and the MTP draft on the last rank. ``objective="layers"``: one per decoder layer
+    (the most even layer counts, what an even default split aims at). The order is :func:`app.core.optimiser.k_best_layouts`' (least largest rank, then the most even,
+    then the smallest split). Every rank starts on a full layer, also for engines that hand top-k
+    over, unless ``allow_shared_starts`` and this engine build does not block on a shared start.
+    Empty when no valid partition exists (more ranks than full layers, or a shared layer 1).
+    """
+    mod = engine_module(engine)
+    pp = _check_size(pp, "--pp", MAX_PP)
+    settings = (memory or ServingMemorySettings()).validate()
+    roles, _ = engine_roles(cfg, mod.ENGINE)
+    build = parse_build_date(version)
+    n_mtp = cfg.num_nextn_predict_layers if mtp else 0
+    if objective not in OBJECTIVES:
+        raise EngineInputError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    if objective == "memory":
+        costs, first, last = serving_layer_costs(cfg, roles, settings, mtp_layers=n_mtp)
+    else:
+        costs, first, last = [1.0] * cfg.num_hidden_layers, 0.0, 0.0
+    handoff = not mod.share_behaviour(build).blocking
+    full = [True] * cfg.num_hidden_layers if allow_shared_starts and handoff else [
+        r.role == "full" for r in roles.layers]
+    out = []
+    for layout in k_best_layouts(costs, full, pp, 1, k, first, last, unit="rank"):
+        sizes = tuple(layout.split)
+        check = serving_check(cfg, mod.ENGINE, pp, sizes, tp=settings.tp, mtp=mtp, version=build)
+        out.append(ServingCandidate(sizes, objective, tuple(layout.rank_costs), layout.max_cost, check,
+                                    export_partition(cfg, mod.ENGINE, pp, sizes, tp=settings.tp, model=model)))
+    return out
+
+
+# --------------------------------------------------------------------------- report functions
+
+_MEMORY_KEYS = {"ep", "weight_dtype", "kv_dtype", "context", "concurrency", "max_batched_tokens",
+                "gpu_memory_utilization", "indexer_cache_on_all_layers"}
+_OTHER_KEYS = {"tp", "mtp", "version", "model", "gpu_memory", "k", "allow_shared_starts", "objective"}
+
+
+def _settings(settings: dict[str, Any]) -> tuple[ServingMemorySettings, dict[str, Any]]:
+    unknown = sorted(set(settings) - _MEMORY_KEYS - _OTHER_KEYS)
+    if unknown:
+        raise EngineInputError(f"unknown serving setting(s): {', '.join(unknown)}; known: "
+                               f"{', '.join(sorted(_MEMORY_KEYS | _OTHER_KEYS))}")
+    mem = {k: v for k, v in settings.items() if k in _MEMORY_KEYS and v is not None}
+    other = {k: v for k, v in settings.items() if k in _OTHER_KEYS and v is not None}
+    try:
+        ms = ServingMemorySettings(tp=other.get("tp", 1), capacity_gib=other.get("gpu_memory"), **mem).validate()
+    except ServingMemoryError as exc:
+        raise EngineInputError(str(exc)) from None
+    return ms, other
+
+
+def serving_check_report(cfg: ModelConfig, engine: str, pp: int, partition: str | Sequence[int] | None = None,
+                         **settings: Any) -> dict[str, Any]:
+    """The JSON body of ``isplan check --engine vllm|sglang``: the verdict (``valid``, ``stages``,
+    ``violations``, ``errors`` as for training), the export of the checked partition and the
+    serving memory per rank. Settings: ``tp``, ``ep``, ``mtp``, ``version``, ``model``,
+    ``gpu_memory`` (GiB per GPU), ``gpu_memory_utilization``, ``weight_dtype``, ``kv_dtype``,
+    ``context``, ``concurrency``, ``max_batched_tokens``, ``indexer_cache_on_all_layers``."""
+    ms, other = _settings(settings)
+    check = serving_check(cfg, engine, pp, partition, tp=ms.tp, mtp=other.get("mtp", True),
+                          version=other.get("version"))
+    body = check.to_json()
+    body["export"] = export_partition(cfg, check.engine, check.plan.pp, check.sizes, tp=ms.tp,
+                                      model=other.get("model")) if check.plan.stages else None
+    body["memory"] = serving_memory(cfg, check.plan, check.roles, ms).to_json() if check.plan.stages else None
+    return body
+
+
+def serving_plan_report(cfg: ModelConfig, engine: str, pp: int, **settings: Any) -> dict[str, Any]:
+    """The JSON body of ``isplan plan --engine vllm|sglang --pp N``: the best partition (its
+    verdict in the ``isplan check`` shape, export and memory), the next ``k - 1`` candidates, and
+    the engine default's verdict for comparison. ``valid`` is false when no valid partition exists."""
+    ms, other = _settings(settings)
+    mtp, version = other.get("mtp", True), other.get("version")
+    found = best_serving_partition(cfg, engine, pp, k=other.get("k", 3), mtp=mtp, version=version, memory=ms,
+                                   model=other.get("model"), allow_shared_starts=other.get("allow_shared_starts", False),
+                                   objective=other.get("objective", "memory"))
+    default = serving_check(cfg, engine, pp, None, tp=ms.tp, mtp=mtp, version=version)
+    base = {"engine": default.engine, "pp": default.plan.pp, "tp": ms.tp,
+            "default": {"partition": list(default.sizes), "valid": default.valid,
+                        "violations": default.to_json()["violations"]}}
+    if not found:
+        n_full = len(default.roles.full_layers)
+        return {**base, "valid": False, "stages": [], "violations": [], "best": None, "candidates": [],
+                "errors": [{"code": "no_valid_partition", "flag": "--pp", "message": (
+                    f"no partition of {cfg.num_hidden_layers} layers over {pp} ranks starts every rank on a "
+                    f"full layer ({n_full} full layers); use fewer pipeline ranks")}],
+                "warnings": [], "export": None, "memory": None}
+    best = found[0].check
+    body = best.to_json()
+    body.update(base)
+    body["best"] = found[0].to_dict()
+    body["candidates"] = [c.to_dict() for c in found]
+    body["export"] = found[0].export
+    body["memory"] = serving_memory(cfg, best.plan, best.roles, ms).to_json()
+    return body
