@@ -16,6 +16,7 @@ from app.core.engines.serving import (
     default_partition,
     parse_partition,
     serving_check,
+    serving_check_report,
     serving_plan,
 )
 from app.core.model_config import load_model
@@ -154,10 +155,22 @@ def test_parse_partition_errors_name_the_variable_length_and_sum():
         parse_partition("78", 78, 1, engine="megatron")
 
 
-def test_wrong_sum_is_an_error_in_the_check_not_a_verdict():
+def test_wrong_sum_or_length_is_an_error_in_the_check_not_a_verdict():
     r = serving_check(GLM52, "vllm", 4, "18,20,20,19")
     assert not r.valid
     assert [e["code"] for e in r.to_json()["errors"]] == ["partition_sum"]
+    short = serving_check(GLM52, "sglang", 4, "26,26,26")
+    assert not short.valid and not short.plan.stages
+    assert [e["code"] for e in short.to_json()["errors"]] == ["partition_length"]
+    body = serving_check_report(GLM52, "sglang", 4, "26,26,26")
+    assert body["valid"] is False and body["export"] is None and body["memory"] is None
+
+
+def test_more_ranks_than_layers_leaves_empty_ranks_with_a_warning():
+    cfg = make_config(tiny_config(4))
+    r = serving_check(cfg, "vllm", 6)
+    assert r.sizes == (0, 1, 1, 1, 1, 0)  # b = 0, r = 4 -> ranks 1..4 get one layer
+    assert any("hold no decoder layer" in w for w in r.warnings)
 
 
 def test_sglang_version_decides_the_shared_start_verdict():

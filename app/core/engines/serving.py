@@ -179,7 +179,12 @@ def serving_plan(cfg: ModelConfig, engine: str, pp: int, partition: str | Sequen
 
 def engine_roles(cfg: ModelConfig, engine: str) -> tuple[RoleMap, list[int]]:
     """The roles ``engine`` derives for ``cfg``, and the layers where they differ from the
-    checkpoint's declared ``indexer_types`` (vLLM does not read that array)."""
+    checkpoint's declared ``indexer_types`` (vLLM does not read that array).
+
+    The freq/offset rule is transformers' (``models/glm_moe_dsa/configuration_glm_moe_dsa.py`` @
+    008e574391258935f3ecc3035c882e73bbcac419: ``indexer_types`` wins, then ``index_topk_pattern``,
+    then full iff ``max(i - offset + 1, 0) % freq == 0``, defaults freq 1, offset 2), which vLLM's
+    ``deepseek_v2.py`` repeats without the first step."""
     mod = engine_module(engine)
     if mod.READS_INDEXER_TYPES or cfg.indexer_types is None:
         return derive_roles(cfg, "hf"), []
