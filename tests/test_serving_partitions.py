@@ -207,3 +207,16 @@ def test_bad_sizes_are_input_errors():
         serving_check(GLM52, "vllm", 0)
     with pytest.raises(EngineInputError, match="--tp"):
         serving_check(GLM52, "vllm", 2, tp=0)
+
+
+def test_text_lines():
+    lines = serving_check(GLM52, "vllm", 2).text_lines()
+    assert lines[1:] == [
+        ("warning: vLLM builds the MTP drafter on the last pipeline rank only; MTP with PP > 1 is still being "
+         "fixed upstream (vllm issues #49355, #52069)"),
+        "stage 1: 1-39 (full) [embedding]",
+        "stage 2: 40-78 (shared) [lm_head, MTP x1]",
+        "INVALID: stage 2 starts at shared layer 40; source is 39",
+        f"INVALID: {serving_check(GLM52, 'vllm', 2).behaviour.message}",
+    ]
+    assert serving_check(GLM52, "vllm", 2, "38,40").text_lines()[-1].startswith("VALID: every rank")

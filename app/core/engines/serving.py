@@ -225,6 +225,29 @@ class ServingCheck:
     def env_var(self) -> str:
         return str(engine_module(self.engine).ENV_VAR)
 
+    def text_lines(self) -> list[str]:
+        """``isplan check``'s text style: one ``stage k: a-b (role)`` line per rank, then a verdict."""
+        head = (f"model {self.model.id} ({self.model.num_hidden_layers} layers), engine {self.engine} "
+                f"({self.build.isoformat() if self.build else 'latest'}), PP {self.plan.pp}, "
+                f"{self.env_var}={','.join(map(str, self.sizes))} ({self.partition_source})")
+        lines = [head]
+        lines += [f"warning: {w}" for w in self.warnings]
+        for r in self.boundary.records:
+            st = r.stage
+            extras = ", ".join(x for x in ("embedding" if st.embedding else "", "lm_head" if st.loss else "",
+                                            f"MTP x{st.mtp_layers}" if st.mtp_layers else "") if x)
+            span = f"{st.first_layer}-{st.last_layer} ({r.start_role})" if st.num_layers else "no decoder layers"
+            lines.append(f"stage {st.index + 1}: {span}" + (f" [{extras}]" if extras else ""))
+        lines += [f"INVALID: {e.message}" for e in self.errors]
+        for v in self.boundary.violations:
+            lines.append(("INVALID: " if self.behaviour.blocking else "handoff: ") + v.short)
+        if self.blocking:
+            lines.append(f"INVALID: {self.behaviour.message}")
+        if self.valid:
+            lines.append("VALID" + (": every rank starts on a full indexer layer" if not self.boundary.violations
+                                    else f": {self.engine} hands top-k over at a shared start"))
+        return lines
+
     def to_json(self) -> dict[str, Any]:
         mod = engine_module(self.engine)
         violations = []
