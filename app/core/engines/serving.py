@@ -1,0 +1,491 @@
+"""Serving plans for vLLM and SGLang: default and explicit layer partitions, checked like training.
+
+A serving engine splits the ``L`` decoder layers over ``P`` pipeline ranks (one stage per rank,
+no virtual stages): by its own default rule, or by the comma list in its environment variable
+(``VLLM_PP_LAYER_PARTITION`` / ``SGLANG_PP_LAYER_PARTITION``). The rules and the behaviour at a
+rank that starts on a shared layer are in :mod:`app.core.engines.vllm` and
+:mod:`app.core.engines.sglang`, with their sources.
+
+:func:`serving_plan` materialises the partition as an :class:`app.core.stages.StagePlan` (stage
+``k`` = pipeline rank ``k``, ``vp_stage`` 0; embedding on rank 0; lm_head, final norm and the MTP
+draft on the last rank, where both engines build them), so
+:func:`app.core.boundary.validate_boundaries` finds the shared starts exactly as for training.
+:func:`serving_check` adds the roles the engine itself derives, the partition checks the engine
+raises at start-up, and whether this engine build blocks on a shared start (vLLM: silently wrong
+attention; SGLang before its fix: crash; SGLang after it: top-k handoff, allowed).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import date
+from types import ModuleType
+from typing import Any
+
+from app.core.boundary import BoundaryReport, validate_boundaries
+from app.core.engines import sglang, vllm
+from app.core.engines.rules import (
+    EngineInputError,
+    ShareBehaviour,
+    parse_build_date,
+    rule_in_force,
+)
+from app.core.layer_roles import RoleMap, derive_roles
+from app.core.model_config import ModelConfig
+from app.core.optimiser import k_best_layouts
+from app.core.serving_memory import (
+    ServingMemoryError,
+    ServingMemorySettings,
+    serving_layer_costs,
+    serving_memory,
+)
+from app.core.stages import PipelineSpec, PlanError, Stage, StagePlan
+
+SERVING_ENGINES: dict[str, ModuleType] = {"vllm": vllm, "sglang": sglang}
+MAX_PP = 4096
+MAX_TP = 4096
+OBJECTIVES = ("memory", "layers")
+_ENTRY = re.compile(r"\s*[+-]?[0-9]+\s*")  # what Python's int() accepts, ASCII digits only
+
+
+def engine_module(engine: str) -> ModuleType:
+    """The rule module of a serving engine; :class:`EngineInputError` naming the choices otherwise."""
+    mod = SERVING_ENGINES.get(str(engine).strip().lower())
+    if mod is None:
+        raise EngineInputError(f"--engine {engine!r} is not a serving engine; use one of {', '.join(SERVING_ENGINES)}")
+    return mod
+
+
+def _check_size(value: object, flag: str, limit: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise EngineInputError(f"{flag} must be a whole number, got {value!r}")
+    if value < 1 or value > limit:
+        raise EngineInputError(f"{flag} must be between 1 and {limit}, got {value}")
+    return value
+
+
+def default_partition(engine: str, num_layers: int, pp: int, version: str | date | None = None) -> list[int]:
+    """Layers per pipeline rank the engine uses when its partition variable is unset."""
+    mod = engine_module(engine)
+    pp = _check_size(pp, "--pp", MAX_PP)
+    if num_layers < 1:
+        raise EngineInputError(f"the model has {num_layers} decoder layers; it needs at least one")
+    sizes: list[int] = mod.default_partition(num_layers, pp, parse_build_date(version))
+    return sizes
+
+
+def read_partition(text: str, env_var: str) -> list[int]:
+    """The comma list as the engine reads it (``int()`` of each entry; whitespace around it is
+    allowed, an empty entry is not). Negative counts are refused here although the engine's
+    ``int()`` accepts them: they cannot describe a placement (fail closed)."""
+    if text is None or not str(text).strip():
+        raise EngineInputError(f"{env_var} is empty; give one layer count per pipeline rank, e.g. 18,20,20,20")
+    parts = str(text).split(",")
+    if len(parts) > MAX_PP:
+        raise EngineInputError(f"{env_var} has {len(parts):,} entries; the limit is {MAX_PP}")
+    out: list[int] = []
+    for k, part in enumerate(parts, start=1):
+        if not _ENTRY.fullmatch(part) or len(part.strip()) > 9:
+            raise EngineInputError(
+                f"{env_var} entry {k} is {part!r}, not a whole number (the engine stops with "
+                f"'Invalid partition string: {text}')"
+            )
+        value = int(part)
+        if value < 0:
+            raise EngineInputError(f"{env_var} entry {k} is {value}; a layer count cannot be negative")
+        out.append(value)
+    return out
+
+
+def partition_errors(sizes: Sequence[int], num_layers: int, pp: int, env_var: str) -> list[PlanError]:
+    """The two checks ``get_pp_indices`` makes on an explicit partition, in the engine's words."""
+    errors = []
+    if len(sizes) != pp:
+        errors.append(PlanError(
+            "partition_length",
+            f"{env_var} has {len(sizes)} entries but the pipeline has {pp} ranks; give one layer count "
+            f"per rank (the engine raises: len(partitions)={len(sizes)} does not match pp_size={pp}.)",
+            env_var))
+    total = sum(sizes)
+    if total != num_layers:
+        errors.append(PlanError(
+            "partition_sum",
+            f"{env_var} entries sum to {total} but the model has {num_layers} decoder layers "
+            f"(num_hidden_layers); every layer must be placed once (the engine raises: "
+            f"sum(partitions)={total} does not match num_hidden_layers={num_layers}.)",
+            env_var))
+    return errors
+
+
+def parse_partition(text: str, num_layers: int, pp: int, *, engine: str = "vllm") -> list[int]:
+    """``VLLM_PP_LAYER_PARTITION`` / ``SGLANG_PP_LAYER_PARTITION`` text -> layer counts per rank.
+
+    Raises :class:`EngineInputError` naming the variable when an entry is not a whole number,
+    when the list has the wrong length or when it does not sum to ``num_layers``.
+    """
+    mod = engine_module(engine)
+    sizes = read_partition(text, mod.ENV_VAR)
+    errors = partition_errors(sizes, num_layers, _check_size(pp, "--pp", MAX_PP), mod.ENV_VAR)
+    if errors:
+        raise EngineInputError("; ".join(e.message for e in errors))
+    return sizes
+
+
+def serving_stages(sizes: Sequence[int], mtp_layers: int) -> tuple[Stage, ...]:
+    """One stage per rank from layer 1 on; embedding on rank 0, lm_head + MTP on the last rank."""
+    stages = []
+    nxt = 1
+    last = len(sizes) - 1
+    for rank, size in enumerate(sizes):
+        stages.append(Stage(rank, rank, 0, nxt if size else None, nxt + size - 1 if size else None, size,
+                            embedding=rank == 0, loss=rank == last, mtp_layers=mtp_layers if rank == last else 0))
+        nxt += size
+    return tuple(stages)
+
+
+def _sizes_for(cfg: ModelConfig, engine: str, pp: int, partition: str | Sequence[int] | None,
+               build: date | None) -> tuple[list[int], str]:
+    mod = engine_module(engine)
+    if partition is None:
+        return mod.default_partition(cfg.num_hidden_layers, pp, build), "default"
+    if isinstance(partition, str):
+        return read_partition(partition, mod.ENV_VAR), "explicit"
+    sizes = [int(x) for x in partition]
+    if any(x < 0 for x in sizes):
+        raise EngineInputError(f"{mod.ENV_VAR} cannot contain negative layer counts: {sizes}")
+    return sizes, "explicit"
+
+
+def serving_plan(cfg: ModelConfig, engine: str, pp: int, partition: str | Sequence[int] | None = None, *,
+                 mtp: bool = True, version: str | date | None = None) -> StagePlan:
+    """The stages ``engine`` builds for ``cfg`` on ``pp`` ranks (its default, or ``partition``).
+
+    ``mtp``: whether the MTP draft (``num_nextn_predict_layers``) is served; it sits on the last
+    rank. Length / sum mismatches are returned as ``errors`` (the engine refuses to start);
+    unreadable input raises :class:`EngineInputError`.
+    """
+    mod = engine_module(engine)
+    pp = _check_size(pp, "--pp", MAX_PP)
+    sizes, _ = _sizes_for(cfg, engine, pp, partition, parse_build_date(version))
+    errors = partition_errors(sizes, cfg.num_hidden_layers, pp, mod.ENV_VAR)
+    n_mtp = cfg.num_nextn_predict_layers if mtp else 0
+    stages = serving_stages(sizes, n_mtp) if len(sizes) == pp else ()
+    return StagePlan(pp, 1, cfg.num_hidden_layers, n_mtp, stages, tuple(errors),
+                     PipelineSpec(pp=pp, split=tuple(sizes), mtp_layers=n_mtp))
+
+
+def engine_roles(cfg: ModelConfig, engine: str) -> tuple[RoleMap, list[int]]:
+    """The roles ``engine`` derives for ``cfg``, and the layers where they differ from the
+    checkpoint's declared ``indexer_types`` (vLLM does not read that array).
+
+    The freq/offset rule is transformers' (``models/glm_moe_dsa/configuration_glm_moe_dsa.py`` @
+    008e574391258935f3ecc3035c882e73bbcac419: ``indexer_types`` wins, then ``index_topk_pattern``,
+    then full iff ``max(i - offset + 1, 0) % freq == 0``, defaults freq 1, offset 2), which vLLM's
+    ``deepseek_v2.py`` repeats without the first step."""
+    mod = engine_module(engine)
+    if mod.READS_INDEXER_TYPES or cfg.indexer_types is None:
+        return derive_roles(cfg, "hf"), []
+    own = derive_roles(replace(cfg, indexer_types=None), "hf")
+    declared = [t == "full" for t in cfg.indexer_types]
+    diffs = [n for n in range(1, cfg.num_hidden_layers + 1) if (own.role(n).role == "full") != declared[n - 1]]
+    return own, diffs
+
+
+@dataclass(frozen=True)
+class ServingCheck:
+    """The verdict for one serving partition; :meth:`to_json` has the shape of ``isplan check``."""
+
+    model: ModelConfig
+    engine: str
+    build: date | None
+    tp: int
+    sizes: tuple[int, ...]
+    partition_source: str
+    roles: RoleMap
+    plan: StagePlan
+    boundary: BoundaryReport
+    behaviour: ShareBehaviour
+    errors: tuple[PlanError, ...]
+    warnings: tuple[str, ...]
+    role_differences: tuple[int, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def blocking(self) -> bool:
+        return bool(self.boundary.violations) and self.behaviour.blocking
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors and bool(self.plan.stages) and not self.blocking
+
+    @property
+    def env_var(self) -> str:
+        return str(engine_module(self.engine).ENV_VAR)
+
+    def text_lines(self) -> list[str]:
+        """``isplan check``'s text style: one ``stage k: a-b (role)`` line per rank, then a verdict."""
+        head = (f"model {self.model.id} ({self.model.num_hidden_layers} layers), engine {self.engine} "
+                f"({self.build.isoformat() if self.build else 'latest'}), PP {self.plan.pp}, "
+                f"{self.env_var}={','.join(map(str, self.sizes))} ({self.partition_source})")
+        lines = [head]
+        lines += [f"warning: {w}" for w in self.warnings]
+        for r in self.boundary.records:
+            st = r.stage
+            extras = ", ".join(x for x in ("embedding" if st.embedding else "", "lm_head" if st.loss else "",
+                                            f"MTP x{st.mtp_layers}" if st.mtp_layers else "") if x)
+            span = f"{st.first_layer}-{st.last_layer} ({r.start_role})" if st.num_layers else "no decoder layers"
+            lines.append(f"stage {st.index + 1}: {span}" + (f" [{extras}]" if extras else ""))
+        lines += [f"INVALID: {e.message}" for e in self.errors]
+        for v in self.boundary.violations:
+            lines.append(("INVALID: " if self.behaviour.blocking else "handoff: ") + v.short)
+        if self.blocking:
+            lines.append(f"INVALID: {self.behaviour.message}")
+        if self.valid:
+            lines.append("VALID" + (": every rank starts on a full indexer layer" if not self.boundary.violations
+                                    else f": {self.engine} hands top-k over at a shared start"))
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        mod = engine_module(self.engine)
+        violations = []
+        for v in self.boundary.violations:
+            d = v.to_dict()
+            d["engine_behaviour"] = self.behaviour.code
+            d["blocking"] = self.behaviour.blocking
+            violations.append(d)
+        return {
+            "valid": self.valid,
+            "engine": self.engine,
+            "engine_version": self.build.isoformat() if self.build else "latest",
+            "model": self.model.summary(),
+            "pp": self.plan.pp,
+            "vpp": 1,
+            "tp": self.tp,
+            "partition": list(self.sizes),
+            "partition_source": self.partition_source,
+            "partition_rule": rule_in_force(mod.PARTITION_RULES, self.build).to_dict(),
+            "env": {self.env_var: ",".join(str(s) for s in self.sizes)},
+            "roles_rule": self.roles.rule,
+            "roles_source": mod.ROLE_RULE,
+            "role_differences": list(self.role_differences),
+            "stages": [r.to_dict() for r in self.boundary.records],
+            "violations": violations,
+            "shared_start_behaviour": self.behaviour.to_dict(),
+            "blocking_reason": self.behaviour.message if self.blocking else None,
+            "errors": [e.to_dict() for e in self.errors],
+            "warnings": list(self.warnings),
+            "notes": list(self.notes),
+        }
+
+
+def serving_check(cfg: ModelConfig, engine: str, pp: int, partition: str | Sequence[int] | None = None, *,
+                  tp: int = 1, mtp: bool = True, version: str | date | None = None) -> ServingCheck:
+    """Check a serving partition (the engine default when ``partition`` is None) for ``engine``.
+
+    Fails closed: role errors and the engine's partition errors are ``errors``; every rank start
+    on a shared layer is a violation, blocking unless this engine build hands the top-k over.
+    """
+    mod = engine_module(engine)
+    engine = mod.ENGINE
+    tp = _check_size(tp, "--tp", MAX_TP)
+    build = parse_build_date(version)
+    plan = serving_plan(cfg, engine, pp, partition, mtp=mtp, version=build)
+    roles, diffs = engine_roles(cfg, engine)
+    boundary = validate_boundaries(plan, roles)
+    errors = [PlanError(e.code, e.message, None) for e in roles.errors] + list(plan.errors)
+    if not plan.stages and not errors:
+        errors.append(PlanError("no_stages", "the partition produced no stages"))
+    behaviour: ShareBehaviour = mod.share_behaviour(build)
+    warnings = _warnings(cfg, mod, plan, diffs, behaviour, bool(boundary.violations), build)
+    return ServingCheck(cfg, engine, build, tp, tuple(plan.spec.split or ()),
+                        "default" if partition is None else "explicit", roles, plan, boundary, behaviour,
+                        tuple(errors), tuple(warnings), tuple(diffs),
+                        (rule_in_force(mod.PARTITION_RULES, build).summary,))
+
+
+def _warnings(cfg: ModelConfig, mod: ModuleType, plan: StagePlan, diffs: list[int], behaviour: ShareBehaviour,
+              shared_start: bool, build: date | None) -> list[str]:
+    out = []
+    if diffs:
+        out.append(
+            f"{mod.ROLE_RULE}: its roles differ from the checkpoint's indexer_types on {len(diffs)} layer(s) "
+            f"({', '.join(map(str, diffs[:12]))}{', ...' if len(diffs) > 12 else ''}); the engine would build "
+            "indexers where the checkpoint has none, or the reverse")
+    empty = [s.pp_rank for s in plan.stages if s.num_layers == 0]
+    if empty:
+        out.append(f"pipeline rank(s) {', '.join(map(str, empty))} hold no decoder layer; the engine accepts this "
+                   "but the rank only relays activations")
+    if shared_start and not behaviour.blocking:
+        out.append(behaviour.message)
+    if plan.mtp_layers and plan.pp > 1:
+        if mod is sglang and build is not None and build < sglang.PP_SPEC_SINCE:
+            out.append("SGLang refused speculative decoding (MTP) together with --pp-size > 1 before PR #30775; "
+                       "serve without MTP or upgrade")
+        elif mod is sglang:
+            out.append(f"SGLang runs MTP with PP only with {sglang.PP_SPEC_ENV}=1 (PR #30775); the draft sits on "
+                       "the last stage")
+        else:
+            out.append("vLLM builds the MTP drafter on the last pipeline rank only; MTP with PP > 1 is still being "
+                       "fixed upstream (vllm issues #49355, #52069)")
+    return out
+
+
+# --------------------------------------------------------------------------- export
+
+
+def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int], *, tp: int = 1,
+                     model: str | None = None) -> dict[str, str]:
+    """The environment line and serve command for ``sizes``, every value ``shlex.quote``-d.
+
+    ``model`` defaults to the config's upstream repository (else its id).
+    """
+    mod = engine_module(engine)
+    _check_size(pp, "--pp", MAX_PP)
+    _check_size(tp, "--tp", MAX_TP)
+    name = model or cfg.upstream_repo or cfg.id
+    value = ",".join(str(int(s)) for s in sizes)
+    env_line = f"{mod.ENV_VAR}={shlex.quote(value)}"
+    command = " ".join(shlex.quote(a) for a in mod.serve_args(name, tp, pp))
+    return {
+        "env_var": mod.ENV_VAR,
+        "env_value": value,
+        "env_line": env_line,
+        "command": command,
+        "script": f"export {env_line}\n{command}\n",
+    }
+
+
+# --------------------------------------------------------------------------- best partition
+
+
+@dataclass(frozen=True)
+class ServingCandidate:
+    """One partition found by :func:`best_serving_partition`, with its verdict and export."""
+
+    sizes: tuple[int, ...]
+    objective: str
+    rank_costs: tuple[float, ...]
+    max_rank_cost: float
+    check: ServingCheck
+    export: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "partition": list(self.sizes),
+            "objective": self.objective,
+            "unit": "bytes per GPU" if self.objective == "memory" else "decoder layers",
+            "rank_costs": [int(b) for b in self.rank_costs],
+            "max_rank_cost": int(self.max_rank_cost),
+            "valid": self.check.valid,
+            "export": self.export,
+        }
+
+
+def best_serving_partition(cfg: ModelConfig, engine: str, pp: int, *, k: int = 1, mtp: bool = True,
+                           version: str | date | None = None, memory: ServingMemorySettings | None = None,
+                           model: str | None = None, allow_shared_starts: bool = False,
+                           objective: str = "memory") -> list[ServingCandidate]:
+    """The ``k`` best partitions of ``cfg`` over ``pp`` ranks for ``engine``, best first.
+
+    ``objective="memory"``: cost of a rank = bytes per GPU of its layers' weights (TP/EP sharded)
+    + their KV and indexer caches for ``context x concurrency`` tokens
+    (:func:`app.core.serving_memory.serving_layer_costs`), plus the embedding on rank 0 and lm_head,
+    final norm and the MTP draft on the last rank. ``objective="layers"``: one per decoder layer
+    (the most even layer counts, what an even default split aims at). The order is :func:`app.core.optimiser.k_best_layouts`' (least largest rank, then the most even,
+    then the smallest split). Every rank starts on a full layer, also for engines that hand top-k
+    over, unless ``allow_shared_starts`` and this engine build does not block on a shared start.
+    Empty when no valid partition exists (more ranks than full layers, or a shared layer 1).
+    """
+    mod = engine_module(engine)
+    pp = _check_size(pp, "--pp", MAX_PP)
+    settings = (memory or ServingMemorySettings()).validate()
+    roles, _ = engine_roles(cfg, mod.ENGINE)
+    build = parse_build_date(version)
+    n_mtp = cfg.num_nextn_predict_layers if mtp else 0
+    if objective not in OBJECTIVES:
+        raise EngineInputError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    if objective == "memory":
+        costs, first, last = serving_layer_costs(cfg, roles, settings, mtp_layers=n_mtp)
+    else:
+        costs, first, last = [1.0] * cfg.num_hidden_layers, 0.0, 0.0
+    handoff = not mod.share_behaviour(build).blocking
+    full = [True] * cfg.num_hidden_layers if allow_shared_starts and handoff else [
+        r.role == "full" for r in roles.layers]
+    out = []
+    for layout in k_best_layouts(costs, full, pp, 1, k, first, last, unit="rank"):
+        sizes = tuple(layout.split)
+        check = serving_check(cfg, mod.ENGINE, pp, sizes, tp=settings.tp, mtp=mtp, version=build)
+        out.append(ServingCandidate(sizes, objective, tuple(layout.rank_costs), layout.max_cost, check,
+                                    export_partition(cfg, mod.ENGINE, pp, sizes, tp=settings.tp, model=model)))
+    return out
+
+
+# --------------------------------------------------------------------------- report functions
+
+_MEMORY_KEYS = {"ep", "weight_dtype", "kv_dtype", "context", "concurrency", "max_batched_tokens",
+                "gpu_memory_utilization", "indexer_cache_on_all_layers"}
+_OTHER_KEYS = {"tp", "mtp", "version", "model", "gpu_memory", "k", "allow_shared_starts", "objective"}
+
+
+def _settings(settings: dict[str, Any]) -> tuple[ServingMemorySettings, dict[str, Any]]:
+    unknown = sorted(set(settings) - _MEMORY_KEYS - _OTHER_KEYS)
+    if unknown:
+        raise EngineInputError(f"unknown serving setting(s): {', '.join(unknown)}; known: "
+                               f"{', '.join(sorted(_MEMORY_KEYS | _OTHER_KEYS))}")
+    mem = {k: v for k, v in settings.items() if k in _MEMORY_KEYS and v is not None}
+    other = {k: v for k, v in settings.items() if k in _OTHER_KEYS and v is not None}
+    try:
+        ms = ServingMemorySettings(tp=other.get("tp", 1), capacity_gib=other.get("gpu_memory"), **mem).validate()
+    except ServingMemoryError as exc:
+        raise EngineInputError(str(exc)) from None
+    return ms, other
+
+
+def serving_check_report(cfg: ModelConfig, engine: str, pp: int, partition: str | Sequence[int] | None = None,
+                         **settings: Any) -> dict[str, Any]:
+    """The JSON body of ``isplan check --engine vllm|sglang``: the verdict (``valid``, ``stages``,
+    ``violations``, ``errors`` as for training), the export of the checked partition and the
+    serving memory per rank. Settings: ``tp``, ``ep``, ``mtp``, ``version``, ``model``,
+    ``gpu_memory`` (GiB per GPU), ``gpu_memory_utilization``, ``weight_dtype``, ``kv_dtype``,
+    ``context``, ``concurrency``, ``max_batched_tokens``, ``indexer_cache_on_all_layers``."""
+    ms, other = _settings(settings)
+    check = serving_check(cfg, engine, pp, partition, tp=ms.tp, mtp=other.get("mtp", True),
+                          version=other.get("version"))
+    body = check.to_json()
+    body["export"] = export_partition(cfg, check.engine, check.plan.pp, check.sizes, tp=ms.tp,
+                                      model=other.get("model")) if check.plan.stages else None
+    body["memory"] = serving_memory(cfg, check.plan, check.roles, ms).to_json() if check.plan.stages else None
+    return body
+
+
+def serving_plan_report(cfg: ModelConfig, engine: str, pp: int, **settings: Any) -> dict[str, Any]:
+    """The JSON body of ``isplan plan --engine vllm|sglang --pp N``: the best partition (its
+    verdict in the ``isplan check`` shape, export and memory), the next ``k - 1`` candidates, and
+    the engine default's verdict for comparison. ``valid`` is false when no valid partition exists."""
+    ms, other = _settings(settings)
+    mtp, version = other.get("mtp", True), other.get("version")
+    found = best_serving_partition(cfg, engine, pp, k=other.get("k", 3), mtp=mtp, version=version, memory=ms,
+                                   model=other.get("model"), allow_shared_starts=other.get("allow_shared_starts", False),
+                                   objective=other.get("objective", "memory"))
+    default = serving_check(cfg, engine, pp, None, tp=ms.tp, mtp=mtp, version=version)
+    base = {"engine": default.engine, "pp": default.plan.pp, "tp": ms.tp,
+            "default": {"partition": list(default.sizes), "valid": default.valid,
+                        "violations": default.to_json()["violations"]}}
+    if not found:
+        n_full = len(default.roles.full_layers)
+        return {**base, "valid": False, "stages": [], "violations": [], "best": None, "candidates": [],
+                "errors": [{"code": "no_valid_partition", "flag": "--pp", "message": (
+                    f"no partition of {cfg.num_hidden_layers} layers over {pp} ranks starts every rank on a "
+                    f"full layer ({n_full} full layers); use fewer pipeline ranks")}],
+                "warnings": [], "export": None, "memory": None}
+    best = found[0].check
+    body = best.to_json()
+    body.update(base)
+    body["best"] = found[0].to_dict()
+    body["candidates"] = [c.to_dict() for c in found]
+    body["export"] = found[0].export
+    body["memory"] = serving_memory(cfg, best.plan, best.roles, ms).to_json()
+    return body

@@ -1,0 +1,123 @@
+"""SGLang: how it splits decoder layers over pipeline ranks, and what a shared start does.
+
+Read from sgl-project/sglang and its issue tracker (rules re-implemented, never copied):
+
+* ``python/sglang/srt/distributed/utils.py: get_pp_indices``. ``SGLANG_PP_LAYER_PARTITION``
+  (``os.getenv``) overrides with the same checks and messages as vLLM's ("Invalid partition
+  string", ``len(partitions)=... does not match pp_size=...``, ``sum(partitions)=... does not
+  match num_hidden_layers=...``). The default changed twice:
+
+  - up to PR #13282: every rank gets ``L // P`` and the last rank takes all ``L % P`` extra layers
+    (the stored upstream snapshot, commit 3e5a73c85326244e4a9d586e22788e20378c42a8, still has it;
+    "adapted from vLLM v0.6.4.post1");
+  - PR #13282 "fix uneven PP layer indices" (reviewed 2025-11-17): the first ``L % P`` ranks get one
+    extra (61 layers, PP 8 -> 8,8,8,8,8,7,7,7, as its reviewer wrote);
+  - PR #13977 "Optimize uneven PP layer distribution logic" (opened 2025-11-26): the **last**
+    ``L % P`` ranks get one extra ("Distribute the extra layers to the last 'remainder'
+    partitions"). This form was confirmed in a downstream copy of the file, not in an upstream
+    snapshot; the dates are those of the PR threads, not confirmed merge commits.
+
+* Shared start. Before the fix SGLang forwarded only ``hidden_states`` / ``residual`` between
+  pipeline stages, so a stage starting on a shared layer crashed: ``page_table_1=None`` in
+  FlashMLA-KV (issue #28525, analysed in PR #28532), ``RuntimeError: batch_size must be equal to
+  batch_size_k`` (issue #29014) and ``KeyError: 'topk_indices'`` (reported by users; not found
+  verbatim in the threads read here). PR #28532 "Fix IndexCache PP topk handoff" (opened
+  2026-06-17) sends ``topk_indices`` through the PP proxy when the next stage needs it, and PR
+  #28785 (2026-06-20/21) does the same for the warm-up buffers (it fixes #28659, a crash at start).
+  This planner treats builds from :data:`TOPK_HANDOFF_FIX` on as handing off. A later report
+  (issue #29162, 2026-06-24, ``SGLANG_PP_LAYER_PARTITION=19,20,20,19``: index out of range on
+  some requests) was closed as inactive; it is shown as a caveat.
+* Roles: SGLang's freq/offset reading is taken as the HF rule (FACTS.md section 8); it was not
+  confirmed in SGLang's ``deepseek_v2.py`` at a cited commit (a downstream note says SGLang
+  0.5.12 ignored ``index_skip_topk_offset``).
+* Placement: embedding on the first stage, lm_head on the last. Speculative decoding and PP were
+  mutually exclusive (a ``server_args.py`` assertion) until PR #30775 (merged after 2026-07-28,
+  behind ``SGLANG_ENABLE_PP_SPEC=1``), which builds the draft worker only on the last stage.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+
+from app.core.engines.rules import RuleChange, ShareBehaviour
+
+ENGINE = "sglang"
+ENV_VAR = "SGLANG_PP_LAYER_PARTITION"
+TP_FLAG = "--tp-size"
+PP_FLAG = "--pp-size"
+PP_SPEC_ENV = "SGLANG_ENABLE_PP_SPEC"
+SOURCE = "sgl-project/sglang python/sglang/srt/distributed/utils.py:get_pp_indices"
+ROLE_RULE = (
+    "SGLang is taken to read indexer_types, then index_topk_pattern, then index_topk_freq / "
+    "index_skip_topk_offset like transformers (not confirmed in SGLang's source)"
+)
+READS_INDEXER_TYPES = True
+
+#: First build date treated as forwarding top-k to a stage that starts on a shared layer
+#: (PR #28532 opened 2026-06-17, warm-up follow-up PR #28785 2026-06-20/21).
+TOPK_HANDOFF_FIX = date(2026, 6, 21)
+#: PP together with speculative decoding (MTP draft on the last stage): PR #30775, after this date.
+PP_SPEC_SINCE = date(2026, 7, 28)
+
+PARTITION_RULES: tuple[RuleChange, ...] = (
+    RuleChange(date.min, "every rank gets L // P layers and the last rank also takes the L % P extra ones",
+               f"{SOURCE} @ 3e5a73c85326"),
+    RuleChange(date(2025, 11, 17), "the first L % P ranks get one extra layer",
+               "sgl-project/sglang PR #13282"),
+    RuleChange(date(2025, 11, 26), "the last L % P ranks get one extra layer",
+               "sgl-project/sglang PR #13977"),
+)
+
+CRASH_ERRORS = (
+    "page_table_1=None (FlashMLA-KV)",
+    "RuntimeError: batch_size must be equal to batch_size_k",
+    "KeyError: 'topk_indices'",
+)
+
+
+def default_partition(num_layers: int, pp: int, build: date | None = None) -> list[int]:
+    """Layers per pipeline rank when ``SGLANG_PP_LAYER_PARTITION`` is unset, for ``build``."""
+    base, extra = divmod(num_layers, pp)
+    sizes = [base] * pp
+    if build is not None and build < PARTITION_RULES[1].since:
+        sizes[-1] += extra
+    elif build is not None and build < PARTITION_RULES[2].since:
+        for rank in range(extra):
+            sizes[rank] += 1
+    else:
+        for rank in range(pp - extra, pp):
+            sizes[rank] += 1
+    return sizes
+
+
+def share_behaviour(build: date | None = None) -> ShareBehaviour:
+    """Handoff from :data:`TOPK_HANDOFF_FIX` on (and for ``None``, the newest build); crash before."""
+    if build is None or build >= TOPK_HANDOFF_FIX:
+        return ShareBehaviour(
+            "handoff",
+            False,
+            "SGLang (build from 2026-06-21 on: PR #28532 + #28785) forwards topk_indices through the "
+            "PP proxy to a stage that starts on a shared layer: correct, at the cost of one extra "
+            "transfer of index_topk int32 values per token. Caveat: issue #29162 reported an index "
+            "out of range with SGLANG_PP_LAYER_PARTITION=19,20,20,19 after the fix (closed inactive)",
+            "sgl-project/sglang PR #28532, PR #28785",
+        )
+    return ShareBehaviour(
+        "crash",
+        True,
+        "SGLang before 2026-06-21 forwards only hidden_states and residual between stages; a stage "
+        "that starts on a shared layer crashes at warm-up or on the first request with one of: "
+        + "; ".join(CRASH_ERRORS)
+        + f". Upgrade to a build with PR #28532 and #28785, or set {ENV_VAR} so every stage starts on "
+        "a full layer",
+        "sgl-project/sglang issues #28525, #28659, #29014; PR #28532",
+    )
+
+
+def serve_args(model: str, tp: int, pp: int) -> list[str]:
+    """``python -m sglang.launch_server --model-path MODEL --tp-size TP --pp-size PP``.
+
+    ``--tp-size`` / ``--pp-size`` are the option names SGLang's server arguments define
+    (``--tp`` works only through argparse's prefix abbreviation).
+    """
+    return ["python", "-m", "sglang.launch_server", "--model-path", model, TP_FLAG, str(tp), PP_FLAG, str(pp)]

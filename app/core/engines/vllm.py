@@ -1,0 +1,90 @@
+"""vLLM: how it splits decoder layers over pipeline ranks, and what a shared start does.
+
+Read from vllm-project/vllm (never copied; re-implemented from the rule):
+
+* ``vllm/distributed/utils.py: get_pp_indices`` at commit 5a6541db9bfa77756459722f69e8c89a0b47a14d:
+  ``VLLM_PP_LAYER_PARTITION="a,b,..."`` (read through ``vllm/envs.py``) overrides everything; each
+  entry goes through ``int()`` ("Invalid partition string: ..." otherwise), the list must have
+  ``pp_size`` entries (``len(partitions)=... does not match pp_size=...``) and sum to the decoder
+  layers (``sum(partitions)=... does not match num_hidden_layers=...``). Without it, every rank gets
+  ``b = L // P`` and the ``r = L % P`` remaining layers go to ranks ``P-2, P-3, ..., P-1-r``
+  (``partitions[-i] += 1`` for ``i`` in ``2 .. r+1``): the last rank never gets an extra layer.
+  The docstring there still describes an older "middle partitions" idea; the code is the rule.
+* That rule arrived with vllm-project/vllm PR #13839 "Improve pipeline partitioning" (reviewed
+  2025-02-25/26; the merge date is taken from the thread, not from a commit). Before it
+  (vLLM v0.6.x, e.g. v0.6.4.post1, which sgl-project/sglang copied into
+  ``python/sglang/srt/distributed/utils.py``) the last rank took all ``r`` extra layers.
+  PR #46217 (open on 2026-06-20) would move the extras to the last ranks; it is not modelled.
+* ``vllm/model_executor/models/deepseek_v2.py`` at commit 002d6073aa034d4f5545d45021b0e56d1f3c3593:
+  a layer skips its indexer iff ``index_topk_pattern[i] == "S"`` when the pattern is given, else
+  iff ``max(i - index_skip_topk_offset + 1, 0) % index_topk_freq != 0`` (defaults freq 1,
+  offset 2). ``indexer_types`` is **not read**. MTP layers (``layer_id >= num_hidden_layers``)
+  always build their own indexer. The top-k buffer is ``torch.empty(max_num_batched_tokens,
+  index_topk, int32)`` created per model instance, i.e. per pipeline rank, and only
+  ``hidden_states`` / ``residual`` cross ranks (``make_empty_intermediate_tensors_factory``): a
+  rank that starts on a shared layer reads a buffer nothing on that rank wrote in this forward
+  pass. No error is raised; attention silently uses wrong positions.
+* Placement: embedding on the first rank, final norm and lm_head on the last
+  (``get_pp_group().is_first_rank`` / ``is_last_rank``); the speculative drafter (MTP) is built only
+  on the last rank (``vllm/v1/worker/gpu_model_runner.py``, per PR #53575's description). MTP
+  under PP > 1 is still being fixed upstream (issues #49355 and #52069, PR #46994): this planner
+  places it on the last rank and says so.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+
+from app.core.engines.rules import RuleChange, ShareBehaviour
+
+ENGINE = "vllm"
+ENV_VAR = "VLLM_PP_LAYER_PARTITION"
+TP_FLAG = "--tensor-parallel-size"
+PP_FLAG = "--pipeline-parallel-size"
+SOURCE = "vllm-project/vllm vllm/distributed/utils.py:get_pp_indices @ 5a6541db9bfa"
+MODEL_SOURCE = "vllm-project/vllm vllm/model_executor/models/deepseek_v2.py @ 002d6073aa03"
+ROLE_RULE = (
+    "vLLM reads index_topk_pattern, else index_topk_freq / index_skip_topk_offset (defaults 1 / 2); "
+    "it never reads indexer_types"
+)
+READS_INDEXER_TYPES = False
+
+PARTITION_RULES: tuple[RuleChange, ...] = (
+    RuleChange(date.min, "every rank gets L // P layers and the last rank also takes the L % P extra ones",
+               "vLLM v0.6.x get_pp_indices (v0.6.4.post1, as copied by sgl-project/sglang)"),
+    RuleChange(date(2025, 2, 26), "every rank gets L // P; the L % P extra layers go one each to ranks "
+               "P-2, P-3, ... (never the last rank)", f"vllm-project/vllm PR #13839; {SOURCE}"),
+)
+
+SHARE_BEHAVIOUR = ShareBehaviour(
+    "silent_wrong",
+    True,
+    "vLLM passes only hidden_states and residual between pipeline ranks; the top-k buffer is "
+    "rank-local, so a rank that starts on a shared layer reads top-k indices nothing wrote in "
+    "this pass: silently wrong attention, no error. Choose a partition where every rank starts on "
+    f"a full layer (set {ENV_VAR})",
+    MODEL_SOURCE,
+)
+
+
+def default_partition(num_layers: int, pp: int, build: date | None = None) -> list[int]:
+    """Layers per pipeline rank when ``VLLM_PP_LAYER_PARTITION`` is unset (see module docstring)."""
+    base, extra = divmod(num_layers, pp)
+    sizes = [base] * pp
+    rule = PARTITION_RULES[-1] if build is None or build >= PARTITION_RULES[-1].since else PARTITION_RULES[0]
+    if rule is PARTITION_RULES[0]:
+        sizes[-1] += extra
+        return sizes
+    for rank in range(pp - 1 - extra, pp - 1):
+        sizes[rank] += 1
+    return sizes
+
+
+def share_behaviour(build: date | None = None) -> ShareBehaviour:
+    """The same at every build this planner knows: IndexShare never crossed vLLM ranks."""
+    return SHARE_BEHAVIOUR
+
+
+def serve_args(model: str, tp: int, pp: int) -> list[str]:
+    """``vllm serve MODEL --tensor-parallel-size TP --pipeline-parallel-size PP``."""
+    return ["vllm", "serve", model, TP_FLAG, str(tp), PP_FLAG, str(pp)]

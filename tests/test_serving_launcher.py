@@ -1,0 +1,149 @@
+"""Reading serve launches (shell scripts, Kubernetes-style specs) and the export -> import round trip."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.core.engines.serving import best_serving_partition, export_partition
+from app.core.model_config import load_model
+from app.core.serve_launcher import (
+    ServeLauncherError,
+    parse_serve_launcher,
+    serve_launcher_report,
+)
+
+GLM52 = load_model("glm-5.2")
+
+
+@pytest.mark.parametrize("engine,pp", [("vllm", 2), ("vllm", 4), ("vllm", 8), ("sglang", 4), ("sglang", 8)])
+def test_export_import_round_trip(engine, pp):
+    best = best_serving_partition(GLM52, engine, pp, objective="layers")[0]
+    for model in ("zai-org/GLM-5.2", "/data/my models/GLM 5.2 (fp8)", "x'y\"z$HOME"):
+        e = export_partition(GLM52, engine, pp, best.sizes, tp=8, model=model)
+        launch = parse_serve_launcher(e["script"])
+        assert (launch.engine, launch.model, launch.tp, launch.pp, launch.partition) == (
+            engine, model, 8, pp, best.sizes)
+        one_line = parse_serve_launcher(f"{e['env_line']} {e['command']}")
+        assert one_line.partition == best.sizes and one_line.provenance["partition"].how == "prefix"
+
+
+def test_script_with_variables_continuations_and_comments():
+    text = (
+        "#!/bin/bash\n"                                   # 1
+        "set -euo pipefail\n"                             # 2
+        "MODEL=zai-org/GLM-5.2   # the checkpoint\n"     # 3
+        "TP=8\n"                                          # 4
+        "export VLLM_PP_LAYER_PARTITION='18,20,20,20'\n"  # 5
+        "nohup vllm serve ${MODEL} \\\n"                 # 6
+        "    --tensor-parallel-size $TP \\\n"             # 7
+        "    --max-model-len 131072 \\\n"                 # 8
+        "    --pipeline-parallel-size=4 > serve.log 2>&1 &\n"  # 9
+        "echo started\n"
+    )
+    launch = parse_serve_launcher(text)
+    assert (launch.engine, launch.model, launch.tp, launch.pp, launch.partition) == (
+        "vllm", "zai-org/GLM-5.2", 8, 4, (18, 20, 20, 20))
+    lines = {k: v.line for k, v in launch.provenance.items()}
+    assert lines == {"engine": 6, "model": 6, "tp": 7, "pp": 9, "partition": 5}
+
+
+def test_kubernetes_env_list_with_block_args():
+    text = """\
+containers:
+  - name: sglang
+    image: lmsysorg/sglang:latest
+    command: ["python3", "-m", "sglang.launch_server"]
+    args:
+      - --model-path
+      - "zai-org/GLM-5.2"
+      - --tp-size
+      - "8"
+      - --pp-size
+      - "2"
+    env:
+      - name: SGLANG_PP_LAYER_PARTITION
+        value: "38,40"
+      - name: NCCL_DEBUG
+        value: INFO
+"""
+    launch = parse_serve_launcher(text)
+    assert (launch.engine, launch.model, launch.tp, launch.pp, launch.partition) == (
+        "sglang", "zai-org/GLM-5.2", 8, 2, (38, 40))
+    assert launch.provenance["partition"].line == 14 and launch.provenance["partition"].how == "k8s_env"
+    assert launch.provenance["tp"].line == 9 and launch.provenance["pp"].line == 11
+
+
+def test_kubernetes_env_pasted_beside_a_shell_command():
+    text = 'env:\n  - {name: VLLM_PP_LAYER_PARTITION, value: "38,40"}\nvllm serve m -tp 4 -pp 2\n'
+    launch = parse_serve_launcher(text)
+    assert launch.partition == (38, 40) and launch.tp == 4 and launch.pp == 2
+
+
+def test_sh_c_args_are_read_as_shell():
+    text = 'command: ["/bin/sh", "-c"]\nargs:\n  - "vllm serve m --tensor-parallel-size 2 --pipeline-parallel-size 2"\n'
+    launch = parse_serve_launcher(text)
+    assert (launch.engine, launch.tp, launch.pp, launch.partition) == ("vllm", 2, 2, None)
+    assert launch.provenance["tp"].line == 3
+
+
+def test_docker_e_flag_sets_the_partition():
+    text = ("docker run --gpus all -e SGLANG_PP_LAYER_PARTITION=23,23,23,24 img "
+            "python3 -m sglang.launch_server --model-path /m --tp-size 1 --pp-size 4")
+    assert parse_serve_launcher(text).partition == (23, 23, 23, 24)
+
+
+def test_unexported_assignment_does_not_reach_the_engine():
+    launch = parse_serve_launcher("VLLM_PP_LAYER_PARTITION=38,40\nvllm serve m --pipeline-parallel-size 2\n")
+    assert launch.partition is None and "never exported" in launch.warnings[0]
+    exported = parse_serve_launcher("VLLM_PP_LAYER_PARTITION=38,40\nexport VLLM_PP_LAYER_PARTITION\n"
+                                    "vllm serve m --pipeline-parallel-size 2\n")
+    assert exported.partition == (38, 40)
+
+
+def test_a_prefix_assignment_overrides_the_exported_value_for_that_command():
+    launch = parse_serve_launcher("export VLLM_PP_LAYER_PARTITION=38,40\n"
+                                  "VLLM_PP_LAYER_PARTITION=39,39 vllm serve m -pp 2\n")
+    assert launch.partition == (39, 39) and launch.provenance["partition"].how == "prefix"
+
+
+def test_defaults_and_other_engines_variable():
+    launch = parse_serve_launcher("export SGLANG_PP_LAYER_PARTITION=1,2\nvllm serve m\n")
+    assert (launch.tp, launch.pp, launch.partition) == (1, 1, None)
+    assert "ignored" in launch.warnings[0]
+
+
+@pytest.mark.parametrize("text,match", [
+    ("echo hello\n", "no serve command"),
+    ("vllm serve a\nvllm serve b\n", r"2 serve commands \(lines 1, 2\)"),
+    ("vllm serve $MODEL\n", "model is missing or cannot be resolved"),
+    ("vllm serve m --tensor-parallel-size $TP\n", r"line 1: --tensor-parallel-size \$TP cannot be resolved"),
+    ("vllm serve m --pipeline-parallel-size two\n", "pipeline parallel size is 'two'"),
+    ("export VLLM_PP_LAYER_PARTITION=$(cat p.txt)\nvllm serve m -pp 2\n", "VLLM_PP_LAYER_PARTITION cannot be resolved"),
+    (('env:\n  - name: VLLM_PP_LAYER_PARTITION\n    value: "38,40"\nexport VLLM_PP_LAYER_PARTITION=39,39\n'
+     "vllm serve m -pp 2\n"), r"two different values: '38,40' \(line 3\), '39,39' \(line 4\)"),
+    ("export VLLM_PP_LAYER_PARTITION=38,x\nvllm serve m -pp 2\n", "not a comma list of whole numbers"),
+    ("vllm serve 'm --tensor-parallel-size 2\n", "line 1: unterminated '"),
+    ("python -m sglang.launch_server --tp-size 2\n", "--model-path"),
+    ("args: not-a-list\n", "args must be a list"),
+])
+def test_fails_closed(text, match):
+    with pytest.raises(ServeLauncherError, match=match):
+        parse_serve_launcher(text)
+
+
+def test_too_large_and_not_utf8():
+    with pytest.raises(ServeLauncherError, match="over the limit"):
+        parse_serve_launcher("#" * ((1 << 20) + 1))
+    with pytest.raises(ServeLauncherError, match="not UTF-8"):
+        parse_serve_launcher(b"vllm serve \xff")
+
+
+def test_report_checks_the_launched_partition():
+    body = serve_launcher_report(GLM52, "export VLLM_PP_LAYER_PARTITION=19,20,20,19\n"
+                                        "vllm serve zai-org/GLM-5.2 -tp 8 -pp 4\n")
+    assert not body["valid"] and body["launch"]["partition"] == [19, 20, 20, 19]
+    assert [v["layer"] for v in body["violations"]] == [20, 40, 60]
+    assert body["export"]["command"] == ("vllm serve zai-org/GLM-5.2 --tensor-parallel-size 8 "
+                                         "--pipeline-parallel-size 4")
+    default = serve_launcher_report(GLM52, "python3 -m sglang.launch_server --model-path m --pp-size 2")
+    assert default["partition"] == [39, 39] and default["partition_source"] == "default"
