@@ -114,8 +114,14 @@ def _plan(args: argparse.Namespace, cfg: ModelConfig) -> tuple[Plan, dict[str, A
                  if s.group not in ("layout",) and getattr(args, n, None) is not None}
     merged = replace(imported.plan, **overrides)
     extra = {"extra_errors": imported.errors, "extra_warnings": imported.warnings,
-             "extra": {"launcher": imported.report}}
+             "extra": {"launcher": imported.report}, "parallel": True}
     return merged, extra
+
+
+def _stated(args: argparse.Namespace) -> bool:
+    """A parallel/memory flag (or a launcher) on the command line: memory and GPUs join the verdict."""
+    return getattr(args, "launcher", None) is not None or Plan.states_parallelism(
+        n for n in TABLE if getattr(args, n, None) is not None)
 
 
 def _load(args: argparse.Namespace) -> ModelConfig:
@@ -130,6 +136,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     plan, extra = _plan(args, cfg)
     if args.launcher is None and not any(getattr(args, n, None) is not None for n in ("split", "pp", "layout")):
         raise UsageError("give a layout: --split LIST, --pp N [flags], --pp N --layout STR, or --launcher FILE")
+    extra.setdefault("parallel", _stated(args))
     return _emit(args, check_report(plan, cfg, **extra))
 
 
@@ -239,7 +246,8 @@ def cmd_receipt(args: argparse.Namespace) -> int:
     if len(set(names)) != len(names):
         raise UsageError(f"layout names must differ; got {names}")
     report = receipt_report(plan, cfg, name=args.name, also=[entry for _, entry in also],
-                            model_revision=args.model_revision, engine_commit=args.engine_commit)
+                            model_revision=args.model_revision, engine_commit=args.engine_commit,
+                            parallel=_stated(args))
     sys.stdout.write(json.dumps(report.body, indent=2) + "\n")
     for w in report.body.get("warnings", []):
         sys.stderr.write(f"warning: {w}\n")

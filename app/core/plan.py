@@ -207,10 +207,14 @@ class Plan:
     def query(self, **overrides: Any) -> str:
         """The canonical query string (neutral defaults left out; ``model`` always present)."""
         plan = replace(self, **overrides) if overrides else self
+        derived = {"mode": _derived_mode(plan.layout, plan.split), "conv": _derived_conv(plan.conv_split, plan.conv_pp)}
         out: list[tuple[str, str]] = []
         for name, spec in TABLE.items():
             value = getattr(plan, name)
-            if name != "model" and value == NEUTRAL_VALUES[name]:
+            if name in derived:
+                if value == derived[name]:
+                    continue
+            elif name != "model" and value == NEUTRAL_VALUES[name]:
                 continue
             if value is None:
                 continue
@@ -228,7 +232,7 @@ class Plan:
             value = getattr(self, name)
             if spec.cli is None or value == NEUTRAL_VALUES[name] or value is None:
                 continue
-            if not applies(spec, self.mode) or (spec.group == "conversion" and self.conv == "none"):
+            if not applies(spec, self.mode):
                 continue
             if spec.kind == "bool":
                 args.append(spec.cli)
@@ -240,6 +244,13 @@ class Plan:
     def states_layout(self) -> bool:
         """Whether the plan describes a pipeline layout beyond the neutral single stage."""
         return self.split is not None or self.layout is not None or self.pp != 1
+
+    @staticmethod
+    def states_parallelism(given: Iterable[str]) -> bool:
+        """Whether the given field names (CLI dests) or URL keys include a parallel/memory setting."""
+        keys = {name for name, s in TABLE.items() if s.group in ("parallel", "memory")}
+        keys |= {TABLE[n].url for n in keys}
+        return any(g in keys for g in given)
 
     @property
     def given_parallelism(self) -> bool:
@@ -261,6 +272,16 @@ SLIME_GLM52_PROFILE = Plan(
     sp=True, tokens_per_gpu=8192, recompute="full", recompute_method="uniform", recompute_num_layers=1,
     offload=True, overlap_cpu_optimizer=True, precision_aware=True, conv="flags", conv_pp=2, conv_last=40,
 )
+
+
+def _derived_mode(layout: str | None, split: tuple[int, ...] | None) -> str:
+    """The layout mode a URL or command line without ``mode`` means: a layout string, else stage
+    sizes, else Megatron flags."""
+    return "layout" if layout else "split" if split is not None else "flags"
+
+
+def _derived_conv(conv_split: tuple[int, ...] | None, conv_pp: int | None) -> str:
+    return "split" if conv_split is not None else "flags" if conv_pp is not None else "none"
 
 
 def applies(spec: Field, mode: str) -> bool:
@@ -388,10 +409,8 @@ def plan_from_query(params: Mapping[str, str], *, empty: Plan | None = None) -> 
             values[name] = parse_value(spec, raw)
         except ValueError as exc:
             problems.append(FieldProblem(spec.url, f"{exc} ({spec.help})"))
-    if "mode" not in values:
-        values["mode"] = "layout" if values.get("layout") else "split" if values.get("split") else "flags"
-    if "conv" not in values and ("conv_split" in values or "conv_pp" in values):
-        values["conv"] = "split" if "conv_split" in values else "flags"
+    values.setdefault("mode", _derived_mode(values.get("layout"), values.get("split")))
+    values.setdefault("conv", _derived_conv(values.get("conv_split"), values.get("conv_pp")))
     plan = Plan(**values)
     problems += layout_conflicts(plan, strict=False)
     return plan, problems
@@ -421,6 +440,14 @@ def layout_conflicts(plan: Plan, *, strict: bool) -> list[FieldProblem]:
             spec = TABLE[name]
             out.append(FieldProblem(spec.url, f"{_label(spec)} does not apply when the layout is given by "
                                               f"{_MODE_WORDS[plan.mode]}; drop it"))
+    if strict:
+        stray = [n for n in ("conv_pp", "conv_first", "conv_last") if getattr(plan, n) is not None]
+        if plan.conv == "none" and stray:
+            out.append(FieldProblem(TABLE[stray[0]].url, f"{TABLE[stray[0]].cli} needs --conv-pp N (the conversion "
+                                                         "pipeline size)"))
+        elif plan.conv == "split" and stray:
+            out.append(FieldProblem(TABLE[stray[0]].url, f"{TABLE[stray[0]].cli} does not apply with --conv-split; "
+                                                         "drop one of them"))
     if plan.conv == "split" and plan.conv_split is None:
         out.append(FieldProblem("conv_split", "conv=split needs conv_split=LIST of conversion stage sizes"))
     if plan.conv == "flags" and plan.conv_pp is None:
@@ -489,9 +516,8 @@ def plan_from_cli(namespace: Any, model: str) -> Plan:
             problems.append(FieldProblem(spec.url, str(exc)))
     if problems:
         raise PlanError(problems)
-    values["mode"] = "layout" if "layout" in values else "split" if "split" in values else "flags"
-    if "conv_split" in values or "conv_pp" in values:
-        values["conv"] = "split" if "conv_split" in values else "flags"
+    values["mode"] = _derived_mode(values.get("layout"), values.get("split"))
+    values["conv"] = _derived_conv(values.get("conv_split"), values.get("conv_pp"))
     plan = Plan(**values)
     problems = layout_conflicts(plan, strict=True)
     if problems:

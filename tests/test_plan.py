@@ -1,0 +1,139 @@
+"""The plan table is the one parser of a plan: URL, CLI and launcher round trips (property tests),
+one bound per field, and the adapters generated from it."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+from urllib.parse import parse_qsl
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.core.plan import (
+    BY_URL,
+    TABLE,
+    Plan,
+    PlanError,
+    add_cli_arguments,
+    applies,
+    plan_from_cli,
+    plan_from_query,
+)
+
+PROPS = settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+def _value(spec) -> st.SearchStrategy:
+    if spec.kind == "int":
+        return st.integers(int(spec.lo), int(spec.hi))
+    if spec.kind == "float":
+        return st.floats(spec.lo, spec.hi, allow_nan=False, allow_infinity=False).map(lambda x: float(f"{x:g}"))
+    if spec.kind == "bool":
+        return st.booleans()
+    if spec.kind == "choice":
+        return st.sampled_from(spec.choices)
+    if spec.kind == "sizes":
+        return st.lists(st.integers(0, 200), min_size=1, max_size=12).map(tuple)
+    alphabet = st.characters(codec="utf-8", exclude_categories=("Cs", "Cc"))
+    return st.text(alphabet, min_size=1, max_size=30)
+
+
+@st.composite
+def plans(draw, only_applicable: bool = False) -> Plan:
+    """Any plan the table allows (values within their bounds); ``only_applicable``: only the
+    fields the plan's layout mode uses are set (what a strict CLI accepts)."""
+    mode = draw(st.sampled_from(("flags", "split", "layout")))
+    values: dict = {"mode": mode}
+    for f in fields(Plan):
+        spec = TABLE[f.name]
+        if f.name in ("mode", "conv") or (only_applicable and not applies(spec, mode)):
+            continue
+        if draw(st.booleans()):
+            values[f.name] = draw(_value(spec))
+    if mode == "split":
+        values["split"] = values.get("split") or draw(_value(TABLE["split"]))
+    if mode == "layout":
+        values["layout"] = values.get("layout") or "Et*78L"
+    if only_applicable:  # a conversion slot is given by --conv-split, or --conv-pp with first/last
+        if "conv_split" in values or "conv_pp" not in values:
+            for name in ("conv_pp", "conv_first", "conv_last"):
+                values.pop(name, None)
+    values["conv"] = "split" if "conv_split" in values else "flags" if "conv_pp" in values else "none"
+    return Plan(**values)
+
+
+@PROPS
+@given(plan=plans())
+def test_url_round_trip_is_exact(plan):
+    """plan -> URL -> plan is the identity, with no problem reported."""
+    parsed, problems = plan_from_query(dict(parse_qsl(plan.query(), keep_blank_values=True)))
+    assert problems == []
+    assert parsed == plan
+
+
+def _cli_namespace(args: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model")
+    add_cli_arguments(parser)
+    return parser.parse_args(args)
+
+
+@PROPS
+@given(plan=plans(only_applicable=True))
+def test_cli_round_trip_is_exact(plan):
+    """plan -> CLI args -> plan -> CLI args: the same args and the same plan."""
+    args = plan.cli_args()
+    again = plan_from_cli(_cli_namespace(args), args[0])
+    assert again == plan
+    assert again.cli_args() == args
+
+
+def test_every_cli_setting_has_a_url_key_and_one_bound():
+    urls = [spec.url for spec in TABLE.values()]
+    assert len(urls) == len(set(urls)) == len(BY_URL)
+    clis = [spec.cli for spec in TABLE.values() if spec.cli]
+    assert len(clis) == len(set(clis))
+    for name, spec in TABLE.items():
+        if spec.kind in ("int", "float"):
+            assert spec.lo is not None and spec.hi is not None and spec.lo <= spec.hi, name
+
+
+@pytest.mark.parametrize("query, field, words", [
+    ({"split": "100000000"}, "split", "a stage holds 0 to 4,096 layers"),
+    ({"pp": "257"}, "pp", "--pp must be between 1 and 256, got 257"),
+    ({"vpp": "65"}, "vpp", "--vpp must be between 1 and 64"),
+    ({"mtp": "1000000000"}, "mtp", "--mtp-layers must be between 0 and 16"),
+    ({"gpus": "1048577"}, "gpus", "--gpus must be between 1 and 1,048,576"),
+    ({"split": ",".join(["1"] * 10_001)}, "split", "--split is 20,001 characters; the limit is 20,000"),
+    ({"tpg": "1e9"}, "tpg", "must be a whole number"),
+])
+def test_bounds_are_enforced_before_any_work(query, field, words):
+    plan, problems = plan_from_query(query)
+    assert [p.field for p in problems][:1] == [field]
+    assert words in problems[0].message
+    assert plan == Plan(mode=plan.mode)  # the bad value kept the neutral default
+
+
+def test_strict_cli_names_a_setting_of_another_mode():
+    ns = _cli_namespace(["glm-5.2", "--split", "78", "--first", "3"])
+    with pytest.raises(PlanError) as exc:
+        plan_from_cli(ns, "glm-5.2")
+    assert exc.value.field == "first"
+    assert "--first does not apply when the layout is given by stage sizes (--split); drop it" in str(exc.value)
+
+
+def test_the_page_keeps_and_explains_a_setting_of_another_mode():
+    from app.core.plan import mode_note
+
+    plan, problems = plan_from_query({"mode": "split", "split": "14,8,8,8,8,8,8,16", "first": "14", "last": "16"})
+    assert problems == [] and plan.first == 14  # nothing lost: the URL keeps it
+    assert mode_note(plan) == "first, last not used: the layout is given by stage sizes (--split)"
+
+
+def test_a_stage_list_is_bounded_in_entries_too():
+    from app.core.plan import parse_sizes
+
+    with pytest.raises(ValueError, match="has 16,385 entries; the limit is 16,384 stages"):
+        parse_sizes([1] * 16_385)
