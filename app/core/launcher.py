@@ -79,7 +79,7 @@ _ASSIGN_RE = re.compile(rf"({_NAME})(\+?)=")
 _ARRAY_OPEN_RE = re.compile(rf"{_NAME}\+?=")
 _SPLICE_RE = re.compile(rf'"?\$\{{({_NAME})\[[@*]\]\}}"?')
 _LENGTH_RE = re.compile(rf"#({_NAME})(\[[@*]\])?")
-_PARAM_RE = re.compile(rf"({_NAME}|[0-9]+|[@*#?$!-])(?:\[([^\]]*)\])?(?:(:?[-=+?])(.*))?", re.S)
+_PARAM_RE = re.compile(rf"({_NAME}|[0-9]+|[@*#?$!-])(?:\[([^\]]*)\])?(?:(:?[-=+?])(.*))?", re.DOTALL)
 _ARITH_TOKEN_RE = re.compile(rf"\s*(0[xX][0-9A-Fa-f]+|[0-9]+|{_NAME}|[-+*/%()])")
 _INT_RE = re.compile(r"[+-]?[0-9]+")
 _PLAIN_RE = re.compile(r"(?:[^ \t\r\n;&|()<>\\'\"`$]|\$(?![({]))+")   # ordinary word characters
@@ -95,7 +95,7 @@ _TOKEN_RE = re.compile(r"""
   | (?P<op><<<|<<-|&>>|&&|\|\||;;|<<|>>|>&|<&|&>|\|&|>\||[;&|()<>])
   | (?P<word>(?:[^ \t\r\n;&|()<>\\'"`$]|\\[^\n]|\$(?![({])|'[^']*'|SIMPLE
                 |"(?:[^"\\`$]|\\[\s\S]|\$(?![({])|SIMPLE)*")+)(?:[ \t\r]|\\\n)*
-""".replace("SIMPLE", _SIMPLE), re.X)   # fast path; _scan_word finishes words it stops inside
+""".replace("SIMPLE", _SIMPLE), re.VERBOSE)   # fast path; _scan_word finishes words it stops inside
 _REDIRECTS = frozenset({"<", ">", ">>", "<<", "<<-", "<<<", ">&", "<&", "&>", "&>>", ">|"})
 _DECLARE = frozenset({"export", "readonly", "local", "declare", "typeset"})
 _RESERVED = frozenset({"if", "then", "elif", "else", "fi", "while", "until", "do", "done", "esac",

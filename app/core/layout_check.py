@@ -30,7 +30,13 @@ from app.core.layer_roles import (
     role_disagreements,
 )
 from app.core.model_config import ModelConfig
-from app.core.stages import PipelineSpec, PlanError, StagePlan, materialise, megatron_flags
+from app.core.stages import (
+    PipelineSpec,
+    PlanError,
+    StagePlan,
+    materialise,
+    megatron_flags,
+)
 
 
 @dataclass(frozen=True)
