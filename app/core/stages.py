@@ -196,7 +196,10 @@ def _interleave_error(pp: int, vpp: int, overlap_p2p: bool, flag: str, shown: in
     off. ``shown`` is the user's value of ``flag`` when it is not the VPP itself."""
     need = 1 if overlap_p2p else 2
     if vpp > 1 and pp <= need:
-        given = f"{flag} {shown if shown is not None else vpp}" + (f" (VPP {vpp})" if shown is not None else "")
+        if flag == LAYOUT_FLAG:
+            given = f"{flag} (VPP {vpp})"
+        else:
+            given = f"{flag} {shown if shown is not None else vpp}" + (f" (VPP {vpp})" if shown is not None else "")
         why = (f"with {NO_OVERLAP_FLAG} it needs {PP_FLAG} > 2; drop {NO_OVERLAP_FLAG} or raise PP"
                if not overlap_p2p else f"it needs {PP_FLAG} > 1")
         return PlanError("interleave_needs_pp", f"{given} interleaves stages; {why}; PP is {pp}", flag)
