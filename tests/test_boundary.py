@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 from hypothesis import given, settings
@@ -96,13 +97,14 @@ def test_valid_iff_every_stage_starts_full_against_brute_force(data):
     k = data.draw(st.integers(1, min(n, 10)))
     cuts = sorted(data.draw(st.lists(st.integers(1, n - 1), min_size=k - 1, max_size=k - 1, unique=True))) if n > 1 else []
     bounds = [0, *cuts, n]
-    sizes = [b - a for a, b in zip(bounds, bounds[1:])]
+    sizes = [b - a for a, b in itertools.pairwise(bounds)]
     if data.draw(st.booleans()):
         sizes[-1] += data.draw(st.integers(-1, 1))  # sometimes a wrong sum
-        if sizes[-1] < 0:
-            sizes[-1] = 0
+        sizes[-1] = max(sizes[-1], 0)
     cfg = load_config_bytes(json.dumps(tiny_config(n, indexer_types=types)).encode())
-    r = run_check(cfg, PipelineSpec(split=tuple(sizes), mtp_layers=0))
+    # engine hf reads the array itself (Megatron and slime build from freq/offset and would report
+    # the array as a checkpoint disagreement instead; tests/test_checkpoint_roles.py covers that)
+    r = run_check(cfg, PipelineSpec(split=tuple(sizes), mtp_layers=0), engine="hf")
     assert r.valid == oracle_valid(types, sizes)
     if sum(sizes) == n:
         starts = [s.first_layer for s in r.plan.stages if s.num_layers]

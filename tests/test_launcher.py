@@ -369,8 +369,8 @@ def test_unresolved_last_occurrence_drops_earlier_value() -> None:
     assert "--pipeline-model-parallel-size" not in p.values
     assert [(u.flag, u.line) for u in p.unresolved] == [("--pipeline-model-parallel-size", 2)]
     assert p.warnings == (
-        "--pipeline-model-parallel-size is set twice: 4 (line 1) and $PP (unresolved) (line 2); "
-        "the last one cannot be resolved, so no value is used",)
+        ("--pipeline-model-parallel-size is set twice: 4 (line 1) and $PP (unresolved) (line 2); "
+        "the last one cannot be resolved, so no value is used"),)
 
 
 def test_positional_parameters_are_unknown_but_defaults_apply() -> None:

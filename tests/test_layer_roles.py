@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.layer_roles import PatternError, derive_roles, role_disagreements, roles_report
+from app.core.layer_roles import (
+    PatternError,
+    derive_roles,
+    role_disagreements,
+    roles_report,
+)
 from app.core.model_config import load_model
 from tests.conftest import GLM52_FULL, make_config, tiny_config
 
@@ -46,7 +51,9 @@ def test_offset_zero_engines_disagree_exactly_as_each_rule_says():
     assert list(slime.full_layers) == [4, 8, 12]
     assert list(hf.full_layers) == [4, 8, 12]
     assert slime.role(1).role == "shared" and slime.role(1).source is None
-    assert [e.layer for e in slime.errors] == [1, 2, 3]
+    # the MTP layer (depth 1) is numbered 1 by Megatron's MTP block, so slime's rule makes it
+    # shared too, with no earlier MTP depth to reuse (layer 12 + 1 = 13)
+    assert [e.layer for e in slime.errors] == [1, 2, 3, 13]
     assert "no full layer precedes it" in slime.errors[0].message
     kinds = {(d["a"], d["b"]): d["layers"] for d in role_disagreements(cfg) if d["kind"] == "engines"}
     assert kinds[("megatron", "slime")] == [1, 4, 5, 8, 9, 12]

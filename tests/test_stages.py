@@ -92,7 +92,8 @@ def test_account_for_embedding_and_loss():
          "--decoder-first-pipeline-num-layers", "divisible by --num-virtual-stages-per-pipeline-rank 2"),
         (PipelineSpec(pp=4, first=2, last=2, vpp=2), 14, "middle_vpp_divisibility",
          "--num-virtual-stages-per-pipeline-rank", "(5)"),
-        (PipelineSpec(pp=2, vpp=2), 16, "interleave_needs_pp", "--num-virtual-stages-per-pipeline-rank", "> 2"),
+        (PipelineSpec(pp=2, vpp=2, overlap_p2p=False), 16, "interleave_needs_pp",
+         "--num-virtual-stages-per-pipeline-rank", "with --no-overlap-p2p-communication it needs"),
         (PipelineSpec(pp=4, first=2, layers_per_vstage=1), 16, "vpp_with_uneven",
          "--num-layers-per-virtual-pipeline-stage", "cannot be used with"),
         (PipelineSpec(pp=4, vpp=2, layers_per_vstage=1), 16, "vpp_conflict",
@@ -100,7 +101,9 @@ def test_account_for_embedding_and_loss():
         (PipelineSpec(pp=4, vpp=3), 16, "vpp_divisibility", "--num-virtual-stages-per-pipeline-rank", "(4)"),
         (PipelineSpec(pp=4, account_for_embedding=True), 16, "account_divisibility",
          "--account-for-embedding-in-pipeline-split", "17"),
-        (PipelineSpec(pp=1, last=4), 16, "uneven_needs_pp", "--pipeline-model-parallel-size", "> 1"),
+        (PipelineSpec(pp=1, first=4, last=12), 16, "uneven_needs_pp", "--pipeline-model-parallel-size", "> 1"),
+        (PipelineSpec(pp=1, last=4), 16, "middle_mismatch", "--pipeline-model-parallel-size",
+         "12 middle layers remaining but 0 middle PP stages"),
         (PipelineSpec(pp=4, first=4, layout="Et*4|t*4|t*4|t*4L"), 16, "layout_conflict",
          "--pipeline-model-parallel-layout", "cannot be combined"),
     ],
@@ -114,6 +117,8 @@ def test_megatron_acceptance_rules_name_the_flag(spec, n, code, flag, words):
 
 
 def test_interleaving_with_overlap_p2p_needs_only_pp_above_1():
+    # overlap_p2p_comm is on by default in Megatron (the switch is --no-overlap-p2p-communication)
+    assert not materialise(PipelineSpec(pp=2, vpp=2), 16).errors
     assert not materialise(PipelineSpec(pp=2, vpp=2, overlap_p2p=True), 16).errors
     assert "interleave_needs_pp" in codes(materialise(PipelineSpec(pp=1, vpp=2, overlap_p2p=True), 16))
 
@@ -163,9 +168,12 @@ def test_layout_placement_rules(layout, pp, n, mtp, code):
     assert code in codes(plan), plan.errors
 
 
-def test_layout_vpp_conflict_and_interleave():
+def test_layout_with_a_vpp_flag_is_refused_and_interleave_follows_overlap():
+    # validate_args: at most one of LPVS / VPP / layout, whatever the VPP value
     plan = materialise(PipelineSpec(pp=2, vpp=3, layout="Et|t|t|tL"), 4)
-    assert "layout_vpp_conflict" in codes(plan) and "interleave_needs_pp" in codes(plan)
+    assert codes(plan) == ["layout_conflict"]
+    plan = materialise(PipelineSpec(pp=2, layout="Et|t|t|tL", overlap_p2p=False), 4)
+    assert codes(plan) == ["interleave_needs_pp"]
 
 
 @pytest.mark.parametrize("bad", ["Et*3|((tt|)*2)*3|L", "Ex|L", "E t|L", "Et*99999999999|L", "", "(t|)*"])
@@ -227,6 +235,6 @@ def test_any_split_round_trips_through_emitted_flags(sizes, vpp, mtp):
     if plan.errors:
         return
     args, _ = megatron_flags(plan)
-    again = materialise(spec_from_flags(args + ["--overlap-p2p-communication"]), n)
+    again = materialise(spec_from_flags(args), n)
     assert not again.errors, (sizes, args, again.errors)
     assert stage_tuple(again) == stage_tuple(plan)

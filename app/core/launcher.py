@@ -63,7 +63,7 @@ KNOWN_SWITCH_FLAGS: frozenset[str] = frozenset({
     "--sequence-parallel", "--account-for-embedding-in-pipeline-split",
     "--account-for-loss-in-pipeline-split", "--optimizer-cpu-offload",
     "--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d", "--allgather-cp",
-    "--overlap-p2p-communication", "--use-distributed-optimizer",
+    "--overlap-p2p-communication", "--no-overlap-p2p-communication", "--use-distributed-optimizer",
 })
 
 _MAX_DEPTH = 32           # nesting of ${...}, $((...)), arithmetic parentheses and variable lookups
@@ -79,7 +79,7 @@ _ASSIGN_RE = re.compile(rf"({_NAME})(\+?)=")
 _ARRAY_OPEN_RE = re.compile(rf"{_NAME}\+?=")
 _SPLICE_RE = re.compile(rf'"?\$\{{({_NAME})\[[@*]\]\}}"?')
 _LENGTH_RE = re.compile(rf"#({_NAME})(\[[@*]\])?")
-_PARAM_RE = re.compile(rf"({_NAME}|[0-9]+|[@*#?$!-])(?:\[([^\]]*)\])?(?:(:?[-=+?])(.*))?", re.S)
+_PARAM_RE = re.compile(rf"({_NAME}|[0-9]+|[@*#?$!-])(?:\[([^\]]*)\])?(?:(:?[-=+?])(.*))?", re.DOTALL)
 _ARITH_TOKEN_RE = re.compile(rf"\s*(0[xX][0-9A-Fa-f]+|[0-9]+|{_NAME}|[-+*/%()])")
 _INT_RE = re.compile(r"[+-]?[0-9]+")
 _PLAIN_RE = re.compile(r"(?:[^ \t\r\n;&|()<>\\'\"`$]|\$(?![({]))+")   # ordinary word characters
@@ -95,7 +95,7 @@ _TOKEN_RE = re.compile(r"""
   | (?P<op><<<|<<-|&>>|&&|\|\||;;|<<|>>|>&|<&|&>|\|&|>\||[;&|()<>])
   | (?P<word>(?:[^ \t\r\n;&|()<>\\'"`$]|\\[^\n]|\$(?![({])|'[^']*'|SIMPLE
                 |"(?:[^"\\`$]|\\[\s\S]|\$(?![({])|SIMPLE)*")+)(?:[ \t\r]|\\\n)*
-""".replace("SIMPLE", _SIMPLE), re.X)   # fast path; _scan_word finishes words it stops inside
+""".replace("SIMPLE", _SIMPLE), re.VERBOSE)   # fast path; _scan_word finishes words it stops inside
 _REDIRECTS = frozenset({"<", ">", ">>", "<<", "<<-", "<<<", ">&", "<&", "&>", "&>>", ">|"})
 _DECLARE = frozenset({"export", "readonly", "local", "declare", "typeset"})
 _RESERVED = frozenset({"if", "then", "elif", "else", "fi", "while", "until", "do", "done", "esac",
@@ -833,10 +833,11 @@ def launcher_request(parsed: LauncherParse, cfg) -> LauncherRequest:
     """Map the parsed flags onto a :class:`PipelineSpec` for ``cfg``.
 
     ``--virtual-pipeline-model-parallel-size`` (the older name) counts as
-    ``--num-virtual-stages-per-pipeline-rank``. Without ``--mtp-num-layers`` the config's
-    ``num_nextn_predict_layers`` is assumed, with a warning (slime recipes often set it in a
-    sourced model file this parser does not read). A ``--num-layers`` that differs from the
-    config's ``num_hidden_layers`` is an error.
+    ``--num-virtual-stages-per-pipeline-rank``. Without ``--mtp-num-layers`` the plan builds no
+    MTP layer: Megatron's and slime's default is ``None`` (THUDM/slime ``slime/utils/arguments.py``
+    resets ``--mtp-num-layers`` to ``default=None``). p2p overlap is on unless the script passes
+    ``--no-overlap-p2p-communication``. A ``--num-layers`` that differs from the config's
+    ``num_hidden_layers`` is an error.
     """
     unresolved = tuple(
         f"{u.flag} (line {u.line}): {u.reason}" for u in parsed.unresolved
@@ -860,11 +861,6 @@ def launcher_request(parsed: LauncherParse, cfg) -> LauncherRequest:
     if vpp is None and legacy is not None:
         vpp = legacy
     mtp = num("--mtp-num-layers")
-    if mtp is None and "--mtp-num-layers" not in parsed.values and cfg.num_nextn_predict_layers:
-        warnings.append(
-            f"--mtp-num-layers is not in the script; assuming the config's num_nextn_predict_layers "
-            f"({cfg.num_nextn_predict_layers})"
-        )
     layers = num("--num-layers")
     if layers is not None and layers != cfg.num_hidden_layers:
         errors.append(PlanError(
@@ -883,8 +879,8 @@ def launcher_request(parsed: LauncherParse, cfg) -> LauncherRequest:
         account_for_embedding="--account-for-embedding-in-pipeline-split" in parsed.switches,
         account_for_loss="--account-for-loss-in-pipeline-split" in parsed.switches,
         layout=parsed.values.get("--pipeline-model-parallel-layout"),
-        mtp_layers=mtp,
-        overlap_p2p="--overlap-p2p-communication" in parsed.switches,
+        mtp_layers=mtp if mtp is not None else 0,
+        overlap_p2p="--no-overlap-p2p-communication" not in parsed.switches,
     )
     report = {
         "values": dict(sorted(parsed.values.items())),

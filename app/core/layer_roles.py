@@ -27,16 +27,28 @@ The three engines read the freq/offset rule differently (FACTS.md section 1):
 For each engine the source of a shared layer, ``n - ((n - offset) % freq)``, is exactly the
 nearest preceding full layer, so one definition of *source* serves all of them.
 
-An explicit array wins for every engine; when the engine's own freq/offset rule would build other
-roles than the array says, that is reported as a disagreement (the engine would build indexers
-where the checkpoint has none, or the reverse).
+An explicit array wins for the *checkpoint's* roles (:func:`derive_roles`). Megatron and slime
+never read it: they build indexers from freq/offset alone (Megatron from ``--dsa-indexer-topk-freq``
+/ ``--dsa-indexer-skip-topk-offset``, slime from the HF config's ``index_topk_freq`` /
+``index_skip_topk_offset``). :func:`derive_roles` with ``engine_built=True`` gives the roles the
+engine builds, and :func:`checkpoint_disagreements` lists where they differ from the checkpoint
+(the engine would build indexers where the checkpoint has none, or the reverse).
+
+MTP layers: Megatron's ``MultiTokenPredictionLayer`` numbers depth ``k`` (1-based) as
+``layer_number = k + get_mtp_layer_offset(...)`` (the offset is 0 unless a layout places ``m``
+tokens in earlier stages, which Megatron does not allow), and its attention applies the same
+skip rule to that number (``megatron/core/transformer/multi_token_prediction.py``,
+``MultiTokenPredictionLayer.__init__`` and ``_build_layers``; ``dsa.py: DSAttention.__init__``).
+So with freq 4 / offset 3 MTP depths 1-3 compute and depth 4 is a shared layer. Read at
+NVIDIA/Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553 and THUDM/slime
+624b824a898ab0ec1fcb4d373004c7f3852bf515 (``slime_plugins/models/glm5/glm5.py: is_skip_topk_layer``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from enum import Enum
+from functools import lru_cache
 from typing import Any
 
 from app.core.model_config import ModelConfig
@@ -184,8 +196,36 @@ def config_declared_roles(cfg: ModelConfig) -> tuple[str, tuple[bool, ...]] | No
     return None
 
 
+def mtp_is_full(depths: int, freq: int, offset: int, engine: Engine) -> tuple[bool, ...]:
+    """Whether MTP depth ``k`` = 1..depths computes its own top-k: Megatron / slime apply the skip
+    rule to the MTP layer's own number ``k``; HF-style checkpoints give every MTP layer an indexer."""
+    if engine is Engine.HF:
+        return (True,) * depths
+    return tuple(formula_is_full(k, freq, offset, engine) for k in range(1, depths + 1))
+
+
+def _mtp_roles(cfg: ModelConfig, full: tuple[bool, ...], errors: list[RoleError]) -> tuple[LayerRole, ...]:
+    n_layers = cfg.num_hidden_layers
+    ffn = "moe" if cfg.n_routed_experts else "dense"
+    out: list[LayerRole] = []
+    last: int | None = None
+    for k, is_full in enumerate(full, start=1):
+        n = n_layers + k
+        if is_full:
+            last = n
+            out.append(LayerRole(n, "full", n, ffn, cfg.has_indexer, mtp=True))
+            continue
+        out.append(LayerRole(n, "shared", last, ffn, False, mtp=True))
+        if last is None:
+            errors.append(RoleError("shared_without_source",
+                                    f"MTP depth {k} (layer {n}) is shared but no MTP depth before it computes "
+                                    "top-k, so it has nothing to reuse", n))
+    return tuple(out)
+
+
 def _build(
-    cfg: ModelConfig, engine: Engine, rule: str, full: tuple[bool, ...], freq: int | None, offset: int | None
+    cfg: ModelConfig, engine: Engine, rule: str, full: tuple[bool, ...], freq: int | None, offset: int | None,
+    mtp_full: tuple[bool, ...] | None = None,
 ) -> RoleMap:
     ffn = ffn_kinds(cfg)
     layers: list[LayerRole] = []
@@ -206,11 +246,9 @@ def _build(
                         n,
                     )
                 )
-    n_layers = cfg.num_hidden_layers
-    mtp = tuple(
-        LayerRole(n_layers + k, "full", n_layers + k, "moe" if cfg.n_routed_experts else "dense", cfg.has_indexer, mtp=True)
-        for k in range(1, cfg.num_nextn_predict_layers + 1)
-    )
+    if mtp_full is None:
+        mtp_full = (True,) * cfg.num_nextn_predict_layers
+    mtp = _mtp_roles(cfg, mtp_full, errors)
     return RoleMap(engine, rule, freq, offset, tuple(layers), mtp, tuple(errors))
 
 
@@ -222,11 +260,22 @@ def derive_roles(
     pattern: str | None = None,
     freq: int | None = None,
     offset: int | None = None,
+    mtp_layers: int | None = None,
+    engine_built: bool = False,
 ) -> RoleMap:
     """Roles under ``engine``. ``freq``/``offset`` override the config's (launcher flags
-    ``--dsa-indexer-topk-freq`` / ``--dsa-indexer-skip-topk-offset``)."""
+    ``--dsa-indexer-topk-freq`` / ``--dsa-indexer-skip-topk-offset``); ``mtp_layers`` overrides
+    ``num_nextn_predict_layers``.
+
+    By default an explicit ``indexer_types`` / ``index_topk_pattern`` wins: those are the
+    checkpoint's roles. With ``engine_built=True`` and engine ``megatron`` / ``slime`` the result is
+    what the engine builds from freq/offset alone (it never reads the array); MTP depths then
+    follow the engine's numbering (:func:`mtp_is_full`)."""
     engine = Engine(engine)
     n = cfg.num_hidden_layers
+    depths = cfg.num_nextn_predict_layers if mtp_layers is None else mtp_layers
+    if depths < 0:
+        raise PatternError(f"--mtp-num-layers must not be negative, got {depths}")
     if freq is not None and freq < 1:
         raise PatternError(f"--dsa-indexer-topk-freq must be at least 1, got {freq}")
     if offset is not None and offset < 0:
@@ -235,7 +284,7 @@ def derive_roles(
         raise PatternError("--pattern must be a string of F and S")
     if not cfg.has_indexer:
         full = (True,) * n
-        rm = _build(cfg, engine, "no_indexer", full, None, None)
+        rm = _build(cfg, engine, "no_indexer", full, None, None, (True,) * depths)
         return replace(rm, notes=("the model has no DSA indexer; every stage start is allowed",))
     f, o = _config_freq_offset(cfg, engine, freq, offset)
     declared = config_declared_roles(cfg)
@@ -243,11 +292,30 @@ def derive_roles(
         full = parse_pattern(pattern, n)
         base = declared[1] if declared else formula_roles(n, f, o, engine)
         diffs = tuple(i + 1 for i in range(n) if full[i] != base[i])
-        rm = _build(cfg, engine, "pattern_override", full, f, o)
+        rm = _build(cfg, engine, "pattern_override", full, f, o, (True,) * depths)
         return replace(rm, pattern_differences=diffs)
-    if declared is not None:
-        return _build(cfg, engine, declared[0], declared[1], f, o)
-    return _build(cfg, engine, "freq_offset", formula_roles(n, f, o, engine), f, o)
+    if declared is not None and not (engine_built and engine is not Engine.HF):
+        return _build(cfg, engine, declared[0], declared[1], f, o, (True,) * depths)
+    return _build(cfg, engine, "freq_offset", formula_roles(n, f, o, engine), f, o, mtp_is_full(depths, f, o, engine))
+
+
+def checkpoint_disagreements(checkpoint: RoleMap, built: RoleMap) -> list[str]:
+    """Layers where the roles an engine builds differ from the checkpoint's (decoder and MTP).
+
+    A layer the engine builds as full but the checkpoint stores as shared has no indexer weights to
+    load; a layer the engine builds as shared while the checkpoint stores an indexer leaves those
+    weights unloaded (strict loading fails). Returns one description per layer.
+    """
+    out: list[str] = []
+    for ck, b in zip(checkpoint.layers + checkpoint.mtp, built.layers + built.mtp):
+        if ck.has_indexer == b.has_indexer and ck.role == b.role:
+            continue
+        name = f"MTP layer {b.layer}" if b.mtp else f"layer {b.layer}"
+        if b.role == "full":
+            out.append(f"{name}: engine builds full, checkpoint has {ck.role} (no indexer weights to load)")
+        else:
+            out.append(f"{name}: engine builds shared, checkpoint has {ck.role} (its indexer weights are not used)")
+    return out
 
 
 def _diff(a: tuple[bool, ...], b: tuple[bool, ...]) -> list[int]:
@@ -267,7 +335,7 @@ def _role_disagreements(cfg: ModelConfig, freq: int | None, offset: int | None) 
     Each entry: ``kind`` (``array_vs_rule`` or ``engines``), the two sides, and ``layers`` (1-based).
     """
     if not cfg.has_indexer:
-        return []
+        return ()
     n = cfg.num_hidden_layers
     out: list[dict[str, Any]] = []
     declared = config_declared_roles(cfg)

@@ -3,6 +3,16 @@
 This is what ``isplan check`` prints, what receipts record per named layout, and what the
 dashboard's plan view shows. It composes the other core modules and adds no rules of its own
 beyond collecting their findings and failing closed.
+
+Roles for the verdict: with engine ``megatron`` or ``slime`` the boundary check uses the roles the
+engine *builds* - from the freq/offset overrides (``--dsa-indexer-topk-freq`` /
+``--dsa-indexer-skip-topk-offset``), else the config's ``index_topk_freq`` /
+``index_skip_topk_offset`` - because neither engine reads ``indexer_types``
+(NVIDIA/Megatron-LM ``megatron/core/transformer/experimental_attention_variant/dsa.py:
+DSAttention.__init__``; THUDM/slime ``slime_plugins/models/glm5/glm5.py``). Every layer where
+those roles differ from the checkpoint's declared roles is a blocking ``model`` error
+(``roles_disagree_checkpoint``): a full layer the engine builds would find no indexer weights to
+load, a shared one would leave the checkpoint's indexer weights unused.
 """
 
 from __future__ import annotations
@@ -11,9 +21,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.boundary import BoundaryReport, validate_boundaries
-from app.core.layer_roles import Engine, RoleMap, derive_roles, role_disagreements
+from app.core.layer_roles import (
+    Engine,
+    RoleMap,
+    checkpoint_disagreements,
+    config_declared_roles,
+    derive_roles,
+    role_disagreements,
+)
 from app.core.model_config import ModelConfig
-from app.core.stages import PipelineSpec, PlanError, StagePlan, materialise, megatron_flags
+from app.core.stages import (
+    PipelineSpec,
+    PlanError,
+    StagePlan,
+    materialise,
+    megatron_flags,
+)
 
 
 @dataclass(frozen=True)
@@ -30,6 +53,7 @@ class CheckResult:
     megatron_flags: tuple[str, ...]
     layout_string: str
     extra: dict[str, Any] = field(default_factory=dict)
+    checkpoint_roles: RoleMap | None = None   # the checkpoint's roles when they are not ``roles``
 
     @property
     def valid(self) -> bool:
@@ -48,6 +72,7 @@ class CheckResult:
             },
             "engine": self.engine.value,
             "roles_rule": self.roles.rule,
+            "roles_built_by_engine": self.checkpoint_roles is not None,
             "pattern": self.pattern,
             "pp": self.plan.pp,
             "vpp": self.plan.vpp,
@@ -120,16 +145,17 @@ def run_check(
     for unusable input; every rule violation is returned in the result instead.
     """
     engine = Engine(engine)
-    roles = derive_roles(cfg, engine, pattern=pattern, freq=freq, offset=offset)
     plan = materialise(spec, cfg.num_hidden_layers, default_mtp=cfg.num_nextn_predict_layers)
+    roles, checkpoint, mismatch = engine_roles(cfg, engine, pattern, freq, offset, plan.mtp_layers)
     boundary = validate_boundaries(plan, roles)
     errors = list(extra_errors)
     errors += [PlanError(e.code, e.message, None) for e in roles.errors]
+    errors += mismatch
     errors += list(plan.errors)
     if not plan.stages and not errors:
         errors.append(PlanError("no_stages", "the pipeline description produced no stages"))
     warnings = list(extra_warnings)
-    if pattern is None:
+    if pattern is None and checkpoint is None:
         for d in role_disagreements(cfg, freq=freq, offset=offset):
             if d["kind"] == "array_vs_rule" and d["engine"] == engine.value:
                 warnings.append(
@@ -141,5 +167,36 @@ def run_check(
     args, layout = megatron_flags(plan) if plan.stages and not plan.errors else ([], "")
     return CheckResult(
         cfg, engine, pattern, spec, roles, plan, boundary, tuple(errors), tuple(warnings),
-        tuple(args), layout, extra or {},
+        tuple(args), layout, extra or {}, checkpoint,
     )
+
+
+def engine_roles(
+    cfg: ModelConfig, engine: Engine, pattern: str | None, freq: int | None, offset: int | None, mtp_layers: int
+) -> tuple[RoleMap, RoleMap | None, list[PlanError]]:
+    """(roles for the verdict, the checkpoint's roles when they differ in origin, blocking errors).
+
+    HF-style engines and pattern overrides use :func:`derive_roles` as is. Megatron and slime build
+    from freq/offset alone; when the config declares roles (``indexer_types`` /
+    ``index_topk_pattern``) each layer that differs is listed in one ``model`` error.
+    """
+    declared = config_declared_roles(cfg)
+    if engine is Engine.HF or pattern is not None or declared is None or not cfg.has_indexer:
+        return derive_roles(cfg, engine, pattern=pattern, freq=freq, offset=offset, mtp_layers=mtp_layers), None, []
+    built = derive_roles(cfg, engine, freq=freq, offset=offset, mtp_layers=mtp_layers, engine_built=True)
+    checkpoint = derive_roles(cfg, engine, mtp_layers=mtp_layers)
+    diffs = checkpoint_disagreements(checkpoint, built)
+    if not diffs:
+        return built, checkpoint, []
+    source = ("--dsa-indexer-topk-freq / --dsa-indexer-skip-topk-offset" if engine is Engine.MEGATRON
+              else "the config's index_topk_freq / index_skip_topk_offset")
+    shown = "; ".join(diffs[:12]) + (f"; ... ({len(diffs)} layers in all)" if len(diffs) > 12 else "")
+    flag = "--dsa-indexer-topk-freq" if engine is Engine.MEGATRON else None
+    err = PlanError(
+        "roles_disagree_checkpoint",
+        f"{engine.value} builds indexers from freq {built.freq} / offset {built.offset} ({source}), which "
+        f"disagree with the checkpoint's {declared[0]} on {len(diffs)} layer(s): {shown}. Use the "
+        "checkpoint's freq/offset or a checkpoint converted for these roles",
+        flag, kind="model",
+    )
+    return built, checkpoint, [err]

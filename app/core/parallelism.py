@@ -274,7 +274,15 @@ def _try(values: tuple[int | None, int | None]) -> str:
 
 
 def check_parallel(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None = None) -> list[Check]:
-    """Every constraint of FACTS.md section 3 (and the Megatron flags around it) as a named check."""
+    """Every constraint of FACTS.md section 3 (and the Megatron flags around it) as a named check.
+
+    Messages follow NVIDIA/Megatron-LM at commit d98e8a64ddf34856e74b24714e3bedb2f5a39553:
+    ``megatron/training/arguments.py: validate_args`` (interleaving needs PP > 1 with the default
+    ``overlap_p2p_comm``, PP > 2 with ``--no-overlap-p2p-communication``; MTP with CP is not
+    refused), ``megatron/core/model_parallel_config.py: __post_init__`` (EP and TP without SP only
+    warns) and ``megatron/core/transformer/moe/moe_layer.py: MoELayer.forward`` (training MoE with
+    TP > 1 and no SP raises ValueError, for any EP); CP all-gather is ``--cp-comm-type allgather``.
+    """
     out: list[Check] = []
     tp, cp, pp, ep, etp = par.tp, par.cp, par.pp, par.ep, par.expert_tp
     mp = par.model_parallel
@@ -307,11 +315,11 @@ def check_parallel(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None
     widths = [("intermediate_size", cfg.intermediate_size, tp, "TP"),
               ("shared expert width", cfg.n_shared_experts * cfg.moe_intermediate_size, tp, "TP"),
               ("moe_intermediate_size", cfg.moe_intermediate_size, etp, "ETP")]
-    bad = [(n, w, d, f) for n, w, d, f in widths if w and w % d != 0]
+    bad = [(name, w, d, f) for name, w, d, f in widths if w and w % d != 0]
     if bad:
-        n, w, d, f = bad[0]
+        name, w, d, f = bad[0]
         out.append(Check("ffn_width", False,
-                         f"{f}={d} does not divide the {n} {w}; try {f}={_try(nearest_divisors(w, d))}"))
+                         f"{f}={d} does not divide the {name} {w}; try {f}={_try(nearest_divisors(w, d))}"))
     else:
         out.append(Check("ffn_width", True, "FFN widths divide by TP (dense, shared expert) and ETP (experts)"))
 
@@ -337,10 +345,14 @@ def check_parallel(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None
     else:
         out.append(Check("expert_grid", True,
                          f"ETP*EP*PP = {etp}*{ep}*{pp} = {grid} divides the world of {par.world} GPUs"))
-    edp_msg = (f"EDP = world/(ETP*EP*PP) = {par.world}/{grid} = {par.edp}: routed-expert optimizer state "
-               f"is sharded {par.edp} way(s)")
-    if par.edp == 1 and experts:
-        edp_msg += " (not at all: every GPU keeps full FP32 master + Adam state of its experts)"
+    if par.world % grid == 0:
+        edp_msg = (f"EDP = world/(ETP*EP*PP) = {par.world}/{grid} = {par.edp}: routed-expert optimizer state "
+                   f"is sharded {par.edp} way(s)")
+        if par.edp == 1 and experts:
+            edp_msg += " (not at all: every GPU keeps full FP32 master + Adam state of its experts)"
+    else:
+        edp_msg = (f"EDP = world/(ETP*EP*PP) = {par.world}/{grid} is not a whole number, so there is no expert "
+                   "data-parallel group until the expert grid divides the world")
     out.append(Check("expert_data_parallel", par.world % grid == 0, edp_msg, level="info"))
 
     # context parallelism -------------------------------------------------------------------------
@@ -355,8 +367,9 @@ def check_parallel(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None
             out.append(Check("cp_seq", True, f"sequence length {s} divides by 2*CP = {2 * cp}"))
         if cfg.has_indexer:
             out.append(Check("dsa_cp", True,
-                             f"DSA with CP={cp} needs the all-gather CP layout (--allgather-cp, as the slime "
-                             "GLM-5.2 script sets)", level="warning", warning=True))
+                             f"DSA with CP={cp} needs the all-gather CP layout: --cp-comm-type allgather in "
+                             "Megatron, --allgather-cp in slime (as its GLM-5.2 script sets)",
+                             level="warning", warning=True))
 
     # sequence parallelism --------------------------------------------------------------------------
     if par.sp and tp == 1:
@@ -364,34 +377,32 @@ def check_parallel(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None
                          "sequence parallelism needs TP > 1; with TP=1 Megatron turns it off with a warning "
                          "(drop --sequence-parallel)", level="warning", warning=True))
     if experts and tp > 1 and not par.sp:
-        if ep > 1:
-            out.append(Check("sp_moe_tp", False,
-                             f"EP={ep} with TP={tp} requires --sequence-parallel (Megatron-Core ModelParallelConfig "
-                             "raises 'When using expert parallelism and tensor parallelism, sequence parallelism "
-                             "must be used'); add --sequence-parallel"))
-        else:
-            out.append(Check("sp_moe_tp", True,
-                             f"MoE with TP={tp} is expected to use --sequence-parallel (Megatron warns or refuses "
-                             "MoE training with TP and no SP); add --sequence-parallel", level="warning", warning=True))
+        out.append(Check("sp_moe_tp", False,
+                         f"MoE with TP={tp} and no --sequence-parallel: Megatron-Core's ModelParallelConfig only "
+                         "warns (model_parallel_config.py, EP > 1 and TP > 1), but MoELayer.forward raises "
+                         "ValueError during training for any EP (megatron/core/transformer/moe/moe_layer.py, "
+                         "'performance may degrade if MoE and tensor parallelism are enabled without also "
+                         "enabling sequence parallelism'); add --sequence-parallel"))
     elif experts and tp > 1:
         out.append(Check("sp_moe_tp", True, f"sequence parallelism is on with MoE and TP={tp}", level="warning"))
 
     # MTP with CP -------------------------------------------------------------------------------------
     if mtp and cp > 1:
         out.append(Check("mtp_cp", True,
-                         f"MTP ({mtp} layer(s)) with CP={cp}: upstream Megatron validate_args refuses it "
-                         "('Multi-Token Prediction (MTP) is not supported with Context Parallelism'); slime's "
-                         "GLM-5.2 recipe trains MTP with CP anyway (its own Megatron branch). With upstream "
-                         "Megatron set --mtp-num-layers 0 or CP=1", level="warning", warning=True))
+                         f"MTP ({mtp} layer(s)) with CP={cp} is accepted: current Megatron validate_args no "
+                         "longer refuses MTP with context parallelism", level="info"))
 
     # pipeline ---------------------------------------------------------------------------------------
     v = par.vpp or 1
-    if v > 1 and pp <= 2:
+    overlap = bool(getattr(par, "overlap_p2p", True))   # Megatron's overlap_p2p_comm defaults to on
+    need = 1 if overlap else 2
+    if v > 1 and pp <= need:
         out.append(Check("interleave_pp", False,
-                         f"VPP={v} interleaves stages, which needs PP > 2 (PP > 1 with "
-                         f"--overlap-p2p-communication); PP is {pp}: raise PP or drop VPP"))
+                         f"VPP={v} interleaves stages, which needs PP > {need}"
+                         + ("" if overlap else " with --no-overlap-p2p-communication (PP > 1 without it)")
+                         + f"; PP is {pp}: raise PP or drop VPP (megatron/training/arguments.py validate_args)"))
     elif v > 1:
-        out.append(Check("interleave_pp", True, f"interleaving VPP={v} with PP={pp} > 2"))
+        out.append(Check("interleave_pp", True, f"interleaving VPP={v} with PP={pp} > {need}"))
     if plan is not None:
         if plan.pp != pp:
             out.append(Check("pipeline_plan", False,

@@ -16,11 +16,20 @@ Sources (NVIDIA/Megatron-LM):
 * ``megatron/core/transformer/transformer_config.py: __post_init__`` - first/last > 0, divisible by
   VPP, "middle layers remaining but no middle stages" mismatch, middle divisibility, first/last
   cannot combine with ``account_for_*``, layout cannot combine with any of them;
-* ``megatron/training/arguments.py: validate_args`` and ``parallel_state`` - VPP from
-  ``--num-layers-per-virtual-pipeline-stage`` (not with first/last), interleaving needs PP > 2
-  (PP > 1 with ``--overlap-p2p-communication``);
+* ``megatron/training/arguments.py: validate_args`` - at most one of
+  ``--num-layers-per-virtual-pipeline-stage`` / ``--num-virtual-stages-per-pipeline-rank`` /
+  ``--pipeline-model-parallel-layout`` (so a layout with a VPP flag is an error even for VPP 1);
+  VPP from ``--num-layers-per-virtual-pipeline-stage K`` is ``((N + slots) / PP) / K`` where each
+  ``--account-for-*`` flag adds one slot (not with first/last); VPP 1 becomes ``None``; an
+  interleaved schedule needs PP > 1 with ``overlap_p2p_comm``, which is **on by default** (the
+  flag is ``--no-overlap-p2p-communication``), PP > 2 with it off;
+* ``transformer_layer.py: get_transformer_layer_offset`` divides by the number of middle ranks
+  under VPP, so PP 2 + VPP with both first and last given crashes (ZeroDivisionError): isplan
+  refuses that form and never emits it;
 * MTP layers are not counted in ``num_layers``; without a layout they sit on the last rank's last
   virtual stage.
+
+Read at NVIDIA/Megatron-LM commit d98e8a64ddf34856e74b24714e3bedb2f5a39553 (2026-08-22).
 
 The reverse direction, :func:`megatron_flags`, expresses any plan as first/last (+VPP) flags when
 they can, otherwise as a layout string; parsing the emitted flags gives the same stages back.
@@ -33,7 +42,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.pipeline_layout import FLAG as LAYOUT_FLAG
-from app.core.pipeline_layout import LayoutSyntaxError, check_layout, encode_layout, parse_layout
+from app.core.pipeline_layout import (
+    LayoutSyntaxError,
+    check_layout,
+    encode_layout,
+    parse_layout,
+)
 
 PP_FLAG = "--pipeline-model-parallel-size"
 FIRST_FLAG = "--decoder-first-pipeline-num-layers"
@@ -42,6 +56,7 @@ VPP_FLAG = "--num-virtual-stages-per-pipeline-rank"
 LPVS_FLAG = "--num-layers-per-virtual-pipeline-stage"
 EMB_FLAG = "--account-for-embedding-in-pipeline-split"
 LOSS_FLAG = "--account-for-loss-in-pipeline-split"
+NO_OVERLAP_FLAG = "--no-overlap-p2p-communication"
 MTP_FLAG = "--mtp-num-layers"
 MAX_PP = 4096
 _WHOLE = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: str.isdigit() also accepts superscripts
@@ -80,12 +95,17 @@ class Stage:
 
 @dataclass(frozen=True)
 class PlanError:
+    """A blocking finding. ``kind`` says whose rule it is: ``"megatron"`` (the engine would refuse
+    or crash on the plan) or ``"model"`` (the plan, launcher or engine disagrees with the model's
+    config / checkpoint)."""
+
     code: str
     message: str
     flag: str | None = None
+    kind: str = "megatron"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, "flag": self.flag}
+        return {"code": self.code, "message": self.message, "flag": self.flag, "kind": self.kind}
 
 
 @dataclass(frozen=True)
@@ -102,7 +122,7 @@ class PipelineSpec:
     layout: str | None = None
     split: tuple[int, ...] | None = None
     mtp_layers: int | None = None
-    overlap_p2p: bool = False
+    overlap_p2p: bool = True   # Megatron's default; False = --no-overlap-p2p-communication
 
     @property
     def kind(self) -> str:
@@ -171,16 +191,18 @@ def parse_split(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _interleave_error(pp: int, vpp: int, overlap_p2p: bool, flag: str) -> PlanError | None:
+def _interleave_error(pp: int, vpp: int, overlap_p2p: bool, flag: str, shown: int | None = None) -> PlanError | None:
+    """validate_args: an interleaved schedule (VPP > 1) needs PP > 1, or PP > 2 when p2p overlap is
+    off. ``shown`` is the user's value of ``flag`` when it is not the VPP itself."""
     need = 1 if overlap_p2p else 2
     if vpp > 1 and pp <= need:
-        return PlanError(
-            "interleave_needs_pp",
-            f"{flag} {vpp} interleaves stages, which needs {PP_FLAG} > {need}"
-            + ("" if overlap_p2p else " (> 1 with --overlap-p2p-communication)")
-            + f"; PP is {pp}",
-            flag,
-        )
+        if flag == LAYOUT_FLAG:
+            given = f"{flag} (VPP {vpp})"
+        else:
+            given = f"{flag} {shown if shown is not None else vpp}" + (f" (VPP {vpp})" if shown is not None else "")
+        why = (f"with {NO_OVERLAP_FLAG} it needs {PP_FLAG} > 2; drop {NO_OVERLAP_FLAG} or raise PP"
+               if not overlap_p2p else f"it needs {PP_FLAG} > 1")
+        return PlanError("interleave_needs_pp", f"{given} interleaves stages; {why}; PP is {pp}", flag)
     return None
 
 
@@ -236,18 +258,18 @@ def materialise(spec: PipelineSpec, num_layers: int, default_mtp: int = 0) -> St
     # ---- explicit sizes --------------------------------------------------------------------
     if spec.split is not None:
         sizes = list(spec.split)
-        vpp = spec.vpp or 1
-        if len(sizes) % vpp != 0:
+        split_vpp = spec.vpp or 1
+        if len(sizes) % split_vpp != 0:
             raise LayoutInputError(
-                f"--split has {len(sizes)} entries, which does not divide by --vpp {vpp}; "
+                f"--split has {len(sizes)} entries, which does not divide by --vpp {split_vpp}; "
                 "give PP x VPP sizes in vp-major order"
             )
-        pp = len(sizes) // vpp
+        pp = len(sizes) // split_vpp
         if spec.pp is not None and spec.pp != pp:
             raise LayoutInputError(
-                f"--split has {len(sizes)} entries = PP {pp} x VPP {vpp}, but --pp is {spec.pp}"
+                f"--split has {len(sizes)} entries = PP {pp} x VPP {split_vpp}, but --pp is {spec.pp}"
             )
-        if (e := _interleave_error(pp, vpp, spec.overlap_p2p, "--vpp")) is not None:
+        if (e := _interleave_error(pp, split_vpp, spec.overlap_p2p, "--vpp")) is not None:
             errors.append(e)
         total = sum(sizes)
         if total != num_layers:
@@ -259,32 +281,35 @@ def materialise(spec: PipelineSpec, num_layers: int, default_mtp: int = 0) -> St
                     "--split",
                 )
             )
-        return plan(pp, vpp, _assemble(pp, vpp, sizes, n_mtp))
+        return plan(pp, split_vpp, _assemble(pp, split_vpp, sizes, n_mtp))
 
     pp = spec.pp or 1
     n = num_layers
 
     # ---- layout string ---------------------------------------------------------------------
     if spec.layout is not None:
+        # validate_args: at most one of LPVS / VPP / layout (even VPP 1); TransformerConfig: the
+        # layout excludes first/last and account_for_*
         conflicts = [
-            f for f, on in ((FIRST_FLAG, spec.first is not None), (LAST_FLAG, spec.last is not None),
-                            (EMB_FLAG, spec.account_for_embedding), (LOSS_FLAG, spec.account_for_loss),
-                            (LPVS_FLAG, spec.layers_per_vstage is not None)) if on
+            f for f, on in ((VPP_FLAG, spec.vpp is not None), (LPVS_FLAG, spec.layers_per_vstage is not None),
+                            (FIRST_FLAG, spec.first is not None), (LAST_FLAG, spec.last is not None),
+                            (EMB_FLAG, spec.account_for_embedding), (LOSS_FLAG, spec.account_for_loss)) if on
         ]
         if conflicts:
             errors.append(
                 PlanError("layout_conflict",
                           f"{LAYOUT_FLAG} cannot be combined with {', '.join(conflicts)}; drop them "
-                          "(the layout already says where every layer goes)", LAYOUT_FLAG)
+                          "(the layout already says where every layer goes and how many virtual stages "
+                          "there are)", LAYOUT_FLAG)
             )
         try:
             token_stages = parse_layout(spec.layout)
         except LayoutSyntaxError as exc:
             raise LayoutInputError(str(exc)) from None
-        detected, issues = check_layout(token_stages, pp, n, n_mtp, spec.vpp)
+        detected, issues = check_layout(token_stages, pp, n, n_mtp, None)
         errors.extend(PlanError(i.code, i.message, i.flag) for i in issues)
         if detected is None:
-            return plan(pp, spec.vpp or 1, ())
+            return plan(pp, 1, ())
         if (e := _interleave_error(pp, detected, spec.overlap_p2p, LAYOUT_FLAG)) is not None:
             errors.append(e)
         stages = []
@@ -303,31 +328,13 @@ def materialise(spec: PipelineSpec, num_layers: int, default_mtp: int = 0) -> St
     uneven = first is not None or last is not None
     vpp = spec.vpp
     if spec.layers_per_vstage is not None:
-        if vpp is not None:
-            errors.append(PlanError("vpp_conflict", f"{LPVS_FLAG} and {VPP_FLAG} cannot be set together; keep one", LPVS_FLAG))
-            return plan(pp, vpp, ())
-        if uneven:
-            errors.append(
-                PlanError("vpp_with_uneven",
-                          f"{LPVS_FLAG} cannot be used with {FIRST_FLAG} / {LAST_FLAG}; use {VPP_FLAG} instead",
-                          LPVS_FLAG)
-            )
+        derived = _vpp_from_layers_per_vstage(spec, n, pp, errors)
+        if derived is None:
             return plan(pp, 1, ())
-        if n % pp != 0:
-            errors.append(PlanError("layers_per_rank", f"num_layers {n} must be divisible by {PP_FLAG} {pp} to use {LPVS_FLAG}", PP_FLAG))
-            return plan(pp, 1, ())
-        per_rank = n // pp
-        if per_rank % spec.layers_per_vstage != 0:
-            errors.append(
-                PlanError("layers_per_vstage",
-                          f"layers per pipeline rank ({per_rank}) must be divisible by {LPVS_FLAG} "
-                          f"{spec.layers_per_vstage}", LPVS_FLAG)
-            )
-            return plan(pp, 1, ())
-        vpp = per_rank // spec.layers_per_vstage
+        vpp = derived
     v = vpp or 1
     vflag = LPVS_FLAG if spec.layers_per_vstage is not None else VPP_FLAG
-    if (e := _interleave_error(pp, v, spec.overlap_p2p, vflag)) is not None:
+    if (e := _interleave_error(pp, v, spec.overlap_p2p, vflag, spec.layers_per_vstage)) is not None:
         errors.append(e)
 
     if uneven:
@@ -338,8 +345,12 @@ def materialise(spec: PipelineSpec, num_layers: int, default_mtp: int = 0) -> St
                           "keep one way of shaping the edge stages", FIRST_FLAG if first is not None else LAST_FLAG)
             )
             return plan(pp, v, ())
-        if pp == 1:
-            errors.append(PlanError("uneven_needs_pp", f"{FIRST_FLAG} / {LAST_FLAG} need {PP_FLAG} > 1", PP_FLAG))
+        if pp == 1 and first is not None and last is not None:
+            # TransformerConfig then counts -1 middle ranks and get_num_layers_to_build gives the
+            # only rank L layers instead of N: Megatron builds a wrong model, isplan refuses it
+            errors.append(PlanError("uneven_needs_pp",
+                                    f"{FIRST_FLAG} and {LAST_FLAG} together need {PP_FLAG} > 1 (with one "
+                                    f"rank Megatron would build only the {LAST_FLAG} layers)", PP_FLAG))
             return plan(pp, v, ())
         ok = _positive(first, FIRST_FLAG, errors) & _positive(last, LAST_FLAG, errors)
         if not ok:
@@ -367,6 +378,16 @@ def materialise(spec: PipelineSpec, num_layers: int, default_mtp: int = 0) -> St
                           f"available; adjust {FIRST_FLAG} / {LAST_FLAG} or {PP_FLAG}", PP_FLAG)
             )
             return plan(pp, v, ())
+        if pp == 2 and v > 1 and first is not None and last is not None:
+            errors.append(
+                PlanError("vpp_edges_no_middle",
+                          f"{PP_FLAG} 2 with {vflag} {spec.layers_per_vstage or v} and both {FIRST_FLAG} and "
+                          f"{LAST_FLAG} leaves no middle rank, and Megatron's get_transformer_layer_offset "
+                          f"divides by the middle rank count (ZeroDivisionError on rank 1); give only one of "
+                          f"{FIRST_FLAG} / {LAST_FLAG} (the other rank gets the rest) or a {LAYOUT_FLAG}",
+                          LAST_FLAG)
+            )
+            return plan(pp, v, ())
         mid = 0
         if middle_stages:
             if remaining % middle_stages != 0:
@@ -385,12 +406,12 @@ def materialise(spec: PipelineSpec, num_layers: int, default_mtp: int = 0) -> St
                 )
         if any(e.code in ("edge_vpp_divisibility", "middle_vpp_divisibility") for e in errors):
             return plan(pp, v, ())
-        per_rank = [mid] * pp
+        rank_layers = [mid] * pp
         if first is not None:
-            per_rank[0] = first
+            rank_layers[0] = first
         if last is not None:
-            per_rank[-1] = last
-        sizes = [per_rank[r] // v for _ in range(v) for r in range(pp)]
+            rank_layers[-1] = last
+        sizes = [rank_layers[r] // v for _ in range(v) for r in range(pp)]
         return plan(pp, v, _assemble(pp, v, sizes, n_mtp))
 
     if spec.account_for_embedding or spec.account_for_loss:
@@ -442,6 +463,37 @@ def materialise(spec: PipelineSpec, num_layers: int, default_mtp: int = 0) -> St
     return plan(pp, v, _assemble(pp, v, [per_rank // v] * (pp * v), n_mtp))
 
 
+def _vpp_from_layers_per_vstage(spec: PipelineSpec, n: int, pp: int, errors: list[PlanError]) -> int | None:
+    """validate_args: VPP = ((N + slots) / PP) / K for ``--num-layers-per-virtual-pipeline-stage K``,
+    one slot per ``--account-for-*`` flag; not with a VPP flag or first/last. Errors print the
+    user's K, never the derived VPP."""
+    k = spec.layers_per_vstage
+    assert k is not None
+    if spec.vpp is not None:
+        errors.append(PlanError("vpp_conflict", f"{LPVS_FLAG} {k} and {VPP_FLAG} {spec.vpp} cannot be set "
+                                "together (validate_args allows only one); keep one", LPVS_FLAG))
+        return None
+    if spec.first is not None or spec.last is not None:
+        errors.append(PlanError("vpp_with_uneven",
+                                f"{LPVS_FLAG} {k} cannot be used with {FIRST_FLAG} / {LAST_FLAG}; use "
+                                f"{VPP_FLAG} instead", LPVS_FLAG))
+        return None
+    slots = int(spec.account_for_embedding) + int(spec.account_for_loss)
+    total = n + slots
+    counted = f"num_layers {n}" + (f" + {slots} embedding/loss slot(s) = {total}" if slots else "")
+    if total % pp != 0:
+        errors.append(PlanError("layers_per_rank", f"{counted} must be divisible by {PP_FLAG} {pp} to use "
+                                f"{LPVS_FLAG} {k}", PP_FLAG))
+        return None
+    per_rank = total // pp
+    if per_rank % k != 0:
+        errors.append(PlanError("layers_per_vstage",
+                                f"layers per pipeline rank ({counted} / PP {pp} = {per_rank}) must be divisible "
+                                f"by {LPVS_FLAG} {k}", LPVS_FLAG))
+        return None
+    return per_rank // k
+
+
 def _nearest_divisible_hint(n: int, pp: int, first: int | None, last: int | None) -> str:
     if first is None or last is None or pp < 3:
         return ""
@@ -471,7 +523,9 @@ def _default_placement(plan: StagePlan) -> bool:
 
 
 def flag_form(plan: StagePlan) -> dict[str, Any] | None:
-    """First/last (+VPP) flags that reproduce ``plan``, or ``None`` when only a layout string can."""
+    """First/last (+VPP) flags that reproduce ``plan``, or ``None`` when only a layout string can.
+
+    Never both first and last with PP 2 and VPP > 1 (Megatron divides by zero middle ranks there)."""
     pp, v = plan.pp, plan.vpp
     if not _default_placement(plan) or sum(plan.sizes) != plan.num_layers:
         return None
@@ -495,6 +549,10 @@ def flag_form(plan: StagePlan) -> dict[str, Any] | None:
         flags["first"] = a * v
     if b is None or c != b:
         flags["last"] = c * v
+    if pp == 2 and v > 1 and flags["first"] is not None and flags["last"] is not None:
+        # both would crash get_transformer_layer_offset (no middle rank); first alone gives rank 1
+        # the remaining N - first layers, which is the same plan
+        flags["last"] = None
     return flags
 
 
@@ -530,7 +588,7 @@ def spec_from_flags(args: list[str]) -> PipelineSpec:
                 raise LayoutInputError(f"{a} has no value")
             values[a] = args[i + 1]
             i += 2
-        elif a in (EMB_FLAG, LOSS_FLAG, "--overlap-p2p-communication"):
+        elif a in (EMB_FLAG, LOSS_FLAG, NO_OVERLAP_FLAG):
             switches.add(a)
             i += 1
         else:
@@ -548,5 +606,5 @@ def spec_from_flags(args: list[str]) -> PipelineSpec:
         pp=as_int(PP_FLAG), vpp=as_int(VPP_FLAG), layers_per_vstage=as_int(LPVS_FLAG),
         first=as_int(FIRST_FLAG), last=as_int(LAST_FLAG), account_for_embedding=EMB_FLAG in switches,
         account_for_loss=LOSS_FLAG in switches, layout=values.get(LAYOUT_FLAG), mtp_layers=as_int(MTP_FLAG),
-        overlap_p2p="--overlap-p2p-communication" in switches,
+        overlap_p2p=NO_OVERLAP_FLAG not in switches,
     )

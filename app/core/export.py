@@ -1,0 +1,181 @@
+"""Exports of a checked plan: Megatron arguments, a slime ``PERF_ARGS`` block, the layout string,
+the conversion flags and an ``isplan check`` command line - every one safe to paste into bash.
+
+Spellings follow each engine's own parser:
+
+* Megatron (NVIDIA/Megatron-LM ``megatron/training/arguments.py`` at commit
+  d98e8a64ddf34856e74b24714e3bedb2f5a39553; the option strings are listed in
+  ``app/core/data/megatron_arguments.txt``): context parallelism's all-gather layout is
+  ``--cp-comm-type allgather``; DSA index sharing is ``--dsa-indexer-topk-freq`` /
+  ``--dsa-indexer-skip-topk-offset``; p2p overlap is on by default and only
+  ``--no-overlap-p2p-communication`` exists; ``--mtp-num-layers N`` is emitted only when the plan
+  builds N > 0 MTP layers.
+* slime (THUDM/slime ``slime/utils/arguments.py`` at commit
+  624b824a898ab0ec1fcb4d373004c7f3852bf515, ``scripts/run-glm5.2-744B-A40B.sh``): its own
+  ``--allgather-cp`` switch for the all-gather CP layout, and no ``--dsa-indexer-*`` flags (slime's
+  GLM-5 model reads ``index_topk_freq`` / ``index_skip_topk_offset`` from the HF config); the
+  Megatron flags slime forwards keep Megatron's names; ``--max-tokens-per-gpu`` when given.
+
+Every value goes through :func:`shlex.quote`, so model ids or values holding ``$(...)``, backticks
+or ``;`` stay literal text. Exports exist only for a plan Megatron accepts (``check.megatron_flags``
+is empty otherwise), and are built from plain settings: this module never imports the web layer.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from app.core.layout_check import CheckResult
+
+CP_COMM_FLAG = "--cp-comm-type"
+SLIME_ALLGATHER_CP = "--allgather-cp"
+NO_OVERLAP_FLAG = "--no-overlap-p2p-communication"
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """The parallel settings an export adds to the pipeline flags (Megatron's names in comments)."""
+
+    tp: int = 1                                # --tensor-model-parallel-size
+    cp: int = 1                                # --context-parallel-size
+    ep: int = 1                                # --expert-model-parallel-size
+    etp: int | None = None                     # --expert-tensor-parallel-size (None: not emitted)
+    sp: bool = False                           # --sequence-parallel
+    recompute: str = "none"                    # --recompute-granularity: none | selective | full
+    recompute_method: str = "uniform"          # --recompute-method (full only)
+    recompute_num_layers: int = 1              # --recompute-num-layers (full only)
+    optimizer_cpu_offload: bool = False        # --optimizer-cpu-offload
+    overlap_cpu_optimizer_d2h_h2d: bool = False
+    use_precision_aware_optimizer: bool = False
+    distributed_optimizer: bool = False        # --use-distributed-optimizer
+    max_tokens_per_gpu: int | None = None      # slime only
+
+
+def shell_join(argv: list[str] | tuple[str, ...]) -> str:
+    """One bash command line whose words are exactly ``argv`` (every word quoted as needed)."""
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def _groups(argv: list[str]) -> list[list[str]]:
+    """Split ``argv`` into [flag, values...] groups for one-flag-per-line layouts."""
+    out: list[list[str]] = []
+    for a in argv:
+        if a.startswith("--") or not out:
+            out.append([a])
+        else:
+            out[-1].append(a)
+    return out
+
+
+def _parallel_argv(s: ExportSettings) -> list[str]:
+    argv = ["--tensor-model-parallel-size", str(s.tp), "--context-parallel-size", str(s.cp),
+            "--expert-model-parallel-size", str(s.ep)]
+    if s.etp is not None:
+        argv += ["--expert-tensor-parallel-size", str(s.etp)]
+    if s.sp:
+        argv.append("--sequence-parallel")
+    if s.recompute == "full":
+        argv += ["--recompute-granularity", "full", "--recompute-method", s.recompute_method,
+                 "--recompute-num-layers", str(s.recompute_num_layers)]
+    elif s.recompute == "selective":
+        argv += ["--recompute-granularity", "selective"]
+    for on, flag in ((s.distributed_optimizer, "--use-distributed-optimizer"),
+                     (s.optimizer_cpu_offload, "--optimizer-cpu-offload"),
+                     (s.overlap_cpu_optimizer_d2h_h2d, "--overlap-cpu-optimizer-d2h-h2d"),
+                     (s.use_precision_aware_optimizer, "--use-precision-aware-optimizer")):
+        if on:
+            argv.append(flag)
+    return argv
+
+
+def _pipeline_argv(check: CheckResult) -> list[str]:
+    """The plan's pipeline flags; ``--no-overlap-p2p-communication`` when the plan was checked with
+    p2p overlap off (Megatron ignores it without interleaving, so only then)."""
+    argv = list(check.megatron_flags)
+    if argv and not check.spec.overlap_p2p and check.plan.vpp > 1:
+        argv.append(NO_OVERLAP_FLAG)
+    return argv
+
+
+def megatron_argv(check: CheckResult, settings: ExportSettings | None = None) -> list[str]:
+    """Megatron's arguments for ``check`` as an argv list; ``[]`` when Megatron would refuse the plan.
+
+    DSA flags carry the freq/offset the verdict's roles were built from (not emitted for a what-if
+    pattern override, which no freq/offset can express)."""
+    s = settings or ExportSettings()
+    pipeline = _pipeline_argv(check)
+    if not pipeline:
+        return []
+    argv = pipeline + _parallel_argv(s)
+    if s.cp > 1 and check.model.has_indexer:
+        argv += [CP_COMM_FLAG, "allgather"]
+    roles = check.roles
+    if check.model.has_indexer and roles.rule != "pattern_override" and roles.freq is not None:
+        argv += ["--dsa-indexer-topk-freq", str(roles.freq), "--dsa-indexer-skip-topk-offset", str(roles.offset)]
+    return argv
+
+
+def megatron_text(check: CheckResult, settings: ExportSettings | None = None) -> str:
+    """:func:`megatron_argv` as shell-safe text, one flag per line joined by `` \\`` continuations."""
+    return " \\\n    ".join(shell_join(g) for g in _groups(megatron_argv(check, settings)))
+
+
+def slime_argv(check: CheckResult, settings: ExportSettings | None = None) -> list[str]:
+    """The flags of a slime ``PERF_ARGS`` array, in slime's spellings; ``[]`` for a refused plan."""
+    s = settings or ExportSettings()
+    pipeline = _pipeline_argv(check)
+    if not pipeline:
+        return []
+    argv = pipeline + _parallel_argv(s)
+    if s.cp > 1 and check.model.has_indexer:
+        argv.append(SLIME_ALLGATHER_CP)
+    if s.max_tokens_per_gpu is not None:
+        argv += ["--max-tokens-per-gpu", str(s.max_tokens_per_gpu)]
+    return argv
+
+
+def slime_perf_args(check: CheckResult, settings: ExportSettings | None = None) -> str:
+    """A bash ``PERF_ARGS=( ... )`` block as in slime's ``scripts/run-*.sh``; ``""`` for a refused plan."""
+    argv = slime_argv(check, settings)
+    if not argv:
+        return ""
+    return "PERF_ARGS=(\n" + "".join(f"   {shell_join(g)}\n" for g in _groups(argv)) + ")"
+
+
+def layout_string(check: CheckResult) -> str:
+    """The plan as a ``--pipeline-model-parallel-layout`` value (unquoted; quote it for a shell)."""
+    return check.layout_string
+
+
+def conversion_argv(conversion: CheckResult) -> list[str]:
+    """The pipeline flags of a conversion layout (checkpoint conversion runs its own PP split)."""
+    return list(conversion.megatron_flags)
+
+
+def conversion_text(conversion: CheckResult) -> str:
+    return shell_join(conversion_argv(conversion))
+
+
+def isplan_command(model: str, check: CheckResult) -> str:
+    """The ``isplan check`` command that reproduces the stages, with the model id quoted."""
+    argv = ["isplan", "check", model, "--split", ",".join(map(str, check.plan.sizes))]
+    if check.plan.vpp > 1:
+        argv += ["--vpp", str(check.plan.vpp)]
+    if check.engine.value != "megatron":
+        argv += ["--engine", check.engine.value]
+    return shell_join(argv)
+
+
+def exports(check: CheckResult, settings: ExportSettings | None = None, *, model: str | None = None,
+            conversion: CheckResult | None = None) -> dict[str, str]:
+    """Every export of ``check`` by name (``megatron``, ``slime``, ``layout``, ``conversion``,
+    ``cli``); empty when Megatron would refuse the plan."""
+    if not check.megatron_flags:
+        return {}
+    out = {"megatron": megatron_text(check, settings), "slime": slime_perf_args(check, settings),
+           "layout": layout_string(check)}
+    if conversion is not None and conversion.megatron_flags:
+        out["conversion"] = conversion_text(conversion)
+    out["cli"] = isplan_command(model if model is not None else check.model.id, check)
+    return out
