@@ -17,12 +17,21 @@ EP x ETP). Bytes per parameter (FACTS.md section 7, Megatron ``docs/.../dist_opt
 * without the distributed optimizer 2 + 4 + 12 = 18 B/param; with it ``6 + 12/d`` where the
   optimizer state is sharded over ``d = DP * CP`` for dense (non-expert) params and ``d = EDP``
   for routed-expert params.
-* ``--optimizer-cpu-offload`` (fraction ``--optimizer-offload-fraction``, default 1) moves master
-  weights and Adam states to the host: reported as ``host_bytes`` and removed from the GPU total.
-  BF16 weights and FP32 gradient buffers stay on the GPU.
-* ``--use-precision-aware-optimizer`` alone changes no byte count: it only lets the optimizer keep
-  its states in the dtypes the four dtype flags name. The byte counts change only when those are
-  lowered from fp32 (e.g. ``exp_avg_dtype="bf16"``), and then by exactly the dtype sizes.
+* ``--optimizer-cpu-offload`` (fraction ``--optimizer-offload-fraction``, default 1): Megatron's
+  ``HybridDeviceOptimizer`` (NVIDIA/Megatron-LM
+  ``megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py`` @ d98e8a6: ``param_to_fp32_param``,
+  ``cpu_copy_map_grad`` allocated with ``pin_memory``) keeps on the host, per sharded parameter, an
+  FP32 master copy, Adam ``m`` and ``v`` **and a pinned FP32 copy of the gradient**:
+  ``4 + 4 + 4 + 4 = 16 B`` (with the four dtype flags at fp32). Reported as ``host_bytes`` per GPU
+  and, summed over the GPUs of each node (global ranks in Megatron's default ``tp-cp-ep-dp-pp``
+  order, PP outermost, ``gpus_per_node`` to a node), as ``host_bytes_per_node`` against
+  ``host_memory_gb``. BF16 weights and FP32 gradient buffers stay on the GPU (6 B/param).
+* ``--use-precision-aware-optimizer`` without offload, BF16 params, ``main_params_dtype`` fp32
+  and ``store_param_remainders`` (Megatron's default; Transformer Engine >= 2.1): the master
+  weight is kept as its 16-bit remainder (``distrib_optimizer.py`` ``init_shard(torch.int16)``;
+  ``optimizer_config.py`` ``store_param_remainders``), so the optimizer state is
+  ``2 + 4 + 4 = 10 B/param`` instead of 12. Lowered ``--exp-avg(-sq)-dtype`` /
+  ``--main-params-dtype`` change the state by exactly their dtype sizes.
 
 Training: activations (per layer, per micro-batch, per CP-local token)
 ----------------------------------------------------------------------
@@ -70,8 +79,18 @@ CP keys of ``--allgather-cp`` and communication buffers (transient).
 
 The IndexShare top-k holder is separate (``topk_indices``): every layer that computes top-k (full
 layers and MTP layers) keeps ``t * index_topk`` int32 indices per in-flight micro-batch, because
-the shared layers after it read them (and so does their recomputation); it is kept regardless of
-the recompute mode.
+the shared layers after it read them (and so does their recomputation). Under full recompute a
+model in which every layer computes its own top-k (no shared layer: GLM-5.1, DeepSeek-V3.2)
+keeps none: each layer recomputes its own (FACTS.md section 7).
+
+The indexer's logits (``indexer_logits``): slime's indexer kernel allocates an FP32
+``[q_len, kv_len]`` buffer per call (THUDM/slime
+``slime_plugins/models/glm5/ops/tilelang_indexer_fwd.py`` @ 624b824, ``indexer_fwd_interface``:
+``torch.empty([seq_len, seq_len_kv], dtype=torch.float32)``), where ``q_len`` is the ``t``
+CP-local tokens and ``kv_len`` the all-gathered keys of the sample, ``t * CP``
+(``--allgather-cp``). One such buffer is alive at a time, in forward and in recompute, on every
+rank that holds a layer with an indexer: ``t * t * CP * 4`` B (8192 x 65,536 x 4 = 2.15 GB for
+the slime GLM-5.2 profile). It is a transient, counted once in the peak.
 
 Recompute (``--recompute-granularity``):
 
@@ -124,7 +143,12 @@ from typing import Any
 
 from app.core.layer_roles import RoleMap, derive_roles
 from app.core.model_config import ModelConfig
-from app.core.parallelism import DTYPE_BYTES, ParallelConfig, check_parallel, resolve_gpu
+from app.core.parallelism import (
+    DTYPE_BYTES,
+    ParallelConfig,
+    check_parallel,
+    resolve_gpu,
+)
 from app.core.parameters import per_rank_params, shapes, stage_params
 from app.core.stages import PipelineSpec, Stage, StagePlan, materialise
 
@@ -133,6 +157,8 @@ GIB = 2**30
 MIB = 2**20
 
 SELECTIVE_DROPPED = ("q_heads", "k_heads", "v_heads", "attn_softmax_lse")
+#: Activation-side terms of a rank's total, beside weights, gradients and optimizer state.
+ACTIVATION_TERMS = ("activations", "recompute_working_set", "topk_indices", "indexer_logits", "logits")
 
 TERM_LABELS = {
     "weights_dense": "BF16 dense weights",
@@ -144,6 +170,7 @@ TERM_LABELS = {
     "activations": "stored activations of the in-flight micro-batches",
     "recompute_working_set": "recompute working set",
     "topk_indices": "IndexShare top-k indices",
+    "indexer_logits": "FP32 indexer logits (transient, one full layer at a time)",
     "logits": "FP32 logits of the loss head(s)",
 }
 
@@ -225,9 +252,15 @@ def _layer_kinds(roles: RoleMap, stage: Stage) -> list[tuple[str, bool, bool]]:
         r = roles.role(n)
         out.append((r.ffn, r.role == "full", False))
     for j in range(stage.mtp_layers):
-        r = roles.mtp[j] if j < len(roles.mtp) else None
-        out.append((r.ffn if r else "moe", True, True))
+        m = roles.mtp[j] if j < len(roles.mtp) else None
+        out.append((m.ffn if m else "moe", True, True))
     return out
+
+
+def indexer_logits_bytes(par: ParallelConfig) -> int:
+    """The indexer's FP32 logits buffer of one call: ``t * (t * CP) * 4`` B (module docstring)."""
+    t = par.tokens_per_microbatch
+    return t * t * par.cp * 4
 
 
 def _stored_per_token(terms: dict[str, float], recompute: str) -> float:
@@ -256,6 +289,9 @@ def _rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Pa
             per_kind[kind] = (sum(terms.values()), _stored_per_token(terms, par.recompute))
         return per_kind[kind]
 
+    # under full recompute a model with no shared layer keeps no top-k: each layer recomputes its own
+    keep_topk = cfg.has_indexer and not (par.recompute == "full" and all(r.role == "full" for r in roles.layers))
+    holds_indexer = False
     for v, st in enumerate(stages):
         kinds = _layer_kinds(roles, st)
         full = [kind_bytes(k)[0] * tok for k in kinds]
@@ -276,7 +312,9 @@ def _rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Pa
         per_mb.append(stored)
         acts += c * stored
         owners = sum(1 for _, idx, _ in kinds if idx) if cfg.has_indexer else 0
-        topk += c * owners * tok * cfg.index_topk * 4
+        holds_indexer = holds_indexer or owners > 0
+        if keep_topk:
+            topk += c * owners * tok * cfg.index_topk * 4
     working = 0.0
     if par.recompute == "full" and full_layer_bytes:
         n = 1 if par.recompute_method == "block" else min(par.recompute_num_layers, len(full_layer_bytes))
@@ -288,6 +326,7 @@ def _rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Pa
         "activations": acts,
         "recompute_working_set": working,
         "topk_indices": topk,
+        "indexer_logits": float(indexer_logits_bytes(par)) if holds_indexer else 0.0,
         "logits": float(logits),
         "in_flight": counts,
         "per_microbatch_stored": per_mb,
@@ -297,29 +336,50 @@ def _rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Pa
 # --------------------------------------------------------------------------- weights / optimizer
 
 
-def _bytes_per_param(par: ParallelConfig) -> tuple[int, int, int]:
-    """(weight, gradient, optimizer-state) bytes per parameter before sharding."""
-    opt = (DTYPE_BYTES[par.main_params_dtype] + DTYPE_BYTES[par.exp_avg_dtype]
-           + DTYPE_BYTES[par.exp_avg_sq_dtype])
+def _bytes_per_param(par: ParallelConfig, offload: bool = False) -> tuple[int, int, int]:
+    """(weight, gradient, GPU optimizer-state) bytes per parameter before sharding. The master
+    weight is a 16-bit remainder with the precision-aware optimizer on the GPU (module docstring)."""
+    master = DTYPE_BYTES[par.main_params_dtype]
+    if not offload and par.precision_aware_master_bytes is not None:
+        master = par.precision_aware_master_bytes
+    opt = master + DTYPE_BYTES[par.exp_avg_dtype] + DTYPE_BYTES[par.exp_avg_sq_dtype]
     return 2, DTYPE_BYTES[par.main_grads_dtype], opt
 
 
+def host_bytes_per_param(par: ParallelConfig) -> int:
+    """Host bytes per sharded parameter under ``--optimizer-cpu-offload``: FP32 master + Adam m, v
+    + the pinned FP32 gradient copy (``HybridDeviceOptimizer``): 16 B at the default dtypes."""
+    return (DTYPE_BYTES[par.main_params_dtype] + DTYPE_BYTES[par.exp_avg_dtype]
+            + DTYPE_BYTES[par.exp_avg_sq_dtype] + 4)
+
+
 def _state_bytes(dense: int, expert: int, par: ParallelConfig, offload: bool) -> dict[str, float]:
-    wb, gb, ob = _bytes_per_param(par)
+    wb, gb, ob = _bytes_per_param(par, offload)
     d_dense = par.dense_optimizer_shards if par.distributed_optimizer else 1
     d_exp = par.edp if par.distributed_optimizer else 1
-    opt_dense = math.ceil(dense / d_dense) * ob
-    opt_exp = math.ceil(expert / d_exp) * ob
+    shard_dense, shard_exp = math.ceil(dense / d_dense), math.ceil(expert / d_exp)
     frac = par.optimizer_offload_fraction if offload else 0.0
     return {
         "weights_dense": float(dense * wb),
         "weights_expert": float(expert * wb),
         "gradients_dense": float(dense * gb),
         "gradients_expert": float(expert * gb),
-        "optimizer_dense": opt_dense * (1 - frac),
-        "optimizer_expert": opt_exp * (1 - frac),
-        "host_optimizer": (opt_dense + opt_exp) * frac,
+        "optimizer_dense": shard_dense * ob * (1 - frac),
+        "optimizer_expert": shard_exp * ob * (1 - frac),
+        "host_optimizer": (shard_dense + shard_exp) * host_bytes_per_param(par) * frac,
     }
+
+
+def host_bytes_per_node(par: ParallelConfig, host_per_rank: list[int]) -> list[int]:
+    """Host bytes of every node: global ranks in Megatron's default order ``tp-cp-ep-dp-pp``
+    (NVIDIA/Megatron-LM ``megatron/core/parallel_state.py`` ``initialize_model_parallel``, PP
+    outermost), so global rank ``g`` is pipeline rank ``g // (world / PP)``; ``gpus_per_node``
+    consecutive global ranks share a node."""
+    per_pp = par.gpus_per_pp_rank
+    g_node = par.gpus_per_node
+    nodes = -(-par.world // g_node)
+    return [sum(host_per_rank[g // per_pp] for g in range(n * g_node, min((n + 1) * g_node, par.world)))
+            for n in range(nodes)]
 
 
 def _rank_entry(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: ParallelConfig, rank: int,
@@ -327,7 +387,7 @@ def _rank_entry(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Parallel
                 act: dict[str, Any]) -> dict[str, Any]:
     st = _state_bytes(dense, expert, par, offload)
     fine = {k: v for k, v in st.items() if k != "host_optimizer"}
-    fine.update({k: act[k] for k in ("activations", "recompute_working_set", "topk_indices", "logits")})
+    fine.update({k: act[k] for k in ACTIVATION_TERMS})
     fine = {k: int(round(v)) for k, v in fine.items()}
     breakdown = {
         "weights": fine["weights_dense"] + fine["weights_expert"],
@@ -336,6 +396,7 @@ def _rank_entry(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Parallel
         "activations": fine["activations"],
         "recompute_working_set": fine["recompute_working_set"],
         "topk_indices": fine["topk_indices"],
+        "indexer_logits": fine["indexer_logits"],
         "logits": fine["logits"],
     }
     total = sum(breakdown.values())
@@ -387,7 +448,7 @@ def rank_totals(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Parallel
         st = _state_bytes(params[r].dense_per_gpu, params[r].expert_per_gpu, par, par.optimizer_cpu_offload)
         act = acts[r]
         terms = [v for k, v in st.items() if k != "host_optimizer"]
-        terms += [act[k] for k in ("activations", "recompute_working_set", "topk_indices", "logits")]
+        terms += [act[k] for k in ACTIVATION_TERMS]
         out.append(sum(int(round(v)) for v in terms))
     return out
 
@@ -396,7 +457,7 @@ def rank_totals(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Parallel
 
 
 def megatron_theoretical(cfg: ModelConfig, par: ParallelConfig, *, mtp_layers: int | None = None,
-                         make_vocab_size_divisible_by: int = 128, add_bias_linear: bool = False,
+                         make_vocab_size_divisible_by: int | None = None, add_bias_linear: bool = False,
                          seq_length: int | None = None) -> dict[str, Any]:
     """What ``report_theoretical_memory`` (NVIDIA/Megatron-LM
     ``megatron/training/theoretical_memory_usage.py``) prints for these flags, in bytes.
@@ -440,7 +501,9 @@ def megatron_theoretical(cfg: ModelConfig, par: ParallelConfig, *, mtp_layers: i
     layernorm = 2 * H * norm
     router = (H * E + (E if add_bias_linear else 0)) if E else 0
     final_ln = norm * H
-    unit = make_vocab_size_divisible_by * tp
+    # --make-vocab-size-divisible-by (default: the launch's, itself Megatron's 128) times TP
+    # (megatron/training/tokenizer ``_vocab_size_with_padding``)
+    unit = (make_vocab_size_divisible_by or par.make_vocab_size_divisible_by) * tp
     padded_vocab = -(-cfg.vocab_size // unit) * unit
     embedding = H * padded_vocab
     untied = not cfg.tie_word_embeddings
@@ -628,6 +691,7 @@ def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
         "dense optimizer shard uses DP = world/(TP*PP*CP) instead of DP*CP (over-reports with CP > 1)",
         "optimizer CPU offload is ignored (over-reports when it is on)",
     ]
+    host = host_memory(par, with_off)
     explanation = _explain(cfg, par, actual, alt, gpu.label, cap)
     checks = check_parallel(cfg, par, plan)
     notes = [
@@ -637,18 +701,23 @@ def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
         + (", slime --max-tokens-per-gpu" if par.tokens_per_gpu is not None else "") + ")",
         "micro-batches per step: " + (str(par.microbatches) if par.microbatches is not None else
                                       "unknown; assumed >= PP (1F1B worst case)"),
-        "--use-precision-aware-optimizer alone does not change byte counts; only lowered "
-        "--main-grads/--main-params/--exp-avg(-sq) dtypes do"
-        + (f" (here: grads {par.main_grads_dtype}, master {par.main_params_dtype}, m {par.exp_avg_dtype}, "
-           f"v {par.exp_avg_sq_dtype})"),
+        _optimizer_note(par),
+        f"host memory with --optimizer-cpu-offload: {host_bytes_per_param(par)} B per sharded parameter (FP32 "
+        "master, Adam m and v, pinned FP32 gradient copy; Megatron HybridDeviceOptimizer); fullest node "
+        f"{_gb(host['max_node_bytes'])} of {_gb(par.host_capacity_bytes)} ({par.gpus_per_node} GPUs per node)",
         "distributed optimizer shards: dense over DP*CP = "
         f"{par.dense_optimizer_shards}, experts over EDP = {par.edp}" if par.distributed_optimizer
         else "no distributed optimizer: 18 B/param everywhere",
         f"recompute: {par.recompute}" + (f" ({par.recompute_method}, {par.recompute_num_layers} layer(s))"
                                          if par.recompute == "full" else
                                          " (core_attn + mla_up_proj)" if par.recompute == "selective" else ""),
-        "the IndexShare top-k indices of every full and MTP layer are kept per in-flight micro-batch "
-        "(int32, t x index_topk x 4 B) in every recompute mode",
+        ("no top-k indices are kept: under full recompute every layer of this model recomputes its own top-k"
+         if cfg.has_indexer and par.recompute == "full" and all(r.role == "full" for r in roles.layers) else
+         "the IndexShare top-k indices of every full and MTP layer are kept per in-flight micro-batch "
+         "(int32, t x index_topk x 4 B)"),
+        (f"indexer logits: one FP32 t x (t*CP) buffer = {_gb(indexer_logits_bytes(par))} on every rank that holds "
+         "a layer with an indexer (slime tilelang_indexer_fwd.py), in forward and in recompute"
+         if cfg.has_indexer else "no indexer: no indexer logits"),
         "logits: FP32 t x ceil(V/TP) x 4 B for one micro-batch per loss head (main + each MTP layer)",
     ]
     return {
@@ -667,10 +736,40 @@ def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
             "without_offload": [{"pp_rank": e["pp_rank"], "total_bytes": e["total_bytes"], "fits": e["fits"],
                                  "dominant_term": e["dominant_term"]} for e in without_off],
         },
+        "host_memory": host,
         "megatron_theoretical": mt,
         "explanation": explanation,
         "checks": [c.to_dict() for c in checks],
         "notes": notes,
+    }
+
+
+def _optimizer_note(par: ParallelConfig) -> str:
+    _, _, gpu_opt = _bytes_per_param(par, False)
+    if par.precision_aware_master_bytes is not None:
+        return (f"--use-precision-aware-optimizer with BF16 params: master weights stored as 16-bit remainders "
+                f"(store_param_remainders, Transformer Engine >= 2.1): {gpu_opt} B/param of optimizer state on "
+                "the GPU instead of 12")
+    return (f"optimizer state {gpu_opt} B/param on the GPU (master {par.main_params_dtype}, m {par.exp_avg_dtype}, "
+            f"v {par.exp_avg_sq_dtype})")
+
+
+def host_memory(par: ParallelConfig, with_offload: list[dict[str, Any]]) -> dict[str, Any]:
+    """Host memory of ``--optimizer-cpu-offload`` per GPU (per pipeline rank) and per node, against
+    ``host_memory_gb`` per node. ``with_offload`` are the rank entries computed with offload on."""
+    per_rank = [e["host_bytes"] for e in with_offload]
+    nodes = host_bytes_per_node(par, per_rank)
+    worst = max(nodes) if nodes else 0
+    return {
+        "offload_on": par.optimizer_cpu_offload,
+        "bytes_per_sharded_param": host_bytes_per_param(par),
+        "per_gpu_by_rank": per_rank,
+        "gpus_per_node": par.gpus_per_node,
+        "nodes": len(nodes),
+        "per_node": nodes,
+        "max_node_bytes": worst,
+        "capacity_bytes_per_node": par.host_capacity_bytes,
+        "fits": worst <= par.host_capacity_bytes,
     }
 
 

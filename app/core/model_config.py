@@ -145,6 +145,14 @@ class ModelConfig:
     def num_layers(self) -> int:
         return self.num_hidden_layers
 
+    @property
+    def mtp_stores_embedding_and_head(self) -> bool:
+        """Whether the checkpoint's MTP module stores its own copy of the embedding and the output
+        head: DeepSeek checkpoints do (``model.layers.61.embed_tokens`` and
+        ``model.layers.61.shared_head.head``; published 671B main + 14B MTP = 685B, deepseek-ai
+        DeepSeek-V3 README); GLM checkpoints do not (FACTS.md section 7)."""
+        return (self.model_type or "").startswith("deepseek")
+
     def summary(self) -> dict[str, Any]:
         return {
             "id": self.id,

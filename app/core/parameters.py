@@ -17,7 +17,10 @@ widths, V the vocabulary:
   shared-head norm ``H`` (it shares the embedding and the head).
 
 Totals: ``main_total`` = decoder + embedding + head + final norm (no MTP, no router bias; 744B
-published); ``checkpoint_total`` adds MTP layers and router biases (what the safetensors hold).
+published); ``checkpoint_total`` adds MTP layers and router biases (what the safetensors hold),
+and for DeepSeek checkpoints the MTP module's own embedding and head copies
+(:attr:`ModelConfig.mtp_stores_embedding_and_head`; DeepSeek-V3: 671B main + 14B MTP = 685B
+published in deepseek-ai/DeepSeek-V3 ``README.md``; GLM checkpoints store none).
 ``active`` = per-token activated weights: attention, indexers, norms, dense FFN, ``top-k`` routed
 plus shared experts, router, final norm and lm_head; no input embedding, no MTP.
 
@@ -173,7 +176,8 @@ def count_parameters(cfg: ModelConfig, roles: RoleMap | None = None) -> ParamRep
     breakdown["lm_head"] = sh.lm_head
     breakdown["final_norm"] = sh.final_norm
     n_mtp = cfg.num_nextn_predict_layers
-    breakdown["mtp"] = n_mtp * mtp_layer_total(cfg, sh, with_bias=True)
+    own_copies = sh.embedding + (sh.lm_head or sh.embedding) if cfg.mtp_stores_embedding_and_head else 0
+    breakdown["mtp"] = n_mtp * (mtp_layer_total(cfg, sh, with_bias=True) + own_copies)
     main_total = sum(v for k, v in breakdown.items() if k not in ("router_bias", "mtp"))
     checkpoint_total = main_total + breakdown["router_bias"] + breakdown["mtp"]
     n_moe = sum(1 for r in roles.layers if r.ffn == "moe")
