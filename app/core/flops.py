@@ -105,8 +105,10 @@ CONVENTIONS: dict[str, dict[str, Any]] = {
     "+sparse_attention": {
         "terms": ("linear", "indexer_projections", "indexer_scoring", "sparse_attention"),
         "lm_head": False,
-        "description": "the above + absorbed sparse MLA over min(index_topk, L) positions on every "
-                       "layer, 2*h*n*((kv_lora_rank + qk_rope_head_dim) + kv_lora_rank)",
+        "description": "the above + the attention core on every layer: absorbed sparse MLA over "
+                       "min(index_topk, L) positions, 2*h*n*((kv_lora_rank + qk_rope_head_dim) + kv_lora_rank), "
+                       "with an indexer; non-absorbed 2*h*L*(qk_nope + qk_rope + v_head_dim) for dense MLA; "
+                       "2*h*L*2*head_dim for GQA",
     },
     "full": {
         "terms": TERMS,
@@ -178,6 +180,8 @@ def _attention_dims(cfg: ModelConfig) -> tuple[int, int]:
     """(QK, PV) dims per query head and key position of the attention as the engine computes it:
     absorbed MLA on the DSA sparse path, non-absorbed MLA for dense MLA training, head_dim for
     GQA / MHA (module docstring)."""
+    if cfg.attention == "gqa":
+        return cfg.head_dim, cfg.head_dim
     if cfg.has_indexer and cfg.kv_lora_rank:
         return cfg.kv_lora_rank + cfg.qk_rope_head_dim, cfg.kv_lora_rank
     return cfg.qk_nope_head_dim + cfg.qk_rope_head_dim, cfg.v_head_dim

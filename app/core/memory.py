@@ -190,16 +190,25 @@ def layer_activation_terms(cfg: ModelConfig, par: ParallelConfig, *, ffn: str, i
     t: dict[str, float] = {}
     t["attn_norm_input"] = 2 * H / s_div
     t["attn_norm_output"] = 2 * H / s_div
-    if rq:
-        t["q_latent"] = 2 * rq
-        t["q_latent_norm"] = 2 * rq
-    t["kv_latent"] = 2 * (rkv + dr)
-    t["kv_latent_norm"] = 2 * rkv
-    t["q_heads"] = 2 * h * (dn + dr) / tp
-    t["k_heads"] = 2 * h * (dn + dr) / tp
-    t["v_heads"] = 2 * h * dv / tp
-    t["attn_softmax_lse"] = 4 * h / tp
-    t["attn_output"] = 2 * h * dv / tp
+    if cfg.attention == "gqa":
+        # GQA / MHA: q over h heads, k and v over the g key-value heads, all of head_dim d
+        d, g = cfg.head_dim, cfg.num_key_value_heads
+        t["q_heads"] = 2 * h * d / tp
+        t["k_heads"] = 2 * g * d / tp
+        t["v_heads"] = 2 * g * d / tp
+        t["attn_softmax_lse"] = 4 * h / tp
+        t["attn_output"] = 2 * h * d / tp
+    else:
+        if rq:
+            t["q_latent"] = 2 * rq
+            t["q_latent_norm"] = 2 * rq
+        t["kv_latent"] = 2 * (rkv + dr)
+        t["kv_latent_norm"] = 2 * rkv
+        t["q_heads"] = 2 * h * (dn + dr) / tp
+        t["k_heads"] = 2 * h * (dn + dr) / tp
+        t["v_heads"] = 2 * h * dv / tp
+        t["attn_softmax_lse"] = 4 * h / tp
+        t["attn_output"] = 2 * h * dv / tp
     if indexer and cfg.has_indexer:
         t["idx_q"] = 2 * cfg.index_n_heads * cfg.index_head_dim
         t["idx_k"] = 4 * cfg.index_head_dim
@@ -490,11 +499,14 @@ def megatron_theoretical(cfg: ModelConfig, par: ParallelConfig, *, mtp_layers: i
     mtp_moe = n_mtp * moe_pattern[-1] if n_mtp else 0
     mtp_dense = n_mtp - mtp_moe
     norm = 1  # RMSNorm
-    if rq:
-        q_term = rq * (H + h * (dn + dr) + norm)
+    if cfg.attention == "gqa":
+        # Megatron's non-MLA self-attention: q, k, v and o over kv_channels d with g query groups
+        # (+ qk_layernorm 2d), ``2 H (h d + g d)`` in its own grouping
+        d, g = cfg.head_dim, cfg.num_key_value_heads
+        attn = H * h * d + 2 * H * g * d + h * d * H + (2 * d if cfg.qk_norm else 0)
     else:
-        q_term = H * h * (dn + dr)
-    attn = q_term + rkv * (H + h * (dn + dv) + norm) + H * dr + h * dv * H
+        q_term = rq * (H + h * (dn + dr) + norm) if rq else H * h * (dn + dr)
+        attn = q_term + rkv * (H + h * (dn + dv) + norm) + H * dr + h * dv * H
     dense_mlp = 3 * H * cfg.intermediate_size
     shared = 3 * H * cfg.n_shared_experts * cfg.moe_intermediate_size
     routed = 3 * H * cfg.moe_intermediate_size * E if E else 0
@@ -780,10 +792,20 @@ KV_DTYPES = ("bf16", "fp8")
 WEIGHT_DTYPES = ("bf16", "fp8")
 
 
-def kv_bytes_per_token_layer(cfg: ModelConfig, kv_dtype: str = "bf16") -> int:
-    """MLA latent cache of one token in one layer: ``(rkv + dr) * 2`` in BF16; in vLLM's
-    ``fp8_ds_mla`` layout ``rkv`` FP8 bytes + one FP32 scale per 128 latent values + the rope key
-    in BF16 (``512 + 16 + 128 = 656`` for GLM-5.2)."""
+def kv_bytes_per_token_layer(cfg: ModelConfig, kv_dtype: str = "bf16", *, tp: int = 1) -> int:
+    """KV cache of one token in one layer on one GPU.
+
+    MLA: the latent, ``(rkv + dr) * 2`` in BF16; in vLLM's ``fp8_ds_mla`` layout ``rkv`` FP8
+    bytes + one FP32 scale per 128 latent values + the rope key in BF16 (``512 + 16 + 128 = 656``
+    for GLM-5.2); one latent head, so TP does not shard it.
+    GQA / MHA: keys and values of the GPU's key-value heads, ``2 * ceil(g / TP) * d`` elements of
+    2 B (BF16) or 1 B (FP8; per-tensor scales ignored); with ``g < TP`` each GPU keeps one head
+    (vLLM replicates KV heads when TP exceeds them)."""
+    if kv_dtype not in KV_DTYPES:
+        raise ValueError(f"kv_dtype must be one of {KV_DTYPES}, got {kv_dtype!r}")
+    if cfg.attention == "gqa":
+        heads = math.ceil(cfg.num_key_value_heads / tp)
+        return 2 * heads * cfg.head_dim * (2 if kv_dtype == "bf16" else 1)
     rkv, dr = cfg.kv_lora_rank, cfg.qk_rope_head_dim
     if kv_dtype == "bf16":
         return 2 * (rkv + dr)
@@ -850,7 +872,7 @@ def inference_memory(cfg: ModelConfig, *, tp: int = 1, ep: int = 1, dp_attention
         keep_bf16 = (math.ceil(sh.embedding / tp) + math.ceil(sh.lm_head / tp)
                      + n_attn * sh.norms + sh.final_norm + n_moe * sh.router + n_mtp * 3 * cfg.hidden_size)
         weights = 2 * keep_bf16 + (dense + expert - keep_bf16)
-    latent = kv_bytes_per_token_layer(cfg, kv_dtype)
+    latent = kv_bytes_per_token_layer(cfg, kv_dtype, tp=tp)
     idx = indexer_bytes_per_token_layer(cfg)
     idx_layers = sum(1 for r in roles.layers if r.has_indexer) + (n_mtp if cfg.has_indexer else 0)
     kv_layers = cfg.num_hidden_layers + n_mtp
@@ -894,7 +916,10 @@ def inference_memory(cfg: ModelConfig, *, tp: int = 1, ep: int = 1, dp_attention
         "notes": [
             f"KV per token = {kv_layers} x {latent} B latent + {idx_layers} x {idx} B indexer keys = {per_token:,} B"
             + (" (MTP layer included)" if n_mtp else " (decoder layers only; MTP not served)"),
-            "MLA caches one latent head per token, so TP does not shard the KV cache",
+            ("MLA caches one latent head per token, so TP does not shard the KV cache"
+             if cfg.attention == "mla" else
+             f"GQA: {cfg.num_key_value_heads} key-value heads of {cfg.head_dim} over TP={tp}: "
+             f"{math.ceil(cfg.num_key_value_heads / tp)} per GPU"),
             f"one {context:,}-token sequence: {per_seq / GB:.1f} GB = {per_seq / GIB:.1f} GiB; latent only "
             f"{kv_layers * latent * context / GB:.1f} GB = {kv_layers * latent * context / GIB:.1f} GiB",
             "max_context_tokens: longest context for the given sequences per GPU; max_batch: most "

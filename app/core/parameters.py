@@ -8,10 +8,16 @@ widths, V the vocabulary:
 * MLA attention ``H*rq + rq + rq*h*(dn+dr) + H*(rkv+dr) + rkv + rkv*h*(dn+dv) + h*dv*H``
   (q_a_proj, q_a_layernorm, q_b_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj;
   without a q LoRA the query is one ``H*h*(dn+dr)`` projection);
+* GQA / MHA attention (``attention == "gqa"``, d = ``head_dim``, g = ``num_key_value_heads``):
+  q ``H*h*d``, k and v ``H*g*d`` each, o ``h*d*H`` (all TP-sharded); q/k/v biases ``h*d + 2*g*d``
+  when the family has them (TP-sharded with their projection), an o_proj bias ``H`` (replicated:
+  a row-parallel bias is added after the reduction), QK-norm ``2*d`` (replicated)
+  (transformers ``LlamaAttention`` / ``Qwen2Attention`` / ``Qwen3Attention`` / ``Glm4MoeAttention``);
 * layer norms ``2H``; indexer ``rq*Hi*di + H*di + H*Hi + 2*di`` (wq_b, wk, weights_proj, k_norm),
   **only on layers that own an indexer** (full layers and MTP layers);
 * dense FFN ``3*H*I``; one expert ``3*H*i``; routed experts ``E*3*H*i``; shared ``S*3*H*i``;
-  router ``E*H``; router score-correction bias ``E`` (checkpoint only, not a trained weight);
+  router ``E*H``; router score-correction bias ``E`` (DeepSeek / GLM ``e_score_correction_bias``;
+  checkpoint only, not a trained weight; none for Qwen3-MoE and Mixtral);
 * embedding and lm_head ``V*H`` each (one when tied); final norm ``H``;
 * an MTP layer: attention + norms + indexer + MoE + enorm/hnorm ``2H`` + eh_proj ``2H^2`` +
   shared-head norm ``H`` (it shares the embedding and the head).
@@ -79,7 +85,16 @@ class Shapes:
         return self.routed_experts + self.shared_expert + self.router
 
 
+def _gqa_attention(cfg: ModelConfig) -> tuple[int, int]:
+    """(TP-sharded, replicated) parameters of one GQA / MHA attention block."""
+    H, h, d, g = cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim, cfg.num_key_value_heads
+    sharded = H * h * d + 2 * H * g * d + h * d * H + ((h * d + 2 * g * d) if cfg.qkv_bias else 0)
+    replicated = (H if cfg.o_bias else 0) + (2 * d if cfg.qk_norm else 0)
+    return sharded, replicated
+
+
 def shapes(cfg: ModelConfig) -> Shapes:
+    """Per-module parameter counts (module docstring) of ``cfg``."""
     H, h = cfg.hidden_size, cfg.num_attention_heads
     rq, rkv = cfg.q_lora_rank, cfg.kv_lora_rank
     dn, dr, dv = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
@@ -89,14 +104,17 @@ def shapes(cfg: ModelConfig) -> Shapes:
         q_rep, q_sh = 0, H * h * (dn + dr)
     kv_rep, kv_sh = H * (rkv + dr) + rkv, rkv * h * (dn + dv)
     o_sh = h * dv * H
+    attn_sh, attn_rep = q_sh + kv_sh + o_sh, q_rep + kv_rep
+    if cfg.attention == "gqa":
+        attn_sh, attn_rep = _gqa_attention(cfg)
     idx_in = rq if rq else H
     indexer = (idx_in * cfg.index_n_heads * cfg.index_head_dim + H * cfg.index_head_dim
                + H * cfg.index_n_heads + 2 * cfg.index_head_dim) if cfg.has_indexer else 0
     expert = 3 * H * cfg.moe_intermediate_size
     E = cfg.n_routed_experts
     return Shapes(
-        attn_sharded=q_sh + kv_sh + o_sh,
-        attn_replicated=q_rep + kv_rep,
+        attn_sharded=attn_sh,
+        attn_replicated=attn_rep,
         norms=2 * H,
         indexer=indexer,
         dense_ffn=3 * H * cfg.intermediate_size,
@@ -104,7 +122,7 @@ def shapes(cfg: ModelConfig) -> Shapes:
         routed_experts=E * expert,
         shared_expert=cfg.n_shared_experts * expert,
         router=E * H,
-        router_bias=E,
+        router_bias=E if cfg.moe_router_bias else 0,
         embedding=cfg.vocab_size * H,
         lm_head=0 if cfg.tie_word_embeddings else cfg.vocab_size * H,
         final_norm=H,
