@@ -165,8 +165,8 @@ TERM_LABELS = {
     "weights_expert": "BF16 expert weights",
     "gradients_dense": "dense FP32 gradients",
     "gradients_expert": "expert FP32 gradients",
-    "optimizer_dense": "dense optimizer state (FP32 master weights + Adam m, v)",
-    "optimizer_expert": "expert optimizer state (FP32 master weights + Adam m, v of the routed experts)",
+    "optimizer_dense": "dense optimizer state (master weights + Adam m, v)",
+    "optimizer_expert": "expert optimizer state (master weights + Adam m, v of the routed experts)",
     "activations": "stored activations of the in-flight micro-batches",
     "recompute_working_set": "recompute working set",
     "topk_indices": "IndexShare top-k indices",
@@ -635,8 +635,8 @@ def _explain(cfg: ModelConfig, par: ParallelConfig, actual: list[dict[str, Any]]
             alt_worst = max(alt, key=lambda e: e["total_bytes"])
             if all(e["fits"] for e in alt):
                 txt += (f" With --optimizer-cpu-offload every rank fits (largest rank {alt_worst['pp_rank']}: "
-                        f"{_gb(alt_worst['total_bytes'])}; {_gb(alt_worst['host_bytes'])} of optimizer state per GPU "
-                        "moves to host memory).")
+                        f"{_gb(alt_worst['total_bytes'])}; {_gb(alt_worst['host_bytes'])} of host memory per GPU "
+                        "holds its FP32 master weights, Adam m, v and a pinned FP32 gradient copy).")
             else:
                 txt += (f" Even with --optimizer-cpu-offload rank {alt_worst['pp_rank']} needs "
                         f"{_gb(alt_worst['total_bytes'])}.")
@@ -650,8 +650,8 @@ def _explain(cfg: ModelConfig, par: ParallelConfig, actual: list[dict[str, Any]]
             moved = next(e["host_bytes"] for e in actual if e["pp_rank"] == w["pp_rank"])
             txt += (f" It fits only because of --optimizer-cpu-offload: without it rank(s) "
                     f"{', '.join(str(e['pp_rank']) for e in alt_over)} overflow, rank {w['pp_rank']} needing "
-                    f"{_gb(w['total_bytes'])} > {_gb(capacity)}: " + why(w) + f". The offload moves {_gb(moved)} "
-                    "of master weights and Adam state per GPU of that rank to host memory.")
+                    f"{_gb(w['total_bytes'])} > {_gb(capacity)}: " + why(w) + f". With the offload each GPU of that rank needs {_gb(moved)} "
+                    "of host memory (FP32 master weights, Adam m, v and a pinned FP32 gradient copy).")
         else:
             txt += " It would also fit without --optimizer-cpu-offload."
     return txt
