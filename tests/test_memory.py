@@ -43,8 +43,8 @@ def tiny(mtp: int = 0):
 
 
 def tiny_par(**over) -> ParallelConfig:
-    fields = dict(tp=2, pp=2, dp=2, ep=2, etp=1, sp=True, mbs=1, seq_length=16, num_microbatches=4,
-                  gpu="custom", gpu_capacity_bytes=2_000_000)
+    fields = {"tp": 2, "pp": 2, "dp": 2, "ep": 2, "etp": 1, "sp": True, "mbs": 1, "seq_length": 16, "num_microbatches": 4,
+                  "gpu": "custom", "gpu_capacity_bytes": 2_000_000}
     fields.update(over)
     return ParallelConfig(**fields)
 
@@ -298,6 +298,22 @@ def test_slime_host_memory_per_node(slime):
     small = training_memory(load_model("glm-5.2"), materialise(PipelineSpec(pp=8, first=14, last=16), 78),
                             slime_par(host_memory_gb=512))["host_memory"]
     assert not small["fits"]
+
+
+def test_host_memory_per_node_when_a_node_spans_pipeline_ranks():
+    # TP2 PP2 DP2 (tiny_par) = 8 GPUs: world / PP = 4 GPUs per pipeline rank; global ranks in
+    # tp-cp-ep-dp-pp order put ranks 0-3 on pipeline rank 0 and 4-7 on pipeline rank 1. With 2 GPUs
+    # per node, nodes 0-1 hold pipeline rank 0 and nodes 2-3 pipeline rank 1; with 8 one node holds both.
+    r = training_memory(tiny(), tiny_plan(), tiny_par(optimizer_cpu_offload=True, use_precision_aware_optimizer=True,
+                                                      gpus_per_node=2, host_memory_gb=1e-3))
+    h0 = 8 * (R0_DENSE + R0_EXPERT)  # 16 B per param sharded over 2
+    h1 = 8 * (R1_DENSE + R1_EXPERT)
+    assert r["host_memory"]["per_gpu_by_rank"] == [h0, h1]
+    assert r["host_memory"]["per_node"] == [2 * h0, 2 * h0, 2 * h1, 2 * h1]
+    assert r["host_memory"]["fits"] is (2 * h1 <= 1e6)
+    one = training_memory(tiny(), tiny_plan(), tiny_par(optimizer_cpu_offload=True, use_precision_aware_optimizer=True,
+                                                        gpus_per_node=8))["host_memory"]
+    assert one["per_node"] == [4 * h0 + 4 * h1] and one["nodes"] == 1
 
 
 def test_slime_without_offload(glm52, slime, slime_plan):

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from app.core.model_config import (
-    ConfigError,
     MAX_CONFIG_BYTES,
+    ConfigError,
     canonical_digest,
     load_config_bytes,
     load_manifest,

@@ -397,7 +397,7 @@ def _rank_entry(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Parallel
     st = _state_bytes(dense, expert, par, offload)
     fine = {k: v for k, v in st.items() if k != "host_optimizer"}
     fine.update({k: act[k] for k in ACTIVATION_TERMS})
-    fine = {k: int(round(v)) for k, v in fine.items()}
+    fine = {k: round(v) for k, v in fine.items()}
     breakdown = {
         "weights": fine["weights_dense"] + fine["weights_expert"],
         "gradients": fine["gradients_dense"] + fine["gradients_expert"],
@@ -427,7 +427,7 @@ def _rank_entry(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Parallel
         "params_per_gpu": {"dense": dense, "expert": expert, "total": dense + expert},
         "breakdown": breakdown,
         "breakdown_detail": fine,
-        "host_bytes": int(round(st["host_optimizer"])),
+        "host_bytes": round(st["host_optimizer"]),
         "total_bytes": total,
         "total_gb": total / GB,
         "capacity_bytes": capacity,
@@ -458,7 +458,7 @@ def rank_totals(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Parallel
         act = acts[r]
         terms = [v for k, v in st.items() if k != "host_optimizer"]
         terms += [act[k] for k in ACTIVATION_TERMS]
-        out.append(sum(int(round(v)) for v in terms))
+        out.append(sum(round(v) for v in terms))
     return out
 
 
@@ -577,20 +577,20 @@ def megatron_theoretical(cfg: ModelConfig, par: ParallelConfig, *, mtp_layers: i
         "padded_vocab_size": padded_vocab,
         "data_parallel_size": dp,
         "expert_data_parallel_size": edp,
-        "params_most_loaded_shard": int(round(most_loaded)),
-        "params_most_loaded_shard_split": {"tp_sharded": int(round(tp_shard)), "replicated": int(round(repl_shard)),
-                                           "routed_experts": int(round(exp_shard))},
-        "params_other_shards": int(round(other)) if other is not None else None,
+        "params_most_loaded_shard": round(most_loaded),
+        "params_most_loaded_shard_split": {"tp_sharded": round(tp_shard), "replicated": round(repl_shard),
+                                           "routed_experts": round(exp_shard)},
+        "params_other_shards": round(other) if other is not None else None,
         "bytes_per_param_dense": bpp(dp),
         "bytes_per_param_expert": bpp(edp),
-        "weight_and_optimizer_bytes": int(round(weight_opt)),
+        "weight_and_optimizer_bytes": round(weight_opt),
         "weight_and_optimizer_gib": weight_opt / GIB,
         "weight_and_optimizer_mib": weight_opt / MIB,
         "activation_formula": formula,
         "activation_seq_length": s,
-        "activation_bytes": int(round(act)),
+        "activation_bytes": round(act),
         "activation_gib": act / GIB,
-        "total_bytes": int(round(weight_opt + act)),
+        "total_bytes": round(weight_opt + act),
         "total_gib": (weight_opt + act) / GIB,
     }
 
@@ -692,14 +692,14 @@ def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
         "under_report_fraction": 1 - mt["weight_and_optimizer_bytes"] / ours_state if ours_state else 0.0,
     }
     mt["where_it_under_reports"] = [
-        f"layers are spread evenly ({cfg.num_hidden_layers}/{par.pp} = {cfg.num_hidden_layers / par.pp:g} per rank); "
-        f"the real plan puts {max_params['num_layers']} decoder + {max_params['mtp_layers']} MTP layers on rank "
-        f"{max_params['pp_rank']} ({max_params['params_per_gpu']['total'] / 1e9:.2f}B params per GPU vs "
-        f"{mt['params_most_loaded_shard'] / 1e9:.2f}B)",
+        (f"layers are spread evenly ({cfg.num_hidden_layers}/{par.pp} = {cfg.num_hidden_layers / par.pp:g} per "
+         f"rank); the real plan puts {max_params['num_layers']} decoder + {max_params['mtp_layers']} MTP layers "
+         f"on rank {max_params['pp_rank']} ({max_params['params_per_gpu']['total'] / 1e9:.2f}B params per GPU "
+         f"vs {mt['params_most_loaded_shard'] / 1e9:.2f}B)"),
         "no DSA indexer weights or activations, no IndexShare top-k indices",
         "MLA down-projections (replicated in Megatron-Core) are divided by TP",
-        "activations use dense-transformer formulas: no MoE dispatch, no CP split, no recompute-full savings, "
-        "no uneven stages, first stage only",
+        ("activations use dense-transformer formulas: no MoE dispatch, no CP split, no recompute-full "
+         "savings, no uneven stages, first stage only"),
         "dense optimizer shard uses DP = world/(TP*PP*CP) instead of DP*CP (over-reports with CP > 1)",
         "optimizer CPU offload is ignored (over-reports when it is on)",
     ]
@@ -707,16 +707,16 @@ def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
     explanation = _explain(cfg, par, actual, alt, gpu.label, cap)
     checks = check_parallel(cfg, par, plan)
     notes = [
-        f"capacity convention: {gpu.label}; CUDA context, NCCL buffers and allocator fragmentation are not "
-        "itemised and must fit in the headroom",
+        (f"capacity convention: {gpu.label}; CUDA context, NCCL buffers and allocator fragmentation are not "
+         "itemised and must fit in the headroom"),
         f"tokens per GPU per micro-batch t = {par.tokens_per_microbatch} (after the CP split"
         + (", slime --max-tokens-per-gpu" if par.tokens_per_gpu is not None else "") + ")",
         "micro-batches per step: " + (str(par.microbatches) if par.microbatches is not None else
                                       "unknown; assumed >= PP (1F1B worst case)"),
         _optimizer_note(par),
-        f"host memory with --optimizer-cpu-offload: {host_bytes_per_param(par)} B per sharded parameter (FP32 "
-        "master, Adam m and v, pinned FP32 gradient copy; Megatron HybridDeviceOptimizer); fullest node "
-        f"{_gb(host['max_node_bytes'])} of {_gb(par.host_capacity_bytes)} ({par.gpus_per_node} GPUs per node)",
+        (f"host memory with --optimizer-cpu-offload: {host_bytes_per_param(par)} B per sharded parameter (FP32 "
+         "master, Adam m and v, pinned FP32 gradient copy; Megatron HybridDeviceOptimizer); fullest node "
+         f"{_gb(host['max_node_bytes'])} of {_gb(par.host_capacity_bytes)} ({par.gpus_per_node} GPUs per node)"),
         "distributed optimizer shards: dense over DP*CP = "
         f"{par.dense_optimizer_shards}, experts over EDP = {par.edp}" if par.distributed_optimizer
         else "no distributed optimizer: 18 B/param everywhere",
@@ -894,7 +894,8 @@ def inference_memory(cfg: ModelConfig, *, tp: int = 1, ep: int = 1, dp_attention
         "params_per_gpu": {"dense": dense, "expert": expert, "total": dense + expert},
         "weights_bytes_per_gpu": int(weights),
         "kv": {
-            "latent_bytes_per_token_layer": latent,
+            "latent_bytes_per_token_layer": latent,  # MLA latent, or GQA K+V of the GPU's heads
+            "kv_bytes_per_token_layer": latent,
             "indexer_bytes_per_token_layer": idx,
             "layers": kv_layers,
             "indexer_layers": idx_layers,
@@ -920,9 +921,9 @@ def inference_memory(cfg: ModelConfig, *, tp: int = 1, ep: int = 1, dp_attention
              if cfg.attention == "mla" else
              f"GQA: {cfg.num_key_value_heads} key-value heads of {cfg.head_dim} over TP={tp}: "
              f"{math.ceil(cfg.num_key_value_heads / tp)} per GPU"),
-            f"one {context:,}-token sequence: {per_seq / GB:.1f} GB = {per_seq / GIB:.1f} GiB; latent only "
-            f"{kv_layers * latent * context / GB:.1f} GB = {kv_layers * latent * context / GIB:.1f} GiB",
-            "max_context_tokens: longest context for the given sequences per GPU; max_batch: most "
-            "sequences at the given context; both after weights, with no runtime reserve",
+            (f"one {context:,}-token sequence: {per_seq / GB:.1f} GB = {per_seq / GIB:.1f} GiB; KV without "
+             f"indexer keys {kv_layers * latent * context / GB:.1f} GB = {kv_layers * latent * context / GIB:.1f} GiB"),
+            ("max_context_tokens: longest context for the given sequences per GPU; max_batch: most "
+             "sequences at the given context; both after weights, with no runtime reserve"),
         ],
     }

@@ -162,7 +162,8 @@ def search(
                                 counts["no_layout"] += len(options)
                                 continue
 
-                            def config(rc: str, off: bool) -> ParallelConfig:
+                            def config(rc: str, off: bool, tp: int = tp, cp: int = cp, pp: int = pp, ep: int = ep,
+                                       etp: int = etp, vpp: int = vpp) -> ParallelConfig:
                                 return ParallelConfig(
                                     tp=tp, cp=cp, pp=pp, gpus=gpus, ep=ep, etp=etp,
                                     vpp=vpp if vpp > 1 else None, sp=tp > 1, mbs=mbs,
