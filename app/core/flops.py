@@ -335,8 +335,9 @@ def flops_report(cfg: ModelConfig, context: int, roles: RoleMap | None = None,
             "scoring 2*L*Hi*di on layers that own an indexer. ratios gives the other conventions; "
             "breakdown lists every term: linear (2 x activated decoder weights without the indexer, + "
             "final norm + lm_head), indexer_projections (wq_b, wk, weights_proj, k_norm), "
-            "indexer_scoring (2*L*Hi*di), indexer_weighting (2*L*Hi), sparse_attention (absorbed MLA "
-            "over min(index_topk, L) positions on every layer). Not counted anywhere: softmax, ReLU, "
+            "indexer_scoring (2*L*Hi*di), indexer_weighting (2*L*Hi), sparse_attention (the attention "
+            "core on every layer: absorbed MLA over min(index_topk, L) positions on the DSA path, non-absorbed "
+            "MLA or GQA over all L positions without an indexer). Not counted anywhere: softmax, ReLU, "
             "top-k selection, RoPE, residual adds. "
             + " | ".join(_convention_sentence(n) for n in CONVENTIONS)
         ),

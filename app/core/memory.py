@@ -71,6 +71,10 @@ dense_fc1/act          4 I / TP, 2 I / TP                 dense FFN layers
 mtp_inputs (MTP)       8H / s_div                         enorm / hnorm inputs and eh_proj input
 =====================  =================================  ======================================
 
+GQA / MHA attention (``attention == "gqa"``, g key-value heads of dim d) replaces the MLA rows
+(latents, q/k/v heads over dn/dr/dv) with ``q_heads 2 h d / TP``, ``k_heads`` and ``v_heads``
+``2 g d / TP`` each, ``attn_softmax_lse 4 h / TP`` and ``attn_output 2 h d / TP``.
+
 Routed tokens: each GPU holds ``t / TP`` tokens under SP, the dispatcher gathers them over ETP and
 sends ``k`` copies, so a GPU processes ``k * t * ETP / TP`` rows whose FFN width is ``i / ETP``
 (EP moves tokens between GPUs but does not change how many each holds under balanced routing).

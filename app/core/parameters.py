@@ -36,7 +36,7 @@ own copy of the embedding (Megatron builds ``self.embedding`` when ``pre_process
 mtp_process``; NVIDIA/Megatron-LM ``megatron/core/models/gpt/gpt_model.py``).
 
 Sharding per GPU (Megatron-Core conventions): TP splits the MLA up/out projections (q_b, kv_b,
-o_proj), the dense FFN, the shared expert and the vocabulary of embedding / lm_head; the MLA
+o_proj) or the GQA q, k, v, o projections (and their q/k/v biases), the dense FFN, the shared expert and the vocabulary of embedding / lm_head; the MLA
 down projections, their norms, the indexer (``parallel_mode="duplicated"``), the router and the
 layer norms are replicated; routed experts are split EP ways by expert and ETP ways inside an
 expert.
