@@ -139,7 +139,9 @@ def test_tiny_microbatch_forward_and_stages_by_hand():
     assert [s["flops"] for s in out["stages"]] == [l1 + l2, l3 + l4 + mtp + head]
     assert out["stages"][1]["breakdown"]["linear_lm_head"] == head
     assert out["total"] == l1 + l2 + l3 + l4 + mtp + head
-    assert forward_flops(cfg, roles, seq_length=S, mbs=mbs)["total"] == out["total"]
+    assert forward_flops(cfg, roles, seq_length=S, mbs=mbs, mtp_layers=1)["total"] == out["total"]
+    # MTP layers come from the launch (--mtp-num-layers), not from the config: none by default
+    assert forward_flops(cfg, roles, seq_length=S, mbs=mbs)["total"] == out["total"] - mtp - 2 * 1000 * 64 * T
     assert out["tokens"] == 40 and out["ranks"][1]["flops"] == l3 + l4 + mtp + head
 
 
@@ -157,7 +159,7 @@ def test_mtp_layer_on_its_stage_and_mtp_logits_on_the_loss_stage():
     assert out["stages"][2]["flops"] == l4 + mtp
     # the loss stage holds no decoder layer but computes the main and the MTP logits
     assert out["stages"][3]["flops"] == 2 * HEAD * S + 2 * 64_000 * S
-    assert out["total"] == forward_flops(cfg, roles, seq_length=S)["total"]
+    assert out["total"] == forward_flops(cfg, roles, seq_length=S, mtp_layers=1)["total"]
 
 
 # ---------------------------------------------------------------- GLM-5.2, FACTS section 6
@@ -237,7 +239,10 @@ def test_model_without_indexer_is_dense_and_ratio_one():
     assert r["ratio"] == 1.0
     b = r["breakdown"]["indexshare"]
     assert b["indexer_scoring"] == 0 and b["indexer_projections"] == 0
-    assert b["sparse_attention"] == 61 * 2 * 128 * 10_000 * (576 + 512)  # dense over L
+    # dense MLA without DSA: Megatron's non-absorbed attention, QK over dn + dr = 128 + 64, PV over
+    # dv = 128 per head, over all L positions (FACTS.md section 7) -- 3.4x below the absorbed 576/512
+    assert b["sparse_attention"] == 61 * 2 * 128 * 10_000 * (192 + 128)
+    assert (576 + 512) / (192 + 128) == 3.4
 
 
 def test_report_is_json_ready_and_states_its_convention(glm52):
@@ -306,7 +311,7 @@ def test_vpp_rank_is_sum_of_its_virtual_stages():
     for r in range(4):
         own = [s["flops"] for s in out["stages"] if s["pp_rank"] == r]
         assert len(own) == 2 and out["ranks"][r]["flops"] == sum(own)
-    assert out["total"] == forward_flops(cfg, roles, seq_length=64, mbs=2)["total"]
+    assert out["total"] == forward_flops(cfg, roles, seq_length=64, mbs=2, mtp_layers=1)["total"]
     assert sum(x["share"] for x in out["ranks"]) == pytest.approx(1.0)
 
 
@@ -326,16 +331,24 @@ def test_training_flops_three_forwards_plus_full_recompute():
     cfg = tiny(mtp=1)
     roles = derive_roles(cfg)
     S, gbs = 20, 3
-    fwd = forward_flops(cfg, roles, seq_length=S, mbs=gbs)["total"]
-    t = training_flops(cfg, roles, seq_length=S, global_batch_size=gbs)
-    assert t["total"] == 3 * fwd and t["recompute"] == 0 and t["backward"] == 2 * fwd
-    # full recompute: one more forward of the 4 decoder layers (not head, MTP layer or logits)
+    fwd = forward_flops(cfg, roles, seq_length=S, mbs=gbs, mtp_layers=1)["total"]
+    t = training_flops(cfg, roles, seq_length=S, global_batch_size=gbs, mtp_layers=1)
     T, pairs, selected = S * gbs, S * (S + 1) // 2 * gbs, (136 + 4 * 16) * gbs
+    # backward = 2 x forward, except the indexer scoring (2*Hi*di) and weighting (2*Hi) per pair of
+    # its 3 indexer layers (full layers 1, 3 and the MTP layer): their backward runs over the
+    # selected top-k pairs only (slime IndexerFunction.backward)
+    rate = 2 * 2 * 8 + 2 * 2
+    backward = 2 * fwd - 2 * 3 * rate * pairs + 2 * 3 * rate * selected
+    assert t["backward"] == backward and t["indexer_backward"] == 2 * 3 * rate * selected
+    assert t["total"] == fwd + backward and t["recompute"] == 0
+    fwd = forward_flops(cfg, roles, seq_length=S, mbs=gbs)["total"]  # no MTP layer unless the launch builds one
+    # full recompute: one more forward of the 4 decoder layers (not head, MTP layer or logits)
     idx = 2 * INDEXER * T + 2 * 2 * 8 * pairs + 2 * 2 * pairs
     sa = SA_PER_POS * selected
     decoder = (2 * (4 * (MLA + NORMS) + DENSE + 3 * MOE_ACTIVE) * T + 2 * idx + 4 * sa)
     t = training_flops(cfg, roles, seq_length=S, global_batch_size=gbs, recompute="full")
-    assert t["recompute"] == decoder and t["total"] == 3 * fwd + decoder
+    backward = 2 * fwd - 2 * 2 * rate * pairs + 2 * 2 * rate * selected  # 2 indexer layers
+    assert t["recompute"] == decoder and t["total"] == fwd + backward + decoder
     t = training_flops(cfg, roles, seq_length=S, global_batch_size=gbs, recompute="full", recompute_layers=[2])
     assert t["recompute"] == 2 * (MLA + NORMS + MOE_ACTIVE) * T + sa
     with pytest.raises(ValueError):

@@ -19,7 +19,7 @@ from app.core.memory import (
 from app.core.model_config import load_model
 from app.core.parallelism import ParallelConfig
 from app.core.stages import PipelineSpec, materialise
-from tests.conftest import make_config, tiny_config, slime_par
+from tests.conftest import make_config, slime_par, tiny_config
 
 GB = 10**9
 
@@ -43,8 +43,8 @@ def tiny(mtp: int = 0):
 
 
 def tiny_par(**over) -> ParallelConfig:
-    fields = dict(tp=2, pp=2, dp=2, ep=2, etp=1, sp=True, mbs=1, seq_length=16, num_microbatches=4,
-                  gpu="custom", gpu_capacity_bytes=2_000_000)
+    fields = {"tp": 2, "pp": 2, "dp": 2, "ep": 2, "etp": 1, "sp": True, "mbs": 1, "seq_length": 16, "num_microbatches": 4,
+                  "gpu": "custom", "gpu_capacity_bytes": 2_000_000}
     fields.update(over)
     return ParallelConfig(**fields)
 
@@ -109,9 +109,11 @@ def test_tiny_every_term_by_hand():
     assert b1["activations"] == TOK * ((COMMON + MOE_ACT + IDX) + 3 * (COMMON + MOE_ACT))
     assert b1["topk_indices"] == TOK * 16 * 4
     assert b1["logits"] == TOK * 500 * 4  # t x V/TP x 4 B
+    # both ranks hold a full layer: one FP32 [t, t*CP] indexer logits buffer, 16 x 16 x 4 B
+    assert b0["indexer_logits"] == b1["indexer_logits"] == TOK * TOK * 1 * 4 == 1024
 
-    t0 = 306336 + 612672 + 919008 + 150912 + 2048
-    t1 = 338208 + 676416 + 1014624 + 78400 + 1024 + 32000
+    t0 = 306336 + 612672 + 919008 + 150912 + 2048 + 1024
+    t1 = 338208 + 676416 + 1014624 + 78400 + 1024 + 32000 + 1024
     assert (s0["total_bytes"], s1["total_bytes"]) == (t0, t1)
     assert s0["fits"] and s0["headroom_bytes"] == 2_000_000 - t0
     assert not s1["fits"] and s1["headroom_bytes"] == 2_000_000 - t1
@@ -122,18 +124,26 @@ def test_tiny_offload_moves_optimizer_to_host():
     r = training_memory(tiny(), tiny_plan(), tiny_par(optimizer_cpu_offload=True, use_precision_aware_optimizer=True))
     s0 = r["stages"][0]
     assert s0["breakdown"]["optimizer_states"] == 0
-    assert s0["host_bytes"] == 6 * R0_DENSE + 6 * R0_EXPERT
+    # host: FP32 master + m + v + pinned FP32 grad copy = 16 B per param, sharded over 2
+    assert s0["host_bytes"] == 8 * R0_DENSE + 8 * R0_EXPERT
     assert s0["breakdown"]["weights"] == 2 * (R0_DENSE + R0_EXPERT)
 
 
-def test_precision_aware_alone_changes_nothing_lowered_dtypes_do():
+def test_precision_aware_stores_master_remainders_lowered_dtypes_change_more():
     base = training_memory(tiny(), tiny_plan(), tiny_par())["stages"][0]["breakdown"]
     aware = training_memory(tiny(), tiny_plan(), tiny_par(use_precision_aware_optimizer=True))["stages"][0]["breakdown"]
-    assert aware == base
+    # 16-bit master remainder 2 + m 4 + v 4 = 10 B/param before sharding by 2 (12 without the flag)
+    assert base["optimizer_states"] == 6 * R0_DENSE + 6 * R0_EXPERT
+    assert aware["optimizer_states"] == 5 * R0_DENSE + 5 * R0_EXPERT
+    assert {k: v for k, v in aware.items() if k != "optimizer_states"} == \
+        {k: v for k, v in base.items() if k != "optimizer_states"}
+    old_te = training_memory(tiny(), tiny_plan(), tiny_par(use_precision_aware_optimizer=True,
+                                                           store_param_remainders=False))
+    assert old_te["stages"][0]["breakdown"] == base  # Transformer Engine < 2.1 keeps the FP32 master
     low = training_memory(tiny(), tiny_plan(), tiny_par(use_precision_aware_optimizer=True, exp_avg_dtype="bf16",
                                                         exp_avg_sq_dtype="bf16"))
-    # fp32 master 4 + bf16 m 2 + bf16 v 2 = 8 B/param before sharding by 2
-    assert low["stages"][0]["breakdown"]["optimizer_states"] == 4 * R0_DENSE + 4 * R0_EXPERT
+    # master remainder 2 + bf16 m 2 + bf16 v 2 = 6 B/param before sharding by 2
+    assert low["stages"][0]["breakdown"]["optimizer_states"] == 3 * R0_DENSE + 3 * R0_EXPERT
 
 
 def test_without_distributed_optimizer_18_bytes_per_param():
@@ -198,33 +208,134 @@ def test_invalid_plan_is_refused(glm52):
 
 
 # --------------------------------------------------------------------------- slime GLM-5.2 profile
+#
+# As launched (THUDM/slime scripts/run-glm5.2-744B-A40B.sh, FACTS.md section 1): TP4 CP8 PP8 EP32
+# ETP1 SP, first 14 last 16, full recompute uniform 1, 8192 tokens/GPU, and no --mtp-num-layers,
+# so no MTP layer (slime/utils/arguments.py: default None). Every figure below is re-derived here
+# from the GLM-5.2 shapes (FACTS.md section 1) by hand.
+
+H, h, RQ, RKV, DN, DR, DV = 6144, 64, 2048, 512, 192, 64, 256
+HI, DI, TOPK, V, I_DENSE, I_EXP = 32, 128, 2048, 154880, 12288, 2048
+T, CP, TP = 8192, 8, 4
+MLA_SHARDED = RQ * h * (DN + DR) + RKV * h * (DN + DV) + h * DV * H
+MLA_REPL = H * RQ + RQ + H * (RKV + DR) + RKV
+INDEXER_P = RQ * HI * DI + H * DI + H * HI + 2 * DI
+EXPERT_P = 3 * H * I_EXP
+LAYER_DENSE_PER_GPU = MLA_SHARDED // TP + MLA_REPL + 2 * H  # attention + norms of any layer
+MOE_DENSE_PER_GPU = EXPERT_P // TP + 256 * H  # shared expert (TP-sharded) + router
+# rank 7: layers 63-78, all MoE, full layers 63, 67, 71, 75; lm_head + final norm
+D7 = 16 * (LAYER_DENSE_PER_GPU + MOE_DENSE_PER_GPU) + 4 * INDEXER_P + V * H // TP + H
+X7 = 16 * 8 * EXPERT_P  # 256 experts / EP32 = 8 local experts, ETP 1
+# rank 0: layers 1-14, dense 1-3, MoE 4-14, full layers 1, 2, 3, 7, 11; embedding
+D0 = (14 * LAYER_DENSE_PER_GPU + 3 * 3 * H * I_DENSE // TP + 11 * MOE_DENSE_PER_GPU + 5 * INDEXER_P
+      + V * H // TP)
+X0 = 11 * 8 * EXPERT_P
+# per-token bytes of a MoE layer that owns an indexer, nothing recomputed (module docstring table):
+# norms under SP, q/kv latents, q/k/v heads, lse, o input, indexer q/k/weights/scores,
+# router, routed rows k*ETP/TP = 2 per token (input, fc1, act, output), shared expert
+MOE_FULL_LAYER = (4 * 2 * H // TP + 2 * RQ * 2 + 2 * (RKV + DR) + 2 * RKV
+                  + 3 * 2 * h * 256 // TP + 4 * h // TP + 2 * h * DV // TP
+                  + 2 * HI * DI + 4 * DI + 2 * HI + 4 * TOPK
+                  + (4 * 256 + 8 * 8) // TP + 2 * (2 * H * 2) + 4 * I_EXP * 2 + 2 * I_EXP * 2
+                  + 4 * I_EXP // TP + 2 * I_EXP // TP)
+INDEXER_LOGITS = T * (T * CP) * 4  # FP32 [8192, 65536]
+TOPK_PER_LAYER = T * TOPK * 4  # int32 indices of one full layer, one micro-batch
 
 
+def rank7_state(opt_bytes_per_param: int) -> int:
+    """Weights 2 B + gradients 4 B on every param; optimizer state over DP*CP = 8 (dense) and
+    EDP = 1 (experts)."""
+    return 6 * (D7 + X7) + opt_bytes_per_param * (-(-D7 // 8) + X7)
+
+
+RANK7_ACTS = (16 * 2 * H // TP * T  # one in-flight micro-batch, 16 group inputs (uniform, 1 layer)
+              + MOE_FULL_LAYER * T  # recompute working set: one layer
+              + 4 * TOPK_PER_LAYER  # top-k of the four full layers
+              + INDEXER_LOGITS
+              + T * (V // TP) * 4)  # FP32 logits of the loss head
 
 
 @pytest.fixture(scope="module")
-def slime(glm52):
-    plan = materialise(PipelineSpec(pp=8, first=14, last=16), 78, default_mtp=1)
-    with_off = training_memory(glm52, plan, slime_par())
-    without = training_memory(glm52, plan, slime_par(optimizer_cpu_offload=False))
+def slime_plan():
+    plan = materialise(PipelineSpec(pp=8, first=14, last=16, mtp_layers=0), 78)
+    assert plan.mtp_layers == 0
+    return plan
+
+
+@pytest.fixture(scope="module")
+def slime(glm52, slime_plan):
+    with_off = training_memory(glm52, slime_plan, slime_par())
+    without = training_memory(glm52, slime_plan, slime_par(optimizer_cpu_offload=False))
     return with_off, without
 
 
-def test_slime_overflows_80gb_without_offload_on_the_last_rank(slime):
-    _, without = slime
-    assert without["gpus"] == 256
-    assert not without["fits"]
-    over = [s["pp_rank"] for s in without["stages"] if not s["fits"]]
-    assert over == [7]  # 16 decoder layers + the MTP layer: 17 MoE layers of experts
-    last = without["stages"][7]
-    assert last["total_bytes"] > 80e9
-    assert last["dominant_term"] == "optimizer_expert"
-    # 17 MoE layers x 8 local experts x 3*6144*2048 params, 12 B/param unsharded (EDP 1)
-    experts = 17 * 8 * 3 * 6144 * 2048
-    assert last["params_per_gpu"]["expert"] == experts
-    assert last["breakdown_detail"]["optimizer_expert"] == 12 * experts
-    assert "expert optimizer state" in without["explanation"]
-    assert "EDP" in without["explanation"] and "rank 7" in without["explanation"]
+def test_slime_rank7_by_hand_with_offload(slime):
+    r7 = slime[0]["stages"][7]
+    assert (r7["num_layers"], r7["mtp_layers"]) == (16, 0)
+    assert r7["params_per_gpu"] == {"dense": D7, "expert": X7, "total": D7 + X7}
+    d = r7["breakdown_detail"]
+    assert d["indexer_logits"] == INDEXER_LOGITS == 2_147_483_648
+    assert d["topk_indices"] == 4 * TOPK_PER_LAYER
+    assert d["recompute_working_set"] == MOE_FULL_LAYER * T
+    assert r7["total_bytes"] == rank7_state(0) + RANK7_ACTS
+    # The issue's 39.99 GB is item 1 alone (no MTP layer); item 4 then adds the indexer's
+    # 2.15 GB logits transient on this rank (it holds full layers 63, 67, 71, 75): 42.14 GB.
+    assert round((r7["total_bytes"] - INDEXER_LOGITS) / GB, 2) == 39.99
+    assert round(r7["total_bytes"] / GB, 2) == 42.14
+    # host: 16 B per sharded parameter (FP32 master, m, v, pinned FP32 grad copy)
+    assert r7["host_bytes"] == 16 * (-(-D7 // 8) + X7)
+    assert round(r7["host_bytes"] / GB, 1) == 79.9  # the issue's figure per GPU
+
+
+def test_slime_host_memory_per_node(slime):
+    host = slime[0]["host_memory"]
+    # TP*CP*DP = 32 GPUs per pipeline rank: each 8-GPU node holds one pipeline rank, 4 nodes per rank
+    assert host["nodes"] == 32 and host["gpus_per_node"] == 8
+    r7 = slime[0]["stages"][7]["host_bytes"]
+    assert host["per_node"][28:] == [8 * r7] * 4
+    assert host["max_node_bytes"] == 8 * r7 and round(8 * r7 / GB) == 639  # "about 640 GB per node"
+    assert host["capacity_bytes_per_node"] == 2048 * GB and host["fits"]
+    small = training_memory(load_model("glm-5.2"), materialise(PipelineSpec(pp=8, first=14, last=16), 78),
+                            slime_par(host_memory_gb=512))["host_memory"]
+    assert not small["fits"]
+
+
+def test_host_memory_per_node_when_a_node_spans_pipeline_ranks():
+    # TP2 PP2 DP2 (tiny_par) = 8 GPUs: world / PP = 4 GPUs per pipeline rank; global ranks in
+    # tp-cp-ep-dp-pp order put ranks 0-3 on pipeline rank 0 and 4-7 on pipeline rank 1. With 2 GPUs
+    # per node, nodes 0-1 hold pipeline rank 0 and nodes 2-3 pipeline rank 1; with 8 one node holds both.
+    r = training_memory(tiny(), tiny_plan(), tiny_par(optimizer_cpu_offload=True, use_precision_aware_optimizer=True,
+                                                      gpus_per_node=2, host_memory_gb=1e-3))
+    h0 = 8 * (R0_DENSE + R0_EXPERT)  # 16 B per param sharded over 2
+    h1 = 8 * (R1_DENSE + R1_EXPERT)
+    assert r["host_memory"]["per_gpu_by_rank"] == [h0, h1]
+    assert r["host_memory"]["per_node"] == [2 * h0, 2 * h0, 2 * h1, 2 * h1]
+    assert r["host_memory"]["fits"] is (2 * h1 <= 1e6)
+    one = training_memory(tiny(), tiny_plan(), tiny_par(optimizer_cpu_offload=True, use_precision_aware_optimizer=True,
+                                                        gpus_per_node=8))["host_memory"]
+    assert one["per_node"] == [4 * h0 + 4 * h1] and one["nodes"] == 1
+
+
+def test_slime_without_offload(glm52, slime, slime_plan):
+    _, without = slime  # as launched minus offload: --use-precision-aware-optimizer still on
+    r7 = without["stages"][7]
+    assert not without["fits"] and [s["pp_rank"] for s in without["stages"] if not s["fits"]] == [7]
+    assert r7["dominant_term"] == "optimizer_expert"
+    assert r7["breakdown_detail"]["optimizer_expert"] == 10 * X7  # remainder 2 + m 4 + v 4, EDP 1
+    assert r7["total_bytes"] == rank7_state(10) + RANK7_ACTS
+    fp32 = training_memory(glm52, slime_plan, slime_par(optimizer_cpu_offload=False,
+                                                        use_precision_aware_optimizer=False))
+    f7, f0 = fp32["stages"][7], fp32["stages"][0]
+    assert f7["total_bytes"] == rank7_state(12) + RANK7_ACTS
+    # The issue's 99.93 GB is item 1 alone with 12 B/param; the indexer logits add 2.15 GB
+    assert round((f7["total_bytes"] - INDEXER_LOGITS) / GB, 2) == 99.93
+    # rank 0 with 12 B/param: margin 1.4 GB once the indexer logits are in the peak (issue item 4)
+    r0_total = (6 * (D0 + X0) + 12 * (-(-D0 // 8) + X0)
+                + 8 * 14 * 2 * H // TP * T  # 8 in-flight micro-batches x 14 group inputs
+                + MOE_FULL_LAYER * T + 8 * 5 * TOPK_PER_LAYER + INDEXER_LOGITS)
+    assert f0["total_bytes"] == r0_total
+    assert round(f0["headroom_bytes"] / GB, 1) == 1.4
+    assert "expert optimizer state" in without["explanation"] and "rank 7" in without["explanation"]
 
 
 def test_slime_fits_every_rank_with_offload(slime):
@@ -238,16 +349,31 @@ def test_slime_fits_every_rank_with_offload(slime):
     assert "--optimizer-cpu-offload" in text
 
 
-def test_megatron_theoretical_for_the_slime_profile(slime, glm52):
-    mt = slime[0]["megatron_theoretical"]
-    # the issue: most loaded shard ~3.95B params and ~66 GiB of weights and optimizer state
+def test_every_layer_topk_model_keeps_no_topk_under_full_recompute():
+    glm51 = load_model("glm-5.1")  # every layer computes its own top-k
+    plan = materialise(PipelineSpec(pp=8, first=14, last=16, mtp_layers=0), 78)
+    full = training_memory(glm51, plan, slime_par())
+    assert all(s["breakdown"]["topk_indices"] == 0 for s in full["stages"])
+    sel = training_memory(glm51, plan, slime_par(recompute="selective"))
+    assert sel["stages"][0]["breakdown"]["topk_indices"] == 8 * 14 * TOPK_PER_LAYER  # all 14 own one
+
+
+def test_megatron_theoretical_for_the_slime_profile(glm52):
+    mt = megatron_theoretical(glm52, slime_par(), mtp_layers=1)
+    # the issue: most loaded shard ~3.95B params and ~66 GiB of weights and optimizer state (with MTP)
     assert mt["params_most_loaded_shard"] == pytest.approx(3.95e9, rel=0.02)
     assert mt["weight_and_optimizer_gib"] == pytest.approx(66, rel=0.03)
     assert mt["bytes_per_param_expert"] == 18  # 6 + 12/EDP with EDP 1
-    # it under-reports the real most-loaded rank (uneven PP puts 17 MoE layers on rank 7)
+    # --make-vocab-size-divisible-by 128 x TP 4: 154880 -> ceil(154880 / 512) * 512 = 155136
+    assert mt["padded_vocab_size"] == 303 * 512 == 155136
+    assert megatron_theoretical(glm52, slime_par(make_vocab_size_divisible_by=1))["padded_vocab_size"] == 154880
+    assert megatron_theoretical(glm52, slime_par(), make_vocab_size_divisible_by=64)["padded_vocab_size"] == 154880
+
+
+def test_megatron_theoretical_under_reports_the_real_plan(slime):
+    mt = slime[0]["megatron_theoretical"]
     assert mt["vs_model"]["model_max_params_per_gpu"] > mt["params_most_loaded_shard"]
     assert mt["vs_model"]["under_report_fraction"] > 0.2
-    assert megatron_theoretical(glm52, slime_par())["params_most_loaded_shard"] == mt["params_most_loaded_shard"]
 
 
 # --------------------------------------------------------------------------- inference
@@ -354,7 +480,7 @@ def test_rank_totals_fast_path_equals_the_full_report():
 
     cfg = load_model("glm-5.2")
     spec, par = slime_glm52_training()
-    plan = materialise(spec, 78, default_mtp=1)
+    plan = materialise(spec, 78, default_mtp=1)  # with an MTP layer: the MTP path of the fast path too
     roles = derive_roles(cfg)
     full = training_memory(cfg, plan, par, roles)
     assert rank_totals(cfg, roles, plan, par) == [s["total_bytes"] for s in full["stages"]]

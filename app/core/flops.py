@@ -36,11 +36,22 @@ value head dims, Hi / di the indexer heads / head dim, k = ``index_topk``, V the
     summed over heads). Kept apart so ``indexer_scoring`` stays exactly FACTS's term. The ReLU,
     the key-cache quantisation and the top-k selection (comparisons) are not counted.
 ``sparse_attention``
-    Every layer (full and shared: a shared layer attends over its source's top-k): absorbed MLA
-    over ``n = min(k, L)`` selected positions, ``2*h*n*(rkv + dr)`` for QK (latent + rope dims)
-    plus ``2*h*n*rkv`` for PV (latent dims): ``2*h*n*(576 + 512)`` = 285,212,672 per layer at
-    n = 2048 for GLM-5.2. A model without an indexer attends densely (n = L); a config without an
-    MLA latent (rkv = 0) uses ``2*h*n*(dn + dr + dv)``. Softmax and scaling are not counted.
+    Every layer's attention core (the name is kept for the DSA path; a model without an indexer
+    attends densely over n = L). The convention follows the path the engine runs:
+
+    * DSA sparse path (a model with an indexer): absorbed MLA over ``n = min(k, L)`` selected
+      positions, ``2*h*n*(rkv + dr)`` for QK (latent + rope dims) plus ``2*h*n*rkv`` for PV:
+      ``2*h*n*(576 + 512)`` = 285,212,672 per layer at n = 2048 for GLM-5.2 (the sparse MLA
+      kernels attend over the shared latent; FACTS.md section 6). A shared layer attends over its
+      source's top-k.
+    * dense MLA (no indexer: DeepSeek-V3, Kimi-K2): Megatron trains MLA non-absorbed, per head
+      and key position QK over ``dn + dr`` (192) and PV over ``dv`` (128):
+      ``2*h*n*(dn + dr + dv)`` with n = L (FACTS.md section 7, "Megatron trains non-DSA MLA
+      non-absorbed"; NVIDIA/Megatron-LM ``megatron/core/transformer/multi_latent_attention.py``
+      up-projects k and v per head before core attention).
+    * GQA / MHA: ``2*h*n*(2*head_dim)`` (every query head reads a key and value of head_dim).
+
+    Softmax and scaling are not counted.
 
 Variants: ``indexshare`` (the roles as derived: indexers only on full layers) and
 ``every_layer`` (the same model with an indexer on every decoder layer, pattern ``F``).
@@ -94,8 +105,10 @@ CONVENTIONS: dict[str, dict[str, Any]] = {
     "+sparse_attention": {
         "terms": ("linear", "indexer_projections", "indexer_scoring", "sparse_attention"),
         "lm_head": False,
-        "description": "the above + absorbed sparse MLA over min(index_topk, L) positions on every "
-                       "layer, 2*h*n*((kv_lora_rank + qk_rope_head_dim) + kv_lora_rank)",
+        "description": "the above + the attention core on every layer: absorbed sparse MLA over "
+                       "min(index_topk, L) positions, 2*h*n*((kv_lora_rank + qk_rope_head_dim) + kv_lora_rank), "
+                       "with an indexer; non-absorbed 2*h*L*(qk_nope + qk_rope + v_head_dim) for dense MLA; "
+                       "2*h*L*2*head_dim for GQA",
     },
     "full": {
         "terms": TERMS,
@@ -164,14 +177,19 @@ def causal_selected_pairs(cfg: ModelConfig, seq_length: int) -> int:
 
 
 def _attention_dims(cfg: ModelConfig) -> tuple[int, int]:
-    """(QK, PV) dims per head and key position of the attention as computed."""
-    if cfg.kv_lora_rank:
+    """(QK, PV) dims per query head and key position of the attention as the engine computes it:
+    absorbed MLA on the DSA sparse path, non-absorbed MLA for dense MLA training, head_dim for
+    GQA / MHA (module docstring)."""
+    if cfg.attention == "gqa":
+        return cfg.head_dim, cfg.head_dim
+    if cfg.has_indexer and cfg.kv_lora_rank:
         return cfg.kv_lora_rank + cfg.qk_rope_head_dim, cfg.kv_lora_rank
     return cfg.qk_nope_head_dim + cfg.qk_rope_head_dim, cfg.v_head_dim
 
 
 def sparse_attention_per_position(cfg: ModelConfig) -> int:
-    """FLOPs per query and selected key position: ``2*h*((rkv + dr) + rkv)``."""
+    """FLOPs per query and attended key position: ``2*h*(QK + PV)`` with the dims of
+    :func:`_attention_dims` (``2*h*(576 + 512)`` absorbed for GLM-5.2)."""
     qk, pv = _attention_dims(cfg)
     return 2 * cfg.num_attention_heads * (qk + pv)
 
@@ -244,6 +262,15 @@ def per_layer_forward_flops(cfg: ModelConfig, roles: RoleMap, layer: int, contex
     return layer_flops(cfg, roles, layer, context)["total"]
 
 
+def mtp_layer_forward_flops(cfg: ModelConfig, roles: RoleMap, k: int, context: int) -> int:
+    """Per-token forward FLOPs of the ``k``-th MTP layer (1-based) at ``context``, all terms."""
+    _check_int("context", context)
+    _check_int("k", k)
+    terms = _layer_terms(cfg, shapes(cfg), _mtp_role(cfg, roles, k), tokens=1, pairs=context,
+                         selected=topk_positions(cfg, context))
+    return sum(terms.values())
+
+
 def token_flops(cfg: ModelConfig, roles: RoleMap, context: int) -> dict[str, int]:
     """Per-token forward FLOPs of the main model (decoder layers + final norm + lm_head, no MTP,
     no input embedding) at ``context``, by term, with ``total`` and ``linear_lm_head``."""
@@ -308,8 +335,9 @@ def flops_report(cfg: ModelConfig, context: int, roles: RoleMap | None = None,
             "scoring 2*L*Hi*di on layers that own an indexer. ratios gives the other conventions; "
             "breakdown lists every term: linear (2 x activated decoder weights without the indexer, + "
             "final norm + lm_head), indexer_projections (wq_b, wk, weights_proj, k_norm), "
-            "indexer_scoring (2*L*Hi*di), indexer_weighting (2*L*Hi), sparse_attention (absorbed MLA "
-            "over min(index_topk, L) positions on every layer). Not counted anywhere: softmax, ReLU, "
+            "indexer_scoring (2*L*Hi*di), indexer_weighting (2*L*Hi), sparse_attention (the attention "
+            "core on every layer: absorbed MLA over min(index_topk, L) positions on the DSA path, non-absorbed "
+            "MLA or GQA over all L positions without an indexer). Not counted anywhere: softmax, ReLU, "
             "top-k selection, RoPE, residual adds. "
             + " | ".join(_convention_sentence(n) for n in CONVENTIONS)
         ),
@@ -381,11 +409,12 @@ def _stage_terms(cfg: ModelConfig, sh: Shapes, roles: RoleMap, stage: Stage, *, 
 def forward_flops(cfg: ModelConfig, roles: RoleMap, *, seq_length: int, mbs: int = 1,
                   mtp_layers: int | None = None) -> dict[str, int]:
     """Forward FLOPs of the whole model on ``mbs`` causal sequences of ``seq_length`` tokens:
-    decoder layers, ``mtp_layers`` MTP layers (default: the config's) with their logits, final
-    norm and lm_head. By term, with ``total`` and ``linear_lm_head`` (all logits)."""
+    decoder layers, ``mtp_layers`` MTP layers (the launch's ``--mtp-num-layers``; ``None`` = 0, as
+    slime and Megatron build none without the flag) with their logits, final norm and lm_head.
+    By term, with ``total`` and ``linear_lm_head`` (all logits)."""
     _check_int("seq_length", seq_length)
     _check_int("mbs", mbs)
-    n_mtp = cfg.num_nextn_predict_layers if mtp_layers is None else _check_int("mtp_layers", mtp_layers, 0)
+    n_mtp = 0 if mtp_layers is None else _check_int("mtp_layers", mtp_layers, 0)
     whole = Stage(0, 0, 0, 1 if roles.layers else None, len(roles.layers) if roles.layers else None,
                   len(roles.layers), embedding=True, loss=True, mtp_layers=n_mtp)
     terms, head = _stage_terms(cfg, shapes(cfg), roles, whole, seq_length=seq_length, mbs=mbs,
@@ -456,10 +485,16 @@ def training_flops(cfg: ModelConfig, roles: RoleMap, *, seq_length: int, global_
                    recompute: str = "none", recompute_layers: Iterable[int] | None = None,
                    mtp_layers: int | None = None) -> dict[str, Any]:
     """FLOPs of one training step over ``global_batch_size`` sequences of ``seq_length``:
-    forward + backward = 3 x forward (backward = 2 x forward), plus, with ``recompute="full"``,
-    one more forward of the recomputed decoder layers (``recompute_layers``, 1-based; default all
-    of them, as ``--recompute-method uniform``). The lm_head, the loss and the MTP layers are not
-    recomputed."""
+    forward + backward, plus, with ``recompute="full"``, one more forward of the recomputed decoder
+    layers (``recompute_layers``, 1-based; default all of them, as ``--recompute-method uniform``).
+    The lm_head, the loss and the MTP layers are not recomputed.
+
+    Backward is 2 x forward for every term except the indexer's scoring and head weighting: the
+    engine's indexer backward runs only over the selected top-k pairs (THUDM/slime
+    ``slime_plugins/models/glm5/ops/indexer.py`` @ 624b824, ``IndexerFunction.backward`` calls
+    ``indexer_bwd_interface(..., topk_indices, grad_scores)``), so their backward is 2 x their
+    forward rate times ``sum_t min(k, t)`` pairs instead of ``S(S+1)/2``. The dense scoring
+    backward, which the engine does not run, is not counted."""
     _check_int("global_batch_size", global_batch_size)
     if recompute not in RECOMPUTE_MODES:
         raise ValueError(f"recompute must be one of {list(RECOMPUTE_MODES)}, got {recompute!r}")
@@ -476,20 +511,26 @@ def training_flops(cfg: ModelConfig, roles: RoleMap, *, seq_length: int, global_
         for x in recomputed:
             recompute_flops += sum(_sequence_layer_terms(cfg, sh, roles.role(x), seq_length, global_batch_size).values())
     forward = fwd["total"]
+    pairs, selected = causal_pairs(seq_length), causal_selected_pairs(cfg, seq_length)
+    dense_indexer = fwd["indexer_scoring"] + fwd["indexer_weighting"]
+    sparse_indexer = dense_indexer // pairs * selected  # the same rate over the selected pairs
+    backward = 2 * (forward - dense_indexer) + 2 * sparse_indexer
     return {
         "seq_length": seq_length,
         "global_batch_size": global_batch_size,
         "tokens": seq_length * global_batch_size,
         "forward": forward,
-        "backward": 2 * forward,
+        "backward": backward,
+        "indexer_backward": 2 * sparse_indexer,
         "recompute": recompute_flops,
         "recompute_mode": recompute,
         "recomputed_layers": len(recomputed),
-        "total": 3 * forward + recompute_flops,
+        "total": forward + backward + recompute_flops,
         "forward_breakdown": fwd,
         "convention": (
-            "3 x forward (backward = 2 x forward) of the global batch, 'full' convention with exact causal "
-            "sums; full recompute adds one forward of each recomputed decoder layer (not the lm_head, "
+            "forward + backward of the global batch, backward = 2 x forward except the indexer scoring and "
+            "weighting, whose backward runs over the selected top-k pairs only (slime IndexerFunction.backward); "
+            "'full' convention with exact causal sums; full recompute adds one forward of each recomputed decoder layer (not the lm_head, "
             "loss or MTP layers)"
         ),
     }
@@ -508,6 +549,6 @@ __all__ = [
     "CONVENTIONS", "DEFAULT_CONVENTION", "PUBLISHED_CONVENTION", "TERMS",
     "bubble_fraction", "causal_pairs", "causal_selected_pairs", "convention_total", "every_layer_roles",
     "flops_report", "flops_vs_context", "forward_flops", "head_flops_per_token", "layer_flops",
-    "per_layer_forward_flops", "sparse_attention_per_position", "stage_flops", "token_flops",
+    "mtp_layer_forward_flops", "per_layer_forward_flops", "sparse_attention_per_position", "stage_flops", "token_flops",
     "topk_positions", "training_flops",
 ]

@@ -17,12 +17,21 @@ EP x ETP). Bytes per parameter (FACTS.md section 7, Megatron ``docs/.../dist_opt
 * without the distributed optimizer 2 + 4 + 12 = 18 B/param; with it ``6 + 12/d`` where the
   optimizer state is sharded over ``d = DP * CP`` for dense (non-expert) params and ``d = EDP``
   for routed-expert params.
-* ``--optimizer-cpu-offload`` (fraction ``--optimizer-offload-fraction``, default 1) moves master
-  weights and Adam states to the host: reported as ``host_bytes`` and removed from the GPU total.
-  BF16 weights and FP32 gradient buffers stay on the GPU.
-* ``--use-precision-aware-optimizer`` alone changes no byte count: it only lets the optimizer keep
-  its states in the dtypes the four dtype flags name. The byte counts change only when those are
-  lowered from fp32 (e.g. ``exp_avg_dtype="bf16"``), and then by exactly the dtype sizes.
+* ``--optimizer-cpu-offload`` (fraction ``--optimizer-offload-fraction``, default 1): Megatron's
+  ``HybridDeviceOptimizer`` (NVIDIA/Megatron-LM
+  ``megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py`` @ d98e8a6: ``param_to_fp32_param``,
+  ``cpu_copy_map_grad`` allocated with ``pin_memory``) keeps on the host, per sharded parameter, an
+  FP32 master copy, Adam ``m`` and ``v`` **and a pinned FP32 copy of the gradient**:
+  ``4 + 4 + 4 + 4 = 16 B`` (with the four dtype flags at fp32). Reported as ``host_bytes`` per GPU
+  and, summed over the GPUs of each node (global ranks in Megatron's default ``tp-cp-ep-dp-pp``
+  order, PP outermost, ``gpus_per_node`` to a node), as ``host_bytes_per_node`` against
+  ``host_memory_gb``. BF16 weights and FP32 gradient buffers stay on the GPU (6 B/param).
+* ``--use-precision-aware-optimizer`` without offload, BF16 params, ``main_params_dtype`` fp32
+  and ``store_param_remainders`` (Megatron's default; Transformer Engine >= 2.1): the master
+  weight is kept as its 16-bit remainder (``distrib_optimizer.py`` ``init_shard(torch.int16)``;
+  ``optimizer_config.py`` ``store_param_remainders``), so the optimizer state is
+  ``2 + 4 + 4 = 10 B/param`` instead of 12. Lowered ``--exp-avg(-sq)-dtype`` /
+  ``--main-params-dtype`` change the state by exactly their dtype sizes.
 
 Training: activations (per layer, per micro-batch, per CP-local token)
 ----------------------------------------------------------------------
@@ -62,6 +71,10 @@ dense_fc1/act          4 I / TP, 2 I / TP                 dense FFN layers
 mtp_inputs (MTP)       8H / s_div                         enorm / hnorm inputs and eh_proj input
 =====================  =================================  ======================================
 
+GQA / MHA attention (``attention == "gqa"``, g key-value heads of dim d) replaces the MLA rows
+(latents, q/k/v heads over dn/dr/dv) with ``q_heads 2 h d / TP``, ``k_heads`` and ``v_heads``
+``2 g d / TP`` each, ``attn_softmax_lse 4 h / TP`` and ``attn_output 2 h d / TP``.
+
 Routed tokens: each GPU holds ``t / TP`` tokens under SP, the dispatcher gathers them over ETP and
 sends ``k`` copies, so a GPU processes ``k * t * ETP / TP`` rows whose FFN width is ``i / ETP``
 (EP moves tokens between GPUs but does not change how many each holds under balanced routing).
@@ -70,8 +83,18 @@ CP keys of ``--allgather-cp`` and communication buffers (transient).
 
 The IndexShare top-k holder is separate (``topk_indices``): every layer that computes top-k (full
 layers and MTP layers) keeps ``t * index_topk`` int32 indices per in-flight micro-batch, because
-the shared layers after it read them (and so does their recomputation); it is kept regardless of
-the recompute mode.
+the shared layers after it read them (and so does their recomputation). Under full recompute a
+model in which every layer computes its own top-k (no shared layer: GLM-5.1, DeepSeek-V3.2)
+keeps none: each layer recomputes its own (FACTS.md section 7).
+
+The indexer's logits (``indexer_logits``): slime's indexer kernel allocates an FP32
+``[q_len, kv_len]`` buffer per call (THUDM/slime
+``slime_plugins/models/glm5/ops/tilelang_indexer_fwd.py`` @ 624b824, ``indexer_fwd_interface``:
+``torch.empty([seq_len, seq_len_kv], dtype=torch.float32)``), where ``q_len`` is the ``t``
+CP-local tokens and ``kv_len`` the all-gathered keys of the sample, ``t * CP``
+(``--allgather-cp``). One such buffer is alive at a time, in forward and in recompute, on every
+rank that holds a layer with an indexer: ``t * t * CP * 4`` B (8192 x 65,536 x 4 = 2.15 GB for
+the slime GLM-5.2 profile). It is a transient, counted once in the peak.
 
 Recompute (``--recompute-granularity``):
 
@@ -124,7 +147,12 @@ from typing import Any
 
 from app.core.layer_roles import RoleMap, derive_roles
 from app.core.model_config import ModelConfig
-from app.core.parallelism import DTYPE_BYTES, ParallelConfig, check_parallel, resolve_gpu
+from app.core.parallelism import (
+    DTYPE_BYTES,
+    ParallelConfig,
+    check_parallel,
+    resolve_gpu,
+)
 from app.core.parameters import per_rank_params, shapes, stage_params
 from app.core.stages import PipelineSpec, Stage, StagePlan, materialise
 
@@ -133,17 +161,20 @@ GIB = 2**30
 MIB = 2**20
 
 SELECTIVE_DROPPED = ("q_heads", "k_heads", "v_heads", "attn_softmax_lse")
+#: Activation-side terms of a rank's total, beside weights, gradients and optimizer state.
+ACTIVATION_TERMS = ("activations", "recompute_working_set", "topk_indices", "indexer_logits", "logits")
 
 TERM_LABELS = {
     "weights_dense": "BF16 dense weights",
     "weights_expert": "BF16 expert weights",
     "gradients_dense": "dense FP32 gradients",
     "gradients_expert": "expert FP32 gradients",
-    "optimizer_dense": "dense optimizer state (FP32 master weights + Adam m, v)",
-    "optimizer_expert": "expert optimizer state (FP32 master weights + Adam m, v of the routed experts)",
+    "optimizer_dense": "dense optimizer state (master weights + Adam m, v)",
+    "optimizer_expert": "expert optimizer state (master weights + Adam m, v of the routed experts)",
     "activations": "stored activations of the in-flight micro-batches",
     "recompute_working_set": "recompute working set",
     "topk_indices": "IndexShare top-k indices",
+    "indexer_logits": "FP32 indexer logits (transient, one full layer at a time)",
     "logits": "FP32 logits of the loss head(s)",
 }
 
@@ -163,16 +194,25 @@ def layer_activation_terms(cfg: ModelConfig, par: ParallelConfig, *, ffn: str, i
     t: dict[str, float] = {}
     t["attn_norm_input"] = 2 * H / s_div
     t["attn_norm_output"] = 2 * H / s_div
-    if rq:
-        t["q_latent"] = 2 * rq
-        t["q_latent_norm"] = 2 * rq
-    t["kv_latent"] = 2 * (rkv + dr)
-    t["kv_latent_norm"] = 2 * rkv
-    t["q_heads"] = 2 * h * (dn + dr) / tp
-    t["k_heads"] = 2 * h * (dn + dr) / tp
-    t["v_heads"] = 2 * h * dv / tp
-    t["attn_softmax_lse"] = 4 * h / tp
-    t["attn_output"] = 2 * h * dv / tp
+    if cfg.attention == "gqa":
+        # GQA / MHA: q over h heads, k and v over the g key-value heads, all of head_dim d
+        d, g = cfg.head_dim, cfg.num_key_value_heads
+        t["q_heads"] = 2 * h * d / tp
+        t["k_heads"] = 2 * g * d / tp
+        t["v_heads"] = 2 * g * d / tp
+        t["attn_softmax_lse"] = 4 * h / tp
+        t["attn_output"] = 2 * h * d / tp
+    else:
+        if rq:
+            t["q_latent"] = 2 * rq
+            t["q_latent_norm"] = 2 * rq
+        t["kv_latent"] = 2 * (rkv + dr)
+        t["kv_latent_norm"] = 2 * rkv
+        t["q_heads"] = 2 * h * (dn + dr) / tp
+        t["k_heads"] = 2 * h * (dn + dr) / tp
+        t["v_heads"] = 2 * h * dv / tp
+        t["attn_softmax_lse"] = 4 * h / tp
+        t["attn_output"] = 2 * h * dv / tp
     if indexer and cfg.has_indexer:
         t["idx_q"] = 2 * cfg.index_n_heads * cfg.index_head_dim
         t["idx_k"] = 4 * cfg.index_head_dim
@@ -225,9 +265,15 @@ def _layer_kinds(roles: RoleMap, stage: Stage) -> list[tuple[str, bool, bool]]:
         r = roles.role(n)
         out.append((r.ffn, r.role == "full", False))
     for j in range(stage.mtp_layers):
-        r = roles.mtp[j] if j < len(roles.mtp) else None
-        out.append((r.ffn if r else "moe", True, True))
+        m = roles.mtp[j] if j < len(roles.mtp) else None
+        out.append((m.ffn if m else "moe", True, True))
     return out
+
+
+def indexer_logits_bytes(par: ParallelConfig) -> int:
+    """The indexer's FP32 logits buffer of one call: ``t * (t * CP) * 4`` B (module docstring)."""
+    t = par.tokens_per_microbatch
+    return t * t * par.cp * 4
 
 
 def _stored_per_token(terms: dict[str, float], recompute: str) -> float:
@@ -256,6 +302,9 @@ def _rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Pa
             per_kind[kind] = (sum(terms.values()), _stored_per_token(terms, par.recompute))
         return per_kind[kind]
 
+    # under full recompute a model with no shared layer keeps no top-k: each layer recomputes its own
+    keep_topk = cfg.has_indexer and not (par.recompute == "full" and all(r.role == "full" for r in roles.layers))
+    holds_indexer = False
     for v, st in enumerate(stages):
         kinds = _layer_kinds(roles, st)
         full = [kind_bytes(k)[0] * tok for k in kinds]
@@ -276,7 +325,9 @@ def _rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Pa
         per_mb.append(stored)
         acts += c * stored
         owners = sum(1 for _, idx, _ in kinds if idx) if cfg.has_indexer else 0
-        topk += c * owners * tok * cfg.index_topk * 4
+        holds_indexer = holds_indexer or owners > 0
+        if keep_topk:
+            topk += c * owners * tok * cfg.index_topk * 4
     working = 0.0
     if par.recompute == "full" and full_layer_bytes:
         n = 1 if par.recompute_method == "block" else min(par.recompute_num_layers, len(full_layer_bytes))
@@ -288,6 +339,7 @@ def _rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Pa
         "activations": acts,
         "recompute_working_set": working,
         "topk_indices": topk,
+        "indexer_logits": float(indexer_logits_bytes(par)) if holds_indexer else 0.0,
         "logits": float(logits),
         "in_flight": counts,
         "per_microbatch_stored": per_mb,
@@ -297,29 +349,50 @@ def _rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Pa
 # --------------------------------------------------------------------------- weights / optimizer
 
 
-def _bytes_per_param(par: ParallelConfig) -> tuple[int, int, int]:
-    """(weight, gradient, optimizer-state) bytes per parameter before sharding."""
-    opt = (DTYPE_BYTES[par.main_params_dtype] + DTYPE_BYTES[par.exp_avg_dtype]
-           + DTYPE_BYTES[par.exp_avg_sq_dtype])
+def _bytes_per_param(par: ParallelConfig, offload: bool = False) -> tuple[int, int, int]:
+    """(weight, gradient, GPU optimizer-state) bytes per parameter before sharding. The master
+    weight is a 16-bit remainder with the precision-aware optimizer on the GPU (module docstring)."""
+    master = DTYPE_BYTES[par.main_params_dtype]
+    if not offload and par.precision_aware_master_bytes is not None:
+        master = par.precision_aware_master_bytes
+    opt = master + DTYPE_BYTES[par.exp_avg_dtype] + DTYPE_BYTES[par.exp_avg_sq_dtype]
     return 2, DTYPE_BYTES[par.main_grads_dtype], opt
 
 
+def host_bytes_per_param(par: ParallelConfig) -> int:
+    """Host bytes per sharded parameter under ``--optimizer-cpu-offload``: FP32 master + Adam m, v
+    + the pinned FP32 gradient copy (``HybridDeviceOptimizer``): 16 B at the default dtypes."""
+    return (DTYPE_BYTES[par.main_params_dtype] + DTYPE_BYTES[par.exp_avg_dtype]
+            + DTYPE_BYTES[par.exp_avg_sq_dtype] + 4)
+
+
 def _state_bytes(dense: int, expert: int, par: ParallelConfig, offload: bool) -> dict[str, float]:
-    wb, gb, ob = _bytes_per_param(par)
+    wb, gb, ob = _bytes_per_param(par, offload)
     d_dense = par.dense_optimizer_shards if par.distributed_optimizer else 1
     d_exp = par.edp if par.distributed_optimizer else 1
-    opt_dense = math.ceil(dense / d_dense) * ob
-    opt_exp = math.ceil(expert / d_exp) * ob
+    shard_dense, shard_exp = math.ceil(dense / d_dense), math.ceil(expert / d_exp)
     frac = par.optimizer_offload_fraction if offload else 0.0
     return {
         "weights_dense": float(dense * wb),
         "weights_expert": float(expert * wb),
         "gradients_dense": float(dense * gb),
         "gradients_expert": float(expert * gb),
-        "optimizer_dense": opt_dense * (1 - frac),
-        "optimizer_expert": opt_exp * (1 - frac),
-        "host_optimizer": (opt_dense + opt_exp) * frac,
+        "optimizer_dense": shard_dense * ob * (1 - frac),
+        "optimizer_expert": shard_exp * ob * (1 - frac),
+        "host_optimizer": (shard_dense + shard_exp) * host_bytes_per_param(par) * frac,
     }
+
+
+def host_bytes_per_node(par: ParallelConfig, host_per_rank: list[int]) -> list[int]:
+    """Host bytes of every node: global ranks in Megatron's default order ``tp-cp-ep-dp-pp``
+    (NVIDIA/Megatron-LM ``megatron/core/parallel_state.py`` ``initialize_model_parallel``, PP
+    outermost), so global rank ``g`` is pipeline rank ``g // (world / PP)``; ``gpus_per_node``
+    consecutive global ranks share a node."""
+    per_pp = par.gpus_per_pp_rank
+    g_node = par.gpus_per_node
+    nodes = -(-par.world // g_node)
+    return [sum(host_per_rank[g // per_pp] for g in range(n * g_node, min((n + 1) * g_node, par.world)))
+            for n in range(nodes)]
 
 
 def _rank_entry(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: ParallelConfig, rank: int,
@@ -327,8 +400,8 @@ def _rank_entry(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Parallel
                 act: dict[str, Any]) -> dict[str, Any]:
     st = _state_bytes(dense, expert, par, offload)
     fine = {k: v for k, v in st.items() if k != "host_optimizer"}
-    fine.update({k: act[k] for k in ("activations", "recompute_working_set", "topk_indices", "logits")})
-    fine = {k: int(round(v)) for k, v in fine.items()}
+    fine.update({k: act[k] for k in ACTIVATION_TERMS})
+    fine = {k: round(v) for k, v in fine.items()}
     breakdown = {
         "weights": fine["weights_dense"] + fine["weights_expert"],
         "gradients": fine["gradients_dense"] + fine["gradients_expert"],
@@ -336,6 +409,7 @@ def _rank_entry(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Parallel
         "activations": fine["activations"],
         "recompute_working_set": fine["recompute_working_set"],
         "topk_indices": fine["topk_indices"],
+        "indexer_logits": fine["indexer_logits"],
         "logits": fine["logits"],
     }
     total = sum(breakdown.values())
@@ -357,7 +431,7 @@ def _rank_entry(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Parallel
         "params_per_gpu": {"dense": dense, "expert": expert, "total": dense + expert},
         "breakdown": breakdown,
         "breakdown_detail": fine,
-        "host_bytes": int(round(st["host_optimizer"])),
+        "host_bytes": round(st["host_optimizer"]),
         "total_bytes": total,
         "total_gb": total / GB,
         "capacity_bytes": capacity,
@@ -387,8 +461,8 @@ def rank_totals(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Parallel
         st = _state_bytes(params[r].dense_per_gpu, params[r].expert_per_gpu, par, par.optimizer_cpu_offload)
         act = acts[r]
         terms = [v for k, v in st.items() if k != "host_optimizer"]
-        terms += [act[k] for k in ("activations", "recompute_working_set", "topk_indices", "logits")]
-        out.append(sum(int(round(v)) for v in terms))
+        terms += [act[k] for k in ACTIVATION_TERMS]
+        out.append(sum(round(v) for v in terms))
     return out
 
 
@@ -396,7 +470,7 @@ def rank_totals(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Parallel
 
 
 def megatron_theoretical(cfg: ModelConfig, par: ParallelConfig, *, mtp_layers: int | None = None,
-                         make_vocab_size_divisible_by: int = 128, add_bias_linear: bool = False,
+                         make_vocab_size_divisible_by: int | None = None, add_bias_linear: bool = False,
                          seq_length: int | None = None) -> dict[str, Any]:
     """What ``report_theoretical_memory`` (NVIDIA/Megatron-LM
     ``megatron/training/theoretical_memory_usage.py``) prints for these flags, in bytes.
@@ -429,18 +503,23 @@ def megatron_theoretical(cfg: ModelConfig, par: ParallelConfig, *, mtp_layers: i
     mtp_moe = n_mtp * moe_pattern[-1] if n_mtp else 0
     mtp_dense = n_mtp - mtp_moe
     norm = 1  # RMSNorm
-    if rq:
-        q_term = rq * (H + h * (dn + dr) + norm)
+    if cfg.attention == "gqa":
+        # Megatron's non-MLA self-attention: q, k, v and o over kv_channels d with g query groups
+        # (+ qk_layernorm 2d), ``2 H (h d + g d)`` in its own grouping
+        d, g = cfg.head_dim, cfg.num_key_value_heads
+        attn = H * h * d + 2 * H * g * d + h * d * H + (2 * d if cfg.qk_norm else 0)
     else:
-        q_term = H * h * (dn + dr)
-    attn = q_term + rkv * (H + h * (dn + dv) + norm) + H * dr + h * dv * H
+        q_term = rq * (H + h * (dn + dr) + norm) if rq else H * h * (dn + dr)
+        attn = q_term + rkv * (H + h * (dn + dv) + norm) + H * dr + h * dv * H
     dense_mlp = 3 * H * cfg.intermediate_size
     shared = 3 * H * cfg.n_shared_experts * cfg.moe_intermediate_size
     routed = 3 * H * cfg.moe_intermediate_size * E if E else 0
     layernorm = 2 * H * norm
     router = (H * E + (E if add_bias_linear else 0)) if E else 0
     final_ln = norm * H
-    unit = make_vocab_size_divisible_by * tp
+    # --make-vocab-size-divisible-by (default: the launch's, itself Megatron's 128) times TP
+    # (megatron/training/tokenizer ``_vocab_size_with_padding``)
+    unit = (make_vocab_size_divisible_by or par.make_vocab_size_divisible_by) * tp
     padded_vocab = -(-cfg.vocab_size // unit) * unit
     embedding = H * padded_vocab
     untied = not cfg.tie_word_embeddings
@@ -502,20 +581,20 @@ def megatron_theoretical(cfg: ModelConfig, par: ParallelConfig, *, mtp_layers: i
         "padded_vocab_size": padded_vocab,
         "data_parallel_size": dp,
         "expert_data_parallel_size": edp,
-        "params_most_loaded_shard": int(round(most_loaded)),
-        "params_most_loaded_shard_split": {"tp_sharded": int(round(tp_shard)), "replicated": int(round(repl_shard)),
-                                           "routed_experts": int(round(exp_shard))},
-        "params_other_shards": int(round(other)) if other is not None else None,
+        "params_most_loaded_shard": round(most_loaded),
+        "params_most_loaded_shard_split": {"tp_sharded": round(tp_shard), "replicated": round(repl_shard),
+                                           "routed_experts": round(exp_shard)},
+        "params_other_shards": round(other) if other is not None else None,
         "bytes_per_param_dense": bpp(dp),
         "bytes_per_param_expert": bpp(edp),
-        "weight_and_optimizer_bytes": int(round(weight_opt)),
+        "weight_and_optimizer_bytes": round(weight_opt),
         "weight_and_optimizer_gib": weight_opt / GIB,
         "weight_and_optimizer_mib": weight_opt / MIB,
         "activation_formula": formula,
         "activation_seq_length": s,
-        "activation_bytes": int(round(act)),
+        "activation_bytes": round(act),
         "activation_gib": act / GIB,
-        "total_bytes": int(round(weight_opt + act)),
+        "total_bytes": round(weight_opt + act),
         "total_gib": (weight_opt + act) / GIB,
     }
 
@@ -560,8 +639,8 @@ def _explain(cfg: ModelConfig, par: ParallelConfig, actual: list[dict[str, Any]]
             alt_worst = max(alt, key=lambda e: e["total_bytes"])
             if all(e["fits"] for e in alt):
                 txt += (f" With --optimizer-cpu-offload every rank fits (largest rank {alt_worst['pp_rank']}: "
-                        f"{_gb(alt_worst['total_bytes'])}; {_gb(alt_worst['host_bytes'])} of optimizer state per GPU "
-                        "moves to host memory).")
+                        f"{_gb(alt_worst['total_bytes'])}; {_gb(alt_worst['host_bytes'])} of host memory per GPU "
+                        "holds its FP32 master weights, Adam m, v and a pinned FP32 gradient copy).")
             else:
                 txt += (f" Even with --optimizer-cpu-offload rank {alt_worst['pp_rank']} needs "
                         f"{_gb(alt_worst['total_bytes'])}.")
@@ -575,8 +654,8 @@ def _explain(cfg: ModelConfig, par: ParallelConfig, actual: list[dict[str, Any]]
             moved = next(e["host_bytes"] for e in actual if e["pp_rank"] == w["pp_rank"])
             txt += (f" It fits only because of --optimizer-cpu-offload: without it rank(s) "
                     f"{', '.join(str(e['pp_rank']) for e in alt_over)} overflow, rank {w['pp_rank']} needing "
-                    f"{_gb(w['total_bytes'])} > {_gb(capacity)}: " + why(w) + f". The offload moves {_gb(moved)} "
-                    "of master weights and Adam state per GPU of that rank to host memory.")
+                    f"{_gb(w['total_bytes'])} > {_gb(capacity)}: " + why(w) + f". With the offload each GPU of that rank needs {_gb(moved)} "
+                    "of host memory (FP32 master weights, Adam m, v and a pinned FP32 gradient copy).")
         else:
             txt += " It would also fit without --optimizer-cpu-offload."
     return txt
@@ -617,38 +696,44 @@ def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
         "under_report_fraction": 1 - mt["weight_and_optimizer_bytes"] / ours_state if ours_state else 0.0,
     }
     mt["where_it_under_reports"] = [
-        f"layers are spread evenly ({cfg.num_hidden_layers}/{par.pp} = {cfg.num_hidden_layers / par.pp:g} per rank); "
-        f"the real plan puts {max_params['num_layers']} decoder + {max_params['mtp_layers']} MTP layers on rank "
-        f"{max_params['pp_rank']} ({max_params['params_per_gpu']['total'] / 1e9:.2f}B params per GPU vs "
-        f"{mt['params_most_loaded_shard'] / 1e9:.2f}B)",
+        (f"layers are spread evenly ({cfg.num_hidden_layers}/{par.pp} = {cfg.num_hidden_layers / par.pp:g} per "
+         f"rank); the real plan puts {max_params['num_layers']} decoder + {max_params['mtp_layers']} MTP layers "
+         f"on rank {max_params['pp_rank']} ({max_params['params_per_gpu']['total'] / 1e9:.2f}B params per GPU "
+         f"vs {mt['params_most_loaded_shard'] / 1e9:.2f}B)"),
         "no DSA indexer weights or activations, no IndexShare top-k indices",
         "MLA down-projections (replicated in Megatron-Core) are divided by TP",
-        "activations use dense-transformer formulas: no MoE dispatch, no CP split, no recompute-full savings, "
-        "no uneven stages, first stage only",
+        ("activations use dense-transformer formulas: no MoE dispatch, no CP split, no recompute-full "
+         "savings, no uneven stages, first stage only"),
         "dense optimizer shard uses DP = world/(TP*PP*CP) instead of DP*CP (over-reports with CP > 1)",
         "optimizer CPU offload is ignored (over-reports when it is on)",
     ]
+    host = host_memory(par, with_off)
     explanation = _explain(cfg, par, actual, alt, gpu.label, cap)
     checks = check_parallel(cfg, par, plan)
     notes = [
-        f"capacity convention: {gpu.label}; CUDA context, NCCL buffers and allocator fragmentation are not "
-        "itemised and must fit in the headroom",
+        (f"capacity convention: {gpu.label}; CUDA context, NCCL buffers and allocator fragmentation are not "
+         "itemised and must fit in the headroom"),
         f"tokens per GPU per micro-batch t = {par.tokens_per_microbatch} (after the CP split"
         + (", slime --max-tokens-per-gpu" if par.tokens_per_gpu is not None else "") + ")",
         "micro-batches per step: " + (str(par.microbatches) if par.microbatches is not None else
                                       "unknown; assumed >= PP (1F1B worst case)"),
-        "--use-precision-aware-optimizer alone does not change byte counts; only lowered "
-        "--main-grads/--main-params/--exp-avg(-sq) dtypes do"
-        + (f" (here: grads {par.main_grads_dtype}, master {par.main_params_dtype}, m {par.exp_avg_dtype}, "
-           f"v {par.exp_avg_sq_dtype})"),
+        _optimizer_note(par),
+        (f"host memory with --optimizer-cpu-offload: {host_bytes_per_param(par)} B per sharded parameter (FP32 "
+         "master, Adam m and v, pinned FP32 gradient copy; Megatron HybridDeviceOptimizer); fullest node "
+         f"{_gb(host['max_node_bytes'])} of {_gb(par.host_capacity_bytes)} ({par.gpus_per_node} GPUs per node)"),
         "distributed optimizer shards: dense over DP*CP = "
         f"{par.dense_optimizer_shards}, experts over EDP = {par.edp}" if par.distributed_optimizer
         else "no distributed optimizer: 18 B/param everywhere",
         f"recompute: {par.recompute}" + (f" ({par.recompute_method}, {par.recompute_num_layers} layer(s))"
                                          if par.recompute == "full" else
                                          " (core_attn + mla_up_proj)" if par.recompute == "selective" else ""),
-        "the IndexShare top-k indices of every full and MTP layer are kept per in-flight micro-batch "
-        "(int32, t x index_topk x 4 B) in every recompute mode",
+        ("no top-k indices are kept: under full recompute every layer of this model recomputes its own top-k"
+         if cfg.has_indexer and par.recompute == "full" and all(r.role == "full" for r in roles.layers) else
+         "the IndexShare top-k indices of every full and MTP layer are kept per in-flight micro-batch "
+         "(int32, t x index_topk x 4 B)"),
+        (f"indexer logits: one FP32 t x (t*CP) buffer = {_gb(indexer_logits_bytes(par))} on every rank that holds "
+         "a layer with an indexer (slime tilelang_indexer_fwd.py), in forward and in recompute"
+         if cfg.has_indexer else "no indexer: no indexer logits"),
         "logits: FP32 t x ceil(V/TP) x 4 B for one micro-batch per loss head (main + each MTP layer)",
     ]
     return {
@@ -667,10 +752,40 @@ def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
             "without_offload": [{"pp_rank": e["pp_rank"], "total_bytes": e["total_bytes"], "fits": e["fits"],
                                  "dominant_term": e["dominant_term"]} for e in without_off],
         },
+        "host_memory": host,
         "megatron_theoretical": mt,
         "explanation": explanation,
         "checks": [c.to_dict() for c in checks],
         "notes": notes,
+    }
+
+
+def _optimizer_note(par: ParallelConfig) -> str:
+    _, _, gpu_opt = _bytes_per_param(par, False)
+    if par.precision_aware_master_bytes is not None:
+        return (f"--use-precision-aware-optimizer with BF16 params: master weights stored as 16-bit remainders "
+                f"(store_param_remainders, Transformer Engine >= 2.1): {gpu_opt} B/param of optimizer state on "
+                "the GPU instead of 12")
+    return (f"optimizer state {gpu_opt} B/param on the GPU (master {par.main_params_dtype}, m {par.exp_avg_dtype}, "
+            f"v {par.exp_avg_sq_dtype})")
+
+
+def host_memory(par: ParallelConfig, with_offload: list[dict[str, Any]]) -> dict[str, Any]:
+    """Host memory of ``--optimizer-cpu-offload`` per GPU (per pipeline rank) and per node, against
+    ``host_memory_gb`` per node. ``with_offload`` are the rank entries computed with offload on."""
+    per_rank = [e["host_bytes"] for e in with_offload]
+    nodes = host_bytes_per_node(par, per_rank)
+    worst = max(nodes) if nodes else 0
+    return {
+        "offload_on": par.optimizer_cpu_offload,
+        "bytes_per_sharded_param": host_bytes_per_param(par),
+        "per_gpu_by_rank": per_rank,
+        "gpus_per_node": par.gpus_per_node,
+        "nodes": len(nodes),
+        "per_node": nodes,
+        "max_node_bytes": worst,
+        "capacity_bytes_per_node": par.host_capacity_bytes,
+        "fits": worst <= par.host_capacity_bytes,
     }
 
 
@@ -681,10 +796,20 @@ KV_DTYPES = ("bf16", "fp8")
 WEIGHT_DTYPES = ("bf16", "fp8")
 
 
-def kv_bytes_per_token_layer(cfg: ModelConfig, kv_dtype: str = "bf16") -> int:
-    """MLA latent cache of one token in one layer: ``(rkv + dr) * 2`` in BF16; in vLLM's
-    ``fp8_ds_mla`` layout ``rkv`` FP8 bytes + one FP32 scale per 128 latent values + the rope key
-    in BF16 (``512 + 16 + 128 = 656`` for GLM-5.2)."""
+def kv_bytes_per_token_layer(cfg: ModelConfig, kv_dtype: str = "bf16", *, tp: int = 1) -> int:
+    """KV cache of one token in one layer on one GPU.
+
+    MLA: the latent, ``(rkv + dr) * 2`` in BF16; in vLLM's ``fp8_ds_mla`` layout ``rkv`` FP8
+    bytes + one FP32 scale per 128 latent values + the rope key in BF16 (``512 + 16 + 128 = 656``
+    for GLM-5.2); one latent head, so TP does not shard it.
+    GQA / MHA: keys and values of the GPU's key-value heads, ``2 * ceil(g / TP) * d`` elements of
+    2 B (BF16) or 1 B (FP8; per-tensor scales ignored); with ``g < TP`` each GPU keeps one head
+    (vLLM replicates KV heads when TP exceeds them)."""
+    if kv_dtype not in KV_DTYPES:
+        raise ValueError(f"kv_dtype must be one of {KV_DTYPES}, got {kv_dtype!r}")
+    if cfg.attention == "gqa":
+        heads = math.ceil(cfg.num_key_value_heads / tp)
+        return 2 * heads * cfg.head_dim * (2 if kv_dtype == "bf16" else 1)
     rkv, dr = cfg.kv_lora_rank, cfg.qk_rope_head_dim
     if kv_dtype == "bf16":
         return 2 * (rkv + dr)
@@ -751,7 +876,7 @@ def inference_memory(cfg: ModelConfig, *, tp: int = 1, ep: int = 1, dp_attention
         keep_bf16 = (math.ceil(sh.embedding / tp) + math.ceil(sh.lm_head / tp)
                      + n_attn * sh.norms + sh.final_norm + n_moe * sh.router + n_mtp * 3 * cfg.hidden_size)
         weights = 2 * keep_bf16 + (dense + expert - keep_bf16)
-    latent = kv_bytes_per_token_layer(cfg, kv_dtype)
+    latent = kv_bytes_per_token_layer(cfg, kv_dtype, tp=tp)
     idx = indexer_bytes_per_token_layer(cfg)
     idx_layers = sum(1 for r in roles.layers if r.has_indexer) + (n_mtp if cfg.has_indexer else 0)
     kv_layers = cfg.num_hidden_layers + n_mtp
@@ -773,7 +898,8 @@ def inference_memory(cfg: ModelConfig, *, tp: int = 1, ep: int = 1, dp_attention
         "params_per_gpu": {"dense": dense, "expert": expert, "total": dense + expert},
         "weights_bytes_per_gpu": int(weights),
         "kv": {
-            "latent_bytes_per_token_layer": latent,
+            "latent_bytes_per_token_layer": latent,  # MLA latent, or GQA K+V of the GPU's heads
+            "kv_bytes_per_token_layer": latent,
             "indexer_bytes_per_token_layer": idx,
             "layers": kv_layers,
             "indexer_layers": idx_layers,
@@ -795,10 +921,13 @@ def inference_memory(cfg: ModelConfig, *, tp: int = 1, ep: int = 1, dp_attention
         "notes": [
             f"KV per token = {kv_layers} x {latent} B latent + {idx_layers} x {idx} B indexer keys = {per_token:,} B"
             + (" (MTP layer included)" if n_mtp else " (decoder layers only; MTP not served)"),
-            "MLA caches one latent head per token, so TP does not shard the KV cache",
-            f"one {context:,}-token sequence: {per_seq / GB:.1f} GB = {per_seq / GIB:.1f} GiB; latent only "
-            f"{kv_layers * latent * context / GB:.1f} GB = {kv_layers * latent * context / GIB:.1f} GiB",
-            "max_context_tokens: longest context for the given sequences per GPU; max_batch: most "
-            "sequences at the given context; both after weights, with no runtime reserve",
+            ("MLA caches one latent head per token, so TP does not shard the KV cache"
+             if cfg.attention == "mla" else
+             f"GQA: {cfg.num_key_value_heads} key-value heads of {cfg.head_dim} over TP={tp}: "
+             f"{math.ceil(cfg.num_key_value_heads / tp)} per GPU"),
+            (f"one {context:,}-token sequence: {per_seq / GB:.1f} GB = {per_seq / GIB:.1f} GiB; KV without "
+             f"indexer keys {kv_layers * latent * context / GB:.1f} GB = {kv_layers * latent * context / GIB:.1f} GiB"),
+            ("max_context_tokens: longest context for the given sequences per GPU; max_batch: most "
+             "sequences at the given context; both after weights, with no runtime reserve"),
         ],
     }

@@ -1,4 +1,5 @@
-"""Model configs: the pinned presets and any HF ``config.json`` of the DeepSeek-V3 / GLM-5 family.
+"""Model configs: the pinned presets and any HF ``config.json`` of the model families Megatron /
+slime users train.
 
 A :class:`ModelConfig` keeps the fields the planner's models need, every other field of the
 file untouched (``extra``), and two digests:
@@ -7,9 +8,36 @@ file untouched (``extra``), and two digests:
 * ``canonical_sha256``: of the sorted, minified JSON (``sort_keys``, ``(",", ":")`` separators,
   UTF-8), so two files that differ only in whitespace or key order share it.
 
-Accepted model types: ``glm_moe_dsa`` (GLM-5.x), ``deepseek_v32`` (DSA reference),
-``deepseek_v3`` and any DeepSeek-V3-shaped MoE config without an indexer (fields as in
-``transformers`` ``DeepseekV3Config``). Input is refused, with a message naming the field, when
+Accepted model types, by attention kind (``ModelConfig.attention``):
+
+* ``mla`` (multi-head latent attention): ``glm_moe_dsa`` (GLM-5.x, DSA), ``deepseek_v32`` (DSA
+  reference), ``deepseek_v3`` and ``kimi_k2`` (Kimi-K2 ships ``DeepseekV3ForCausalLM``), and any
+  config of another type that carries the MLA fields (``kv_lora_rank`` ...), as in transformers
+  ``DeepseekV3Config``;
+* ``gqa`` (grouped-query / multi-head attention with ``num_key_value_heads`` and ``head_dim``):
+  ``llama``, ``mistral``, ``qwen2``, ``qwen3`` (dense) and ``qwen3_moe``, ``mixtral``,
+  ``glm4_moe`` (MoE).
+
+Each family spells its fields its own way; they are read into one set of fields
+(huggingface/transformers ``models/<family>/configuration_<family>.py`` and the module shapes
+in ``modeling_<family>.py``):
+
+* experts: ``n_routed_experts`` (DeepSeek, GLM), ``num_experts`` (Qwen3-MoE),
+  ``num_local_experts`` (Mixtral, whose ``intermediate_size`` is the expert width);
+* dense-first / interleaved MoE layers: ``first_k_dense_replace`` + ``moe_layer_freq``
+  (DeepSeek, GLM), ``decoder_sparse_step`` + ``mlp_only_layers`` (Qwen3-MoE: layer ``i`` is MoE
+  iff ``i`` is not in ``mlp_only_layers`` and ``(i + 1) % decoder_sparse_step == 0``), every
+  layer (Mixtral);
+* shared experts: ``n_shared_experts`` (DeepSeek, GLM-4.5); none for Qwen3-MoE and Mixtral;
+* attention biases: Qwen2 has q/k/v biases (``bias=True`` in ``Qwen2Attention``) and none on
+  o_proj; Llama / Mistral / Qwen3 put ``attention_bias`` on q, k, v and o; GLM-4.5 on q, k, v only;
+* QK-norm (an RMSNorm of ``head_dim`` on q and on k): always for Qwen3 / Qwen3-MoE,
+  ``use_qk_norm`` for GLM-4.5;
+* router score-correction bias (``e_score_correction_bias``, E per MoE layer): DeepSeek and GLM;
+* MTP (``num_nextn_predict_layers``): DeepSeek and GLM; none elsewhere.
+
+A ``model_type`` outside this list without the MLA fields is refused (its shapes cannot be read
+completely). Input is refused, with a message naming the field, when
 it is not JSON, is over 1 MiB, nests deeper than 64 levels, repeats a key, contains NaN or
 Infinity, lacks ``num_hidden_layers``, or carries a negative, non-integer or absurd size, or an
 ``indexer_types`` / ``mlp_layer_types`` / ``index_topk_pattern`` of the wrong length or with
@@ -59,6 +87,10 @@ _LIMITS: dict[str, int] = {
     "index_skip_topk_offset": 4096,
     "num_nextn_predict_layers": 64,
     "max_position_embeddings": 1 << 30,
+    "head_dim": 1 << 16,
+    "num_experts": 1 << 16,
+    "num_local_experts": 1 << 16,
+    "decoder_sparse_step": 4096,
 }
 
 #: Fields that must be >= 1 when present (the others may be 0).
@@ -69,9 +101,16 @@ _POSITIVE = {
     "num_attention_heads",
     "index_topk_freq",
     "moe_layer_freq",
+    "head_dim",
+    "num_key_value_heads",
+    "decoder_sparse_step",
 }
 
-KNOWN_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3")
+MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
+GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe")
+KNOWN_MODEL_TYPES = MLA_MODEL_TYPES + GQA_MODEL_TYPES
+#: model types whose MoE router has a score-correction bias (``e_score_correction_bias``)
+_ROUTER_BIAS_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2", "glm4_moe")
 _DSA_DEFAULTS = {"glm_moe_dsa": (32, 128, 2048), "deepseek_v32": (64, 128, 2048)}
 
 
@@ -133,6 +172,13 @@ class ModelConfig:
     num_nextn_predict_layers: int
     tie_word_embeddings: bool
     max_position_embeddings: int | None
+    attention: str = "mla"  # "mla" | "gqa"
+    num_key_value_heads: int = 0  # GQA: key/value heads (MLA: 0, one latent)
+    head_dim: int = 0  # GQA: per-head dim of q, k and v
+    qkv_bias: bool = False  # biases on q, k, v projections
+    o_bias: bool = False  # bias on the output projection
+    qk_norm: bool = False  # RMSNorm(head_dim) on q and on k
+    moe_router_bias: bool = True  # router score-correction bias in the checkpoint
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -144,6 +190,14 @@ class ModelConfig:
     @property
     def num_layers(self) -> int:
         return self.num_hidden_layers
+
+    @property
+    def mtp_stores_embedding_and_head(self) -> bool:
+        """Whether the checkpoint's MTP module stores its own copy of the embedding and the output
+        head: DeepSeek checkpoints do (``model.layers.61.embed_tokens`` and
+        ``model.layers.61.shared_head.head``; published 671B main + 14B MTP = 685B, deepseek-ai
+        DeepSeek-V3 README); GLM checkpoints do not (FACTS.md section 7)."""
+        return (self.model_type or "").startswith("deepseek")
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -158,6 +212,8 @@ class ModelConfig:
             "num_layers": self.num_hidden_layers,
             "mtp_layers": self.num_nextn_predict_layers,
             "has_indexer": self.has_indexer,
+            "attention": self.attention,
+            "moe": self.n_routed_experts > 0,
         }
 
 
@@ -306,8 +362,78 @@ _NEEDED = (
     "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "index_n_heads",
     "index_head_dim", "index_topk", "index_topk_freq", "index_skip_topk_offset",
     "index_topk_pattern", "indexer_types", "mlp_layer_types", "num_nextn_predict_layers",
-    "tie_word_embeddings", "max_position_embeddings",
+    "tie_word_embeddings", "max_position_embeddings", "num_key_value_heads", "head_dim",
+    "num_experts", "num_local_experts", "decoder_sparse_step", "mlp_only_layers", "use_qk_norm",
+    "attention_bias",
 )
+
+
+def _bool_field(raw: dict[str, Any], name: str, default: bool) -> bool:
+    value = raw.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be true or false, got {json.dumps(value)[:40]}", name)
+    return value
+
+
+def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads: int) -> dict[str, Any]:
+    """The GQA family's fields in the planner's names (module docstring)."""
+    kv = _int_field(raw, "num_key_value_heads", heads)
+    assert kv is not None
+    if heads % kv:
+        raise ConfigError(
+            f"num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv})", "num_key_value_heads"
+        )
+    head_dim = _int_field(raw, "head_dim", None)
+    if head_dim is None:
+        if hidden % heads:
+            raise ConfigError(
+                f"hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads}); give head_dim", "head_dim"
+            )
+        head_dim = hidden // heads
+    bias = _bool_field(raw, "attention_bias", False)
+    out: dict[str, Any] = {
+        "attention": "gqa", "num_key_value_heads": kv, "head_dim": head_dim,
+        "qkv_bias": True if model_type == "qwen2" else bias,
+        "o_bias": bias if model_type in ("llama", "mistral", "qwen3", "qwen3_moe") else False,
+        "qk_norm": model_type in ("qwen3", "qwen3_moe") or (model_type == "glm4_moe"
+                                                            and _bool_field(raw, "use_qk_norm", False)),
+        "moe_router_bias": model_type in _ROUTER_BIAS_TYPES,
+    }
+    # defaults where a field is omitted: the transformers config classes' (MixtralConfig: 8 experts,
+    # top-2, width 14336; Qwen3MoeConfig: 128 experts, top-8, width 768)
+    if model_type == "mixtral":
+        out.update(n_routed_experts=_int_field(raw, "num_local_experts", 8),
+                   num_experts_per_tok=_int_field(raw, "num_experts_per_tok", 2),
+                   moe_intermediate_size=_int_field(raw, "intermediate_size", 14336),
+                   intermediate_size=0, first_k_dense_replace=0, moe_layer_freq=1, n_shared_experts=0,
+                   num_nextn_predict_layers=0)
+    elif model_type == "qwen3_moe":
+        out.update(n_routed_experts=_int_field(raw, "num_experts", 128),
+                   num_experts_per_tok=_int_field(raw, "num_experts_per_tok", 8),
+                   moe_intermediate_size=_int_field(raw, "moe_intermediate_size", 768), n_shared_experts=0,
+                   first_k_dense_replace=0, moe_layer_freq=1, num_nextn_predict_layers=0,
+                   mlp_layer_types=_qwen3_moe_layer_types(raw, n))
+    elif model_type != "glm4_moe":  # dense families
+        out.update(n_routed_experts=0, n_shared_experts=0, num_experts_per_tok=0, moe_intermediate_size=0,
+                   num_nextn_predict_layers=0)
+    return out
+
+
+def _qwen3_moe_layer_types(raw: dict[str, Any], n: int) -> tuple[str, ...] | None:
+    """Qwen3-MoE: layer ``i`` (0-based) is sparse iff ``i not in mlp_only_layers`` and
+    ``(i + 1) % decoder_sparse_step == 0`` (transformers ``modeling_qwen3_moe.py``
+    ``Qwen3MoeDecoderLayer``); ``None`` when every layer is sparse."""
+    step = _int_field(raw, "decoder_sparse_step", 1)
+    assert step is not None
+    only = raw.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n
+                                             for i in only):
+        raise ConfigError(f"mlp_only_layers must be a list of 0-based layer indices below {n}", "mlp_only_layers")
+    if step == 1 and not only:
+        return None
+    return tuple("dense" if i in only or (i + 1) % step else "sparse" for i in range(n))
 
 
 def config_from_dict(
@@ -347,15 +473,20 @@ def config_from_dict(
             raise ConfigError(
                 f"index_topk_pattern may only contain 'F' and 'S'; found {bad[:5]}", "index_topk_pattern"
             )
-    if model_type not in KNOWN_MODEL_TYPES:
+    family: dict[str, Any] = {}
+    if model_type in GQA_MODEL_TYPES:
+        family = _gqa_fields(raw, model_type, n, hidden, heads)  # type: ignore[arg-type]
+    else:
         missing = [f for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
                    if raw.get(f) is None]
         if missing:
             raise ConfigError(
-                f"model_type {model_type!r} is not a DeepSeek-V3-shaped MLA model: {missing[0]} is missing "
-                f"(isplan plans {', '.join(KNOWN_MODEL_TYPES)} and configs with the same MLA/MoE fields)",
-                missing[0],
+                f"model_type {model_type!r} is not one isplan can read completely: it is not a known GQA family "
+                f"({', '.join(GQA_MODEL_TYPES)}) and, as an MLA model, {missing[0]} is missing "
+                f"(MLA types: {', '.join(MLA_MODEL_TYPES)})",
+                missing[0] if model_type in MLA_MODEL_TYPES or model_type is None else "model_type",
             )
+        family = {"moe_router_bias": True}
     freq = _int_field(raw, "index_topk_freq", None)
     offset = _int_field(raw, "index_skip_topk_offset", None)
     tie = raw.get("tie_word_embeddings", False)
@@ -370,45 +501,52 @@ def config_from_dict(
         raise ConfigError(
             f"num_experts_per_tok ({topk}) exceeds n_routed_experts ({experts})", "num_experts_per_tok"
         )
-    cfg = ModelConfig(
-        id=id,
-        source=source,
-        sha256=hashlib.sha256(data).hexdigest(),
-        canonical_sha256=canonical_digest(raw),
-        provenance=provenance,
-        upstream_repo=upstream_repo,
-        label=label or id,
-        model_type=model_type,
-        num_hidden_layers=n,
-        hidden_size=hidden,  # type: ignore[arg-type]
-        vocab_size=vocab,  # type: ignore[arg-type]
-        num_attention_heads=heads,  # type: ignore[arg-type]
-        intermediate_size=_int_field(raw, "intermediate_size", 0),  # type: ignore[arg-type]
-        moe_intermediate_size=_int_field(raw, "moe_intermediate_size", 0),  # type: ignore[arg-type]
-        n_routed_experts=experts,  # type: ignore[arg-type]
-        n_shared_experts=_int_field(raw, "n_shared_experts", 0),  # type: ignore[arg-type]
-        num_experts_per_tok=topk,  # type: ignore[arg-type]
-        first_k_dense_replace=first_dense,  # type: ignore[arg-type]
-        moe_layer_freq=_int_field(raw, "moe_layer_freq", 1),  # type: ignore[arg-type]
-        q_lora_rank=q_lora,
-        kv_lora_rank=_int_field(raw, "kv_lora_rank", 0),  # type: ignore[arg-type]
-        qk_nope_head_dim=_int_field(raw, "qk_nope_head_dim", 0),  # type: ignore[arg-type]
-        qk_rope_head_dim=_int_field(raw, "qk_rope_head_dim", 0),  # type: ignore[arg-type]
-        v_head_dim=_int_field(raw, "v_head_dim", 0),  # type: ignore[arg-type]
-        index_n_heads=_int_field(raw, "index_n_heads", dsa_defaults[0]) if has_dsa else 0,  # type: ignore[arg-type]
-        index_head_dim=_int_field(raw, "index_head_dim", dsa_defaults[1]) if has_dsa else 0,  # type: ignore[arg-type]
-        index_topk=_int_field(raw, "index_topk", dsa_defaults[2]) if has_dsa else 0,  # type: ignore[arg-type]
-        index_topk_freq=freq,
-        index_skip_topk_offset=offset,
-        index_topk_pattern=index_topk_pattern,
-        indexer_types=_str_list(raw, "indexer_types", ("full", "shared"), n),
-        mlp_layer_types=_str_list(raw, "mlp_layer_types", ("dense", "sparse"), n),
-        num_nextn_predict_layers=mtp,  # type: ignore[arg-type]
-        tie_word_embeddings=tie,
-        max_position_embeddings=_int_field(raw, "max_position_embeddings", None),
-        extra={k: v for k, v in raw.items() if k not in _NEEDED},
-        raw=raw,
-    )
+    fields: dict[str, Any] = {
+        "id": id,
+        "source": source,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "canonical_sha256": canonical_digest(raw),
+        "provenance": provenance,
+        "upstream_repo": upstream_repo,
+        "label": label or id,
+        "model_type": model_type,
+        "num_hidden_layers": n,
+        "hidden_size": hidden,
+        "vocab_size": vocab,
+        "num_attention_heads": heads,
+        "intermediate_size": _int_field(raw, "intermediate_size", 0),
+        "moe_intermediate_size": _int_field(raw, "moe_intermediate_size", 0),
+        "n_routed_experts": experts,
+        "n_shared_experts": _int_field(raw, "n_shared_experts", 0),
+        "num_experts_per_tok": topk,
+        "first_k_dense_replace": first_dense,
+        "moe_layer_freq": _int_field(raw, "moe_layer_freq", 1),
+        "q_lora_rank": q_lora,
+        "kv_lora_rank": _int_field(raw, "kv_lora_rank", 0),
+        "qk_nope_head_dim": _int_field(raw, "qk_nope_head_dim", 0),
+        "qk_rope_head_dim": _int_field(raw, "qk_rope_head_dim", 0),
+        "v_head_dim": _int_field(raw, "v_head_dim", 0),
+        "index_n_heads": _int_field(raw, "index_n_heads", dsa_defaults[0]) if has_dsa else 0,
+        "index_head_dim": _int_field(raw, "index_head_dim", dsa_defaults[1]) if has_dsa else 0,
+        "index_topk": _int_field(raw, "index_topk", dsa_defaults[2]) if has_dsa else 0,
+        "index_topk_freq": freq,
+        "index_skip_topk_offset": offset,
+        "index_topk_pattern": index_topk_pattern,
+        "indexer_types": _str_list(raw, "indexer_types", ("full", "shared"), n),
+        "mlp_layer_types": _str_list(raw, "mlp_layer_types", ("dense", "sparse"), n),
+        "num_nextn_predict_layers": mtp,
+        "tie_word_embeddings": tie,
+        "max_position_embeddings": _int_field(raw, "max_position_embeddings", None),
+        "extra": {k: v for k, v in raw.items() if k not in _NEEDED},
+        "raw": raw,
+    }
+    fields.update(family)
+    cfg = ModelConfig(**fields)
+    if cfg.n_routed_experts and cfg.num_experts_per_tok > cfg.n_routed_experts:
+        raise ConfigError(
+            f"num_experts_per_tok ({cfg.num_experts_per_tok}) exceeds the {cfg.n_routed_experts} routed experts",
+            "num_experts_per_tok",
+        )
     if cfg.indexer_types is not None and not cfg.has_indexer:
         raise ConfigError(
             "indexer_types is set but the config has no indexer (index_n_heads / index_head_dim)",

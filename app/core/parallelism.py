@@ -124,9 +124,20 @@ class ParallelConfig:
     distributed_optimizer: bool = True
     gpu: str = "h100-80gb"
     gpu_capacity_bytes: int | None = None
+    #: Megatron ``OptimizerConfig.store_param_remainders`` (default True; False on Transformer
+    #: Engine < 2.1): with ``--use-precision-aware-optimizer`` and BF16 params the FP32 master
+    #: weight is stored as its 16-bit remainder (NVIDIA/Megatron-LM
+    #: ``megatron/core/optimizer/optimizer_config.py``, ``distrib_optimizer.py`` ``init_shard(torch.int16)``).
+    store_param_remainders: bool = True
+    #: GPUs per node and host memory per node, for ``--optimizer-cpu-offload`` (DGX H100: 8 GPUs, 2 TB).
+    gpus_per_node: int = 8
+    host_memory_gb: float = 2048.0
+    #: Megatron ``--make-vocab-size-divisible-by`` (``megatron/training/arguments.py``, default 128).
+    make_vocab_size_divisible_by: int = 128
 
     def __post_init__(self) -> None:
-        for name in ("tp", "cp", "pp", "ep", "mbs", "recompute_num_layers"):
+        for name in ("tp", "cp", "pp", "ep", "mbs", "recompute_num_layers", "gpus_per_node",
+                     "make_vocab_size_divisible_by"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a whole number >= 1, got {v!r}")
@@ -139,6 +150,10 @@ class ParallelConfig:
             raise ValueError(f"recompute must be one of {RECOMPUTE}, got {self.recompute!r}")
         if self.recompute_method not in RECOMPUTE_METHODS:
             raise ValueError(f"recompute_method must be one of {RECOMPUTE_METHODS}, got {self.recompute_method!r}")
+        if isinstance(self.host_memory_gb, bool) or not isinstance(self.host_memory_gb, (int, float)) \
+                or not self.host_memory_gb > 0:
+            raise ValueError(f"host_memory_gb must be a number > 0 (GB of host memory per node), "
+                             f"got {self.host_memory_gb!r}")
         if not 0.0 <= self.optimizer_offload_fraction <= 1.0:
             raise ValueError(f"optimizer_offload_fraction must be in [0, 1], got {self.optimizer_offload_fraction}")
         for name, allowed in (("main_grads_dtype", _MAIN_GRADS), ("main_params_dtype", _MAIN_PARAMS),
@@ -214,6 +229,25 @@ class ParallelConfig:
             return self.seq_length
         assert self.tokens_per_gpu is not None
         return self.tokens_per_gpu * self.cp
+
+    @property
+    def host_capacity_bytes(self) -> int:
+        """Host memory of one node in bytes (``host_memory_gb`` decimal GB)."""
+        return int(self.host_memory_gb * 10**9)
+
+    @property
+    def gpus_per_pp_rank(self) -> int:
+        """GPUs that hold one pipeline rank: ``world / PP`` = TP * CP * DP."""
+        return self.world // self.pp
+
+    @property
+    def precision_aware_master_bytes(self) -> int | None:
+        """Bytes of one FP32 master weight on the GPU with ``--use-precision-aware-optimizer``
+        and BF16 params: 2 (its 16-bit remainder; the other 16 bits are the BF16 param) when
+        ``store_param_remainders`` and ``main_params_dtype`` is fp32, else ``None`` (dtype size)."""
+        if self.use_precision_aware_optimizer and self.store_param_remainders and self.main_params_dtype == "fp32":
+            return 2
+        return None
 
     @property
     def gpu_preset(self) -> GpuPreset:
@@ -386,11 +420,12 @@ def check_parallel(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None
     elif experts and tp > 1:
         out.append(Check("sp_moe_tp", True, f"sequence parallelism is on with MoE and TP={tp}", level="warning"))
 
-    # MTP with CP -------------------------------------------------------------------------------------
+    # MTP with CP: accepted (validate_args no longer refuses it; FACTS.md section 3) -----------------
     if mtp and cp > 1:
         out.append(Check("mtp_cp", True,
-                         f"MTP ({mtp} layer(s)) with CP={cp} is accepted: current Megatron validate_args no "
-                         "longer refuses MTP with context parallelism", level="info"))
+                         f"MTP ({mtp} layer(s)) with CP={cp}: accepted by Megatron's validate_args "
+                         "(NVIDIA/Megatron-LM megatron/training/arguments.py @ d98e8a6 has no MTP/CP refusal)",
+                         level="info"))
 
     # pipeline ---------------------------------------------------------------------------------------
     v = par.vpp or 1

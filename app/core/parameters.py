@@ -8,16 +8,25 @@ widths, V the vocabulary:
 * MLA attention ``H*rq + rq + rq*h*(dn+dr) + H*(rkv+dr) + rkv + rkv*h*(dn+dv) + h*dv*H``
   (q_a_proj, q_a_layernorm, q_b_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj;
   without a q LoRA the query is one ``H*h*(dn+dr)`` projection);
+* GQA / MHA attention (``attention == "gqa"``, d = ``head_dim``, g = ``num_key_value_heads``):
+  q ``H*h*d``, k and v ``H*g*d`` each, o ``h*d*H`` (all TP-sharded); q/k/v biases ``h*d + 2*g*d``
+  when the family has them (TP-sharded with their projection), an o_proj bias ``H`` (replicated:
+  a row-parallel bias is added after the reduction), QK-norm ``2*d`` (replicated)
+  (transformers ``LlamaAttention`` / ``Qwen2Attention`` / ``Qwen3Attention`` / ``Glm4MoeAttention``);
 * layer norms ``2H``; indexer ``rq*Hi*di + H*di + H*Hi + 2*di`` (wq_b, wk, weights_proj, k_norm),
   **only on layers that own an indexer** (full layers and MTP layers);
 * dense FFN ``3*H*I``; one expert ``3*H*i``; routed experts ``E*3*H*i``; shared ``S*3*H*i``;
-  router ``E*H``; router score-correction bias ``E`` (checkpoint only, not a trained weight);
+  router ``E*H``; router score-correction bias ``E`` (DeepSeek / GLM ``e_score_correction_bias``;
+  checkpoint only, not a trained weight; none for Qwen3-MoE and Mixtral);
 * embedding and lm_head ``V*H`` each (one when tied); final norm ``H``;
 * an MTP layer: attention + norms + indexer + MoE + enorm/hnorm ``2H`` + eh_proj ``2H^2`` +
   shared-head norm ``H`` (it shares the embedding and the head).
 
 Totals: ``main_total`` = decoder + embedding + head + final norm (no MTP, no router bias; 744B
-published); ``checkpoint_total`` adds MTP layers and router biases (what the safetensors hold).
+published); ``checkpoint_total`` adds MTP layers and router biases (what the safetensors hold),
+and for DeepSeek checkpoints the MTP module's own embedding and head copies
+(:attr:`ModelConfig.mtp_stores_embedding_and_head`; DeepSeek-V3: 671B main + 14B MTP = 685B
+published in deepseek-ai/DeepSeek-V3 ``README.md``; GLM checkpoints store none).
 ``active`` = per-token activated weights: attention, indexers, norms, dense FFN, ``top-k`` routed
 plus shared experts, router, final norm and lm_head; no input embedding, no MTP.
 
@@ -27,7 +36,7 @@ own copy of the embedding (Megatron builds ``self.embedding`` when ``pre_process
 mtp_process``; NVIDIA/Megatron-LM ``megatron/core/models/gpt/gpt_model.py``).
 
 Sharding per GPU (Megatron-Core conventions): TP splits the MLA up/out projections (q_b, kv_b,
-o_proj), the dense FFN, the shared expert and the vocabulary of embedding / lm_head; the MLA
+o_proj) or the GQA q, k, v, o projections (and their q/k/v biases), the dense FFN, the shared expert and the vocabulary of embedding / lm_head; the MLA
 down projections, their norms, the indexer (``parallel_mode="duplicated"``), the router and the
 layer norms are replicated; routed experts are split EP ways by expert and ETP ways inside an
 expert.
@@ -76,7 +85,16 @@ class Shapes:
         return self.routed_experts + self.shared_expert + self.router
 
 
+def _gqa_attention(cfg: ModelConfig) -> tuple[int, int]:
+    """(TP-sharded, replicated) parameters of one GQA / MHA attention block."""
+    H, h, d, g = cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim, cfg.num_key_value_heads
+    sharded = H * h * d + 2 * H * g * d + h * d * H + ((h * d + 2 * g * d) if cfg.qkv_bias else 0)
+    replicated = (H if cfg.o_bias else 0) + (2 * d if cfg.qk_norm else 0)
+    return sharded, replicated
+
+
 def shapes(cfg: ModelConfig) -> Shapes:
+    """Per-module parameter counts (module docstring) of ``cfg``."""
     H, h = cfg.hidden_size, cfg.num_attention_heads
     rq, rkv = cfg.q_lora_rank, cfg.kv_lora_rank
     dn, dr, dv = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
@@ -86,14 +104,17 @@ def shapes(cfg: ModelConfig) -> Shapes:
         q_rep, q_sh = 0, H * h * (dn + dr)
     kv_rep, kv_sh = H * (rkv + dr) + rkv, rkv * h * (dn + dv)
     o_sh = h * dv * H
+    attn_sh, attn_rep = q_sh + kv_sh + o_sh, q_rep + kv_rep
+    if cfg.attention == "gqa":
+        attn_sh, attn_rep = _gqa_attention(cfg)
     idx_in = rq if rq else H
     indexer = (idx_in * cfg.index_n_heads * cfg.index_head_dim + H * cfg.index_head_dim
                + H * cfg.index_n_heads + 2 * cfg.index_head_dim) if cfg.has_indexer else 0
     expert = 3 * H * cfg.moe_intermediate_size
     E = cfg.n_routed_experts
     return Shapes(
-        attn_sharded=q_sh + kv_sh + o_sh,
-        attn_replicated=q_rep + kv_rep,
+        attn_sharded=attn_sh,
+        attn_replicated=attn_rep,
         norms=2 * H,
         indexer=indexer,
         dense_ffn=3 * H * cfg.intermediate_size,
@@ -101,7 +122,7 @@ def shapes(cfg: ModelConfig) -> Shapes:
         routed_experts=E * expert,
         shared_expert=cfg.n_shared_experts * expert,
         router=E * H,
-        router_bias=E,
+        router_bias=E if cfg.moe_router_bias else 0,
         embedding=cfg.vocab_size * H,
         lm_head=0 if cfg.tie_word_embeddings else cfg.vocab_size * H,
         final_norm=H,
@@ -173,7 +194,8 @@ def count_parameters(cfg: ModelConfig, roles: RoleMap | None = None) -> ParamRep
     breakdown["lm_head"] = sh.lm_head
     breakdown["final_norm"] = sh.final_norm
     n_mtp = cfg.num_nextn_predict_layers
-    breakdown["mtp"] = n_mtp * mtp_layer_total(cfg, sh, with_bias=True)
+    own_copies = sh.embedding + (sh.lm_head or sh.embedding) if cfg.mtp_stores_embedding_and_head else 0
+    breakdown["mtp"] = n_mtp * (mtp_layer_total(cfg, sh, with_bias=True) + own_copies)
     main_total = sum(v for k, v in breakdown.items() if k not in ("router_bias", "mtp"))
     checkpoint_total = main_total + breakdown["router_bias"] + breakdown["mtp"]
     n_moe = sum(1 for r in roles.layers if r.ffn == "moe")

@@ -1,15 +1,16 @@
 """Parallel-configuration search for a GPU budget: enumerate, drop what Megatron refuses or what
 overflows a GPU, rank the rest.
 
-Enumerated: TP (divisors of the head count, at most 8 = one NVLink domain), CP (powers of two up
+Enumerated: TP (divisors of the head count and, for GQA, of the key-value heads; at most 8 = one
+NVLink domain), CP (powers of two up
 to 16, dividing the sample length in chunks of 2*CP), PP (powers of two up to 16 with a valid
 IndexShare layout), EP (divisors of the expert count), ETP in {1, TP}, VPP in {1, 2, 4} (PP > 2),
 recompute in {none, selective, full (uniform, 1 layer)}, optimizer CPU offload off/on. DP follows
 from the budget: GPUs / (TP*CP*PP) must be whole, and ETP*EP*PP must divide the world.
 
 Each (PP, VPP) uses the optimal valid layout for memory (:func:`app.core.optimiser.optimal_layout`
-over per-layer parameter counts, embedding on the first stage, lm_head + MTP + the MTP's
-embedding copy on the last), so every physical and virtual stage starts on a full layer.
+over per-layer parameter counts, embedding on the first stage, lm_head + the launch's MTP layers
+(``mtp_layers``, default 0) + their embedding copy on the last), so every physical and virtual stage starts on a full layer.
 
 Ranking model (stated, simple, deterministic): the estimated relative step time is
 
@@ -34,12 +35,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.flops import bubble_fraction, stage_flops
+from app.core.layer_costs import memory_costs
 from app.core.layer_roles import derive_roles
 from app.core.memory import rank_activations, rank_totals
 from app.core.model_config import ModelConfig
 from app.core.optimiser import optimal_layout
 from app.core.parallelism import ParallelConfig, check_parallel, divisors, resolve_gpu
-from app.core.layer_costs import memory_costs
 from app.core.parameters import per_rank_params
 from app.core.stages import PipelineSpec, StagePlan, materialise, megatron_flags
 
@@ -73,10 +74,15 @@ def search(
     space: SearchSpace | None = None,
     top: int = 10,
     engine: str = "megatron",
+    mtp_layers: int = 0,
 ) -> dict[str, Any]:
-    """Evaluate every combination in ``space`` for ``gpus`` GPUs; JSON-ready result."""
+    """Evaluate every combination in ``space`` for ``gpus`` GPUs; JSON-ready result.
+    ``mtp_layers`` is the launch's ``--mtp-num-layers`` (0: slime and Megatron build no MTP layer
+    without it)."""
     if gpus < 1:
         raise ValueError(f"--gpus must be at least 1, got {gpus}")
+    if mtp_layers < 0:
+        raise ValueError(f"--mtp-num-layers cannot be negative, got {mtp_layers}")
     if seq_length is None and tokens_per_gpu is None:
         seq_length = 4096
     capacity = resolve_gpu(gpu, gpu_capacity_bytes).capacity_bytes
@@ -84,10 +90,13 @@ def search(
     t0 = time.perf_counter()
     roles = derive_roles(cfg, engine)
     full = [r.role == "full" for r in roles.layers]
-    mem = memory_costs(cfg, roles)
+    mem = memory_costs(cfg, roles, mtp_layers=mtp_layers)
     costs, first_extra, last_extra = list(mem.costs), mem.first_stage_extra, mem.last_stage_extra
     heads, experts = cfg.num_attention_heads, cfg.n_routed_experts
-    tps = space.tp or tuple(t for t in divisors(heads) if t <= 8)
+    # TP must divide the heads and, for GQA, the key-value heads (Megatron: num_query_groups % TP == 0,
+    # megatron/core/transformer/attention.py splits the query groups over TP)
+    kv_heads = cfg.num_key_value_heads if cfg.attention == "gqa" else heads
+    tps = space.tp or tuple(t for t in divisors(heads) if t <= 8 and kv_heads % t == 0)
     cps = space.cp or (1, 2, 4, 8, 16)
     pps = space.pp or tuple(p for p in (1, 2, 4, 8, 16) if p <= len(roles.full_layers))
     eps = space.ep or tuple(divisors(experts) if experts else (1,))
@@ -104,10 +113,11 @@ def search(
                 plans[key] = None
             else:
                 plan = materialise(PipelineSpec(split=tuple(lay.split), vpp=vpp, overlap_p2p=True),
-                                   cfg.num_hidden_layers, default_mtp=cfg.num_nextn_predict_layers)
+                                   cfg.num_hidden_layers, default_mtp=mtp_layers)
                 plans[key] = None if plan.errors else plan
-            if plans[key] is not None:
-                sf = stage_flops(cfg, roles, plans[key], seq_length=sample or tokens_per_gpu or 4096)
+            built = plans[key]
+            if built is not None:
+                sf = stage_flops(cfg, roles, built, seq_length=sample or tokens_per_gpu or 4096)
                 imbalance[key] = sf["imbalance"]
         return plans[key]
 
@@ -152,7 +162,8 @@ def search(
                                 counts["no_layout"] += len(options)
                                 continue
 
-                            def config(rc: str, off: bool) -> ParallelConfig:
+                            def config(rc: str, off: bool, tp: int = tp, cp: int = cp, pp: int = pp, ep: int = ep,
+                                       etp: int = etp, vpp: int = vpp) -> ParallelConfig:
                                 return ParallelConfig(
                                     tp=tp, cp=cp, pp=pp, gpus=gpus, ep=ep, etp=etp,
                                     vpp=vpp if vpp > 1 else None, sp=tp > 1, mbs=mbs,

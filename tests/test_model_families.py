@@ -1,0 +1,285 @@
+"""Every model family a Megatron / slime user trains: dense GQA, GQA MoE, MLA MoE without DSA, MLA + DSA.
+
+Configs are written here (or shipped as presets) from published field values; expected parameter
+counts are re-derived by hand from the module shapes of each family's transformers modeling file
+and compared with the figure its publisher gives (cited at each test).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.core.boundary import validate_boundaries
+from app.core.flops import token_flops
+from app.core.layer_roles import derive_roles, ffn_kinds, roles_report
+from app.core.memory import inference_memory, kv_bytes_per_token_layer, training_memory
+from app.core.model_config import ConfigError, load_config_bytes, load_model
+from app.core.parallelism import ParallelConfig
+from app.core.parameters import count_parameters
+from app.core.search import SearchSpace, search
+from app.core.stages import PipelineSpec, materialise
+
+
+def load(raw: dict):
+    return load_config_bytes(json.dumps(raw).encode())
+
+
+def gqa_layer(H: int, h: int, g: int, d: int, *, qkv_bias: bool = False, o_bias: bool = False,
+              qk_norm: bool = False) -> int:
+    """q, k, v, o projections (+ biases, + QK-norm) of one GQA layer, by hand."""
+    return (H * h * d + 2 * H * g * d + h * d * H + (h * d + 2 * g * d if qkv_bias else 0)
+            + (H if o_bias else 0) + (2 * d if qk_norm else 0))
+
+
+# published configs (config.json field values on each model's Hugging Face page)
+MIXTRAL_8X7B = {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"], "hidden_size": 4096,
+                "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000,
+                "tie_word_embeddings": False, "max_position_embeddings": 32768}
+QWEN2_7B = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_size": 3584,
+            "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
+            "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": False}
+QWEN3_8B = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "head_dim": 128,
+            "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "vocab_size": 151936, "tie_word_embeddings": False}
+MISTRAL_7B = {"model_type": "mistral", "architectures": ["MistralForCausalLM"], "hidden_size": 4096,
+              "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "vocab_size": 32000, "tie_word_embeddings": False}
+GLM45_AIR = {"model_type": "glm4_moe", "architectures": ["Glm4MoeForCausalLM"], "hidden_size": 4096,
+             "head_dim": 128, "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_hidden_layers": 46,
+             "num_attention_heads": 96, "num_key_value_heads": 8, "n_routed_experts": 128, "n_shared_experts": 1,
+             "num_experts_per_tok": 8, "first_k_dense_replace": 1, "vocab_size": 151552, "attention_bias": True,
+             "use_qk_norm": False, "num_nextn_predict_layers": 1, "tie_word_embeddings": False}
+
+
+# --------------------------------------------------------------------------- parameter counts
+
+
+def test_llama_3_70b_exact():
+    # published: 70,553,706,496 parameters (meta-llama/Meta-Llama-3-70B on Hugging Face, quoted in
+    # issue 11); Llama-3.1-70B has the same shapes (3.1 changes RoPE scaling and context only)
+    cfg = load_model("llama-3.1-70b")
+    assert cfg.attention == "gqa" and (cfg.num_key_value_heads, cfg.head_dim) == (8, 128)
+    H, I, V = 8192, 28672, 128256
+    layer = gqa_layer(H, 64, 8, 128) + 3 * H * I + 2 * H
+    assert count_parameters(cfg).main_total == 80 * layer + 2 * V * H + H == 70_553_706_496
+    assert count_parameters(cfg).checkpoint_total == 70_553_706_496  # no MTP, no router
+
+
+def test_mixtral_8x7b_exact_and_moe_without_shared_experts():
+    # published: 46,702,792,704 (mistralai/Mixtral-8x7B-v0.1, "46.7B params"; quoted in issue 11)
+    cfg = load(MIXTRAL_8X7B)
+    assert (cfg.n_routed_experts, cfg.n_shared_experts, cfg.moe_intermediate_size) == (8, 0, 14336)
+    H = 4096
+    layer = gqa_layer(H, 32, 8, 128) + 8 * 3 * H * 14336 + 8 * H + 2 * H  # experts + router + norms
+    r = count_parameters(cfg)
+    assert r.main_total == 32 * layer + 2 * 32000 * H + H == 46_702_792_704
+    assert r.breakdown["router_bias"] == 0 and r.checkpoint_total == r.main_total  # no score-correction bias
+    # published "12.9B active" counts the input embedding; ours does not (module docstring)
+    active = 32 * (gqa_layer(H, 32, 8, 128) + 2 * 3 * H * 14336 + 8 * H + 2 * H) + H + 32000 * H
+    assert r.active == active and round((active + 32000 * H) / 1e9, 1) == 12.9
+
+
+def test_qwen3_235b_a22b_total_and_active():
+    # published: "235B in total and 22B activated" (Qwen/Qwen3-235B-A22B model card)
+    cfg = load_model("qwen3-235b-a22b")
+    assert cfg.qk_norm and not cfg.qkv_bias and cfg.n_shared_experts == 0
+    H, V = 4096, 151936
+    attn = gqa_layer(H, 64, 4, 128, qk_norm=True)
+    layer = attn + 128 * 3 * H * 1536 + 128 * H + 2 * H
+    r = count_parameters(cfg)
+    assert r.main_total == 94 * layer + 2 * V * H + H == 235_093_634_560
+    assert round(r.main_total / 1e9) == 235
+    assert r.active == 94 * (attn + 8 * 3 * H * 1536 + 128 * H + 2 * H) + H + V * H
+    assert round(r.active / 1e9) == 22
+
+
+def test_deepseek_v3_main_671b_and_checkpoint_685b():
+    # published: "685B ... 671B of the Main Model weights and 14B of the Multi-Token Prediction
+    # (MTP) Module weights" (deepseek-ai/DeepSeek-V3 README.md)
+    cfg = load_model("deepseek-v3")
+    assert cfg.attention == "mla" and not cfg.has_indexer and cfg.mtp_stores_embedding_and_head
+    r = count_parameters(cfg)
+    H, h, V, E = 7168, 128, 129280, 256
+    mla = (H * 1536 + 1536 + 1536 * h * 192 + H * 576 + 512 + 512 * h * 256 + h * 128 * H)
+    moe = (E + 1) * 3 * H * 2048 + E * H
+    main = 61 * (mla + 2 * H) + 3 * 3 * H * 18432 + 58 * moe + 2 * V * H + H
+    assert r.main_total == main and round(main / 1e9) == 671
+    # the MTP module: one MoE layer with router bias + enorm/hnorm/eh_proj/shared-head norm, and its
+    # own copies of the embedding and the head
+    mtp = mla + 2 * H + moe + E + 2 * H + 2 * H * H + H + 2 * V * H
+    assert r.breakdown["mtp"] == mtp and round(mtp / 1e9, 1) == 13.5  # published "14B"
+    assert r.checkpoint_total == main + 58 * E + mtp
+    # 684.49B; the published 685B (and Hugging Face's 684.5B) also count the FP8 block scales
+    # (one FP32 per 128x128 block of every quantised weight, ~41M) that this count leaves out
+    assert abs(r.checkpoint_total - 685e9) < 0.6e9
+
+
+def test_glm_checkpoint_mtp_has_no_own_embedding_or_head():
+    cfg = load_model("glm-5.2")
+    r = count_parameters(cfg)
+    assert not cfg.mtp_stores_embedding_and_head
+    assert r.checkpoint_total == 753_329_940_480 - 0  # unchanged by issue 11 item 7
+    assert r.breakdown["mtp"] < 154880 * 6144 * 2 + 10e9  # a layer, no embedding/head copies
+
+
+def test_kimi_k2_one_trillion_32b_active():
+    # published: "1 trillion total parameters ... 32 billion activated" (moonshotai/Kimi-K2-Instruct)
+    cfg = load_model("kimi-k2")
+    assert cfg.model_type == "kimi_k2" and cfg.attention == "mla" and not cfg.has_indexer
+    assert cfg.num_nextn_predict_layers == 0 and cfg.n_routed_experts == 384
+    r = count_parameters(cfg)
+    assert round(r.main_total / 1e12, 2) == 1.03 and round(r.active / 1e9) == 32
+
+
+@pytest.mark.parametrize("raw,published", [
+    (QWEN2_7B, 7_615_616_512),  # Qwen/Qwen2-7B: "7.62B params"
+    (MISTRAL_7B, 7_241_732_096),  # mistralai/Mistral-7B-v0.1: "7.24B params"
+])
+def test_dense_gqa_exact(raw, published):
+    cfg = load(raw)
+    H, I, V, L, h, g = (raw["hidden_size"], raw["intermediate_size"], raw["vocab_size"], raw["num_hidden_layers"],
+                        raw["num_attention_heads"], raw["num_key_value_heads"])
+    qkv_bias = raw["model_type"] == "qwen2"  # Qwen2Attention: q/k/v bias=True, o_proj bias=False
+    layer = gqa_layer(H, h, g, H // h, qkv_bias=qkv_bias) + 3 * H * I + 2 * H
+    assert count_parameters(cfg).main_total == L * layer + 2 * V * H + H == published
+
+
+def test_qwen3_dense_qk_norm():
+    # published: 8.2B total, 6.95B non-embedding (Qwen/Qwen3-8B model card)
+    cfg = load(QWEN3_8B)
+    assert cfg.qk_norm and cfg.head_dim == 128
+    layer = gqa_layer(4096, 32, 8, 128, qk_norm=True) + 3 * 4096 * 12288 + 2 * 4096
+    r = count_parameters(cfg)
+    assert r.main_total == 36 * layer + 2 * 151936 * 4096 + 4096
+    assert round(r.main_total / 1e9, 1) == 8.2 and round((36 * layer + 4096) / 1e9, 2) == 6.95
+
+
+def test_glm45_air_biases_dense_first_shared_expert_and_mtp():
+    # published: 106B total, 12B active (zai-org/GLM-4.5-Air model card)
+    cfg = load(GLM45_AIR)
+    assert cfg.qkv_bias and not cfg.o_bias and not cfg.qk_norm and cfg.moe_router_bias
+    assert ffn_kinds(cfg)[:2] == ("dense", "moe")
+    H = 4096
+    attn = gqa_layer(H, 96, 8, 128, qkv_bias=True)
+    moe = 129 * 3 * H * 1408 + 128 * H
+    r = count_parameters(cfg)
+    assert r.main_total == 46 * (attn + 2 * H) + 3 * H * 10944 + 45 * moe + 2 * 151552 * H + H
+    # the model card truncates: 106.85B total, 12.80B active (no input embedding) -> "106B", "12B"
+    assert r.main_total // 10**9 == 106 and r.active // 10**9 == 12
+    # one MTP layer (GLM: no own embedding / head) and 45 + 1 router score-correction biases
+    mtp = attn + 2 * H + moe + 128 + 2 * H + 2 * H * H + H
+    assert r.checkpoint_total == r.main_total + 45 * 128 + mtp
+
+
+def test_qwen3_moe_sparse_step_and_mlp_only_layers():
+    raw = {**QWEN3_8B, "model_type": "qwen3_moe", "num_hidden_layers": 6, "num_experts": 4,
+           "num_experts_per_tok": 2, "moe_intermediate_size": 64, "decoder_sparse_step": 2, "mlp_only_layers": [3]}
+    # layer i (0-based) is sparse iff i not in mlp_only_layers and (i + 1) % 2 == 0: 1 and 5
+    assert ffn_kinds(load(raw)) == ("dense", "moe", "dense", "dense", "dense", "moe")
+    with pytest.raises(ConfigError) as err:
+        load({**raw, "mlp_only_layers": [9]})
+    assert err.value.field == "mlp_only_layers"
+
+
+def test_gqa_config_errors_name_the_field():
+    with pytest.raises(ConfigError) as err:
+        load({**MISTRAL_7B, "num_key_value_heads": 5})
+    assert err.value.field == "num_key_value_heads"
+    with pytest.raises(ConfigError) as err:
+        load({**MISTRAL_7B, "hidden_size": 4100})
+    assert err.value.field == "head_dim"
+    with pytest.raises(ConfigError) as err:
+        load({**MISTRAL_7B, "attention_bias": "yes"})
+    assert err.value.field == "attention_bias"
+
+
+# --------------------------------------------------------------------------- roles, memory, FLOPs, search
+
+
+def test_no_indexer_means_no_boundary_constraint():
+    cfg = load_model("llama-3.1-70b")
+    roles = derive_roles(cfg)
+    assert roles.rule == "no_indexer" and len(roles.full_layers) == 80
+    assert "no DSA indexer" in roles_report(cfg)["notes"][0]
+    plan = materialise(PipelineSpec(split=(7, 13, 11, 9, 10, 10, 10, 10)), 80)
+    assert not plan.errors and validate_boundaries(plan, roles).violations == ()
+
+
+def test_llama_training_memory_by_hand():
+    cfg = load_model("llama-3.1-70b")
+    plan = materialise(PipelineSpec(pp=4, mtp_layers=0), 80)
+    par = ParallelConfig(tp=8, pp=4, gpus=64, sp=True, seq_length=8192, mbs=1, recompute="full",
+                         num_microbatches=16)
+    r = training_memory(cfg, plan, par)
+    H, V = 8192, 128256
+    per_layer = (gqa_layer(H, 64, 8, 128) + 3 * H * 28672) // 8 + 2 * H  # TP-sharded + replicated norms
+    r0 = r["stages"][0]
+    assert r0["params_per_gpu"]["dense"] == 20 * per_layer + V * H // 8 and r0["params_per_gpu"]["expert"] == 0
+    b = r0["breakdown_detail"]
+    assert b["topk_indices"] == 0 and b["indexer_logits"] == 0  # no indexer
+    # one layer's activations per token (TP8, SP): norms 4 x 2H/8, q 2*64*128/8, k and v 2*8*128/8,
+    # lse 4*64/8, o input 2*64*128/8, dense fc1 4*28672/8 and act 2*28672/8
+    layer = 4 * 2 * H // 8 + 2 * 8192 // 8 + 2 * (2 * 1024 // 8) + 4 * 64 // 8 + 2 * 8192 // 8 + 6 * 28672 // 8
+    assert b["recompute_working_set"] == layer * 8192
+    assert b["activations"] == 4 * 20 * (2 * H // 8) * 8192  # 4 in flight x 20 group inputs
+    # DP = 64 / (8*4) = 2: optimizer state 12 B / 2
+    assert b["optimizer_dense"] == 12 * -(-r0["params_per_gpu"]["dense"] // 2)
+
+
+def test_gqa_kv_cache_shards_kv_heads_over_tp():
+    cfg = load_model("llama-3.1-70b")
+    # 80 layers x (K + V) x 8 heads x 128 x 2 B = 327,680 B per token on one GPU
+    assert inference_memory(cfg, tp=1, context=1024)["kv"]["bytes_per_token"] == 80 * 2 * 8 * 128 * 2 == 327_680
+    assert inference_memory(cfg, tp=8, context=1024)["kv"]["bytes_per_token"] == 80 * 2 * 1 * 128 * 2
+    assert kv_bytes_per_token_layer(cfg, "fp8", tp=2) == 2 * 4 * 128
+    qwen = load_model("qwen3-235b-a22b")  # 4 KV heads: TP8 keeps one (replicated) per GPU
+    assert kv_bytes_per_token_layer(qwen, "bf16", tp=8) == 2 * 1 * 128 * 2
+
+
+def test_gqa_and_dense_mla_attention_flops():
+    cfg = load_model("llama-3.1-70b")
+    L = 4096
+    t = token_flops(cfg, derive_roles(cfg), L)
+    assert t["sparse_attention"] == 80 * 2 * 64 * L * (128 + 128)  # QK and PV over head_dim, dense
+    assert t["linear"] == 2 * count_parameters(cfg).active
+    assert t["indexer_scoring"] == t["indexer_projections"] == 0
+    ds = load_model("deepseek-v3")
+    d = token_flops(ds, derive_roles(ds), L)
+    assert d["sparse_attention"] == 61 * 2 * 128 * L * (192 + 128)  # non-absorbed, Megatron's path
+    dsa = load_model("deepseek-v3.2")
+    s = token_flops(dsa, derive_roles(dsa), L)
+    assert s["sparse_attention"] == 61 * 2 * 128 * 2048 * (576 + 512)  # absorbed, top-k 2048
+
+
+def test_search_works_for_gqa_and_moe_without_shared_experts():
+    qwen = load_model("qwen3-235b-a22b")
+    body = search(qwen, 64, seq_length=4096, top=5,
+                  space=SearchSpace(pp=(2,), cp=(1,), vpp=(1,), recompute=("full",), offload=(True,)))
+    assert body["results"]
+    # TP must divide the 4 key-value heads (Megatron: num_query_groups % TP == 0)
+    assert all(r["tp"] in (1, 2, 4) for r in body["results"])
+    for r in body["results"]:
+        plan = materialise(PipelineSpec(split=tuple(r["split"])), 94)
+        par = ParallelConfig(tp=r["tp"], cp=r["cp"], pp=r["pp"], gpus=64, ep=r["ep"], etp=r["etp"],
+                             sp=r["tp"] > 1, seq_length=4096, recompute="full", optimizer_cpu_offload=True,
+                             use_precision_aware_optimizer=True)
+        mem = training_memory(qwen, plan, par)
+        assert max(s["total_bytes"] for s in mem["stages"]) == r["max_rank_bytes"]
+    llama = search(load_model("llama-3.1-70b"), 32, seq_length=4096, top=3,
+                   space=SearchSpace(cp=(1,), vpp=(1,), recompute=("full",)))
+    assert llama["results"] and all(r["ep"] == 1 for r in llama["results"])
+
+
+def test_mixtral_memory_has_no_shared_expert_terms():
+    cfg = load(MIXTRAL_8X7B)
+    plan = materialise(PipelineSpec(pp=2, mtp_layers=0), 32)
+    par = ParallelConfig(tp=2, pp=2, ep=4, etp=1, gpus=16, sp=True, seq_length=4096, recompute="none",
+                         num_microbatches=4)
+    r = training_memory(cfg, plan, par)
+    H = 4096
+    dense = 16 * (gqa_layer(H, 32, 8, 128) // 2 + 8 * H + 2 * H) + 32000 * H // 2
+    assert r["stages"][0]["params_per_gpu"] == {"dense": dense, "expert": 16 * 2 * 3 * H * 14336,
+                                                "total": dense + 16 * 2 * 3 * H * 14336}
