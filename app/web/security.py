@@ -31,6 +31,7 @@ Rules (and why):
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import logging
 import time
@@ -276,6 +277,28 @@ class BodyDeadline:
         except Exception:
             if not rejected:
                 raise  # after our 408 the app's complaint about the missing body is expected
+
+
+# --------------------------------------------------------------------------- /docs
+
+
+def swagger_ui_html(openapi_url: str = "/openapi.json", *, title: str = "isplan API",
+                    static_prefix: str = "/static") -> str:
+    """The ``/docs`` page on the vendored Swagger UI (``static/vendor/swagger-ui/``, version and
+    SHA-256 in ``static/vendor/VENDOR.json``), started by ``static/swagger-init.js``: no CDN and
+    no inline script, so it works under the app's ``script-src 'self'`` CSP (FastAPI's own
+    ``/docs`` loads Swagger from a CDN that this CSP blocks)."""
+    esc = html.escape
+    vendor = f"{esc(static_prefix)}/vendor/swagger-ui"
+    return (
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{esc(title)}</title>"
+        f'<link rel="stylesheet" href="{vendor}/swagger-ui.css"></head>'
+        f'<body><div id="swagger-ui" data-openapi-url="{esc(openapi_url)}"></div>'
+        f'<script src="{vendor}/swagger-ui-bundle.js"></script>'
+        f'<script src="{esc(static_prefix)}/swagger-init.js"></script>'
+        "</body></html>\n"
+    )
 
 
 def secure(app: ASGIApp, *, csp: str, body_seconds: float = 30.0, allowed_origins: Iterable[str] = (),
