@@ -1,8 +1,10 @@
 """Acknowledged uploads survive concurrency and a SIGKILL of the server.
 
-The store commits its ``INSERT`` (WAL, ``synchronous=FULL``) inside ``ConfigStore.put``, and
-``/upload`` answers 303 only after ``put`` returns, so every 303 names a committed row. These
-tests drive a real uvicorn on 127.0.0.1 with ``ISPLAN_DATA_DIR`` in a temporary directory.
+The store commits its ``INSERT`` (SQLite: WAL, ``synchronous=FULL``; PostgreSQL: a committed
+transaction) inside ``put``, and ``/upload`` answers 303 only after ``put`` returns, so every 303
+names a committed row. These tests drive a real uvicorn on 127.0.0.1 with ``ISPLAN_DATA_DIR`` in a
+temporary directory, on SQLite and, when ``ISPLAN_TEST_DATABASE_URL`` is set, on PostgreSQL
+(``tests/store_backends.py``; ``scripts/pg_test_server.sh`` starts a throw-away server).
 """
 
 from __future__ import annotations
@@ -15,13 +17,12 @@ import sqlite3
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from app.web.store import ConfigStore
 from tests.browser_support import REPO, AppServer
+from tests.store_backends import BACKENDS, ServerBackend, make_store, server_backend
 
 BASE = json.loads((REPO / "app" / "core" / "presets" / "glm-5.2.json").read_text())
 SPLIT = "22,20,20,16"  # a valid GLM-5.2 layout (78 layers, PP=4)
@@ -62,28 +63,26 @@ def check_status(port: int, model: str) -> int:
         conn.close()
 
 
-def db_rows(path: Path) -> list[tuple[str, bytes]]:
-    """(sha256, bytes) of every row, after ``PRAGMA integrity_check`` passed (read-only)."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
-    try:
-        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-        return [(h, bytes(b)) for h, b in conn.execute("SELECT sha256, bytes FROM configs")]
-    finally:
-        conn.close()
-
-
-def assert_rows_intact(path: Path) -> list[str]:
-    rows = db_rows(path)
+def assert_rows_intact(backend: ServerBackend) -> list[str]:
+    rows = backend.rows()
     bad = [h for h, b in rows if hashlib.sha256(b).hexdigest() != h]
     assert not bad, f"rows whose bytes fail their SHA-256: {bad}"
     return [h for h, _ in rows]
 
 
+@pytest.fixture(params=BACKENDS)
+def backend(request, tmp_path, monkeypatch):
+    with server_backend(request.param, tmp_path / "data") as b:
+        for key, value in b.env.items():
+            monkeypatch.setenv(key, value)  # AppServer passes the environment on to uvicorn
+        yield b
+
+
 @pytest.mark.slow
-def test_concurrent_uploads_of_the_same_and_different_configs(tmp_path):
+def test_concurrent_uploads_of_the_same_and_different_configs(backend):
     configs = [config(150_000 + i) for i in range(5)]
     digests = {hashlib.sha256(c).hexdigest() for c in configs}
-    with AppServer(tmp_path / "data") as srv:
+    with AppServer(backend.data_dir) as srv:
         def worker(t: int) -> list[tuple[int, str | None]]:
             out = []
             for k in range(10):
@@ -101,14 +100,13 @@ def test_concurrent_uploads_of_the_same_and_different_configs(tmp_path):
             assert model == "sha256:" + hashlib.sha256(configs[i]).hexdigest()
         for model in {m for _, m in results}:
             assert check_status(srv.port, model) == 200
-        stored = assert_rows_intact(srv.data_dir / "configs.sqlite3")
+        stored = assert_rows_intact(backend)
         assert sorted(stored) == sorted(digests)  # identical uploads are one row
 
 
 @pytest.mark.slow
-def test_acknowledged_uploads_survive_sigkill(tmp_path):
-    data_dir = tmp_path / "data"
-    db = data_dir / "configs.sqlite3"
+def test_acknowledged_uploads_survive_sigkill(backend):
+    data_dir = backend.data_dir
     acked: dict[str, int] = {}  # sha256:<hex> -> vocab_size
     next_vocab = iter(range(100_000, 200_000))
     srv = AppServer(data_dir)
@@ -152,7 +150,7 @@ def test_acknowledged_uploads_survive_sigkill(tmp_path):
             assert not thread.is_alive() and not errors, errors
 
             # the files as the killed server left them: consistent, every row intact
-            stored = set(assert_rows_intact(db))
+            stored = set(assert_rows_intact(backend))
             missing = [m for m in acked if m.removeprefix("sha256:") not in stored]
             assert not missing, f"acknowledged but lost after SIGKILL: {missing[:3]}"
 
@@ -161,12 +159,12 @@ def test_acknowledged_uploads_survive_sigkill(tmp_path):
         for model in acked:
             assert check_status(srv.port, model) == 200, model
         srv.stop()
-        fresh = ConfigStore(db)
+        fresh = backend.store()
         for model, vocab in acked.items():
             cfg = fresh.get(model)
             assert cfg is not None and cfg.vocab_size == vocab
         assert fresh.count() >= len(acked)
-        assert_rows_intact(db)
+        assert_rows_intact(backend)
     finally:
         srv.stop()
 
@@ -174,47 +172,58 @@ def test_acknowledged_uploads_survive_sigkill(tmp_path):
 # --------------------------------------------------------------------------- the store in process
 
 
-def test_the_parsed_config_cache_is_bounded_and_evicted_configs_reload(tmp_path, monkeypatch):
+@pytest.fixture(params=BACKENDS)
+def store_backend(request) -> str:
+    return request.param
+
+
+def test_the_parsed_config_cache_is_bounded_and_evicted_configs_reload(store_backend, tmp_path, monkeypatch):
     import app.web.store as store_mod
 
     monkeypatch.setattr(store_mod, "CACHE_ENTRIES", 4)
-    store = ConfigStore(tmp_path / "configs.sqlite3")
-    ids = [store.put(config(120_000 + i), name=f"c{i}.json").id for i in range(12)]
-    assert len(store._cache) == 4 and store.count() == 12
-    for i, model in enumerate(ids):  # evicted ones come back from SQLite, digest-checked
-        cfg = store.get(model)
-        assert cfg is not None and cfg.vocab_size == 120_000 + i and cfg.label == f"c{i}.json"
-    assert len(store._cache) == 4
+    with make_store(store_backend, tmp_path) as first:
+        store = first.reopen()
+        ids = [store.put(config(120_000 + i), name=f"c{i}.json").id for i in range(12)]
+        assert len(store._cache) == 4 and store.count() == 12
+        for i, model in enumerate(ids):  # evicted ones come back from the database, digest-checked
+            cfg = store.get(model)
+            assert cfg is not None and cfg.vocab_size == 120_000 + i and cfg.label == f"c{i}.json"
+        assert len(store._cache) == 4
 
-    monkeypatch.setattr(store_mod, "CACHE_ENTRIES", 1000)
-    monkeypatch.setattr(store_mod, "CACHE_BYTES", 3 * len(config(120_000)))
-    store = ConfigStore(tmp_path / "configs.sqlite3")
-    for model in ids:
-        store.get(model)
-    assert len(store._cache) == 3 and store._cache_bytes <= 3 * len(config(120_000))
+        monkeypatch.setattr(store_mod, "CACHE_ENTRIES", 1000)
+        monkeypatch.setattr(store_mod, "CACHE_BYTES", 3 * len(config(120_000)))
+        store = first.reopen()
+        for model in ids:
+            store.get(model)
+        assert len(store._cache) == 3 and store._cache_bytes <= 3 * len(config(120_000))
 
 
-def test_the_first_upload_names_a_config_before_and_after_a_restart(tmp_path):
-    path = tmp_path / "configs.sqlite3"
+def test_the_first_upload_names_a_config_before_and_after_a_restart(store_backend, tmp_path):
     data = config(130_000)
     long_name = "n" * 300 + ".json"
-    first = ConfigStore(path).put(data, name=long_name)
-    store = ConfigStore(path)
-    again = store.put(data, name="other.json")  # identical bytes: one row, the first name stays
-    assert store.count() == 1
-    restarted = ConfigStore(path).get(first.id)
-    assert first.label == again.label == restarted.label == long_name[:120]
+    with make_store(store_backend, tmp_path) as opened:
+        first = opened.put(data, name=long_name)
+        store = opened.reopen()
+        again = store.put(data, name="other.json")  # identical bytes: one row, the first name stays
+        assert store.count() == 1
+        restarted = opened.reopen().get(first.id)
+        assert first.label == again.label == restarted.label == long_name[:120]
 
 
-def test_a_name_that_is_not_utf8_is_stored_not_a_500(tmp_path):
-    store = ConfigStore(tmp_path / "configs.sqlite3")
-    cfg = store.put(config(131_000), name="bad\udcff.json")  # a lone surrogate
-    assert ConfigStore(store.path).get(cfg.id).label == "bad?.json"
+def test_a_name_that_is_not_utf8_is_stored_not_a_500(store_backend, tmp_path):
+    with make_store(store_backend, tmp_path) as store:
+        cfg = store.put(config(131_000), name="bad\udcff.json")  # a lone surrogate
+        assert store.reopen().get(cfg.id).label == "bad?.json"
 
 
-def test_a_tampered_row_is_not_served(tmp_path):
-    path = tmp_path / "configs.sqlite3"
-    cfg = ConfigStore(path).put(config(132_000))
-    with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE configs SET bytes = ? WHERE sha256 = ?", (config(132_001), cfg.sha256))
-    assert ConfigStore(path).get(cfg.id) is None
+def test_a_tampered_row_is_not_served(store_backend, tmp_path):
+    with make_store(store_backend, tmp_path) as store:
+        cfg = store.put(config(132_000))
+        sql = "UPDATE configs SET bytes = {p} WHERE sha256 = {p}"
+        if store_backend == "sqlite":
+            with sqlite3.connect(store.path) as conn:
+                conn.execute(sql.format(p="?"), (config(132_001), cfg.sha256))
+        else:
+            with store.reopen()._db().transaction() as tx:
+                tx.connection.execute(sql.format(p="%s"), (config(132_001), cfg.sha256))
+        assert store.reopen().get(cfg.id) is None

@@ -14,24 +14,53 @@ branch or tag can move. Without both, the receipt is marked ``unpinned`` with a 
 
 :func:`verify_receipt` recomputes everything from the recorded inputs and the config, and names
 every difference: an edited stage, a changed or different config, a wrong digest.
+
+What the digests prove. ``body_sha256`` is an *unkeyed* hash: it proves content integrity (the
+receipt was not damaged or edited by someone who did not recompute it), never authorship - anyone
+can edit a field and recompute it. Every recorded result is recomputed on verification, so an
+edited stage, check or verdict is still caught; what an unkeyed hash cannot protect are free-text
+fields (label, upstream repo, warnings, timestamp). When the operator configures a secret
+(``ISPLAN_RECEIPT_KEY``), receipts also carry ``body_hmac_sha256`` = HMAC-SHA-256 of the same
+canonical body under that key; a verifier holding the key then checks it (a missing or wrong HMAC
+is a difference), which proves the receipt came from a holder of the key and was not edited.
+
+What verification may read. A receipt never names a file on the verifying machine: the config
+is a shipped preset, a content-addressed upload (``sha256:<hex>``, looked up by the caller and
+passed in as ``config``) or a config the CLI user passes explicitly (``--config PATH``, the
+operator's own argument). A receipt whose model source is ``path`` is refused with a message
+unless the caller passes the config. Every count in it is checked against
+:mod:`app.core.bounds` before any layout is materialised, so verification work is bounded.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import os
 import re
-from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any, Iterable
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 from app import __version__
+from app.core import bounds
+from app.core.bounds import BoundError, check_count
 from app.core.layer_roles import ENGINES, PatternError
 from app.core.layout_check import run_check
-from app.core.model_config import ConfigError, ModelConfig, load_config_bytes, load_preset, preset_ids
+from app.core.model_config import (
+    MAX_CONFIG_BYTES,
+    ConfigError,
+    ModelConfig,
+    load_config_bytes,
+    load_preset,
+    preset_ids,
+)
 from app.core.stages import LayoutInputError, PipelineSpec
 
 RECEIPT_VERSION = 1
+#: Differences listed in one report (the count in the summary is always the full one).
+MAX_DIFFERENCES = 200
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _SPEC_FIELDS = set(PipelineSpec.__dataclass_fields__)
 
@@ -44,11 +73,31 @@ def is_immutable(rev: str | None) -> bool:
     return bool(rev) and bool(_COMMIT.match(rev.lower()))  # type: ignore[union-attr]
 
 
-def canonical_body_digest(receipt: dict[str, Any]) -> str:
-    body = {k: v for k, v in receipt.items() if k != "body_sha256"}
+DIGEST_FIELDS = ("body_sha256", "body_hmac_sha256")
+KEY_ENV = "ISPLAN_RECEIPT_KEY"
+
+
+def _canonical_body(receipt: dict[str, Any]) -> bytes:
+    """Canonical JSON (``sort_keys``, minified, UTF-8) of every field except the digests."""
+    body = {k: v for k, v in receipt.items() if k not in DIGEST_FIELDS}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     # surrogatepass: a hostile receipt may carry lone surrogates; it must still hash (and differ)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return text.encode("utf-8", "surrogatepass")
+
+
+def canonical_body_digest(receipt: dict[str, Any]) -> str:
+    return hashlib.sha256(_canonical_body(receipt)).hexdigest()
+
+
+def body_hmac(receipt: dict[str, Any], key: bytes) -> str:
+    """HMAC-SHA-256 of the canonical body under ``key`` (RFC 2104, :mod:`hmac`)."""
+    return hmac.new(key, _canonical_body(receipt), hashlib.sha256).hexdigest()
+
+
+def configured_key() -> bytes | None:
+    """The signing key from ``ISPLAN_RECEIPT_KEY`` (UTF-8), or None when unset or empty."""
+    value = os.environ.get(KEY_ENV, "")
+    return value.encode("utf-8", "surrogateescape") if value else None
 
 
 LayoutInput = tuple[str, PipelineSpec, "int | None", "int | None", "tuple[str, ...]"]
@@ -132,7 +181,10 @@ def build_receipt(
     model_revision: str | None = None,
     engine_commit: str | None = None,
     created_utc: str | None = None,
+    key: bytes | None = None,
 ) -> dict[str, Any]:
+    """The receipt of ``layouts`` over ``cfg``; signed with ``key`` (default: ``ISPLAN_RECEIPT_KEY``)
+    when one is configured."""
     entries = [_layout_entry(cfg, name, spec, freq, offset, warns, engine, pattern)
                for name, spec, freq, offset, warns in layouts]
     checks = _checks(cfg, model_revision, engine_commit, entries)
@@ -146,7 +198,7 @@ def build_receipt(
     receipt: dict[str, Any] = {
         "receipt_version": RECEIPT_VERSION,
         "tool": {"name": "isplan", "version": __version__},
-        "created_utc": created_utc or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "created_utc": created_utc or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "model": {
             "id": cfg.id,
             "label": cfg.label,
@@ -168,6 +220,9 @@ def build_receipt(
         "warnings": warnings,
     }
     receipt["body_sha256"] = canonical_body_digest(receipt)
+    key = key if key is not None else configured_key()
+    if key:
+        receipt["body_hmac_sha256"] = body_hmac(receipt, key)
     return receipt
 
 
@@ -180,27 +235,62 @@ def _require(obj: Any, key: str, kind: type, where: str) -> Any:
     return obj[key]
 
 
+def load_receipt_bytes(data: bytes | str) -> Any:
+    """Parse a receipt's JSON text, bounded: at most :data:`bounds.MAX_RECEIPT_BYTES` and
+    :data:`bounds.MAX_RECEIPT_DEPTH` levels of nesting. Raises :class:`ReceiptError` (one line)."""
+    size = len(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data)
+    if size > bounds.MAX_RECEIPT_BYTES:
+        raise ReceiptError(f"the receipt is {size:,} bytes; the limit is {bounds.MAX_RECEIPT_BYTES:,} bytes")
+    try:
+        value = json.loads(data)
+    except RecursionError:
+        raise ReceiptError(f"the receipt nests deeper than {bounds.MAX_RECEIPT_DEPTH} levels") from None
+    except json.JSONDecodeError as exc:
+        raise ReceiptError(f"the receipt is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:  # UnicodeDecodeError, an integer over Python's digit limit
+        raise ReceiptError(f"the receipt cannot be read as JSON: {str(exc)[:160]}") from None
+    stack = [(value, 1)]
+    while stack:  # iterative: no recursion on hostile input
+        node, depth = stack.pop()
+        if depth > bounds.MAX_RECEIPT_DEPTH:
+            raise ReceiptError(f"the receipt nests deeper than {bounds.MAX_RECEIPT_DEPTH} levels")
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((c, depth + 1) for c in children)
+    return value
+
+
 def _load_for_verify(model: dict[str, Any], config_path: str | None) -> ModelConfig:
+    """The config named by the receipt: a shipped preset only. A path is never opened and an
+    upload is the caller's lookup (``config=``); ``config_path`` is the CLI user's own
+    ``--config`` argument, never a value from the receipt."""
     if config_path is not None:
-        path = Path(config_path)
+        from app.core.inputs import InputError, read_bounded
+
         try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise ReceiptError(f"cannot read --config {config_path}: {exc.strerror}") from None
-        return load_config_bytes(data, id=model.get("id") or str(path), source=model.get("source", "path"))
+            data = read_bounded(config_path, limit=MAX_CONFIG_BYTES, what="--config")
+        except InputError as exc:
+            raise ReceiptError(str(exc)) from None
+        return load_config_bytes(data, id=model.get("id") or config_path, source=model.get("source", "path"))
     source, mid = model.get("source"), model.get("id")
     if source == "preset":
         if mid not in preset_ids():
-            raise ReceiptError(f"the receipt names preset {mid!r}, which this isplan does not ship; pass --config PATH")
+            raise ReceiptError(f"the receipt names preset {_short(mid, 80)}, which this isplan does not ship; "
+                               "pass the config explicitly (CLI: --config PATH)")
         return load_preset(mid)
-    if source == "path" and isinstance(mid, str) and Path(mid).is_file():
-        return load_config_bytes(Path(mid).read_bytes(), id=mid, source="path")
-    raise ReceiptError(
-        f"the receipt's config ({source} {mid!r}) is not available here; pass --config PATH to the config.json"
-    )
+    if source == "path":
+        raise ReceiptError(f"the receipt's model source is a file path ({_short(mid, 80)}); a receipt never "
+                           "makes isplan open a path: pass the config explicitly (CLI: --config PATH) or "
+                           "upload it and verify a receipt written for its sha256: id")
+    if isinstance(mid, str) and mid.startswith("sha256:"):
+        raise ReceiptError(f"the uploaded config {_short(mid, 80)} is not stored here; upload that config.json "
+                           "first (or pass --config PATH to the CLI)")
+    raise ReceiptError(f"the receipt's model source {_short(source, 40)} is not a preset or an upload; "
+                       "pass the config explicitly (CLI: --config PATH)")
 
 
-_INT_INPUTS = ("pp", "vpp", "layers_per_vstage", "first", "last", "mtp_layers")
+_INT_INPUTS = {"pp": bounds.MAX_PP, "vpp": bounds.MAX_VPP, "layers_per_vstage": bounds.MAX_STAGE_LAYERS,
+               "first": bounds.MAX_STAGE_LAYERS, "last": bounds.MAX_STAGE_LAYERS,
+               "mtp_layers": bounds.MAX_MTP_LAYERS}
 _BOOL_INPUTS = ("account_for_embedding", "account_for_loss", "overlap_p2p")
 
 
@@ -208,77 +298,135 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _bounded_int(value: Any, field: str, bound: int, where: str) -> int:
+    if not _is_int(value):
+        raise ReceiptError(f"{where}{field} must be a whole number or null, got {_short(value, 40)}")
+    try:
+        return check_count(field, value, bound, where=where)
+    except BoundError as exc:
+        raise ReceiptError(f"{exc}; isplan never writes such a receipt") from None
+
+
 def _spec_from(inputs: dict[str, Any], where: str) -> PipelineSpec:
-    """The recorded inputs as a :class:`PipelineSpec`, each field type-checked."""
+    """The recorded inputs as a :class:`PipelineSpec`, each field type-checked and bounded
+    (:mod:`app.core.bounds`) before anything is materialised."""
     kwargs = {k: v for k, v in inputs.items() if k in _SPEC_FIELDS}
-    for k in _INT_INPUTS:
-        if kwargs.get(k) is not None and not _is_int(kwargs[k]):
-            raise ReceiptError(f"{where}.inputs.{k} must be a whole number or null, got {json.dumps(kwargs[k])[:40]}")
+    for k, bound in _INT_INPUTS.items():
+        if kwargs.get(k) is not None:
+            _bounded_int(kwargs[k], k, bound, f"{where}.inputs.")
     for k in _BOOL_INPUTS:
         if k in kwargs and not isinstance(kwargs[k], bool):
             raise ReceiptError(f"{where}.inputs.{k} must be true or false")
-    if kwargs.get("layout") is not None and not isinstance(kwargs["layout"], str):
-        raise ReceiptError(f"{where}.inputs.layout must be a string or null")
+    layout = kwargs.get("layout")
+    if layout is not None and (not isinstance(layout, str) or len(layout) > bounds.MAX_LAYOUT_CHARS):
+        raise ReceiptError(f"{where}.inputs.layout must be a string of at most {bounds.MAX_LAYOUT_CHARS:,} "
+                           "characters, or null")
     split = kwargs.get("split")
     if split is not None:
-        if not isinstance(split, list) or not all(_is_int(x) for x in split):
-            raise ReceiptError(f"{where}.inputs.split must be a list of whole numbers or null")
+        if not isinstance(split, list) or len(split) > bounds.MAX_STAGES:
+            raise ReceiptError(f"{where}.inputs.split must be a list of at most {bounds.MAX_STAGES:,} "
+                               "whole numbers, or null")
+        for i, size in enumerate(split):
+            _bounded_int(size, f"split[{i}]", bounds.MAX_STAGE_LAYERS, f"{where}.inputs.")
         kwargs["split"] = tuple(split)
     return PipelineSpec(**kwargs)
 
 
+LayoutRequest = tuple[str, PipelineSpec, "int | None", "int | None"]
+
+
+def _layout_requests(layouts: list[Any]) -> list[LayoutRequest]:
+    """Every recorded layout's name and inputs, checked and bounded before any work."""
+    if len(layouts) > bounds.MAX_RECEIPT_LAYOUTS:
+        raise ReceiptError(f"the receipt has {len(layouts):,} layouts; the limit is {bounds.MAX_RECEIPT_LAYOUTS}")
+    out: list[LayoutRequest] = []
+    for k, lay in enumerate(layouts):
+        if not isinstance(lay, dict) or not isinstance(lay.get("inputs"), dict):
+            raise ReceiptError(f"layouts[{k}] has no inputs object")
+        name = lay.get("name", f"#{k}")
+        if not isinstance(name, str) or len(name) > 200:
+            raise ReceiptError(f"layouts[{k}].name must be a string of at most 200 characters")
+        spec = _spec_from(lay["inputs"], f"layouts[{k}]")
+        freq_offset = []
+        for key in ("dsa_indexer_topk_freq", "dsa_indexer_skip_topk_offset"):
+            value = lay.get(key)
+            freq_offset.append(None if value is None else
+                               _bounded_int(value, key, bounds.MAX_LAYERS, f"layouts[{k}]."))
+        stages = lay.get("stages")
+        if isinstance(stages, list) and len(stages) > bounds.MAX_STAGES:
+            raise ReceiptError(f"layouts[{k}].stages has {len(stages):,} records; the limit is {bounds.MAX_STAGES:,}")
+        out.append((name, spec, freq_offset[0], freq_offset[1]))
+    return out
+
+
+def _signature_findings(receipt: dict[str, Any], key: bytes | None) -> tuple[list[str], list[str]]:
+    """(differences, notes) about ``body_sha256`` and, with a key, ``body_hmac_sha256``."""
+    differences: list[str] = []
+    notes: list[str] = []
+    recorded_body = receipt.get("body_sha256")
+    actual_body = canonical_body_digest(receipt)
+    if recorded_body != actual_body:
+        differences.append(f"body_sha256 is {_short(recorded_body, 80)} but the body hashes to {actual_body}: "
+                           "the receipt was edited after it was written")
+    recorded_mac = receipt.get("body_hmac_sha256")
+    if key:
+        if recorded_mac is None:
+            differences.append(f"body_hmac_sha256 is missing: this server signs receipts ({KEY_ENV} is set) "
+                               "and this one is unsigned, so its author is unknown")
+        elif not isinstance(recorded_mac, str) or not hmac.compare_digest(recorded_mac, body_hmac(receipt, key)):
+            differences.append("body_hmac_sha256 does not match: the receipt was edited or signed with another key")
+    elif recorded_mac is not None:
+        notes.append(f"the receipt is signed (body_hmac_sha256) but no {KEY_ENV} is configured here: "
+                     "its author was not checked")
+    return differences, notes
+
+
 def verify_receipt(receipt: Any, *, config_path: str | None = None,
-                   config: ModelConfig | None = None) -> dict[str, Any]:
-    """Recompute ``receipt`` and list every difference (empty list = verified). The config is
-    ``config`` when given (the web app passes an uploaded one), else read from ``config_path``,
-    else the receipt's preset or path."""
+                   config: ModelConfig | None = None, key: bytes | None = None) -> dict[str, Any]:
+    """Recompute ``receipt`` and list every difference (empty list = verified).
+
+    The config is ``config`` when given (the web app passes an uploaded one looked up by its
+    ``sha256:`` id; the CLI passes ``--config``), else read from ``config_path`` (the CLI user's
+    own argument), else the receipt's preset. A receipt never makes this open a path. Every count
+    is bounded (:mod:`app.core.bounds`) before any work; ``key`` (default ``ISPLAN_RECEIPT_KEY``)
+    makes ``body_hmac_sha256`` required and checked."""
     if not isinstance(receipt, dict):
         raise ReceiptError("a receipt is a JSON object")
     model = _require(receipt, "model", dict, "")
     layouts = _require(receipt, "layouts", list, "")
     engine = receipt.get("engine", {}).get("semantics") if isinstance(receipt.get("engine"), dict) else None
     if engine not in ENGINES:
-        raise ReceiptError(f"receipt field engine.semantics must be one of {list(ENGINES)}, got {engine!r}")
+        raise ReceiptError(f"receipt field engine.semantics must be one of {list(ENGINES)}, got {_short(engine, 40)}")
     pattern = receipt.get("pattern")
-    if pattern is not None and not isinstance(pattern, str):
-        raise ReceiptError("receipt field pattern must be a string or null")
+    if pattern is not None and (not isinstance(pattern, str) or len(pattern) > bounds.MAX_PATTERN_CHARS):
+        raise ReceiptError(f"receipt field pattern must be a string of at most {bounds.MAX_PATTERN_CHARS:,} "
+                           "characters, or null")
     eng = receipt.get("engine", {})
-    for key, value in (("model.revision", model.get("revision")), ("engine.commit", eng.get("commit")),
-                       ("model.id", model.get("id"))):
-        if value is not None and not isinstance(value, str):
-            raise ReceiptError(f"receipt field {key} must be a string or null")
-    if not isinstance(receipt.get("checks", []), list):
-        raise ReceiptError("receipt field checks must be a list")
-    differences: list[str] = []
-    notes: list[str] = []
-
-    recorded_body = receipt.get("body_sha256")
-    actual_body = canonical_body_digest(receipt)
-    if recorded_body != actual_body:
-        differences.append(f"body_sha256 is {recorded_body!r} but the body hashes to {actual_body}: "
-                           "the receipt was edited after it was written")
+    for name, value in (("model.revision", model.get("revision")), ("engine.commit", eng.get("commit")),
+                        ("model.id", model.get("id"))):
+        if value is not None and (not isinstance(value, str) or len(value) > 1000):
+            raise ReceiptError(f"receipt field {name} must be a string of at most 1,000 characters, or null")
+    checks = receipt.get("checks", [])
+    if not isinstance(checks, list) or len(checks) > 8 + 2 * bounds.MAX_RECEIPT_LAYOUTS:
+        raise ReceiptError("receipt field checks must be a list of at most "
+                           f"{8 + 2 * bounds.MAX_RECEIPT_LAYOUTS} records")
+    requests = _layout_requests(layouts)
+    differences, notes = _signature_findings(receipt, key if key is not None else configured_key())
 
     try:
         cfg = config if config is not None else _load_for_verify(model, config_path)
     except ConfigError as exc:
         raise ReceiptError(f"the config cannot be loaded: {exc}") from None
-    for key, actual in (("sha256", cfg.sha256), ("canonical_sha256", cfg.canonical_sha256),
-                        ("num_layers", cfg.num_hidden_layers)):
-        if model.get(key) != actual:
-            differences.append(f"model.{key}: receipt has {model.get(key)!r}, the config gives {actual!r}")
+    for field, actual in (("sha256", cfg.sha256), ("canonical_sha256", cfg.canonical_sha256),
+                          ("num_layers", cfg.num_hidden_layers)):
+        if model.get(field) != actual:
+            differences.append(f"model.{field}: receipt has {_short(model.get(field), 80)}, "
+                               f"the config gives {actual!r}")
 
     rebuilt_layouts = []
-    for k, lay in enumerate(layouts):
-        if not isinstance(lay, dict) or not isinstance(lay.get("inputs"), dict):
-            raise ReceiptError(f"layouts[{k}] has no inputs object")
-        name = lay.get("name", f"#{k}")
-        spec = _spec_from(lay["inputs"], f"layouts[{k}]")
-        for key in ("dsa_indexer_topk_freq", "dsa_indexer_skip_topk_offset"):
-            if lay.get(key) is not None and not _is_int(lay[key]):
-                raise ReceiptError(f"layouts[{k}].{key} must be a whole number or null")
+    for lay, (name, spec, freq, offset) in zip(layouts, requests):
         try:
-            fresh = _layout_entry(cfg, name, spec, lay.get("dsa_indexer_topk_freq"),
-                                  lay.get("dsa_indexer_skip_topk_offset"), (), engine, pattern)
+            fresh = _layout_entry(cfg, name, spec, freq, offset, (), engine, pattern)
         except (LayoutInputError, PatternError, ValueError) as exc:
             differences.append(f"layout {_short(name)}: its inputs no longer materialise: {exc}")
             continue
@@ -312,21 +460,22 @@ def verify_receipt(receipt: Any, *, config_path: str | None = None,
                 differences.append(f"check {c['name']}: receipt has {_short(r)}, recomputed {_short(c)}")
     fresh_valid = all(e["valid"] for e in rebuilt_layouts) and not any(c["result"] == "fail" for c in fresh_checks)
     if receipt.get("valid") != fresh_valid and len(rebuilt_layouts) == len(layouts):
-        differences.append(f"valid: receipt says {receipt.get('valid')!r}, recomputed {fresh_valid}")
+        differences.append(f"valid: receipt says {_short(receipt.get('valid'), 40)}, recomputed {fresh_valid}")
     pinned = is_immutable(model.get("revision")) and is_immutable(eng.get("commit"))
     if receipt.get("unpinned") != (not pinned):
-        differences.append(f"unpinned: receipt says {receipt.get('unpinned')!r}, recomputed {not pinned}")
+        differences.append(f"unpinned: receipt says {_short(receipt.get('unpinned'), 40)}, recomputed {not pinned}")
     tool = receipt.get("tool", {})
     if isinstance(tool, dict) and tool.get("version") != __version__:
-        notes.append(f"written by isplan {tool.get('version')}, verified with {__version__}")
+        notes.append(f"written by isplan {_short(tool.get('version'), 40)}, verified with {__version__}")
     if not pinned:
         notes.append("the receipt is unpinned (no immutable model revision and engine commit)")
     ok = not differences
     return {
         "ok": ok,
-        "summary": (f"{len(layouts)} layout(s) of {model.get('id')} recomputed; "
+        "summary": (f"{len(layouts)} layout(s) of {_short(model.get('id'), 80)} recomputed; "
                     + ("everything matches" if ok else f"{len(differences)} difference(s)")),
-        "differences": differences,
+        "differences": differences[:MAX_DIFFERENCES] + (
+            [f"... and {len(differences) - MAX_DIFFERENCES:,} more"] if len(differences) > MAX_DIFFERENCES else []),
         "notes": notes,
         "model": {"id": cfg.id, "sha256": cfg.sha256},
         "valid": fresh_valid if len(rebuilt_layouts) == len(layouts) else False,

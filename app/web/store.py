@@ -1,25 +1,48 @@
-"""Content-addressed store of uploaded ``config.json`` files (SQLite, stdlib).
+"""Content-addressed store of uploaded ``config.json`` files: SQLite (default) or PostgreSQL.
 
 An upload is validated first (:func:`app.core.model_config.load_config_bytes`), then stored under
 the SHA-256 of its exact bytes, so ``model=sha256:<hex>`` in a share URL keeps working after a
-restart. Writes are one ``INSERT OR IGNORE`` in a transaction (WAL journal, ``synchronous=FULL``):
-an acknowledged upload is durable, and a crash mid-write leaves no half-written row. Identical
-uploads are one row, and the first upload's file name is the label for good (before and after a
-restart). Nothing from the request ever becomes a path: the database file is chosen by the
-operator (``ISPLAN_DATA_DIR``, default ``./data``). Parsed configs are kept in a small LRU cache
-(bounded in entries and in source bytes), so many distinct uploads cannot grow the process.
+restart. Identical uploads are one row, and the first upload's file name is the label for good.
+Nothing from the request ever becomes a path: the database is chosen by the operator.
+
+Backends (:func:`open_store`): SQLite in ``ISPLAN_DATA_DIR`` (default ``./data``), the embedded
+default for one machine; or PostgreSQL when ``ISPLAN_DATABASE_URL`` is set
+(:mod:`app.web.store_postgres`), for several workers or replicas sharing one store. Both commit
+the row before :meth:`BaseStore.put` returns (SQLite: WAL, ``synchronous=FULL``; PostgreSQL: a
+committed transaction), so an acknowledged upload is durable and a crash leaves no half row.
+
+Limits (issue 9: one anonymous client stored 840 MB in 19 s; disk full, a read-only database or
+an uncreatable data dir gave bare 500s while ``/healthz`` said ok):
+
+* quotas on stored bytes, in all (``ISPLAN_UPLOAD_QUOTA_BYTES``, default 512 MiB) and per client
+  (``ISPLAN_UPLOAD_CLIENT_QUOTA_BYTES``, default 32 MiB; the client is what the caller passes,
+  e.g. its address): :class:`QuotaExceeded` (413) names the quota. The check and the insert are
+  one serialised transaction, so concurrent uploads cannot overshoot. Re-uploading stored bytes
+  costs nothing.
+* :class:`StoreUnavailable` (503, with a message) whenever the store cannot open, read or write.
+* :meth:`BaseStore.health` for ``/healthz``: a real write probe plus free disk space, cached
+  for a few seconds so health checks stay cheap.
+* an optional upload token (``ISPLAN_UPLOAD_TOKEN``) for shared deployments: :func:`check_token`.
+
+Parsed configs are kept in a small LRU cache (bounded in entries and in source bytes), so many
+distinct uploads cannot grow the process.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
 import os
 import re
+import shutil
 import sqlite3
 import threading
+import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from app.core.model_config import (
     MAX_CONFIG_BYTES,
@@ -33,43 +56,152 @@ _DIGEST = re.compile(r"^sha256:([0-9a-f]{64})$")
 #: Parsed uploads kept in memory: at most this many, holding at most this many source bytes.
 CACHE_ENTRIES = 64
 CACHE_BYTES = 8 << 20
+#: Seconds a health result is reused.
+HEALTH_TTL = 5.0
+#: Free bytes the data directory must keep for health to say ok (room for a few more uploads).
+MIN_FREE_BYTES = 16 * MAX_CONFIG_BYTES
+
+DEFAULT_TOTAL_QUOTA = 512 << 20
+DEFAULT_CLIENT_QUOTA = 32 << 20
+
+
+class StoreUnavailable(RuntimeError):
+    """The store cannot open, read or write (disk full, read-only, no data dir, server down): 503."""
+
+    status_code = 503
+
+
+class QuotaExceeded(ValueError):
+    """Storing the upload would pass a quota (413); the message names the quota and its setting."""
+
+    status_code = 413
+
+    def __init__(self, message: str, field: str | None = "file"):
+        super().__init__(message)
+        self.field = field
+
+
+class UploadForbidden(PermissionError):
+    """Uploads need ``ISPLAN_UPLOAD_TOKEN`` and the request's token is missing (401) or wrong (403)."""
+
+    def __init__(self, message: str, status_code: int):
+        super().__init__(message)
+        self.status_code = status_code
+
+
+def _env_bytes(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number of bytes, got {value[:40]!r}") from None
+    if n < 0:
+        raise ValueError(f"{name} must be at least 0 bytes, got {n}")
+    return n
+
+
+@dataclass(frozen=True)
+class Quotas:
+    """Bytes that may be stored in all and per client (0 = no uploads at all)."""
+
+    total: int = DEFAULT_TOTAL_QUOTA
+    per_client: int = DEFAULT_CLIENT_QUOTA
+
+    @classmethod
+    def from_env(cls) -> Quotas:
+        return cls(_env_bytes("ISPLAN_UPLOAD_QUOTA_BYTES", DEFAULT_TOTAL_QUOTA),
+                   _env_bytes("ISPLAN_UPLOAD_CLIENT_QUOTA_BYTES", DEFAULT_CLIENT_QUOTA))
+
+    def check(self, size: int, stored_total: int, stored_by_client: int) -> None:
+        """Raise :class:`QuotaExceeded` if ``size`` more bytes would pass either quota."""
+        if stored_total + size > self.total:
+            raise QuotaExceeded(
+                f"the upload store is full: {stored_total:,} of {self.total:,} bytes used and this config is "
+                f"{size:,} bytes (ISPLAN_UPLOAD_QUOTA_BYTES); use a preset or ask the operator to raise the quota")
+        if stored_by_client + size > self.per_client:
+            raise QuotaExceeded(
+                f"this client has stored {stored_by_client:,} of its {self.per_client:,} bytes and this config is "
+                f"{size:,} bytes (ISPLAN_UPLOAD_CLIENT_QUOTA_BYTES); reuse an uploaded config's sha256: link")
+
+
+def check_token(presented: str | None, expected: str | None = None) -> None:
+    """Accept the upload when no token is configured (``ISPLAN_UPLOAD_TOKEN`` unset or empty) or
+    when ``presented`` (an ``Authorization`` header ``Bearer <token>``, or the bare token from a
+    form field) equals it, compared in constant time. Raises :class:`UploadForbidden`."""
+    expected = os.environ.get("ISPLAN_UPLOAD_TOKEN", "") if expected is None else expected
+    if not expected:
+        return
+    if not presented:
+        raise UploadForbidden("uploads on this server need a token: send 'Authorization: Bearer <token>' "
+                              "(ask the operator for ISPLAN_UPLOAD_TOKEN)", 401)
+    token = presented.strip()
+    if token[:7].lower() == "bearer ":
+        token = token[7:].strip()
+    if not hmac.compare_digest(token.encode("utf-8", "surrogateescape"), expected.encode("utf-8", "surrogateescape")):
+        raise UploadForbidden("the upload token is wrong", 403)
 
 
 def _name(name: str | None) -> str:
-    """The file name as stored: at most 200 characters, always valid UTF-8 (no lone surrogates)."""
-    return (name or "")[:200].encode("utf-8", "replace").decode("utf-8")
+    """The file name as stored: at most 200 characters, valid UTF-8, no NUL (PostgreSQL text)."""
+    return (name or "")[:200].encode("utf-8", "replace").decode("utf-8").replace("\x00", "")
 
 
 def _label(name: str | None) -> str:
     return (_name(name) or "uploaded config")[:120]
 
 
+def _client(client: str | None) -> str:
+    return _name(client or "anonymous")[:100] or "anonymous"
+
+
 def data_dir() -> Path:
     return Path(os.environ.get("ISPLAN_DATA_DIR", "data"))
 
 
-class ConfigStore:
-    def __init__(self, path: Path | None = None):
-        self.path = path or data_dir() / "configs.sqlite3"
+def validate_upload(data: bytes, name: str | None) -> ModelConfig:
+    """The upload parsed and validated (``ConfigError`` otherwise), before any storage."""
+    try:
+        return load_config_bytes(data, source="upload", label=_label(name))
+    except ConfigError:
+        raise
+    except (ValueError, RecursionError) as exc:  # e.g. an integer literal over 4300 digits
+        raise ConfigError(f"config.json cannot be read: {exc}") from None
+
+
+class BaseStore:
+    """Validation, the parsed-config cache, health caching; a backend supplies storage."""
+
+    backend = "base"
+
+    def __init__(self, quotas: Quotas | None = None):
+        self.quotas = quotas or Quotas.from_env()
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, tuple[ModelConfig, int]] = OrderedDict()
         self._cache_bytes = 0
-        self._conn: sqlite3.Connection | None = None
+        self._health: tuple[float, dict[str, Any]] | None = None
 
-    def _db(self) -> sqlite3.Connection:
-        if self._conn is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS configs (sha256 TEXT PRIMARY KEY, bytes BLOB NOT NULL, "
-                "name TEXT, created_utc TEXT DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now')))"
-            )
-            conn.commit()
-            self._conn = conn
-        return self._conn
+    # -- backend hooks -------------------------------------------------------------------
+    def _insert(self, digest: str, data: bytes, name: str, client: str) -> str | None:
+        """Store the row unless present (quota-checked in the same transaction); the stored
+        name when the digest was already there, else None."""
+        raise NotImplementedError
 
+    def _fetch(self, digest: str) -> tuple[bytes, str | None] | None:
+        raise NotImplementedError
+
+    def _count(self) -> int:
+        raise NotImplementedError
+
+    def _probe(self) -> str:
+        """Write and read back a health row; return a short description of the store."""
+        raise NotImplementedError
+
+    def _free_bytes(self) -> int | None:
+        return None
+
+    # -- cache ---------------------------------------------------------------------------
     def _remember(self, cfg: ModelConfig, size: int) -> None:
         """Cache ``cfg`` (caller holds the lock), evicting the least recently used beyond the bounds."""
         old = self._cache.pop(cfg.id, None)
@@ -82,34 +214,25 @@ class ConfigStore:
             self._cache_bytes -= evicted
 
     def _cached(self, model_id: str) -> ModelConfig | None:
-        """The cached config (caller holds the lock), marked most recently used."""
         hit = self._cache.get(model_id)
         if hit is None:
             return None
         self._cache.move_to_end(model_id)
         return hit[0]
 
-    def put(self, data: bytes, name: str | None = None) -> ModelConfig:
-        """Validate and store; returns the loaded config (id ``sha256:<hex>``). Raises ConfigError.
+    # -- public API ----------------------------------------------------------------------
+    def put(self, data: bytes, name: str | None = None, client: str | None = None) -> ModelConfig:
+        """Validate and store; returns the loaded config (id ``sha256:<hex>``).
 
-        Returns only once the row is committed (WAL, ``synchronous=FULL``), so a caller that
+        Raises ``ConfigError`` (invalid config, 422), :class:`QuotaExceeded` (413) or
+        :class:`StoreUnavailable` (503). Returns only once the row is committed, so a caller that
         acknowledges the upload after this returns never acknowledges a row a crash can lose."""
-        try:
-            cfg = load_config_bytes(data, source="upload", label=_label(name))
-        except ConfigError:
-            raise
-        except (ValueError, RecursionError) as exc:  # e.g. an integer literal over 4300 digits
-            raise ConfigError(f"config.json cannot be read: {exc}") from None
+        cfg = validate_upload(data, name)
         digest = hashlib.sha256(data).hexdigest()
         with self._lock:
-            db = self._db()
-            with db:  # BEGIN ... COMMIT (rolled back if anything raises)
-                cur = db.execute("INSERT OR IGNORE INTO configs (sha256, bytes, name) VALUES (?, ?, ?)",
-                                 (digest, data, _name(name)))
-                if cur.rowcount == 0:  # already stored: the first upload's name stays the label
-                    row = db.execute("SELECT name FROM configs WHERE sha256 = ?", (digest,)).fetchone()
-                    if row is not None and _label(row[0]) != cfg.label:
-                        cfg = dataclasses.replace(cfg, label=_label(row[0]))
+            stored_name = self._insert(digest, data, _name(name), _client(client))
+            if stored_name is not None and _label(stored_name) != cfg.label:
+                cfg = dataclasses.replace(cfg, label=_label(stored_name))
             self._remember(cfg, len(data))
         return cfg
 
@@ -122,7 +245,7 @@ class ConfigStore:
             cached = self._cached(model_id)
             if cached is not None:
                 return cached
-            row = self._db().execute("SELECT bytes, name FROM configs WHERE sha256 = ?", (m.group(1),)).fetchone()
+            row = self._fetch(m.group(1))
         if row is None:
             return None
         data = bytes(row[0])
@@ -135,4 +258,141 @@ class ConfigStore:
 
     def count(self) -> int:
         with self._lock:
+            return self._count()
+
+    def health(self) -> dict[str, Any]:
+        """``{"ok", "backend", "detail"}``: ok when a write probe succeeds and (SQLite) the data
+        directory has at least :data:`MIN_FREE_BYTES` free. Never raises; cached for
+        :data:`HEALTH_TTL` seconds."""
+        now = time.monotonic()
+        if self._health is not None and now - self._health[0] < HEALTH_TTL:
+            return self._health[1]
+        try:
+            with self._lock:
+                detail = self._probe()
+            free = self._free_bytes()
+            ok = free is None or free >= MIN_FREE_BYTES
+            if not ok:
+                detail = f"only {free:,} bytes free in the data directory (need {MIN_FREE_BYTES:,})"
+        except StoreUnavailable as exc:
+            ok, detail = False, str(exc)
+        result = {"ok": ok, "backend": self.backend, "detail": detail}
+        self._health = (now, result)
+        return result
+
+
+# --------------------------------------------------------------------------- SQLite
+
+
+_SQLITE_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS configs (sha256 TEXT PRIMARY KEY, bytes BLOB NOT NULL, name TEXT, "
+    "created_utc TEXT DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now')), client TEXT, size INTEGER)"
+)
+
+
+def _sqlite_failure(exc: BaseException, path: Path) -> StoreUnavailable:
+    text = str(exc)
+    if isinstance(exc, OSError):
+        return StoreUnavailable(f"the upload store cannot use {path.parent}: {exc.strerror or exc}; set "
+                                "ISPLAN_DATA_DIR to a writable directory")
+    if "full" in text:
+        hint = "the disk is full; free space on it"
+    elif "readonly" in text or "read-only" in text:
+        hint = "the database is read-only; make ISPLAN_DATA_DIR writable"
+    else:
+        hint = "check ISPLAN_DATA_DIR"
+    return StoreUnavailable(f"the upload store cannot be written ({text[:120]}): {hint}")
+
+
+class ConfigStore(BaseStore):
+    """SQLite in one file (default ``$ISPLAN_DATA_DIR/configs.sqlite3``)."""
+
+    backend = "sqlite"
+
+    def __init__(self, path: Path | None = None, quotas: Quotas | None = None):
+        super().__init__(quotas)
+        self.path = path or data_dir() / "configs.sqlite3"
+        self._conn: sqlite3.Connection | None = None
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30, isolation_level=None)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
+                conn.execute(_SQLITE_SCHEMA)
+                columns = {row[1] for row in conn.execute("PRAGMA table_info(configs)")}
+                for column, kind in (("client", "TEXT"), ("size", "INTEGER")):  # stores from before quotas
+                    if column not in columns:
+                        conn.execute(f"ALTER TABLE configs ADD COLUMN {column} {kind}")
+                conn.execute("UPDATE configs SET size = LENGTH(bytes) WHERE size IS NULL")
+                conn.execute("CREATE TABLE IF NOT EXISTS health (id INTEGER PRIMARY KEY, at REAL)")
+            except (sqlite3.Error, OSError) as exc:
+                raise _sqlite_failure(exc, self.path) from None
+            self._conn = conn
+        return self._conn
+
+    def _run(self, work: Any) -> Any:
+        """``work(conn)`` in one ``BEGIN IMMEDIATE`` transaction (serialised across processes)."""
+        db = self._db()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            result = work(db)
+            db.execute("COMMIT")
+            return result
+        except sqlite3.Error as exc:
+            raise _sqlite_failure(exc, self.path) from None
+        finally:
+            if db.in_transaction:  # an error or a quota refusal (SQLite may have rolled back already)
+                try:
+                    db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+
+    def _insert(self, digest: str, data: bytes, name: str, client: str) -> str | None:
+        def work(db: sqlite3.Connection) -> str | None:
+            row = db.execute("SELECT name FROM configs WHERE sha256 = ?", (digest,)).fetchone()
+            if row is not None:  # already stored: the first upload's name stays the label
+                return row[0] or ""
+            total, mine = db.execute(
+                "SELECT COALESCE(SUM(size), 0), COALESCE(SUM(CASE WHEN client = ? THEN size END), 0) FROM configs",
+                (client,)).fetchone()
+            self.quotas.check(len(data), total, mine)
+            db.execute("INSERT INTO configs (sha256, bytes, name, client, size) VALUES (?, ?, ?, ?, ?)",
+                       (digest, data, name, client, len(data)))
+            return None
+
+        return self._run(work)
+
+    def _fetch(self, digest: str) -> tuple[bytes, str | None] | None:
+        try:
+            return self._db().execute("SELECT bytes, name FROM configs WHERE sha256 = ?", (digest,)).fetchone()
+        except sqlite3.Error as exc:
+            raise _sqlite_failure(exc, self.path) from None
+
+    def _count(self) -> int:
+        try:
             return self._db().execute("SELECT COUNT(*) FROM configs").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise _sqlite_failure(exc, self.path) from None
+
+    def _probe(self) -> str:
+        self._run(lambda db: db.execute("INSERT OR REPLACE INTO health (id, at) VALUES (1, ?)", (time.time(),)))
+        return f"sqlite {self.path.name}: writable"
+
+    def _free_bytes(self) -> int | None:
+        try:
+            return shutil.disk_usage(self.path.parent).free
+        except OSError:
+            return None
+
+
+def open_store() -> BaseStore:
+    """PostgreSQL when ``ISPLAN_DATABASE_URL`` is set, else SQLite in ``ISPLAN_DATA_DIR``."""
+    url = os.environ.get("ISPLAN_DATABASE_URL", "").strip()
+    if url:
+        from app.web.store_postgres import PostgresConfigStore
+
+        return PostgresConfigStore(url)
+    return ConfigStore()

@@ -1,0 +1,76 @@
+"""Upper bounds on every count a request, a receipt, a launcher or the CLI may ask for, in one place.
+
+Each adapter (URL, API, form, launcher, receipt, uploaded config, CLI) checks its inputs against
+these constants *before* any work, so one request cannot make the planner expand, allocate or
+iterate without limit (issue 9: a 9-digit stage size expanded per layer passed 4 GB).
+
+Why these values:
+
+* ``MAX_LAYERS`` - the config loader's own limit on ``num_hidden_layers``
+  (:data:`app.core.model_config._LIMITS`); GLM-5.2 has 78, DeepSeek-V3.2 61.
+* ``MAX_PP`` / ``MAX_VPP`` - far above any published pipeline (slime trains GLM-5.2 with PP 8,
+  THUDM/slime ``scripts/run-glm5.2-744B-A40B.sh``); PP x VPP stays within
+  :data:`app.core.pipeline_layout.MAX_STAGES` (16,384).
+* ``MAX_STAGE_LAYERS`` - one stage cannot hold more layers than a model has.
+* ``MAX_STAGES`` - entries of a ``--split`` list (empty virtual stages are allowed, so the count is
+  bounded separately from the layer count).
+* ``MAX_MTP_LAYERS`` - GLM-5.2 and DeepSeek-V3.2 ship one MTP layer (``num_nextn_predict_layers``).
+* ``MAX_GPUS``, ``MAX_TOP``, ``MAX_CONTEXT`` - the limits the API routes already declared.
+* ``MAX_LAYOUT_CHARS`` - the layout parser's own limit (:func:`app.core.pipeline_layout.parse_layout`).
+"""
+
+from __future__ import annotations
+
+MAX_LAYERS = 4096
+MAX_PP = 256
+MAX_VPP = 64
+MAX_STAGE_LAYERS = 4096
+MAX_STAGES = 65_536
+MAX_MTP_LAYERS = 16
+MAX_GPUS = 1 << 20
+MAX_TOP = 100
+MAX_CONTEXT = 1 << 24
+MAX_LAYOUT_CHARS = 100_000
+MAX_PATTERN_CHARS = 100_000
+
+#: Receipts: named layouts in one receipt, and its size as JSON.
+MAX_RECEIPT_LAYOUTS = 16
+MAX_RECEIPT_BYTES = 2 << 20
+MAX_RECEIPT_DEPTH = 64
+
+#: Name -> bound, for messages and for adapters that check a dict of counts at once.
+COUNT_BOUNDS: dict[str, int] = {
+    "num_layers": MAX_LAYERS,
+    "pp": MAX_PP,
+    "vpp": MAX_VPP,
+    "layers_per_vstage": MAX_STAGE_LAYERS,
+    "first": MAX_STAGE_LAYERS,
+    "last": MAX_STAGE_LAYERS,
+    "split_entry": MAX_STAGE_LAYERS,
+    "split_stages": MAX_STAGES,
+    "mtp_layers": MAX_MTP_LAYERS,
+    "gpus": MAX_GPUS,
+    "top": MAX_TOP,
+    "context": MAX_CONTEXT,
+}
+
+
+class BoundError(ValueError):
+    """A count over its bound (or negative); the message names the field, the bound and the fix."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+def check_count(field: str, value: int, bound: int | None = None, *, where: str = "") -> int:
+    """Return ``value`` if ``0 <= value <= bound`` (default :data:`COUNT_BOUNDS[field]`), else raise
+    :class:`BoundError` naming ``where + field`` and the limit."""
+    limit = COUNT_BOUNDS[field] if bound is None else bound
+    name = f"{where}{field}"
+    shown = f"{value:,}" if value.bit_length() < 64 else "a number over 2**64"
+    if value < 0:
+        raise BoundError(f"{name} is {shown}; it cannot be negative", field)
+    if value > limit:
+        raise BoundError(f"{name} is {shown}; the limit is {limit:,}", field)
+    return value

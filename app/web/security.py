@@ -1,0 +1,311 @@
+"""HTTP hygiene as pure ASGI middleware: headers on every response, same-origin writes, HEAD,
+a body-read deadline, and one-line client-disconnect logs (issue 9, "HTTP hygiene").
+
+Compose them with :func:`secure`, which wraps an ASGI app (the FastAPI app, *outside* everything
+Starlette adds, so even its own 500 goes through):  ``asgi = secure(app, csp=CSP)``; uvicorn then
+serves ``asgi``. Each class also works with ``app.add_middleware(Class, ...)``.
+
+Rules (and why):
+
+* :class:`SecurityHeaders` - ``Content-Security-Policy`` (the app's string, a constructor argument),
+  ``X-Content-Type-Options: nosniff``, ``X-Frame-Options: DENY``, ``Referrer-Policy: same-origin``
+  and ``Cross-Origin-Opener-Policy: same-origin`` are set on *every* ``http.response.start``,
+  404/405/413/500 included (issue 9: 413 and 500 lacked them). An exception before the response
+  started becomes a JSON 500 with those headers and is re-raised (so the server still logs it and
+  a test client still raises); a client that went away is logged in one line, not a traceback.
+* :class:`SameOrigin` - a state-changing request (any method but GET/HEAD/OPTIONS) is refused with
+  a JSON 403 when the browser says it is cross-site: ``Sec-Fetch-Site`` other than ``same-origin``
+  or ``none`` (Fetch Metadata, https://www.w3.org/TR/fetch-metadata/), or an ``Origin`` whose host
+  differs from ``Host`` (or ``Origin: null``). A request with neither header (curl, scripts) is
+  not a browser acting for a user, and passes. Paths listed in ``json_only`` also need
+  ``Content-Type: application/json`` (415 otherwise): a cross-site page cannot send that without a
+  CORS preflight, which this app never grants.
+* :class:`HeadAsGet` - ``HEAD`` is served by the ``GET`` route with the body dropped (FastAPI's
+  routes answer HEAD with 405; RFC 9110 section 9.3.2 says HEAD is GET without content).
+* :class:`BodyDeadline` - the whole request body must arrive within ``seconds`` of the first
+  read; a body that stalls gets a JSON 408 with ``Connection: close`` and the app sees
+  ``http.disconnect`` (issue 9: 400 stalled uploads held 840 MB). Slow *headers* are the server's
+  job: run uvicorn with ``--timeout-keep-alive`` and ``--h11-max-incomplete-event-size``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+log = logging.getLogger("isplan.http")
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def error_body(status: int, code: str, message: str, field: str | None = None) -> bytes:
+    """The JSON every isplan 4xx/5xx carries: ``{valid: false, errors: [{code, message, field}]}``."""
+    return json.dumps({"valid": False, "errors": [{"code": code, "message": message, "field": field}]}).encode()
+
+
+async def send_error(send: Send, status: int, code: str, message: str, *, close: bool = False) -> None:
+    body = error_body(status, code, message)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"cache-control", b"no-store")]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _is_disconnect(exc: BaseException) -> bool:
+    """A client that went away: Starlette's ClientDisconnect, a reset/broken pipe, a closed stream."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return bool(names & {"ClientDisconnect", "ConnectionError", "BrokenResourceError", "ClosedResourceError",
+                         "EndOfStream"})
+
+
+# --------------------------------------------------------------------------- headers + errors
+
+
+class SecurityHeaders:
+    """Set the security headers on every response; turn an unhandled error into a JSON 500 with
+    them; log a client disconnect in one line."""
+
+    def __init__(self, app: ASGIApp, csp: str, extra: Iterable[tuple[str, str]] = ()):
+        self.app = app
+        self.headers = [(b"content-security-policy", csp.encode()),
+                        (b"x-content-type-options", b"nosniff"),
+                        (b"x-frame-options", b"DENY"),
+                        (b"referrer-policy", b"same-origin"),
+                        (b"cross-origin-opener-policy", b"same-origin"),
+                        *((k.lower().encode(), v.encode()) for k, v in extra)]
+        self._names = {k for k, _ in self.headers}
+
+    def _with_headers(self, message: Message) -> Message:
+        kept = [(k, v) for k, v in message.get("headers", ()) if k.lower() not in self._names]
+        return {**message, "headers": kept + self.headers}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+        disconnected = False
+
+        async def watched_receive() -> Message:
+            nonlocal disconnected
+            message = await receive()
+            disconnected = disconnected or message["type"] == "http.disconnect"
+            return message
+
+        async def headed_send(message: Message) -> None:
+            nonlocal started
+            if disconnected:  # nobody is listening (Starlette answers a ClientDisconnect with a 500)
+                return
+            if message["type"] == "http.response.start":
+                started = True
+                message = self._with_headers(message)
+            await send(message)
+
+        try:
+            await self.app(scope, watched_receive, headed_send)
+        except Exception as exc:
+            where = f"{scope.get('method', '?')} {scope.get('path', '?')[:200]}"
+            if disconnected or _is_disconnect(exc):
+                log.info("client disconnected during %s (%s)", where, type(exc).__name__)
+                return
+            if not started:
+                await send_error(headed_send, 500, "internal_error",
+                                 "internal error; the server log has the details")
+            raise
+
+
+# --------------------------------------------------------------------------- same origin
+
+
+def _origin_host(origin: str) -> str | None:
+    """``host[:port]`` of an Origin header, default port dropped, or None for ``null``/garbage."""
+    scheme, sep, rest = origin.partition("://")
+    if not sep or scheme not in ("http", "https") or not rest or "/" in rest:
+        return None
+    return _normal_host(rest, scheme)
+
+
+def _normal_host(host: str, scheme: str) -> str:
+    """``host`` lower-cased without the default port of ``scheme`` (``:80`` / ``:443``)."""
+    host = host.lower()
+    default = {"http": ":80", "https": ":443"}.get(scheme, "")
+    return host[: -len(default)] if default and host.endswith(default) else host
+
+
+class SameOrigin:
+    """Refuse cross-site state-changing requests (403) and non-JSON bodies on JSON-only paths (415)."""
+
+    def __init__(self, app: ASGIApp, allowed_origins: Iterable[str] = (), json_only: Iterable[str] = ()):
+        self.app = app
+        self.allowed = {h for h in (_origin_host(o) for o in allowed_origins) if h}
+        self.json_only = frozenset(json_only)
+
+    def cross_site_reason(self, scope: Scope) -> str | None:
+        """Why this request is cross-site, or None when it is same-origin or not from a browser."""
+        site = _header(scope, b"sec-fetch-site")
+        if site is not None and site.lower() not in ("same-origin", "none"):
+            return f"Sec-Fetch-Site is {site[:40]!r}"
+        origin = _header(scope, b"origin")
+        if origin is None:
+            return None
+        origin = origin.strip()
+        origin_host = _origin_host(origin)
+        if origin_host is None:
+            return f"Origin is {origin[:80]!r}"
+        # behind a TLS proxy the scope says http while the Origin says https: drop the Origin's default port
+        own = _normal_host(_header(scope, b"host") or "", origin.partition("://")[0])
+        if origin_host == own or origin_host in self.allowed:
+            return None
+        return f"Origin {origin[:80]!r} is not this server ({own[:80]!r})"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method", "GET") in SAFE_METHODS:
+            await self.app(scope, receive, send)
+            return
+        reason = self.cross_site_reason(scope)
+        if reason is not None:
+            await send_error(send, 403, "cross_site",
+                             f"cross-site {scope.get('method')} refused: {reason}; submit the form from this "
+                             "server's own page (scripts without Origin/Sec-Fetch-Site headers are allowed)",
+                             close=True)
+            return
+        if scope.get("path") in self.json_only:
+            ctype = (_header(scope, b"content-type") or "").split(";")[0].strip().lower()
+            if ctype != "application/json":
+                await send_error(send, 415, "unsupported_media_type",
+                                 f"{scope.get('path')} takes Content-Type: application/json, "
+                                 f"got {ctype[:60] or 'none'!r}", close=True)
+                return
+        await self.app(scope, receive, send)
+
+
+# --------------------------------------------------------------------------- HEAD
+
+
+class HeadAsGet:
+    """Answer ``HEAD`` with the ``GET`` route's status and headers and no body."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def bodiless_send(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, bodiless_send)
+
+
+# --------------------------------------------------------------------------- body deadline
+
+
+class BodyDeadline:
+    """The request body must be complete within ``seconds`` of the app's first read (408 otherwise)."""
+
+    def __init__(self, app: ASGIApp, seconds: float = 30.0):
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method", "GET") in SAFE_METHODS:
+            await self.app(scope, receive, send)
+            return
+        deadline: float | None = None
+        body_done = started = rejected = timed_out = False
+
+        async def timed_receive() -> Message:
+            nonlocal deadline, body_done, timed_out, started, rejected
+            if timed_out:
+                return {"type": "http.disconnect"}
+            if body_done:  # after the body: waiting for a disconnect is not a slow body
+                return await receive()
+            now = time.monotonic()
+            deadline = deadline if deadline is not None else now + self.seconds
+            try:
+                message = await asyncio.wait_for(receive(), timeout=max(deadline - now, 0.0))
+            except TimeoutError:
+                timed_out = True
+                log.info("request body not complete after %g s: %s %s", self.seconds,
+                         scope.get("method"), scope.get("path", "")[:200])
+                if not started:
+                    started = rejected = True
+                    await send_error(send, 408, "timeout",
+                                     f"the request body did not arrive within {self.seconds:g} seconds; "
+                                     "send it in one go (a slow or stalled upload is dropped)", close=True)
+                return {"type": "http.disconnect"}
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_done = True
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if rejected:  # the client has our 408; whatever the app answers afterwards is dropped
+                return
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, timed_receive, guarded_send)
+        except Exception:
+            if not rejected:
+                raise  # after our 408 the app's complaint about the missing body is expected
+
+
+# --------------------------------------------------------------------------- /docs
+
+
+def swagger_ui_html(openapi_url: str = "/openapi.json", *, title: str = "isplan API",
+                    static_prefix: str = "/static") -> str:
+    """The ``/docs`` page on the vendored Swagger UI (``static/vendor/swagger-ui/``, version and
+    SHA-256 in ``static/vendor/VENDOR.json``), started by ``static/swagger-init.js``: no CDN and
+    no inline script, so it works under the app's ``script-src 'self'`` CSP (FastAPI's own
+    ``/docs`` loads Swagger from a CDN that this CSP blocks)."""
+    esc = html.escape
+    vendor = f"{esc(static_prefix)}/vendor/swagger-ui"
+    return (
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{esc(title)}</title>"
+        f'<link rel="stylesheet" href="{vendor}/swagger-ui.css"></head>'
+        f'<body><div id="swagger-ui" data-openapi-url="{esc(openapi_url)}"></div>'
+        f'<script src="{vendor}/swagger-ui-bundle.js"></script>'
+        f'<script src="{esc(static_prefix)}/swagger-init.js"></script>'
+        "</body></html>\n"
+    )
+
+
+def secure(app: ASGIApp, *, csp: str, body_seconds: float = 30.0, allowed_origins: Iterable[str] = (),
+           json_only: Iterable[str] = ("/api/v1/verify",)) -> ASGIApp:
+    """``app`` wrapped in every middleware of this module, outermost first: headers (and the 500
+    shield), HEAD, same-origin, body deadline."""
+    inner: ASGIApp = BodyDeadline(app, seconds=body_seconds)
+    inner = SameOrigin(inner, allowed_origins=allowed_origins, json_only=json_only)
+    inner = HeadAsGet(inner)
+    return SecurityHeaders(inner, csp=csp)
