@@ -186,14 +186,16 @@ def test_edited_stage_fails_verify_naming_the_stage(tmp_path):
 def test_changed_config_fails_verify(tmp_path, tmp_config):
     raw = json.loads((REPO / "app/core/presets/glm-5.2.json").read_text())
     path = tmp_config(raw)
-    p = isplan("receipt", str(path), "--split", "14,8,8,8,8,8,8,16")
+    # engine hf reads the checkpoint's indexer_types, so the edit below moves a boundary
+    p = isplan("receipt", str(path), "--split", "14,8,8,8,8,8,8,16", "--engine", "hf")
     assert p.returncode == 0, p.stderr
     receipt = tmp_path / "r.json"
     receipt.write_text(p.stdout)
-    assert isplan("verify", str(receipt)).returncode == 0
+    # a receipt never makes isplan open a path it names: the config is passed explicitly
+    assert isplan("verify", str(receipt), "--config", str(path)).returncode == 0
     raw["indexer_types"][14] = "shared"  # layer 15 becomes shared: stage 2 now starts on shared
     path.write_text(json.dumps(raw))
-    v = isplan("verify", str(receipt))
+    v = isplan("verify", str(receipt), "--config", str(path))
     assert v.returncode == 1
     assert "model.sha256" in v.stdout and "violations" in v.stdout
 

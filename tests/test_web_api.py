@@ -83,7 +83,8 @@ def test_actions_balance_and_nearest(client):
     for action in ("balance", "nearest"):
         r = client.get("/fragment", params={"model": "glm-5.2", "mode": "split", "split": SEED_BAD, "action": action})
         url = r.headers["hx-push-url"]  # a discrete action is a history entry: Back undoes it
-        assert "mode=split" in url and "split=10%2C10%2C10%2C10" not in url
+        assert "split=" in url and "mode=" not in url  # the split implies the mode
+        assert "split=10%2C10%2C10%2C10" not in url
         assert 'data-kind="boundary"' not in r.text, action
 
 
@@ -177,7 +178,7 @@ def test_upload_is_content_addressed_and_survives_a_restart(client, tmp_path):
     raw["indexer_types"][14] = "shared"  # layer 15 shared: stage 2 of the slime profile starts on it
     data = json.dumps(raw).encode()
     r = client.post("/upload", files={"file": ("config.json", data, "application/json")},
-                    data={"query": "pp=8&first=14&last=16"}, follow_redirects=False)
+                    data={"query": "pp=8&first=14&last=16&engine=hf"}, follow_redirects=False)
     assert r.status_code == 303
     loc = r.headers["location"]
     assert "model=sha256%3A" in loc or "model=sha256:" in loc
@@ -187,7 +188,8 @@ def test_upload_is_content_addressed_and_survives_a_restart(client, tmp_path):
     # a fresh store on the same file (a restarted server) still knows it
     again = ConfigStore(client.app.state.store.path)
     assert again.get(model_id) is not None
-    assert client.get("/api/v1/check", params={"model": model_id, "split": "14,8,8,8,8,8,8,16"}).json()["valid"] is False
+    assert client.get("/api/v1/check", params={"model": model_id, "split": "14,8,8,8,8,8,8,16",
+                                               "engine": "hf"}).json()["valid"] is False
 
 
 @pytest.mark.parametrize("data, words", [

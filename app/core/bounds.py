@@ -32,6 +32,14 @@ MAX_TOP = 100
 MAX_CONTEXT = 1 << 24
 MAX_LAYOUT_CHARS = 100_000
 MAX_PATTERN_CHARS = 100_000
+#: Plan fields (app.core.plan): parallel sizes, token counts and text fields of the URL / CLI.
+MAX_TP = 1024
+MAX_CP = 1024
+MAX_EP = 4096
+MAX_TOKENS = MAX_CONTEXT
+MAX_PLAN_TEXT = 20_000  # a split, layout or conversion split in a URL or on the command line
+MAX_PLAN_PATTERN = 4096
+MAX_MODEL_ID = 80
 
 #: Receipts: named layouts in one receipt, and its size as JSON.
 MAX_RECEIPT_LAYOUTS = 16

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.layer_roles import PatternError
+from app.core.layer_roles import PatternError, parse_pattern
 from app.core.layout_check import CheckResult, run_check
 from app.core.model_config import ModelConfig
 from app.core.parallelism import Check, ParallelConfig, check_parallel
@@ -122,6 +122,12 @@ def evaluate(plan: Plan, cfg: ModelConfig, *, parallel: bool = True, extra_error
     ev = Evaluation(plan, cfg, parallel)
     freq, offset, notes = _overrides(plan)
     pattern = plan.pattern
+    if pattern is not None:  # a bad pattern is its own problem; the layout is still checked without it
+        try:
+            parse_pattern(pattern, cfg.num_hidden_layers)
+        except PatternError as exc:
+            ev.problems.append(FieldProblem("pattern", str(exc)))
+            pattern = None
     try:
         ev.check = run_check(cfg, pipeline_spec(plan), plan.engine, pattern=pattern, freq=freq, offset=offset,
                              extra_errors=extra_errors, extra_warnings=extra_warnings + notes, extra=extra)

@@ -26,22 +26,12 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlencode
 
-# ----------------------------------------------------------------------------- bounds
-#: One upper bound per count, enforced before any work (issue 9). ``MAX_LAYERS`` matches the
-#: config loader's bound on ``num_hidden_layers``.
-MAX_LAYERS = 4096
-MAX_PP = 256
-MAX_VPP = 64
-MAX_STAGES = MAX_PP * MAX_VPP
-MAX_MTP = 16
-MAX_TP = 1024
-MAX_CP = 1024
-MAX_EP = 4096
-MAX_GPUS = 1 << 20
-MAX_TOKENS = 1 << 24
-MAX_TEXT = 20_000
-MAX_PATTERN = 4096
-MAX_MODEL_ID = 80
+# one upper bound per count, enforced here before any work (issue 9): app/core/bounds.py
+from app.core.bounds import MAX_CONTEXT as MAX_TOKENS
+from app.core.bounds import MAX_CP, MAX_EP, MAX_GPUS, MAX_LAYERS, MAX_MODEL_ID, MAX_PP, MAX_STAGES, MAX_TP, MAX_VPP
+from app.core.bounds import MAX_MTP_LAYERS as MAX_MTP
+from app.core.bounds import MAX_PLAN_PATTERN as MAX_PATTERN
+from app.core.bounds import MAX_PLAN_TEXT as MAX_TEXT
 
 LAYOUT_MODES = ("flags", "split", "layout")
 CONVERSION_MODES = ("none", "flags", "split")
@@ -234,10 +224,13 @@ class Plan:
                 continue
             if not applies(spec, self.mode):
                 continue
+            text = format_value(spec, value)
             if spec.kind == "bool":
                 args.append(spec.cli)
+            elif text.startswith("-"):  # argparse would read it as an option
+                args.append(f"{spec.cli}={text}")
             else:
-                args += [spec.cli, format_value(spec, value)]
+                args += [spec.cli, text]
         return args
 
     @property

@@ -152,6 +152,7 @@ def params_report(plan: Plan, cfg: ModelConfig, *, per_layer: bool = False, with
 def memory_report(plan: Plan, cfg: ModelConfig, **kw: Any) -> Report:
     """``isplan memory``: training memory per GPU of every pipeline rank, beside Megatron's own
     estimate. Memory always joins this command's verdict."""
+    kw.pop("parallel", None)  # memory always states parallelism
     ev = evaluate(plan, cfg, parallel=True, **kw)
     if ev.problems:
         raise PlanError(ev.problems)

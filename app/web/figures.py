@@ -17,10 +17,11 @@ from app.core.flops import flops_vs_context
 
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
 MEMORY_ORDER = ["weights", "gradients", "optimizer_states", "activations", "recompute_working_set",
-                "topk_indices", "logits"]
+                "topk_indices", "indexer_logits", "logits"]
 MEMORY_LABELS = {"weights": "weights", "gradients": "gradients", "optimizer_states": "optimizer states",
                  "activations": "activations", "recompute_working_set": "recompute working set",
-                 "topk_indices": "IndexShare top-k indices", "logits": "logits"}
+                 "topk_indices": "IndexShare top-k indices", "indexer_logits": "indexer FP32 logits (transient)",
+                 "logits": "logits"}
 
 _BASE_LAYOUT = {
     "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
