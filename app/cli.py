@@ -134,7 +134,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     cfg = _load(args)
     plan, extra = _plan(args, cfg)
-    if args.launcher is None and not any(getattr(args, n, None) is not None for n in ("split", "pp", "layout")):
+    layout_args = ("split", "pp", "layout", "ici_pp", "dcn_pp", "layers_per_stage")
+    if args.launcher is None and not any(getattr(args, n, None) is not None for n in layout_args):
         raise UsageError("give a layout: --split LIST, --pp N [flags], --pp N --layout STR, or --launcher FILE")
     extra.setdefault("parallel", _stated(args))
     return _emit(args, check_report(plan, cfg, **extra))
@@ -288,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"isplan {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    plan_groups = ("model", "layout", "parallel", "memory", "conversion")
+    plan_groups = ("model", "layout", "parallel", "memory", "flops", "conversion", "serving", "maxtext")
     p = sub.add_parser("check", help="the plan's verdict: stages, boundary, acceptance (+ parallelism, memory)",
                        description="Materialise the stages Megatron/slime would build and check each start. "
                                    "With any parallel/memory flag, --gpu or a launcher, the GPU count, the "
@@ -358,9 +359,16 @@ def build_parser() -> argparse.ArgumentParser:
     _fmt(p)
     p.set_defaults(func=cmd_flops)
 
-    p = sub.add_parser("plan", help="the exact min-max optimal valid layout, alternatives, nearest valid")
+    p = sub.add_parser("plan", help="the exact min-max optimal valid layout, alternatives, nearest valid",
+                       description="Megatron/slime: the optimal valid layout for PP x VPP. vLLM/SGLang (--engine): "
+                                   "the best valid serving partition for PP, with the env var and serve command.")
     _model_arg(p)
-    add_cli_arguments(p, ("model",))
+    add_cli_arguments(p, ("model", "serving"))
+    g = p.add_argument_group("serving memory (--engine vllm|sglang)")
+    for name in ("tp", "ep", "mtp", "gpu", "gpu_gb"):
+        spec = TABLE[name]
+        g.add_argument(str(spec.cli), dest=name, default=None, choices=spec.choices or None,
+                       metavar=None if spec.choices else spec.metavar, help=spec.help)
     g = p.add_argument_group("pipeline to plan for")
     for name in ("pp", "vpp"):
         spec = TABLE[name]

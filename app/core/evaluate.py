@@ -18,7 +18,7 @@ from app.core.layer_roles import PatternError, parse_pattern
 from app.core.layout_check import CheckResult, run_check
 from app.core.model_config import ModelConfig
 from app.core.parallelism import Check, ParallelConfig, check_parallel
-from app.core.plan import TABLE, FieldProblem, Plan
+from app.core.plan import SERVING_ENGINES, TABLE, FieldProblem, Plan
 from app.core.stages import LayoutInputError, PipelineSpec, StagePlan
 from app.core.verdict import Reason, Verdict, verdict_of
 
@@ -27,6 +27,12 @@ FLAG_FIELD: dict[str, str] = {}
 for _name, _spec in TABLE.items():
     for _flag in ((_spec.cli,) if _spec.cli else ()) + _spec.megatron + _spec.slime:
         FLAG_FIELD.setdefault(_flag, _spec.url)
+
+#: MaxText's config keys (its error messages name them)
+FLAG_FIELD.update({"index_share_pattern": "pattern", "pipeline_parallel_layers": "pipeline_layers",
+                   "num_layers_per_pipeline_stage": "lps", "ici_pipeline_parallelism": "ici_pp",
+                   "dcn_pipeline_parallelism": "dcn_pp", "num_pipeline_repeats": "repeats",
+                   "num_pipeline_microbatches": "mb"})
 
 #: plan field of each parallel check (``app.core.parallelism.check_parallel`` names)
 CHECK_FIELD = {
@@ -49,11 +55,12 @@ class Evaluation:
     plan: Plan
     cfg: ModelConfig
     parallel: bool
-    check: CheckResult | None = None
+    check: Any = None  # CheckResult (megatron, slime, hf), ServingCheck (vllm, sglang) or MaxTextCheck
     conversion: CheckResult | None = None
     par: ParallelConfig | None = None
     checks: list[Check] = field(default_factory=list)
     memory: dict[str, Any] | None = None
+    serving_memory: dict[str, Any] | None = None
     stage_flops: dict[str, Any] | None = None
     problems: list[FieldProblem] = field(default_factory=list)
     verdict: Verdict = field(default_factory=Verdict)
@@ -65,6 +72,8 @@ class Evaluation:
 
 def layout_field(plan: Plan) -> str:
     """The field that describes the layout in the plan's mode (where a shared start is fixed)."""
+    if plan.engine == "maxtext":
+        return "lps"
     return {"split": "split", "layout": "layout"}.get(plan.mode, "pp")
 
 
@@ -120,6 +129,10 @@ def evaluate(plan: Plan, cfg: ModelConfig, *, parallel: bool = True, extra_error
     """Evaluate ``plan`` on ``cfg``. Unusable input becomes :attr:`Evaluation.problems` (never an
     exception): the CLI and the API turn problems into exit 2 / 422, the page into field messages."""
     ev = Evaluation(plan, cfg, parallel)
+    if plan.engine in SERVING_ENGINES or plan.engine == "maxtext":
+        _evaluate_other_engine(ev)
+        ev.verdict = build_verdict(ev)
+        return ev
     freq, offset, notes = _overrides(plan)
     pattern = plan.pattern
     if pattern is not None:  # a bad pattern is its own problem; the layout is still checked without it
@@ -148,6 +161,42 @@ def evaluate(plan: Plan, cfg: ModelConfig, *, parallel: bool = True, extra_error
     return ev
 
 
+def _evaluate_other_engine(ev: Evaluation) -> None:
+    """vLLM / SGLang serving partitions and MaxText pipelines (``app.core.engines``)."""
+    from app.core.engines.maxtext import MaxTextPipeline, maxtext_check
+    from app.core.engines.rules import EngineInputError
+    from app.core.engines.serving import serving_check
+
+    plan = ev.plan
+    try:
+        if plan.engine == "maxtext":
+            pipeline = MaxTextPipeline(
+                ici_pipeline_parallelism=plan.ici_pp, dcn_pipeline_parallelism=plan.dcn_pp,
+                num_layers_per_pipeline_stage=plan.layers_per_stage, num_pipeline_repeats=plan.repeats or -1,
+                pipeline_parallel_layers=plan.pipeline_layers or -1,
+                num_pipeline_microbatches=plan.microbatches or -1)
+            ev.check = maxtext_check(ev.cfg, pipeline, plan.pattern)
+            return
+        partition = plan.split if plan.mode == "split" else None
+        ev.check = serving_check(ev.cfg, plan.engine, plan.pp if partition is None else len(partition), partition,
+                                 tp=plan.tp, mtp=bool(plan.mtp), version=plan.engine_version)
+    except (EngineInputError, ValueError) as exc:
+        ev.problems.append(FieldProblem("engine_version" if "version" in str(exc) else layout_field(plan), str(exc)))
+        return
+    if ev.parallel and ev.check.plan.stages:
+        from app.core.parallelism import resolve_gpu
+        from app.core.serving_memory import ServingMemorySettings, serving_memory
+
+        try:
+            gpu = resolve_gpu(plan.gpu, int(plan.gpu_gb * 1e9) if plan.gpu_gb else None)
+            settings = ServingMemorySettings(tp=plan.tp, ep=plan.ep, weight_dtype=plan.weight_dtype,
+                                             kv_dtype=plan.kv_dtype, context=plan.context,
+                                             concurrency=plan.concurrency, capacity_gib=gpu.capacity_bytes / 2**30)
+            ev.serving_memory = serving_memory(ev.cfg, ev.check.plan, ev.check.roles, settings).to_json()
+        except ValueError as exc:
+            ev.problems.append(FieldProblem("context", str(exc)))
+
+
 def _evaluate_parallel(ev: Evaluation, stages: StagePlan) -> None:
     from app.core.flops import stage_flops
     from app.core.memory import training_memory
@@ -174,7 +223,11 @@ def _check_reasons(check: CheckResult, plan: Plan, slot: str = "") -> list[Reaso
     prefix = f"{slot} layout: " if slot else ""
     out = [Reason(getattr(e, "kind", "megatron"), slot + e.code, prefix + e.message,
                   FLAG_FIELD.get(e.flag or "", where)) for e in check.errors]
-    out += [Reason("boundary", slot + "shared_start", prefix + v.message, where) for v in check.boundary.violations]
+    behaviour = getattr(check, "behaviour", None)  # serving engines: what a shared start does there
+    if behaviour is None or behaviour.blocking:
+        tail = f": {behaviour.message}" if behaviour is not None else ""
+        out += [Reason("boundary", slot + "shared_start", prefix + v.message + tail, where)
+                for v in check.boundary.violations]
     return out
 
 
@@ -201,7 +254,16 @@ def build_verdict(ev: Evaluation) -> Verdict:
             warnings.append(Reason("parallel", c.name, c.message, fld))
     if ev.memory is not None:
         blocking += _memory_reasons(ev.memory)
+    if ev.serving_memory is not None:
+        blocking += _serving_memory_reasons(ev.serving_memory)
     return verdict_of(blocking, warnings)
+
+
+def _serving_memory_reasons(memory: dict[str, Any]) -> list[Reason]:
+    return [Reason("memory", "rank_over_capacity",
+                   f"pp rank {r['pp_rank']} needs {r['total_bytes'] / 2**30:.1f} GiB per GPU for weights, KV cache "
+                   f"and the top-k buffer; the usable capacity is {r['usable_bytes'] / 2**30:.1f} GiB", "concurrency")
+            for r in memory.get("ranks", []) if not r.get("fits", True)]
 
 
 def _memory_reasons(memory: dict[str, Any]) -> list[Reason]:

@@ -12,6 +12,7 @@ Fails closed: a script that cannot be read, or whose pipeline flags cannot be re
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -52,8 +53,29 @@ def _gpus(parsed: LauncherParse) -> int | None:
     return nodes * per if nodes and per else None
 
 
+_SERVE = re.compile(r"\b(vllm|sglang)\s+serve\b|sglang\.launch_server|vllm\.entrypoints\.openai\.api_server")
+
+
+def import_serve_launcher(text: str | bytes, base: Plan) -> LauncherImport:
+    """A ``vllm serve`` / ``sglang.launch_server`` launch (shell or a Kubernetes-style ``env:`` list):
+    engine, TP, PP and the ``*_PP_LAYER_PARTITION`` partition (as ``split``) become the plan."""
+    from app.core.serve_launcher import ServeLauncherError, parse_serve_launcher
+
+    try:
+        launch = parse_serve_launcher(text)
+    except ServeLauncherError as exc:
+        raise LauncherImportError(str(exc)) from None
+    plan = replace(base, engine=launch.engine, tp=launch.tp, pp=launch.pp,
+                   mode="split" if launch.partition is not None else "flags", split=launch.partition)
+    return LauncherImport(plan, {"serve": launch.to_json()}, tuple(launch.warnings))
+
+
 def import_launcher(text: str | bytes, cfg: ModelConfig, base: Plan) -> LauncherImport:
-    """The plan a launcher describes on top of ``base`` (model, engine and page settings)."""
+    """The plan a launcher describes on top of ``base`` (model, engine and page settings): a
+    Megatron/slime training launcher, or a vLLM/SGLang serve launch."""
+    probe = text if isinstance(text, str) else bytes(text[: 1 << 20]).decode("utf-8", "replace")
+    if _SERVE.search(probe):
+        return import_serve_launcher(text, base)
     try:
         parsed = parse_launcher(text)
     except LauncherError as exc:

@@ -38,8 +38,11 @@ CONVERSION_MODES = ("none", "flags", "split")
 RECOMPUTE = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("uniform", "block")
 GPUS = ("h100-80gb", "h200-141gb", "b200-180gb", "mi300x-192gb", "custom")
-TRAINING_ENGINES = ("megatron", "slime", "hf")
-ENGINES = TRAINING_ENGINES
+TRAINING_ENGINES = ("megatron", "slime", "hf", "maxtext")
+SERVING_ENGINES = ("vllm", "sglang")
+ENGINES = ("megatron", "slime", "hf", "vllm", "sglang", "maxtext")
+KV_DTYPES = ("bf16", "fp8")
+WEIGHT_DTYPES = ("bf16", "fp8")
 
 _WHOLE = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: str.isdigit() also accepts superscripts
 
@@ -82,7 +85,11 @@ class Plan:
     model: str = _f("text", "glm-5.2", "model", None, "a preset id or an uploaded config (sha256:...)",
                     "model", max_len=MAX_MODEL_ID)
     engine: str = _f("choice", "megatron", "engine", "--engine",
-                     "whose rule derives full/shared roles from freq/offset", "model", choices=ENGINES)
+                     "the engine that builds the stages and derives full/shared roles (training: megatron, slime, "
+                     "hf, maxtext; serving: vllm, sglang)", "model", choices=ENGINES)
+    engine_version: str | None = _f("text", None, "engine_version", "--engine-version",
+                                    "serving engine build date YYYY-MM-DD (default: latest); the partition rule "
+                                    "and the shared-start behaviour follow it", "model", max_len=40, metavar="DATE")
     pattern: str | None = _f("text", None, "pattern", "--pattern",
                              "what-if role override: F/S letters, periodic from layer 1 (FSSS) or one per layer",
                              "model", max_len=MAX_PATTERN, metavar="P")
@@ -178,7 +185,8 @@ class Plan:
     gpu_gb: float | None = _f("float", None, "gpu_gb", "--gpu-memory-gb", "GPU capacity in GB for --gpu custom",
                               "memory", lo=1, hi=10_000)
     # FLOPs -----------------------------------------------------------------------------
-    context: int = _f("int", 1_048_576, "ctx", "--context", "context length for per-token FLOPs", "flops",
+    context: int = _f("int", 1_048_576, "ctx", "--context",
+                      "context length (tokens per sequence): per-token FLOPs and the serving KV cache", "flops",
                       lo=1024, hi=MAX_TOKENS)
     # conversion (a second layout slot, e.g. slime's checkpoint conversion) ---------------
     conv: str = _f("choice", "none", "conv", None, "conversion layout: none, flags or split", "conversion",
@@ -192,6 +200,26 @@ class Plan:
                                 "conversion", lo=1, hi=MAX_LAYERS, metavar="F")
     conv_last: int | None = _f("int", None, "conv_last", "--conv-last", "conversion last-stage layers",
                                "conversion", lo=1, hi=MAX_LAYERS, metavar="L")
+
+    # serving (vllm, sglang): the partition is ``split`` (the engine's PP_LAYER_PARTITION) --------
+    concurrency: int = _f("int", 1, "concurrency", "--concurrency", "sequences served at once (KV cache)",
+                          "serving", lo=1, hi=1 << 16)
+    kv_dtype: str = _f("choice", "bf16", "kv_dtype", "--kv-dtype", "KV cache dtype (fp8: vLLM fp8_ds_mla)",
+                       "serving", choices=KV_DTYPES)
+    weight_dtype: str = _f("choice", "bf16", "weight_dtype", "--weight-dtype", "weight dtype", "serving",
+                           choices=WEIGHT_DTYPES)
+    # MaxText pipeline (src/maxtext/configs/types.py keys) -----------------------------------
+    ici_pp: int = _f("int", 1, "ici_pp", "--ici-pipeline-parallelism", "MaxText ici_pipeline_parallelism",
+                     "maxtext", lo=1, hi=MAX_PP)
+    dcn_pp: int = _f("int", 1, "dcn_pp", "--dcn-pipeline-parallelism", "MaxText dcn_pipeline_parallelism",
+                     "maxtext", lo=1, hi=MAX_PP)
+    layers_per_stage: int = _f("int", 1, "lps", "--layers-per-pipeline-stage",
+                               "MaxText num_layers_per_pipeline_stage", "maxtext", lo=1, hi=MAX_LAYERS)
+    repeats: int | None = _f("int", None, "repeats", "--num-pipeline-repeats",
+                             "MaxText num_pipeline_repeats (default: derived)", "maxtext", lo=1, hi=MAX_LAYERS)
+    pipeline_layers: int | None = _f("int", None, "pipeline_layers", "--pipeline-parallel-layers",
+                                     "MaxText pipeline_parallel_layers (default: the MoE layers)", "maxtext",
+                                     lo=1, hi=MAX_LAYERS)
 
     # ------------------------------------------------------------------------- adapters
     def query(self, **overrides: Any) -> str:
@@ -474,6 +502,8 @@ GROUP_TITLES = {
     "memory": "memory",
     "flops": "FLOPs",
     "conversion": "conversion layout (a second slot, e.g. --conv-pp 2 --conv-last 40)",
+    "serving": "serving (--engine vllm|sglang: --pp N [--split PARTITION] is the engine's PP layer partition)",
+    "maxtext": "MaxText pipeline (--engine maxtext)",
 }
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from app.core.evaluate import Evaluation, evaluate, pipeline_spec
 from app.core.layer_roles import derive_roles, roles_report
 from app.core.model_config import ModelConfig
-from app.core.plan import FieldProblem, Plan, PlanError
+from app.core.plan import SERVING_ENGINES, FieldProblem, Plan, PlanError
 from app.core.verdict import Reason, Verdict, verdict_of
 
 #: body keys whose value depends on the wall clock, not on the plan (left out of twin comparisons)
@@ -85,7 +85,11 @@ def check_report(plan: Plan, cfg: ModelConfig, **kw: Any) -> Report:
     ev = evaluated(plan, cfg, **kw)
     assert ev.check is not None
     body = ev.check.to_json()
-    lines = ev.check.text_lines()
+    lines = ev.check.text_lines() if hasattr(ev.check, "text_lines") else stage_lines(ev.check)
+    if ev.serving_memory is not None:
+        body["serving_memory"] = ev.serving_memory
+        lines += [f"pp rank {r['pp_rank']}: {r['total_bytes'] / 2**30:.1f} GiB of {r['usable_bytes'] / 2**30:.1f} GiB "
+                  + ("fits" if r["fits"] else "OVERFLOWS") for r in ev.serving_memory["ranks"]]
     summary = parallel_summary(ev)
     if summary is not None:
         body["parallel"] = summary
@@ -97,6 +101,20 @@ def check_report(plan: Plan, cfg: ModelConfig, **kw: Any) -> Report:
         body["conversion"] = ev.conversion.to_json()
         lines.append("conversion layout: " + ("VALID" if ev.conversion.valid else "INVALID"))
     return _finish(body, lines, ev.verdict)
+
+
+def stage_lines(check: Any) -> list[str]:
+    """``stage k: a-b (role)`` lines for an engine check without its own text (MaxText)."""
+    body = check.to_json()
+    lines = [f"model {body['model']['id']}, engine {body['engine']}, {body['pp']} stage(s) x {body['vpp']} repeat(s)"]
+    lines += [f"warning: {w}" for w in body["warnings"]]
+    lines += [f"stage {r['stage']} (stage {r['pp_rank']}, repeat {r['vp_stage']}): {r['first_layer']}-{r['last_layer']} "
+              f"({r['start_role']})" for r in body["stages"] if r["num_layers"]]
+    lines += [f"INVALID: {e['message']}" for e in body["errors"]]
+    lines += [f"INVALID: {v['message']}" for v in body["violations"]]
+    if body["valid"]:
+        lines.append("VALID: every stage of every repeat starts on a full indexer layer")
+    return lines
 
 
 # ----------------------------------------------------------------------------- roles
@@ -210,6 +228,11 @@ def plan_search_report(plan: Plan, cfg: ModelConfig, *, objective: str = "balanc
     best ones and, with ``near``, the valid layout closest to a given split."""
     from app.core.plan_search import plan_report
 
+    if plan.engine in SERVING_ENGINES:
+        return serving_plan_search_report(plan, cfg, top=top)
+    if plan.engine == "maxtext":
+        raise PlanError([FieldProblem("engine", "isplan plan searches Megatron/slime layouts and vLLM/SGLang "
+                                                "partitions; for MaxText use isplan check --engine maxtext")])
     roles = derive_roles(cfg, plan.engine, pattern=plan.pattern, freq=plan.dsa_freq, offset=plan.dsa_offset)
     vpp = plan.vpp or 1
     try:
@@ -234,6 +257,36 @@ def plan_search_report(plan: Plan, cfg: ModelConfig, *, objective: str = "balanc
         n = body["near"]
         lines.append(f"nearest valid to {','.join(map(str, n['from']))}: {','.join(map(str, n['split']))} "
                      f"({n['moved']} layer(s) move)")
+    return _finish(body, lines, verdict_of(blocking))
+
+
+def serving_plan_search_report(plan: Plan, cfg: ModelConfig, *, top: int = 3) -> Report:
+    """``isplan plan --engine vllm|sglang --pp N``: the best valid serving partition (balanced
+    weights + KV cache per rank, MTP draft and lm_head where the engine puts them) and its export."""
+    from app.core.engines.rules import EngineInputError
+    from app.core.engines.serving import serving_plan_report
+    from app.core.parallelism import resolve_gpu
+
+    try:
+        gpu = resolve_gpu(plan.gpu, int(plan.gpu_gb * 1e9) if plan.gpu_gb else None)
+        body = serving_plan_report(cfg, plan.engine, plan.pp, tp=plan.tp, ep=plan.ep, mtp=bool(plan.mtp),
+                                   version=plan.engine_version, k=top + 1, gpu_memory=gpu.capacity_bytes / 2**30,
+                                   weight_dtype=plan.weight_dtype, kv_dtype=plan.kv_dtype, context=plan.context,
+                                   concurrency=plan.concurrency)
+    except (EngineInputError, ValueError) as exc:
+        raise PlanError([FieldProblem("pp", str(exc))]) from None
+    best = body.get("best")
+    lines = [f"{cfg.id} served by {plan.engine} with PP {plan.pp}: default partition "
+             f"{','.join(map(str, body['default']['partition']))} is "
+             + ("valid" if body["default"]["valid"] else "INVALID")]
+    blocking = []
+    if best:
+        export = best.get("export") or {}
+        lines += [f"best: {export.get('env_line', best.get('partition'))}", f"      {export.get('command', '')}"]
+    else:
+        msg = "; ".join(e["message"] for e in body.get("errors", [])) or "no valid partition"
+        lines.append(msg)
+        blocking.append(Reason("boundary", "no_valid_partition", msg, "pp"))
     return _finish(body, lines, verdict_of(blocking))
 
 

@@ -16,7 +16,7 @@ from app.core.flops import bubble_fraction
 from app.core.layout_check import CheckResult
 from app.core.model_config import ConfigError, ModelConfig, load_preset, preset_ids
 from app.core.parameters import stage_params
-from app.core.plan import TABLE, FieldProblem, Plan, applies, format_value, mode_note
+from app.core.plan import SERVING_ENGINES, TABLE, FieldProblem, Plan, applies, format_value, mode_note
 from app.core.reports import gpu_equation, parallel_summary
 from app.core.verdict import Verdict
 from app.web.store import ConfigStore
@@ -225,43 +225,28 @@ def _rows(ev: Evaluation) -> list[dict[str, Any]]:
 
 
 def exports(view: PlanView) -> dict[str, str]:
-    """Megatron arguments, slime PERF_ARGS, the layout string, the conversion layout and the CLI
-    equivalent; every value shell-quoted (``shlex.quote``)."""
-    out: dict[str, str] = {"cli": shlex.join(["isplan", "check", *view.plan.cli_args()])}
-    check, par = view.check, view.ev.par
-    if check is None or not check.megatron_flags:
-        return out
-    flags = list(check.megatron_flags)
-    if par is not None:
-        flags += ["--tensor-model-parallel-size", str(par.tp), "--context-parallel-size", str(par.cp),
-                  "--expert-model-parallel-size", str(par.ep), "--expert-tensor-parallel-size", str(par.expert_tp)]
-        if par.sp:
-            flags.append("--sequence-parallel")
-        if par.recompute == "full":
-            flags += ["--recompute-granularity", "full", "--recompute-method", par.recompute_method,
-                      "--recompute-num-layers", str(par.recompute_num_layers)]
-        elif par.recompute == "selective":
-            flags += ["--recompute-granularity", "selective"]
-        if par.optimizer_cpu_offload:
-            flags += ["--optimizer-cpu-offload"]
-        if view.plan.overlap_cpu_optimizer:
-            flags += ["--overlap-cpu-optimizer-d2h-h2d"]
-        if par.use_precision_aware_optimizer:
-            flags += ["--use-precision-aware-optimizer"]
-        if par.cp > 1 and view.cfg.has_indexer:
-            flags.append("--allgather-cp")
-    pairs: list[str] = []
-    i = 0
-    while i < len(flags):
-        if i + 1 < len(flags) and not flags[i + 1].startswith("--"):
-            pairs.append(f"{flags[i]} {shlex.quote(flags[i + 1])}")
-            i += 2
-        else:
-            pairs.append(flags[i])
-            i += 1
-    out["megatron"] = " \\\n    ".join(pairs)
-    out["slime"] = "PERF_ARGS=(\n" + "".join(f"   {p}\n" for p in pairs) + ")"
-    out["layout"] = check.layout_string
-    if view.conversion is not None and view.conversion.megatron_flags:
-        out["conversion"] = shlex.join(view.conversion.megatron_flags)
+    """What the page offers to copy, every value shell-quoted: Megatron arguments, slime
+    ``PERF_ARGS``, the layout string and the conversion layout (:mod:`app.core.export`), the
+    serving env line and command (vLLM / SGLang), and the ``isplan check`` line of the whole plan."""
+    from app.core.export import ExportSettings
+    from app.core.export import exports as core_exports
+
+    plan, check, ev = view.plan, view.check, view.ev
+    out: dict[str, str] = {}
+    if plan.engine in SERVING_ENGINES and check is not None and check.plan.stages:
+        from app.core.engines.serving import export_partition
+
+        serve = export_partition(view.cfg, plan.engine, check.plan.pp, check.sizes, tp=plan.tp)
+        out["serve"] = serve["script"].rstrip()
+    elif isinstance(check, CheckResult):
+        par = ev.par
+        settings = ExportSettings(
+            tp=plan.tp, cp=plan.cp, ep=plan.ep, etp=plan.etp, sp=plan.sp, recompute=plan.recompute,
+            recompute_method=plan.recompute_method, recompute_num_layers=plan.recompute_num_layers,
+            optimizer_cpu_offload=plan.offload, overlap_cpu_optimizer_d2h_h2d=plan.overlap_cpu_optimizer,
+            use_precision_aware_optimizer=plan.precision_aware,
+            distributed_optimizer=par.distributed_optimizer if par is not None else False,
+            max_tokens_per_gpu=plan.tokens_per_gpu)
+        out.update(core_exports(check, settings, model=plan.model, conversion=view.conversion))
+    out["cli"] = shlex.join(["isplan", "check", *plan.cli_args()])
     return out

@@ -258,7 +258,7 @@ def maxtext_check(cfg: ModelConfig, pipeline: MaxTextPipeline,
             f"index_share_pattern {index_share_pattern!r} disagrees with the checkpoint's {base} on "
             f"{len(diffs)} of {cfg.num_hidden_layers} layers: {', '.join(map(str, diffs))} (1-based); MaxText "
             "would run the indexer on layers whose weights the checkpoint does not have, or skip it where it "
-            "does"), "index_share_pattern"))
+            "does"), "index_share_pattern", kind="model"))
     warnings = []
     if layout is not None and layout.outside and pipeline.decoder_block == "other":
         start = layout.outside[0]
