@@ -182,9 +182,12 @@ def build_receipt(
     engine_commit: str | None = None,
     created_utc: str | None = None,
     key: bytes | None = None,
+    plan: dict[str, Any] | None = None,
+    verdict: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The receipt of ``layouts`` over ``cfg``; signed with ``key`` (default: ``ISPLAN_RECEIPT_KEY``)
-    when one is configured."""
+    when one is configured. ``plan`` (``{"query", "parallel", "verdict"}``: the plan's canonical
+    URL query and its verdict) is recorded and re-evaluated by :func:`verify_receipt`."""
     entries = [_layout_entry(cfg, name, spec, freq, offset, warns, engine, pattern)
                for name, spec, freq, offset, warns in layouts]
     checks = _checks(cfg, model_revision, engine_commit, entries)
@@ -219,6 +222,10 @@ def build_receipt(
         "unpinned": not pinned,
         "warnings": warnings,
     }
+    if plan is not None:
+        receipt["plan"] = plan
+    if verdict is not None:  # the whole answer's go / no-go (the plan's and every named layout's)
+        receipt["verdict"] = verdict
     receipt["body_sha256"] = canonical_body_digest(receipt)
     key = key if key is not None else configured_key()
     if key:
@@ -381,6 +388,30 @@ def _signature_findings(receipt: dict[str, Any], key: bytes | None) -> tuple[lis
     return differences, notes
 
 
+def _plan_differences(recorded: Any, cfg: ModelConfig) -> list[str]:
+    """Re-evaluate the recorded plan (its URL query, through the one plan parser) and compare the
+    verdict: a receipt's go / no-go is recomputed, not trusted."""
+    if recorded is None:
+        return []
+    from urllib.parse import parse_qsl
+
+    from app.core.evaluate import evaluate
+    from app.core.plan import PlanError, strict_plan
+
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("query"), str) \
+            or len(recorded["query"]) > 100_000 or not isinstance(recorded.get("parallel"), bool):
+        return ["plan: the receipt's plan record is not {query: str, parallel: bool, verdict: {...}}"]
+    try:
+        plan = strict_plan(dict(parse_qsl(recorded["query"], keep_blank_values=True)))
+    except PlanError as exc:
+        return [f"plan: the recorded query no longer parses: {exc}"]
+    ev = evaluate(plan, cfg, parallel=recorded["parallel"])
+    fresh = ev.verdict.to_dict()
+    if recorded.get("verdict") != fresh:
+        return [f"plan verdict: receipt has {_short(recorded.get('verdict'))}, recomputed {_short(fresh)}"]
+    return []
+
+
 def verify_receipt(receipt: Any, *, config_path: str | None = None,
                    config: ModelConfig | None = None, key: bytes | None = None) -> dict[str, Any]:
     """Recompute ``receipt`` and list every difference (empty list = verified).
@@ -450,6 +481,7 @@ def verify_receipt(receipt: Any, *, config_path: str | None = None,
                             f"{f} receipt {_short(g.get(f) if isinstance(g, dict) else g)} vs recomputed {_short(w.get(f))}"
                             for f in fields))
 
+    differences += _plan_differences(receipt.get("plan"), cfg)
     fresh_checks = _checks(cfg, model.get("revision"), eng.get("commit"), rebuilt_layouts)
     if receipt.get("checks") != fresh_checks and len(rebuilt_layouts) == len(layouts):
         recorded = {c["name"]: c for c in receipt.get("checks", [])

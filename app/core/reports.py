@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.evaluate import Evaluation, evaluate, pipeline_spec
+from app.core.layout_check import CheckResult, run_check
 from app.core.layer_roles import derive_roles, roles_report
 from app.core.model_config import ModelConfig
 from app.core.plan import SERVING_ENGINES, FieldProblem, Plan, PlanError
 from app.core.verdict import Reason, Verdict, verdict_of
 
 #: body keys whose value depends on the wall clock, not on the plan (left out of twin comparisons)
-VOLATILE_KEYS = ("seconds", "created_utc", "body_sha256")
+VOLATILE_KEYS = ("seconds", "evaluated_per_second", "created_utc", "body_sha256", "body_hmac_sha256")
 
 
 @dataclass
@@ -85,6 +86,8 @@ def check_report(plan: Plan, cfg: ModelConfig, **kw: Any) -> Report:
     ev = evaluated(plan, cfg, **kw)
     assert ev.check is not None
     body = ev.check.to_json()
+    body.setdefault("megatron_flags", [])  # launch scripts read these keys for every engine
+    body.setdefault("layout_string", "")
     lines = ev.check.text_lines() if hasattr(ev.check, "text_lines") else stage_lines(ev.check)
     if ev.serving_memory is not None:
         body["serving_memory"] = ev.serving_memory
@@ -327,19 +330,25 @@ def receipt_report(plan: Plan, cfg: ModelConfig, *, name: str = "training",
     from app.core.receipt import build_receipt
 
     ev = evaluated(plan, cfg, parallel=parallel)
-    warnings = ev.check.warnings if ev.check is not None else ()
+    if not isinstance(ev.check, CheckResult):
+        raise PlanError([FieldProblem("engine", "receipts record Megatron/slime/hf layouts; for a serving or "
+                                                "MaxText plan use isplan check --format json")])
+    warnings = ev.check.warnings
     layouts: list[Any] = [(name, pipeline_spec(plan), plan.dsa_freq, plan.dsa_offset, tuple(warnings))]
     conv = conversion_spec(plan)
     if conv is not None:
         layouts.append(("conversion", conv, plan.dsa_freq, plan.dsa_offset, ()))
     layouts += also or []
-    body = build_receipt(cfg, layouts, engine=plan.engine, pattern=plan.pattern, model_revision=model_revision,
-                         engine_commit=engine_commit, created_utc=created_utc)
     blocking = list(ev.verdict.blocking)
-    for entry in body.get("layouts", []):
-        if entry.get("name") not in (name, "conversion") and not entry.get("valid", True):
-            blocking.append(Reason("boundary", "layout_invalid", f"layout {entry.get('name')!r} is invalid",
-                                   None))
+    for lay_name, spec, *_ in also or []:  # a named extra layout blocks the launch like the plan's own
+        extra = run_check(cfg, spec, plan.engine, pattern=plan.pattern, freq=plan.dsa_freq, offset=plan.dsa_offset)
+        blocking += [Reason("boundary", "shared_start", f"{lay_name} layout: {v.message}", None)
+                     for v in extra.boundary.violations]
+        blocking += [Reason(e.kind, e.code, f"{lay_name} layout: {e.message}", None) for e in extra.errors]
     verdict = verdict_of(blocking, ev.verdict.warnings)
+    record = {"query": plan.query(), "parallel": ev.parallel, "verdict": ev.verdict.to_dict()}
+    body = build_receipt(cfg, layouts, engine=plan.engine, pattern=plan.pattern, model_revision=model_revision,
+                         engine_commit=engine_commit, created_utc=created_utc, plan=record,
+                         verdict=verdict.to_dict())
     lines = [f"receipt for {cfg.id}: " + ("valid" if body["valid"] else "INVALID")]
     return Report(body, lines + verdict_lines(verdict), verdict)
