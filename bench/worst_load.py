@@ -35,7 +35,9 @@ from pathlib import Path
 
 from app.core import bounds
 from bench.common import ms, percentiles, save
-from tests.browser_support import AppServer  # the one way the project starts a real server
+from tests.browser_support import AppServer
+
+# AppServer is the one way the project starts a real server.
 
 NEAR_16 = ",".join(["5"] * 14 + ["4", "4"])  # 16 stages summing to 78 layers
 WORST: list[tuple[str, str]] = [
@@ -147,6 +149,7 @@ def run(port: int, url: str, clients: int, seconds: float, grace: float) -> dict
 
 def main(seconds: float = 20.0, clients: int = 64, grace: float = 30.0) -> dict:
     with AppServer(Path(tempfile.mkdtemp(prefix="isplan-worst-"))) as srv:
+        assert srv.port is not None
         result = run(srv.port, srv.url, clients, seconds, grace)
         log_tail = srv.log()
     hz = result["healthz"] or {"p50": float("nan"), "p99": float("inf"), "max": float("inf"), "n": 0}
