@@ -387,7 +387,9 @@ def default_pool() -> WorkerPool:
 async def run_bounded(fn: Callable[..., Any], *args: Any, client: str, deadline: float | None = None,
                       is_disconnected: Callable[[], Awaitable[bool]] | None = None,
                       pool: WorkerPool | None = None) -> Any:
-    """Run ``fn(*args)`` (a picklable, module-level function) in the worker pool.
+    """Run ``fn(*args)`` (a picklable, module-level function; ``functools.partial`` for keyword
+    arguments) in the worker pool. ``client`` names who asked (e.g. ``request.client.host``), for
+    the per-client limit.
 
     Raises :class:`TooBusy` (429) beyond the per-client limit or a full queue,
     :class:`WorkTimeout` (503) when ``deadline`` seconds (default ``ISPLAN_WORK_DEADLINE``, 20)
