@@ -246,3 +246,16 @@ def test_thread_safety_of_one_store(backend, tmp_path):
         for t in threads:
             t.join()
         assert not errors and store.count() == 5
+
+
+def test_without_a_client_only_the_total_quota_applies(backend, tmp_path):
+    quotas = Quotas(total=5 * SIZE, per_client=1 * SIZE)
+    with make_store(backend, tmp_path, quotas) as store:
+        for i in range(3):
+            store.put(config(100_600 + i))  # 3 x SIZE: over per_client, but nobody was named
+        store.put(config(100_603), client="x")
+        with pytest.raises(QuotaExceeded, match="ISPLAN_UPLOAD_CLIENT_QUOTA_BYTES"):
+            store.put(config(100_604), client="x")  # a named client is charged as usual
+        store.put(config(100_605))  # 5 x SIZE stored: the total is reached
+        with pytest.raises(QuotaExceeded, match="ISPLAN_UPLOAD_QUOTA_BYTES"):
+            store.put(config(100_606))  # and it holds for everyone

@@ -196,3 +196,18 @@ def test_the_largest_receipt_the_bounds_admit_fits_the_budget():
     worst = [(bounds.MAX_PP, bounds.MAX_VPP)] * bounds.MAX_RECEIPT_LAYOUTS
     assert estimate_verify_work(worst, bounds.MAX_LAYERS) == 16 * 4 * (4096 + 256 * 64)
     WorkBudget().check(estimate_verify_work(worst, bounds.MAX_LAYERS), "verify")
+
+
+def test_a_real_plan_report_through_the_pool_matches_the_direct_call(pool):
+    """The planner's own function, a ModelConfig and keyword arguments (functools.partial) cross
+    the process boundary intact."""
+    from functools import partial
+
+    from app.core.plan_search import plan_report
+
+    cfg = load_preset("glm-5.2")
+    roles = derive_roles(cfg, "megatron")
+    job = partial(plan_report, cfg, roles, pp=8, vpp=1, top=3, near=(10, 10, 10, 10, 10, 10, 9, 9))
+    remote = asyncio.run(run_bounded(job, client="p", deadline=60, pool=pool))
+    assert remote == job()
+    assert remote["near"]["split"] != [10, 10, 10, 10, 10, 10, 9, 9]  # seed 000: that split is invalid

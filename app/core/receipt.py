@@ -277,7 +277,8 @@ def _load_for_verify(model: dict[str, Any], config_path: str | None) -> ModelCon
             data = read_bounded(config_path, limit=MAX_CONFIG_BYTES, what="--config")
         except InputError as exc:
             raise ReceiptError(str(exc)) from None
-        return load_config_bytes(data, id=model.get("id") or config_path, source=model.get("source", "path"))
+        source = model.get("source") if model.get("source") in ("preset", "path", "upload") else "path"
+        return load_config_bytes(data, id=model.get("id") or config_path, source=source)
     source, mid = model.get("source"), model.get("id")
     if source == "preset":
         if mid not in preset_ids():

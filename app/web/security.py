@@ -309,3 +309,64 @@ def secure(app: ASGIApp, *, csp: str, body_seconds: float = 30.0, allowed_origin
     inner = SameOrigin(inner, allowed_origins=allowed_origins, json_only=json_only)
     inner = HeadAsGet(inner)
     return SecurityHeaders(inner, csp=csp)
+
+
+# --------------------------------------------------------------------------- slow request heads
+
+
+def _h11_protocol() -> type:
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    return H11Protocol
+
+
+class HeaderDeadlineH11Protocol(_h11_protocol()):  # type: ignore[misc]
+    """uvicorn's ``H11Protocol``; each request head must arrive within ``header_seconds``."""
+
+    header_seconds = 10.0
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self._head_cycle = None
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._arm_head_timer()
+
+    def _arm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        self._head_cycle = self.cycle
+        self._head_timer = self.loop.call_later(self.header_seconds, self._head_timeout)
+
+    def _head_timeout(self) -> None:
+        self._head_timer = None
+        if self.cycle is self._head_cycle and not self.transport.is_closing():
+            log.info("request head not complete after %g s from %s; connection closed", self.header_seconds,
+                     self.client[0] if self.client else "?")
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._head_timer is not None and self.cycle is not self._head_cycle:
+            self._head_timer.cancel()  # a new request's head is complete
+            self._head_timer = None
+
+    def on_response_complete(self) -> None:
+        finished = self.cycle
+        super().on_response_complete()  # may start a pipelined request (whose head is complete)
+        if not self.transport.is_closing() and self.cycle is finished:
+            self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        super().connection_lost(exc)
+
+
+def uvicorn_options(header_seconds: float = 10.0, keep_alive_seconds: int = 5,
+                    limit_concurrency: int | None = 1000) -> dict[str, Any]:
+    """Keyword arguments for ``uvicorn.run`` / ``uvicorn.Config``: the h11 protocol with a head
+    deadline, a short keep-alive and a cap on connections (503 beyond it)."""
+    protocol = type("HeaderDeadline", (HeaderDeadlineH11Protocol,), {"header_seconds": header_seconds})
+    return {"http": protocol, "timeout_keep_alive": keep_alive_seconds, "limit_concurrency": limit_concurrency,
+            "h11_max_incomplete_event_size": 16 * 1024}

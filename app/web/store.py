@@ -114,13 +114,14 @@ class Quotas:
         return cls(_env_bytes("ISPLAN_UPLOAD_QUOTA_BYTES", DEFAULT_TOTAL_QUOTA),
                    _env_bytes("ISPLAN_UPLOAD_CLIENT_QUOTA_BYTES", DEFAULT_CLIENT_QUOTA))
 
-    def check(self, size: int, stored_total: int, stored_by_client: int) -> None:
-        """Raise :class:`QuotaExceeded` if ``size`` more bytes would pass either quota."""
+    def check(self, size: int, stored_total: int, stored_by_client: int | None) -> None:
+        """Raise :class:`QuotaExceeded` if ``size`` more bytes would pass either quota (the
+        per-client one only when the caller named the client: ``stored_by_client`` not None)."""
         if stored_total + size > self.total:
             raise QuotaExceeded(
                 f"the upload store is full: {stored_total:,} of {self.total:,} bytes used and this config is "
                 f"{size:,} bytes (ISPLAN_UPLOAD_QUOTA_BYTES); use a preset or ask the operator to raise the quota")
-        if stored_by_client + size > self.per_client:
+        if stored_by_client is not None and stored_by_client + size > self.per_client:
             raise QuotaExceeded(
                 f"this client has stored {stored_by_client:,} of its {self.per_client:,} bytes and this config is "
                 f"{size:,} bytes (ISPLAN_UPLOAD_CLIENT_QUOTA_BYTES); reuse an uploaded config's sha256: link")
@@ -152,8 +153,9 @@ def _label(name: str | None) -> str:
     return (_name(name) or "uploaded config")[:120]
 
 
-def _client(client: str | None) -> str:
-    return _name(client or "anonymous")[:100] or "anonymous"
+def _client(client: str | None) -> str | None:
+    """The client as stored (at most 100 characters), or None when the caller did not say."""
+    return None if client is None else (_name(client)[:100] or "anonymous")
 
 
 def data_dir() -> Path:
@@ -183,7 +185,7 @@ class BaseStore:
         self._health: tuple[float, dict[str, Any]] | None = None
 
     # -- backend hooks -------------------------------------------------------------------
-    def _insert(self, digest: str, data: bytes, name: str, client: str) -> str | None:
+    def _insert(self, digest: str, data: bytes, name: str, client: str | None) -> str | None:
         """Store the row unless present (quota-checked in the same transaction); the stored
         name when the digest was already there, else None."""
         raise NotImplementedError
@@ -224,7 +226,8 @@ class BaseStore:
     def put(self, data: bytes, name: str | None = None, client: str | None = None) -> ModelConfig:
         """Validate and store; returns the loaded config (id ``sha256:<hex>``).
 
-        Raises ``ConfigError`` (invalid config, 422), :class:`QuotaExceeded` (413) or
+        ``client`` (e.g. the request's address) is charged for the bytes; without it only the
+        total quota applies. Raises ``ConfigError`` (invalid config, 422), :class:`QuotaExceeded` (413) or
         :class:`StoreUnavailable` (503). Returns only once the row is committed, so a caller that
         acknowledges the upload after this returns never acknowledges a row a crash can lose."""
         cfg = validate_upload(data, name)
@@ -350,7 +353,7 @@ class ConfigStore(BaseStore):
                 except sqlite3.Error:
                     pass
 
-    def _insert(self, digest: str, data: bytes, name: str, client: str) -> str | None:
+    def _insert(self, digest: str, data: bytes, name: str, client: str | None) -> str | None:
         def work(db: sqlite3.Connection) -> str | None:
             row = db.execute("SELECT name FROM configs WHERE sha256 = ?", (digest,)).fetchone()
             if row is not None:  # already stored: the first upload's name stays the label
@@ -358,7 +361,7 @@ class ConfigStore(BaseStore):
             total, mine = db.execute(
                 "SELECT COALESCE(SUM(size), 0), COALESCE(SUM(CASE WHEN client = ? THEN size END), 0) FROM configs",
                 (client,)).fetchone()
-            self.quotas.check(len(data), total, mine)
+            self.quotas.check(len(data), total, None if client is None else mine)
             db.execute("INSERT INTO configs (sha256, bytes, name, client, size) VALUES (?, ?, ?, ?, ?)",
                        (digest, data, name, client, len(data)))
             return None

@@ -81,7 +81,7 @@ class PostgresConfigStore(BaseStore):
                 self._conn = None
             raise self._failure(exc) from None
 
-    def _insert(self, digest: str, data: bytes, name: str, client: str) -> str | None:
+    def _insert(self, digest: str, data: bytes, name: str, client: str | None) -> str | None:
         def work(conn: Any) -> str | None:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK,))
             row = conn.execute("SELECT name FROM configs WHERE sha256 = %s", (digest,)).fetchone()
@@ -90,7 +90,7 @@ class PostgresConfigStore(BaseStore):
             total, mine = conn.execute(
                 "SELECT COALESCE(SUM(size), 0), COALESCE(SUM(size) FILTER (WHERE client = %s), 0) FROM configs",
                 (client,)).fetchone()
-            self.quotas.check(len(data), int(total), int(mine))
+            self.quotas.check(len(data), int(total), None if client is None else int(mine))
             conn.execute("INSERT INTO configs (sha256, bytes, name, client, size) VALUES (%s, %s, %s, %s, %s)",
                          (digest, data, name, client, len(data)))
             return None

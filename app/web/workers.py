@@ -56,6 +56,8 @@ DEFAULT_DEADLINE = 20.0
 DEFAULT_PER_CLIENT = 2
 #: Address-space limit of one worker process (bytes): ``ISPLAN_WORKER_MEMORY``.
 DEFAULT_WORKER_MEMORY = 2 << 30
+#: CPU niceness added to each worker process (batch work yields to the event loop).
+WORKER_NICE = 10
 #: Modules the forkserver imports once, so a new worker starts warm.
 PRELOAD = ("app.core.plan_search", "app.core.search", "app.core.receipt", "app.core.launcher")
 
@@ -212,7 +214,14 @@ def _env_float(name: str, default: float) -> float:
 
 
 def _worker_main(conn: Connection, memory_limit: int) -> None:
-    """A worker: run ``(fn, args)`` jobs from ``conn`` until it closes; answer ``(ok, value)``."""
+    """A worker: run ``(fn, args)`` jobs from ``conn`` until it closes; answer ``(ok, value)``.
+
+    It runs at a lower CPU priority (``nice`` +:data:`WORKER_NICE`) so that the server's event
+    loop (``/healthz``, cheap pages) is scheduled first when the cores are busy."""
+    try:
+        os.nice(WORKER_NICE)
+    except OSError:
+        pass
     if memory_limit > 0:
         try:
             resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
@@ -344,8 +353,8 @@ class WorkerPool:
             self.killed += 1
             # the work really stops; the reader thread then ends with EOFError and closes our end
             worker.kill(close=reply is None)
-            if reply is not None:
-                reply.add_done_callback(lambda _: worker.conn.close())
+            if reply is not None:  # retrieve its EOFError (no "never retrieved" log), then close
+                reply.add_done_callback(lambda f: (f.cancelled() or f.exception(), worker.conn.close()))
             raise
         if not worker.process.is_alive():
             worker.kill()
@@ -378,7 +387,9 @@ def default_pool() -> WorkerPool:
 async def run_bounded(fn: Callable[..., Any], *args: Any, client: str, deadline: float | None = None,
                       is_disconnected: Callable[[], Awaitable[bool]] | None = None,
                       pool: WorkerPool | None = None) -> Any:
-    """Run ``fn(*args)`` (a picklable, module-level function) in the worker pool.
+    """Run ``fn(*args)`` (a picklable, module-level function; ``functools.partial`` for keyword
+    arguments) in the worker pool. ``client`` names who asked (e.g. ``request.client.host``), for
+    the per-client limit.
 
     Raises :class:`TooBusy` (429) beyond the per-client limit or a full queue,
     :class:`WorkTimeout` (503) when ``deadline`` seconds (default ``ISPLAN_WORK_DEADLINE``, 20)
