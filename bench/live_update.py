@@ -12,8 +12,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.browser_support import AppServer  # the one way the project starts a real server
 from bench.common import ms, percentiles, save
+from tests.browser_support import AppServer  # the one way the project starts a real server
 
 BASE = "model=glm-5.2&mode=split&tp=4&cp=8&ep=32&etp=1&sp=1&tpg=8192&recompute=full&offload=1&conv=flags&conv_pp=2&conv_last=40"
 SPLITS = ["14,8,8,8,8,8,8,16", "14,9,7,8,8,8,8,16", "14,12,4,8,8,8,8,16"]

@@ -22,9 +22,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.browser_support import AppServer  # the one way the project starts a real server
 from bench.common import ms, percentiles, save
 from bench.live_update import BASE, SPLITS
+from tests.browser_support import AppServer  # the one way the project starts a real server
 
 # SPLITS: two valid layouts and one invalid (stage 3 starts on shared layer 24); two more of each.
 LOAD_SPLITS = SPLITS + ["18,8,8,8,8,8,8,12", "14,8,8,8,8,8,9,15", "10,12,8,8,8,8,8,16", "13,9,8,8,8,8,8,16"]

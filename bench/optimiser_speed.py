@@ -86,7 +86,7 @@ def vs_brute(seed: int = 0, budget_seconds: float = 90.0) -> dict:
             t0 = time.perf_counter()
             want, seen = brute_force(costs, full, pp, vpp, fe, le)
             t_brute = time.perf_counter() - t0
-            t_dp, reps, lay = _p50_time(lambda: optimal_layout(costs, full, pp, vpp, fe, le), 20, 0.5)
+            t_dp, reps, lay = _p50_time(lambda c=costs, f=full, p=pp, v=vpp, a=fe, b=le: optimal_layout(c, f, p, v, a, b), 20, 0.5)
             ok = lay is not None and lay.exact and lay.split == want
             mismatches += not ok
             rows.append({"n": n, "full": sum(full), "pp": pp, "vpp": vpp, "layouts": seen, "brute_s": t_brute,

@@ -173,7 +173,7 @@ def test_unpinned_receipt_warns(tmp_path):
 
 
 def test_edited_stage_fails_verify_naming_the_stage(tmp_path):
-    p, r = _receipt(tmp_path)
+    _, r = _receipt(tmp_path)
     r["layouts"][0]["stages"][2]["first_layer"] = 22
     path = tmp_path / "edited.json"
     path.write_text(json.dumps(r))

@@ -48,6 +48,7 @@ from app.core.model_config import (
     preset_ids,
 )
 from app.core.pipeline_layout import MAX_EXPANDED, LayoutSyntaxError, parse_layout
+from app.core.plan import BY_URL, TABLE, Plan, plan_from_query
 from app.core.receipt import (
     ReceiptError,
     build_receipt,
@@ -61,7 +62,6 @@ from app.core.stages import (
     materialise,
     parse_split,
 )
-from app.core.plan import BY_URL, TABLE, Plan, plan_from_query
 from app.web.store import ConfigStore
 from app.web.view import PlanView, build_view
 from tests.conftest import REPO, tiny_config
@@ -747,10 +747,8 @@ def test_verify_mutated_receipt_anywhere(muts):
     """Any edit of a real receipt (without re-signing) is reported: ok is False, or ReceiptError."""
     receipt = real_receipt()
     for path, op, new in muts:
-        try:
+        with contextlib.suppress(KeyError, IndexError, TypeError):  # an earlier mutation removed the parent
             _apply(receipt, path, op, new)
-        except (KeyError, IndexError, TypeError):
-            pass  # an earlier mutation removed or replaced the parent
     assume(_canon(receipt) != _canon(real_receipt()))
     report, exc = call(verify_receipt, receipt, allowed=(ReceiptError,))
     if exc is None:

@@ -14,7 +14,7 @@ from app.core.parallelism import (
     slime_glm52_training,
 )
 from app.core.stages import PipelineSpec, materialise
-from tests.conftest import make_config, tiny_config, slime_par
+from tests.conftest import make_config, slime_par, tiny_config
 
 
 @pytest.fixture(scope="module")

@@ -59,10 +59,10 @@ def plans(draw, only_applicable: bool = False) -> Plan:
         values["split"] = values.get("split") or draw(_value(TABLE["split"]))
     if mode == "layout":
         values["layout"] = values.get("layout") or "Et*78L"
-    if only_applicable:  # a conversion slot is given by --conv-split, or --conv-pp with first/last
-        if "conv_split" in values or "conv_pp" not in values:
-            for name in ("conv_pp", "conv_first", "conv_last"):
-                values.pop(name, None)
+    # a strict conversion slot is --conv-split, or --conv-pp with first/last
+    if only_applicable and ("conv_split" in values or "conv_pp" not in values):
+        for name in ("conv_pp", "conv_first", "conv_last"):
+            values.pop(name, None)
     values["conv"] = "split" if "conv_split" in values else "flags" if "conv_pp" in values else "none"
     return Plan(**values)
 

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import json
 import re
-
 from urllib.parse import parse_qsl
 
 import pytest
-from fastapi.testclient import TestClient
 
-import app.main as web
 from app.core.plan import SLIME_GLM52_PROFILE
 from app.web.store import ConfigStore
 from tests.conftest import app_client

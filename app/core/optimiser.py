@@ -94,9 +94,9 @@ from __future__ import annotations
 import heapq
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Sequence
 
 __all__ = [
     "RANK_DP_MAX_BOUNDARIES",
@@ -194,7 +194,7 @@ def _fraction(value: object, what: str) -> Fraction:
         raise ValueError(f"{what} must be a real number, got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{what} must be finite, got {value!r}")
-    frac = Fraction(value)
+    frac = Fraction(value)  # type: ignore[call-overload]  # any numbers.Real, exactly
     if frac < 0:
         raise ValueError(f"{what} must be >= 0, got {value!r}")
     return frac
@@ -376,7 +376,7 @@ class _StageSolver:
         return xs
 
     def optimum(self) -> list[int]:
-        return self.complete([0], self.g[0][0])
+        return self.complete([0], int(self.g[0][0]))  # finite: the problem has a layout
 
     def best_in(self, prefix: tuple[int, ...], excluded: frozenset[int], floor: tuple | None = None) -> tuple | None:
         """Key of the best layout with the given prefix of starts and the next start not in
@@ -399,6 +399,7 @@ class _StageSolver:
                 bound = v
         if bound is _INF:
             return None
+        bound = int(bound)
         h = self.h(bound)
         best, best_y = _INF, None
         for y in ys:
@@ -408,7 +409,8 @@ class _StageSolver:
             v = h[j + 1][y]
             if v is not _INF and c * c + v < best:
                 best, best_y = c * c + v, y
-        xs = self.complete(list(prefix) + [best_y], bound)
+        assert best_y is not None  # bound is finite, so some successor reaches it
+        xs = self.complete([*prefix, best_y], bound)
         return (bound, ps + best, ps + best, tuple(xs))
 
 
@@ -422,7 +424,7 @@ def _lawler(best_in, s: int, k: int) -> list[tuple]:
     root = best_in((0,), frozenset(), None)
     if root is None:
         return []
-    heap = [(root, 1, frozenset())]  # (key, constrained cut index, forbidden values there)
+    heap: list[tuple[tuple, int, frozenset[int]]] = [(root, 1, frozenset())]  # (key, cut index, forbidden values)
     out: list[tuple] = []
     while heap:
         key, at, excluded = heapq.heappop(heap)
@@ -456,7 +458,7 @@ class _RankSolver:
     forbids ``excl`` for ``c_t``.
     """
 
-    def __init__(self, pb: _Problem, stage: "_StageSolver", budget: int):
+    def __init__(self, pb: _Problem, stage: _StageSolver, budget: int):
         self.pb = pb
         self.stage = stage
         self.left = budget

@@ -277,8 +277,9 @@ def _load_for_verify(model: dict[str, Any], config_path: str | None) -> ModelCon
             data = read_bounded(config_path, limit=MAX_CONFIG_BYTES, what="--config")
         except InputError as exc:
             raise ReceiptError(str(exc)) from None
-        source = model.get("source") if model.get("source") in ("preset", "path", "upload") else "path"
-        return load_config_bytes(data, id=model.get("id") or config_path, source=source)
+        recorded = model.get("source")
+        kind = recorded if isinstance(recorded, str) and recorded in ("preset", "path", "upload") else "path"
+        return load_config_bytes(data, id=model.get("id") or config_path, source=kind)
     source, mid = model.get("source"), model.get("id")
     if source == "preset":
         if mid not in preset_ids():

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.evaluate import Evaluation, evaluate, pipeline_spec
-from app.core.layout_check import CheckResult, run_check
 from app.core.layer_roles import derive_roles, roles_report
+from app.core.layout_check import CheckResult, run_check
 from app.core.model_config import ModelConfig
 from app.core.plan import SERVING_ENGINES, FieldProblem, Plan, PlanError
 from app.core.verdict import Reason, Verdict, verdict_of

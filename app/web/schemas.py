@@ -28,7 +28,7 @@ def _query_field(spec: PlanField) -> tuple[Any, Any]:
     if spec.kind == "float":
         return float | None, Field(ge=spec.lo, le=spec.hi, allow_inf_nan=False, **kw)
     if spec.kind == "choice":
-        return Literal[spec.choices] | None, Field(**kw)  # type: ignore[valid-type]
+        return Literal[spec.choices] | None, Field(**kw)
     if spec.kind == "bool":
         return Literal["0", "1", "true", "false", "on", "off"] | None, Field(**kw)
     if spec.kind == "sizes":

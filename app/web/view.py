@@ -58,7 +58,8 @@ class PlanView:
         return self.ev.cfg
 
     @property
-    def check(self) -> CheckResult | None:
+    def check(self) -> Any:
+        """The engine's check: CheckResult (Megatron/slime/hf), ServingCheck or MaxTextCheck."""
         return self.ev.check
 
     @property
@@ -135,12 +136,11 @@ def resolve_model(model: str, store: ConfigStore) -> tuple[ModelConfig, str | No
     """A preset or an uploaded config; an unknown id shows GLM-5.2 with a message on ``model``."""
     if model in preset_ids():
         return load_preset(model), None
+    err: str | None = None
     try:
         cfg = store.get(model)
     except ConfigError as exc:
         cfg, err = None, str(exc)
-    else:
-        err = None
     if cfg is None:
         err = err or (f"model {model[:80]!r} is neither a preset ({', '.join(preset_ids())}) nor an "
                       "uploaded config (sha256:...); showing glm-5.2")

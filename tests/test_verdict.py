@@ -1,0 +1,107 @@
+"""One plan, one verdict: the page headline, the API and the CLI exit code agree, with each
+blocking reason's kind (issue 8's cases, each written once as a URL and once as a command line)."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qsl, urlencode
+
+import pytest
+
+from app.core.plan import SLIME_GLM52_PROFILE
+from app.core.verdict import Reason, Verdict
+from tests.conftest import app_client
+from tests.test_twins import run_cli
+
+PROFILE = dict(parse_qsl(SLIME_GLM52_PROFILE.query()))
+PROFILE_ARGS = ["--pp", "8", "--first", "14", "--last", "16", "--tp", "4", "--cp", "8", "--ep", "32", "--etp", "1",
+                "--dp", "1", "--sp", "--tokens-per-gpu", "8192", "--recompute", "full", "--optimizer-cpu-offload",
+                "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer", "--engine", "slime"]
+
+
+
+def _with(args: list[str], flag: str, value: str | None) -> list[str]:
+    """``args`` with ``flag``'s value replaced (``None``: the flag and its value dropped)."""
+    i = args.index(flag)
+    return args[:i] + args[i + 2:] if value is None else args[:i + 1] + [value] + args[i + 2:]
+
+
+# name, page query, CLI args after the model, expected go, the blocking kinds expected
+CASES = [
+    # the seed's valid split, but 744B parameters on 8 ranks of one GPU each cannot fit (issue 8)
+    ("valid-split-no-parallelism", {"mode": "split", "split": "14,8,8,8,8,8,8,16", "pp": "8"},
+     ["--split", "14,8,8,8,8,8,8,16", "--pp", "8", "--gpu", "h100-80gb"], False, {"memory"}),
+    # the slime profile with CPU offload unticked: rank 7 overflows
+    ("profile-without-offload", {**{k: v for k, v in PROFILE.items() if k not in ("offload", "d2h")}},
+     [a for a in PROFILE_ARGS if a not in ("--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d")],
+     False, {"memory"}),
+    # a GPU budget that is not TP x CP x PP x DP
+    ("gpu-budget-mismatch", {**{k: v for k, v in PROFILE.items() if k != "dp"}, "gpus": "300"},
+     [*_with(PROFILE_ARGS, "--dp", None), "--gpus", "300"], False, {"gpus"}),
+    # TP 3 does not divide 64 heads: an error-level parallel constraint
+    ("parallel-error", {**PROFILE, "tp": "3"}, _with(PROFILE_ARGS, "--tp", "3"), False, {"parallel"}),
+    # the slime GLM-5.2 profile as launched
+    ("slime-profile", PROFILE, PROFILE_ARGS, True, set()),
+]
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    return app_client(tmp_path_factory.mktemp("verdict"), follow_redirects=False)
+
+
+def _page_verdict(html: str) -> tuple[str, set[str]]:
+    headline = re.search(r'id="verdict" class="verdict"><strong>(GO|NO-GO)</strong>', html)
+    assert headline, "the page has no verdict headline"
+    return headline.group(1), set(re.findall(r'<li class="kind-\w+" data-kind="(\w+)"', html))
+
+
+@pytest.mark.parametrize("name, query, args, go, kinds", CASES, ids=[c[0] for c in CASES])
+def test_page_api_and_cli_agree(client, name, query, args, go, kinds):
+    headline, page_kinds = _page_verdict(client.get("/?" + urlencode(query)).text)
+    assert headline == ("GO" if go else "NO-GO")
+    assert page_kinds == kinds
+
+    api = client.get("/api/v1/plan", params=query).json()["verdict"]
+    assert api["go"] is go and {r["kind"] for r in api["blocking"]} == kinds
+
+    code, cli = run_cli(["check", "glm-5.2", *args, "--format", "json"])
+    assert cli["verdict"] == api, name  # the same reasons, in the same words and order
+    assert code == (0 if go else 1)
+
+
+def test_every_blocking_reason_links_to_a_field_on_the_page(client):
+    html = client.get("/?" + urlencode({**PROFILE, "tp": "3", "gpus": "300"})).text
+    links = re.findall(r'<a href="#(\w+)" data-focus="\1">fix \1</a>', html)
+    assert links and all(re.search(rf'id="{key}"', html) for key in links)
+
+
+def test_a_launcher_with_failing_checks_is_no_go_on_the_page_and_in_the_cli(client):
+    script = ("python3 train.py --tensor-model-parallel-size 3 --pipeline-model-parallel-size 8 "
+              "--decoder-first-pipeline-num-layers 14 --decoder-last-pipeline-num-layers 16 "
+              "--context-parallel-size 8 --expert-model-parallel-size 48 --actor-num-nodes 32 "
+              "--actor-num-gpus-per-node 8\n")
+    r = client.post("/launcher", data={"script": script, "query": ""})
+    assert r.status_code == 303
+    page = client.get(r.headers["location"]).text
+    headline, kinds = _page_verdict(page)
+    assert headline == "NO-GO" and "parallel" in kinds
+    import io
+    import sys
+
+    old = sys.stdin
+    sys.stdin = io.StringIO(script)
+    try:
+        code, cli = run_cli(["check", "glm-5.2", "--launcher", "-", "--format", "json"])
+    finally:
+        sys.stdin = old
+    assert code == 1 and "parallel" in {r["kind"] for r in cli["verdict"]["blocking"]}
+    # the URL the page lands on holds the whole plan: the API on it answers the same verdict
+    api = client.get("/api/v1/check?" + r.headers["location"].split("?", 1)[1]).json()
+    assert api["verdict"] == cli["verdict"]
+
+
+def test_verdict_headline_counts_kinds_in_order():
+    v = Verdict((Reason("memory", "a", "m1"), Reason("boundary", "b", "b1"), Reason("memory", "c", "m2")))
+    assert not v.go and v.headline() == "NO-GO: 1 boundary, 2 memory"
+    assert Verdict().headline() == "GO"
