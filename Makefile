@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: serve test venv bench clean browser screenshot
+.PHONY: serve test test-fast lint venv bench clean browser screenshot
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +27,19 @@ browser:
 	  echo "installing Debian chromium (browser tests need it)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: $(STAMP) browser
+# Lint (ruff) and types (mypy) first: a new finding fails the build.
+lint: $(STAMP)
+	$(BIN)/ruff check app tests bench scripts
+	$(BIN)/mypy
+
+test: $(STAMP) browser lint
 	ISPLAN_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest
+
+# The edit loop: lint, then everything but the browser, install and schemathesis runs, stopping at
+# the first failure (about a minute on 2 cores).
+test-fast: $(STAMP) lint
+	$(BIN)/python -m pytest -q -x -m "not slow" --ignore=tests/test_browser.py \
+	  --ignore=tests/test_install.py --ignore=tests/test_schemathesis.py
 
 screenshot: $(STAMP) browser
 	ISPLAN_CHROMIUM=$(CHROMIUM) $(BIN)/python -m scripts.screenshot docs/screenshot.png
