@@ -5,6 +5,11 @@ skip iff ``max(n - max(offset, 1), 0) % freq != 0``) and slime's (no clamp of th
 
 from __future__ import annotations
 
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from app.core.layout_check import run_check
 from app.core.model_config import load_model
 from app.core.stages import PipelineSpec
@@ -65,3 +70,31 @@ def test_mtp_depth_built_shared_while_the_checkpoint_stores_an_indexer():
     # with one MTP depth (the plan builds 1) nothing differs
     r = run_check(cfg, PipelineSpec(split=(7, 1), mtp_layers=1), "megatron")
     assert not model_errors(r)
+
+
+@settings(max_examples=200, deadline=None)
+@given(freq=st.integers(1, 6), offset=st.integers(0, 6), engine=st.sampled_from(["megatron", "slime"]),
+       cuts=st.lists(st.integers(1, 77), max_size=7, unique=True))
+def test_overrides_against_the_glm52_array_list_exactly_the_differing_layers(freq, offset, engine, cuts):
+    # oracle: Megatron full iff max(n - max(offset, 1), 0) % freq == 0 (dsa.py); slime without the
+    # clamp (glm5.py); slime reads freq/offset from the HF config, so the override stands in for an
+    # edited config. The checkpoint's full layers are GLM52_FULL (FACTS.md 1).
+    clamp = max(offset, 1) if engine == "megatron" else offset
+    built = {n for n in range(1, 79) if max(n - clamp, 0) % freq == 0}
+    differ = [n for n in range(1, 79) if (n in built) != (n in GLM52_FULL)]
+    bounds = [0, *sorted(cuts), 78]
+    split = tuple(b - a for a, b in itertools.pairwise(bounds))
+    r = run_check(load_model("glm-5.2"), PipelineSpec(split=split, mtp_layers=0), engine, freq=freq, offset=offset)
+    errs = model_errors(r)
+    if not differ:
+        assert errs == []
+    else:
+        (err,) = errs
+        assert f"on {len(differ)} layer(s)" in err.message
+        for n in differ[:12]:
+            assert f"layer {n}: engine builds {'full' if n in built else 'shared'}" in err.message
+        assert not r.valid
+    starts = [1 + sum(split[:i]) for i in range(len(split)) if split[i]]
+    no_source = any(n not in built and not any(m in built for m in range(1, n)) for n in range(1, 79))
+    boundary_ok = all(s in built for s in starts)
+    assert (not r.boundary.violations) == boundary_ok or no_source

@@ -26,6 +26,8 @@ import re
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from app.core.export import shell_join
+from app.core.launcher import launcher_request, parse_launcher
 from app.core.layout_check import run_check
 from app.core.stages import PipelineSpec
 from tests.conftest import make_config, tiny_config
@@ -266,7 +268,22 @@ def cases(draw):
     return case, draw(st.integers(1, 4)), draw(st.integers(0, 4))
 
 
-@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def launcher_line(c) -> str:
+    """The case as a trainer command line, in Megatron's flag spellings."""
+    argv = ["python3", "pretrain_gpt.py", "--pipeline-model-parallel-size", str(c["pp"]),
+            "--mtp-num-layers", str(c["mtp"])]
+    for key, flag in (("vpp", "--num-virtual-stages-per-pipeline-rank"),
+                      ("lpvs", "--num-layers-per-virtual-pipeline-stage"),
+                      ("first", "--decoder-first-pipeline-num-layers"), ("last", "--decoder-last-pipeline-num-layers"),
+                      ("layout", "--pipeline-model-parallel-layout")):
+        if c[key] is not None:
+            argv += [flag, str(c[key])]
+    argv += ["--account-for-embedding-in-pipeline-split"] * c["emb"] + ["--account-for-loss-in-pipeline-split"] * c["loss"]
+    argv += [] if c["overlap"] else ["--no-overlap-p2p-communication"]
+    return shell_join(argv) + "\n"
+
+
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=cases())
 def test_isplan_equals_the_megatron_oracle(data):
     c, freq, offset = data
@@ -282,6 +299,9 @@ def test_isplan_equals_the_megatron_oracle(data):
                         mtp_layers=c["mtp"], overlap_p2p=c["overlap"])
     result = run_check(cfg, spec, "megatron")
     plan = result.plan
+    # the same flags read from a launcher give the same spec
+    req = launcher_request(parse_launcher(launcher_line(c), strict=True), cfg)
+    assert req.spec == spec and not req.errors and not req.unresolved
     accepted = not plan.errors and bool(plan.stages)
     event("accepted" if expected is not None else f"rejected: {reason}")
     assert accepted == (expected is not None), (c, plan.errors, None if expected is None else expected)
