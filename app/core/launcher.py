@@ -316,7 +316,7 @@ def _lex_array(s: str, i: int, end: int, problems: list[int]) -> tuple[list[tupl
     while i < end:
         m = _TOKEN_RE.match(s, i, end)
         kind = m.lastgroup if m else "word"
-        if kind in ("blank", "nl", "comment"):
+        if m is not None and kind in ("blank", "nl", "comment"):
             i = m.end()
         elif kind == "op":
             if s[i] == ")":
@@ -342,9 +342,9 @@ def _lex(s: str, start: int, end: int, problems: list[int]) -> list[tuple[str, o
     while i < end:
         m = _TOKEN_RE.match(s, i, end)
         kind = m.lastgroup if m else "word"
-        if kind in ("blank", "comment"):
+        if m is not None and kind in ("blank", "comment"):
             i = m.end()
-        elif kind == "nl":
+        elif m is not None and kind == "nl":
             toks.append(("nl", "", i))
             i = m.end()
             if heredocs:
@@ -353,7 +353,7 @@ def _lex(s: str, start: int, end: int, problems: list[int]) -> list[tuple[str, o
                     i = _skip_heredoc(s, i, end, delim, tabs)
                 heredocs.clear()
             want_delim = None
-        elif kind == "op":
+        elif m is not None and kind == "op":
             toks.append(("op", m.group(), i))
             i = m.end()
             want_delim = m.group() if m.group() in ("<<", "<<-") else None
@@ -615,8 +615,9 @@ class _Interpreter:
                     placed += [(epos, o) for o in self.var_occ.get(src, [])]
                     exps.append(None)
                 else:
-                    exps.append(self.expand(raw))
-                    items.append(exps[-1])
+                    value = self.expand(raw)
+                    exps.append(value)
+                    items.append(value)
             start = len(self.occurrences)
             self.scan(elems, exps)
             placed += list(zip(self.occ_pos[start:], self.occurrences[start:]))
@@ -638,7 +639,7 @@ class _Interpreter:
         if len(vraw) >= 2 and vraw[0] == vraw[-1] == '"' and "--" in vraw:
             start = pos + m.end() + 1   # flags written inside a double-quoted value
             inner = _lex(self.text, start, start + len(vraw) - 2, [])
-            self.scan([(v, p) for k, v, p in inner if k == "word"])
+            self.scan([(str(v), p) for k, v, p in inner if k == "word"])
         self.var_occ[name] = (self.var_occ.get(name, []) if m.group(2) else []) + self.occurrences[first:]
         text, reason = self.expand(vraw)
         if m.group(2):
