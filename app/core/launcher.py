@@ -15,7 +15,17 @@ a small lexer and interpreter read this subset of bash statically:
   parser, never ``eval``;
 * flags as ``--flag value`` or ``--flag=value`` in command lines, in array bodies and in
   double-quoted scalar values (the old ``GPT_ARGS="--num-layers 24 ..."`` style); ``_`` in a
-  flag name counts as ``-`` (torchrun accepts ``--nproc_per_node``).
+  flag name counts as ``-`` (torchrun accepts ``--nproc_per_node``);
+* ``source FILE`` / ``. FILE``, read through a loader (:func:`read_launcher` from disk,
+  :func:`read_launcher_files` from pasted files), relative to the sourcing file's directory, at
+  most :data:`MAX_SOURCE_DEPTH` deep; ``SCRIPT_DIR`` idioms (``$(cd -- "$(dirname --
+  "${BASH_SOURCE[0]}")" && pwd)``, ``$(dirname "$0")``, ...) expand to that directory;
+* ``printf -v NAME FORMAT ARGS`` with ``%s`` / ``%d``.
+
+The trainer invocation (a command with a ``*.py`` word or ``torchrun`` / ``python`` / ...) is read
+as argparse would see it: its literal flags and the flags of every ``${ARR[@]}`` / ``$VAR`` it
+expands, in command-line order, so the last occurrence on that line wins (Python ``argparse``
+stores each option in turn). Provenance of every value is kept (:meth:`LauncherParse.provenance`).
 
 Deliberate approximations:
 
@@ -23,18 +33,21 @@ Deliberate approximations:
   bodies all count, so the last assignment in the text wins. ``then``, ``do``, ``{`` ... at the
   start of a command are skipped; other control-flow syntax is read as ordinary words.
 * Flags are collected where they are *written*: an array body counts even if the array is never
-  expanded, and ``${ARGS[@]}`` on a command line adds nothing.
+  expanded (before the trainer line's own flags, which come last in their command-line order).
 * ``VAR=x cmd`` prefix assignments are treated as ordinary assignments.
 * Command substitution (``$(...)``, backticks), positional parameters and variables never assigned
   in the text (they would come from the environment) are unknown; when one feeds a flag of interest
   the flag lands in ``unresolved`` with the reason. ``${V:-default}`` uses the default.
 * ``|``, ``;``, ``&&``, ``(`` ... only separate commands; redirection targets and here-document
-  bodies are skipped; ``source``/``.`` files are not read (a warning says so, as it does for a
-  ``${ARGS[@]}`` that is never assigned in the script).
+  bodies are skipped; a ``${ARGS[@]}`` never assigned in the script is reported.
 
-Hostile input stays cheap: more than :data:`MAX_LAUNCHER_BYTES` raises :class:`LauncherError`, and
-nesting depth, value length, array length and total expansion work are capped (a value that hits a
-cap becomes unresolved). Any other text parses without raising.
+Hostile input stays cheap: more than :data:`MAX_LAUNCHER_BYTES` per file (:data:`MAX_TOTAL_BYTES`
+in all) raises :class:`LauncherError`, and nesting depth, value length, array length and total
+expansion work are capped. In the default lenient mode any other text parses without raising (what
+cannot be known lands in ``unresolved`` / ``warnings`` / ``fatal``); in strict mode
+(:func:`read_launcher`, :func:`read_launcher_files`, ``parse_launcher(strict=True)``) a script that
+cannot be read completely raises :class:`LauncherError` instead of giving a verdict
+(:func:`fail_closed`).
 """
 
 from __future__ import annotations
@@ -1108,7 +1121,8 @@ def read_launcher_files(files: Mapping[str, str | bytes], main: str) -> Launcher
 
 def candidate_config(parsed: LauncherParse, base: str | os.PathLike[str] | None = None) -> str | None:
     """A ``config.json`` at the launcher's ``--hf-checkpoint`` (then ``--load``) path, if one exists
-    on this machine (relative paths from ``base``): offered as the model to check against."""
+    on this machine (relative paths from ``base``): offered as the model to check against. For the
+    CLI only: on a server it would reveal which paths exist there."""
     for flag in ("--hf-checkpoint", "--load"):
         value = parsed.values.get(flag)
         if not value:
