@@ -19,8 +19,14 @@ from app.core.launcher import (
     LauncherError,
     LauncherParse,
     UnresolvedValue,
-    parse_launcher,
 )
+from app.core.launcher import parse_launcher as _parse_launcher
+
+
+def parse_launcher(text):
+    """These tests exercise the lexer and interpreter on fragments, so the lenient mode: the
+    fail-closed rules of a whole launcher are tested in tests/test_launcher_import.py."""
+    return _parse_launcher(text, strict=False)
 
 # A GLM-5.2 SFT launcher in the style of THUDM/slime scripts/run-glm5-744B-A40B-sft.sh.
 # Line numbers matter: the first line of the string is line 1.
@@ -202,6 +208,9 @@ def test_glm52_slime_sft_script() -> None:
     p = parse_launcher(GLM52_SLIME)
     assert p.values == {
         "--num-layers": "78",
+        "--hidden-size": "6144",
+        "--hf-checkpoint": "/root/GLM-5.2",
+        "--load": "/root/GLM-5.2_torch_dist/",
         "--dsa-indexer-topk-freq": "4",
         "--dsa-indexer-skip-topk-offset": "3",
         "--mtp-num-layers": "1",
@@ -227,7 +236,9 @@ def test_glm52_slime_sft_script() -> None:
     assert p.unresolved == ()
     assert p.warnings == ()
     # $(nvidia-smi ...) only feeds HAS_NVLINK's `if`, which is no flag of interest: silently ignored.
-    assert "NVLINK_COUNT" not in p.variables and "SCRIPT_DIR" not in p.variables
+    assert "NVLINK_COUNT" not in p.variables
+    # the SCRIPT_DIR idiom resolves to the launcher's own directory ("." for pasted text)
+    assert p.variables["SCRIPT_DIR"] == "."
     assert p.variables["PP"] == "8"
     assert p.variables["NUM_LAYERS"] == "78"
     assert p.variables["N_DENSE_LAYERS"] == "3"
@@ -242,8 +253,9 @@ def test_glm52_slime_sft_script() -> None:
     assert occ(p, "--use-distributed-optimizer")[0].line == 120
     # Each flag is collected where it is written; ${PERF_ARGS[@]} does not count it again.
     assert [(o.flag, o.line) for o in p.occurrences] == [
-        ("--num-layers", 31), ("--dsa-indexer-topk-freq", 33), ("--dsa-indexer-skip-topk-offset", 34),
-        ("--mtp-num-layers", 35), ("--global-batch-size", 51), ("--tensor-model-parallel-size", 59),
+        ("--num-layers", 31), ("--hidden-size", 32), ("--dsa-indexer-topk-freq", 33),
+        ("--dsa-indexer-skip-topk-offset", 34), ("--mtp-num-layers", 35), ("--hf-checkpoint", 39),
+        ("--load", 40), ("--global-batch-size", 51), ("--tensor-model-parallel-size", 59),
         ("--sequence-parallel", 60), ("--pipeline-model-parallel-size", 61),
         ("--decoder-first-pipeline-num-layers", 62), ("--decoder-last-pipeline-num-layers", 63),
         ("--context-parallel-size", 64), ("--expert-model-parallel-size", 65),
@@ -275,8 +287,9 @@ def test_megatron_torchrun_flag_equals_value() -> None:
         "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
         "--overlap-p2p-communication",
     }
-    # $MASTER_ADDR and $1 ($CHECKPOINT_PATH) only feed flags we do not care about.
-    assert p.unresolved == ()
+    # $MASTER_ADDR only feeds a flag we do not read; $1 ($CHECKPOINT_PATH) feeds --load and --save,
+    # and --load (the checkpoint path, read to find the model) cannot be known
+    assert [(u.flag, u.line) for u in p.unresolved] == [("--load", 37)]
     assert occ(p, "--tensor-model-parallel-size") == [
         FlagOccurrence("--tensor-model-parallel-size", "2", 25, "$TP")]
     assert occ(p, "--micro-batch-size") == [FlagOccurrence("--micro-batch-size", "1", 21, "1")]

@@ -89,11 +89,14 @@ def test_export_never_emits_first_and_last_for_pp2_with_vpp():
     assert not again.errors and sizes(again) == [2, 6, 2, 6]
 
 
-def test_pp1_first_alone_is_megatrons_single_stage_and_both_are_refused():
+def test_pp1_first_alone_is_megatrons_single_stage_and_both_only_when_last_is_every_layer():
     # TransformerConfig: first = N leaves 0 middle layers and 0 middle ranks -> accepted
     assert sizes(materialise(PipelineSpec(pp=1, first=16), 16)) == [16]
     assert codes(materialise(PipelineSpec(pp=1, first=4), 16)) == ["middle_mismatch"]
     assert codes(materialise(PipelineSpec(pp=1, first=4, last=12), 16)) == ["uneven_needs_pp"]
+    # both with PP 1: TransformerConfig sees -1 middle ranks (no error since 16 - 4 - 16 != 0) and
+    # get_num_layers_to_build gives rank 0 the last count, 16 = every layer -> a whole model
+    assert sizes(materialise(PipelineSpec(pp=1, first=4, last=16), 16)) == [16]
 
 
 def test_mtp_depths_follow_megatrons_numbering():

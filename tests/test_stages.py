@@ -101,7 +101,7 @@ def test_account_for_embedding_and_loss():
         (PipelineSpec(pp=4, vpp=3), 16, "vpp_divisibility", "--num-virtual-stages-per-pipeline-rank", "(4)"),
         (PipelineSpec(pp=4, account_for_embedding=True), 16, "account_divisibility",
          "--account-for-embedding-in-pipeline-split", "17"),
-        (PipelineSpec(pp=1, first=4, last=12), 16, "uneven_needs_pp", "--pipeline-model-parallel-size", "> 1"),
+        (PipelineSpec(pp=1, first=4, last=12), 16, "uneven_needs_pp", "--pipeline-model-parallel-size", "raise PP"),
         (PipelineSpec(pp=1, last=4), 16, "middle_mismatch", "--pipeline-model-parallel-size",
          "12 middle layers remaining but 0 middle PP stages"),
         (PipelineSpec(pp=4, first=4, layout="Et*4|t*4|t*4|t*4L"), 16, "layout_conflict",

@@ -15,7 +15,17 @@ a small lexer and interpreter read this subset of bash statically:
   parser, never ``eval``;
 * flags as ``--flag value`` or ``--flag=value`` in command lines, in array bodies and in
   double-quoted scalar values (the old ``GPT_ARGS="--num-layers 24 ..."`` style); ``_`` in a
-  flag name counts as ``-`` (torchrun accepts ``--nproc_per_node``).
+  flag name counts as ``-`` (torchrun accepts ``--nproc_per_node``);
+* ``source FILE`` / ``. FILE``, read through a loader (:func:`read_launcher` from disk,
+  :func:`read_launcher_files` from pasted files), relative to the sourcing file's directory, at
+  most :data:`MAX_SOURCE_DEPTH` deep; ``SCRIPT_DIR`` idioms (``$(cd -- "$(dirname --
+  "${BASH_SOURCE[0]}")" && pwd)``, ``$(dirname "$0")``, ...) expand to that directory;
+* ``printf -v NAME FORMAT ARGS`` with ``%s`` / ``%d``.
+
+The trainer invocation (a command with a ``*.py`` word or ``torchrun`` / ``python`` / ...) is read
+as argparse would see it: its literal flags and the flags of every ``${ARR[@]}`` / ``$VAR`` it
+expands, in command-line order, so the last occurrence on that line wins (Python ``argparse``
+stores each option in turn). Provenance of every value is kept (:meth:`LauncherParse.provenance`).
 
 Deliberate approximations:
 
@@ -23,26 +33,34 @@ Deliberate approximations:
   bodies all count, so the last assignment in the text wins. ``then``, ``do``, ``{`` ... at the
   start of a command are skipped; other control-flow syntax is read as ordinary words.
 * Flags are collected where they are *written*: an array body counts even if the array is never
-  expanded, and ``${ARGS[@]}`` on a command line adds nothing.
+  expanded (before the trainer line's own flags, which come last in their command-line order).
 * ``VAR=x cmd`` prefix assignments are treated as ordinary assignments.
 * Command substitution (``$(...)``, backticks), positional parameters and variables never assigned
   in the text (they would come from the environment) are unknown; when one feeds a flag of interest
   the flag lands in ``unresolved`` with the reason. ``${V:-default}`` uses the default.
 * ``|``, ``;``, ``&&``, ``(`` ... only separate commands; redirection targets and here-document
-  bodies are skipped; ``source``/``.`` files are not read (a warning says so, as it does for a
-  ``${ARGS[@]}`` that is never assigned in the script).
+  bodies are skipped; a ``${ARGS[@]}`` never assigned in the script is reported.
 
-Hostile input stays cheap: more than :data:`MAX_LAUNCHER_BYTES` raises :class:`LauncherError`, and
-nesting depth, value length, array length and total expansion work are capped (a value that hits a
-cap becomes unresolved). Any other text parses without raising.
+Hostile input stays cheap: more than :data:`MAX_LAUNCHER_BYTES` per file (:data:`MAX_TOTAL_BYTES`
+in all) raises :class:`LauncherError`, and nesting depth, value length, array length and total
+expansion work are capped. In the default lenient mode any other text parses without raising (what
+cannot be known lands in ``unresolved`` / ``warnings`` / ``fatal``); in strict mode
+(:func:`read_launcher`, :func:`read_launcher_files`, ``parse_launcher(strict=True)``) a script that
+cannot be read completely raises :class:`LauncherError` instead of giving a verdict
+(:func:`fail_closed`).
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
+import os
+import posixpath
 import re
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from app.core.stages import PipelineSpec, PlanError
 
@@ -57,7 +75,8 @@ KNOWN_VALUE_FLAGS: frozenset[str] = frozenset({
     "--dsa-indexer-skip-topk-offset", "--mtp-num-layers", "--micro-batch-size",
     "--global-batch-size", "--seq-length", "--max-tokens-per-gpu", "--recompute-granularity",
     "--recompute-method", "--recompute-num-layers", "--actor-num-nodes", "--actor-num-gpus-per-node",
-    "--num-gpus-per-node", "--nnodes", "--nproc-per-node",
+    "--num-gpus-per-node", "--nnodes", "--nproc-per-node", "--hidden-size", "--num-attention-heads",
+    "--num-experts", "--moe-ffn-hidden-size", "--hf-checkpoint", "--load", "--cp-comm-type",
 })
 KNOWN_SWITCH_FLAGS: frozenset[str] = frozenset({
     "--sequence-parallel", "--account-for-embedding-in-pipeline-split",
@@ -104,7 +123,13 @@ _SPECIAL = "0123456789@*#?$!-"
 
 
 class LauncherError(ValueError):
-    """The input cannot be read at all: too large, or bytes that are not UTF-8 text."""
+    """The launcher cannot be read completely, so no verdict may be given (exit 2): too large, not
+    UTF-8 text, empty, no trainer invocation, unterminated syntax, the expansion budget hit, a
+    parallel size of 0, or a sourced file that is missing (named in ``missing``)."""
+
+    def __init__(self, message: str, missing: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 @dataclass(frozen=True)
@@ -115,6 +140,7 @@ class FlagOccurrence:
     value: str | None
     line: int   # 1-based line of the flag token in the original text
     raw: str    # the value as written (unexpanded), "" for switches
+    file: str = ""   # the file it is written in (the launcher itself or a sourced file)
 
 
 @dataclass(frozen=True)
@@ -125,6 +151,7 @@ class UnresolvedValue:
     raw: str
     line: int
     reason: str
+    file: str = ""
 
 
 @dataclass(frozen=True)
@@ -139,6 +166,27 @@ class LauncherParse:
     unresolved: tuple[UnresolvedValue, ...]
     warnings: tuple[str, ...]
     variables: dict[str, str]   # final resolved scalar variables, for display
+    final: tuple[FlagOccurrence, ...] = ()      # the trainer command line's flags, in order
+    trainer: tuple[str, int] | None = None      # (file, line) of the trainer invocation used
+    files: tuple[str, ...] = ()                 # the launcher and every file it sourced
+    missing: tuple[str, ...] = ()               # sourced files that could not be read
+    fatal: tuple[str, ...] = field(default=())  # why the script cannot be read completely
+
+    def ordered_occurrences(self) -> list[FlagOccurrence]:
+        """Occurrences in the order argparse would see them (the trainer line's flags last)."""
+        passed = {id(o) for o in self.final}
+        return [o for o in self.occurrences if id(o) not in passed] + list(self.final)
+
+    def provenance(self) -> dict[str, dict[str, object]]:
+        """``{flag: {value, file, line}}`` for every final value and switch (switches: value True)."""
+        source = self.ordered_occurrences()
+        out: dict[str, dict[str, object]] = {}
+        for o in source:
+            if o.flag in self.values and o.value == self.values[o.flag]:
+                out[o.flag] = {"value": o.value, "file": o.file, "line": o.line}
+            elif o.flag in self.switches:
+                out[o.flag] = {"value": True, "file": o.file, "line": o.line}
+        return dict(sorted(out.items()))
 
     def int_value(self, flag: str) -> int | None:
         """``values[flag]`` as an int, None if absent; ValueError naming the flag if not an integer."""
@@ -281,7 +329,7 @@ def _lex_array(s: str, i: int, end: int, problems: list[int]) -> tuple[list[tupl
     while i < end:
         m = _TOKEN_RE.match(s, i, end)
         kind = m.lastgroup if m else "word"
-        if kind in ("blank", "nl", "comment"):
+        if m is not None and kind in ("blank", "nl", "comment"):
             i = m.end()
         elif kind == "op":
             if s[i] == ")":
@@ -307,9 +355,9 @@ def _lex(s: str, start: int, end: int, problems: list[int]) -> list[tuple[str, o
     while i < end:
         m = _TOKEN_RE.match(s, i, end)
         kind = m.lastgroup if m else "word"
-        if kind in ("blank", "comment"):
+        if m is not None and kind in ("blank", "comment"):
             i = m.end()
-        elif kind == "nl":
+        elif m is not None and kind == "nl":
             toks.append(("nl", "", i))
             i = m.end()
             if heredocs:
@@ -318,7 +366,7 @@ def _lex(s: str, start: int, end: int, problems: list[int]) -> list[tuple[str, o
                     i = _skip_heredoc(s, i, end, delim, tabs)
                 heredocs.clear()
             want_delim = None
-        elif kind == "op":
+        elif m is not None and kind == "op":
             toks.append(("op", m.group(), i))
             i = m.end()
             want_delim = m.group() if m.group() in ("<<", "<<-") else None
@@ -342,15 +390,89 @@ def _lex(s: str, start: int, end: int, problems: list[int]) -> list[tuple[str, o
 
 # --- interpretation -------------------------------------------------------------------------------
 
+MAX_SOURCE_DEPTH = 8
+MAX_TOTAL_BYTES = 4 * MAX_LAUNCHER_BYTES   # the launcher and every file it sources, together
+Loader = Callable[[str], "str | None"]
+#: A word that makes a command the trainer invocation: a Python entry point or a launcher of one.
+TRAINERS = frozenset({"torchrun", "python", "python3", "deepspeed", "accelerate"})
+_VAR_WORD_RE = re.compile(rf'"?\$(?:\{{({_NAME})(?:\[[@*]\])?\}}|({_NAME}))"?')
+_SCRIPT_DIR_NOISE = re.compile(
+    r"\$\{BASH_SOURCE(?:\[0\])?\}|\$BASH_SOURCE|\$\{0\}|\$0|&>\s*/dev/null|2?>\s*/dev/null|2>&1|&&|;"
+    r"|\b(?:cd|dirname|pwd|readlink|realpath)\b|(?<!\S)-[-A-Za-z]*(?!\S)|[\"'`$()\s]")
+
+
+def where(file: str, line: int) -> str:
+    """``file:line``, or ``line N`` for the pasted launcher itself (no file name)."""
+    return f"{file}:{line}" if file else f"line {line}"
+
+
+def _line_starts(text: str) -> list[int]:
+    return [0, *itertools.accumulate(len(p) + 1 for p in text.split("\n")[:-1])]
+
+
+def _is_script_dir(piece: str) -> bool:
+    """``$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)``, ``$(dirname "$0")`` and
+    the like: only cd / dirname / pwd / readlink / realpath over ``$0`` or ``BASH_SOURCE``."""
+    if "dirname" not in piece or not re.search(r"BASH_SOURCE|\$\{?0\}?", piece):
+        return False
+    return not _SCRIPT_DIR_NOISE.sub("", piece)
+
+
+def _printf(fmt: str, args: list[str]) -> str:
+    out: list[str] = []
+    rest = list(args)
+    while True:
+        i = 0
+        while i < len(fmt):
+            c = fmt[i]
+            if c != "%":
+                out.append(c)
+                i += 1
+                continue
+            spec = fmt[i + 1:i + 2]
+            if spec == "%":
+                out.append("%")
+            elif spec == "s":
+                out.append(rest.pop(0) if rest else "")
+            elif spec == "d":
+                arg = rest.pop(0) if rest else "0"
+                if not _INT_RE.fullmatch(arg.strip()):
+                    raise ValueError(f"{arg!r} is not an integer for %d")
+                out.append(str(int(arg)))
+            else:
+                raise ValueError(f"unsupported format %{spec}")
+            i += 2
+        if not rest or "%" not in fmt.replace("%%", ""):
+            break
+        if sum(map(len, out)) > _MAX_VALUE:
+            raise ValueError(_TOO_LONG)
+    return "".join(out)
+
+
+def _is_trainer_word(raw: str) -> bool:
+    word = raw.strip("\"'")
+    return word.endswith(".py") or word in TRAINERS or posixpath.basename(word) in TRAINERS
+
+
 class _Interpreter:
     """Walks the tokens once, in text order, tracking variables and recording flag occurrences.
 
     Values are (text, reason) pairs: reason is None when the text is known, else why it is not.
     """
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, file: str = "", loader: Loader | None = None) -> None:
         self.text = text
-        self.line_starts = [0, *itertools.accumulate(len(p) + 1 for p in text.split("\n")[:-1])]
+        self.file = file
+        self.loader = loader
+        self.depth = 0
+        self.files = [file]
+        self.missing: list[str] = []
+        self.fatal: list[str] = []
+        self.trainer: tuple[str, int] | None = None
+        self.final: list[FlagOccurrence] | None = None
+        self.var_occ: dict[str, list[FlagOccurrence]] = {}   # flags written in each variable, in order
+        self.occ_pos: list[int] = []   # text position of each occurrence (same index)
+        self.line_starts = _line_starts(text)
         self.scalars: dict[str, tuple[str, str | None]] = {}
         self.arrays: dict[str, list[tuple[str, str | None]]] = {}
         self.occurrences: list[FlagOccurrence] = []
@@ -388,6 +510,7 @@ class _Interpreter:
         if problems:
             self.notes.append(f"line {self.line(min(problems))}: unterminated quote, expansion or "
                               "array; the rest of the script was read as part of it")
+            self.fatal.append(f"{where(self.file, self.line(min(problems)))}: unterminated quote, expansion or array")
 
     def command(self, items: list) -> None:
         i = 0
@@ -400,20 +523,89 @@ class _Interpreter:
         if head in _DECLARE:
             for item in rest[1:]:
                 self.assign(item)
+        elif head in ("source", ".") and len(rest) == 1:
+            self.missing.append(f"{head} without a readable file name at {where(self.file, self.line(rest[0][2]))} "
+                                "(a process substitution or redirection cannot be read)")
         elif head in ("source", ".") and len(rest) > 1:
-            self.notes.append(f"line {self.line(rest[0][2])}: {head} {_short(str(rest[1][1]), 40)} is not "
-                              "read; anything it defines is unknown here")
+            if not self.source(rest[1], rest[0][2]):
+                self.notes.append(f"{where(self.file, self.line(rest[0][2]))}: {head} {_short(str(rest[1][1]), 40)} "
+                                  "is not read; anything it defines is unknown here")
+        elif head == "printf" and len(rest) > 3 and rest[1][1] == "-v" and _NAME_RE.fullmatch(str(rest[2][1])):
+            self.printf_v(str(rest[2][1]), [raw for kind, raw, _ in rest[3:] if kind == "word"])
         elif head == "unset":
             for kind, raw, _ in rest[1:]:
                 if kind == "word":
                     self.scalars.pop(raw, None)
                     self.arrays.pop(raw, None)
+                    self.var_occ.pop(raw, None)
         else:
             for item in rest:
                 if item[0] == "array":
                     self.assign(item)
             if rest:
-                self.scan([(raw, pos) for kind, raw, pos in rest if kind == "word"])
+                self.invocation(rest)
+
+    def printf_v(self, name: str, words: list[str]) -> None:
+        """``printf -v NAME FORMAT ARGS...`` with ``%s`` / ``%d`` / ``%%`` (the format is reused while
+        arguments remain, as bash does); anything else leaves NAME unresolved."""
+        fmt, reason = self.expand(words[0])
+        args: list[str] = []
+        for w in words[1:]:
+            text, r = self.expand(w)
+            reason = reason or r
+            args.append(text)
+        if reason is None:
+            try:
+                text = _printf(fmt, args)
+            except ValueError as exc:
+                text, reason = "", f"printf -v {name}: {exc}"
+        self.set_scalar(name, ("", reason) if reason else (text, None))
+        self.var_occ[name] = []
+
+    def invocation(self, rest: list) -> None:
+        """Scan a command's flags; for a trainer invocation keep its final, ordered flag list: the
+        literal flags plus those of every ``${ARR[@]}`` / ``$VAR`` it expands, in command-line order
+        (argparse: the last occurrence wins)."""
+        words = [(raw, pos) for kind, raw, pos in rest if kind == "word"]
+        start = len(self.occurrences)
+        self.scan(words)
+        placed = list(zip(self.occ_pos[start:], self.occurrences[start:]))
+        for raw, pos in words:
+            m = _VAR_WORD_RE.fullmatch(raw)
+            if m:
+                placed += [(pos, o) for o in self.var_occ.get(m.group(1) or m.group(2), [])]
+        if any(_is_trainer_word(raw) for raw, _ in words):
+            self.trainer = (self.file, self.line(words[0][1]))
+            self.final = [o for _, o in sorted(placed, key=lambda t: t[0])]
+
+    def source(self, item: tuple, pos: int) -> bool:
+        """``source FILE`` / ``. FILE``: read FILE (relative to the current file's directory) through
+        the loader and interpret it in place, at most :data:`MAX_SOURCE_DEPTH` deep."""
+        at = where(self.file, self.line(pos))
+        text, reason = self.expand(item[1]) if item[0] == "word" else ("", "not a file name")
+        if reason or not text:
+            self.missing.append(f"{_short(str(item[1]), 60)} (sourced at {at}; {reason or 'empty name'})")
+            return False
+        path = text if posixpath.isabs(text) else posixpath.normpath(
+            posixpath.join(posixpath.dirname(self.file) or ".", text))
+        if self.depth >= MAX_SOURCE_DEPTH:
+            self.fatal.append(f"{at}: source {path} nests deeper than {MAX_SOURCE_DEPTH} files")
+            return False
+        body = self.loader(path) if self.loader is not None else None
+        if body is None:
+            self.missing.append(f"{path} (sourced at {at})")
+            return False
+        self.budget += 8 * len(body)
+        saved = (self.text, self.line_starts, self.file)
+        self.text, self.line_starts, self.file = body, _line_starts(body), path
+        self.files.append(path)
+        self.depth += 1
+        try:
+            self.run()
+        finally:
+            self.depth -= 1
+            self.text, self.line_starts, self.file = saved
+        return True
 
     def assign(self, item: tuple) -> bool:
         kind, val, pos = item
@@ -424,7 +616,8 @@ class _Interpreter:
             if prefix.endswith("+="):
                 items = list(self.arrays.get(name, [self.scalars[name]] if name in self.scalars else []))
             exps: list[tuple[str, str | None] | None] = []
-            for raw, _ in elems:
+            placed: list[tuple[int, FlagOccurrence]] = []
+            for raw, epos in elems:
                 m = _SPLICE_RE.fullmatch(raw)
                 if len(items) >= _MAX_ITEMS:
                     exps.append(None)
@@ -432,11 +625,17 @@ class _Interpreter:
                     src = m.group(1)
                     more = self.arrays.get(src, [self.scalars[src]] if src in self.scalars else [])
                     items.extend(more if self.spend(8 * len(more)) else [("", _TOO_COMPLEX)])
+                    placed += [(epos, o) for o in self.var_occ.get(src, [])]
                     exps.append(None)
                 else:
-                    exps.append(self.expand(raw))
-                    items.append(exps[-1])
+                    value = self.expand(raw)
+                    exps.append(value)
+                    items.append(value)
+            start = len(self.occurrences)
             self.scan(elems, exps)
+            placed += list(zip(self.occ_pos[start:], self.occurrences[start:]))
+            kept = self.var_occ.get(name, []) if prefix.endswith("+=") else []
+            self.var_occ[name] = kept + [o for _, o in sorted(placed, key=lambda t: t[0])]
             if len(items) >= _MAX_ITEMS:
                 del items[_MAX_ITEMS:]
                 note = f"array {name} reached {_MAX_ITEMS} elements; later ones are dropped"
@@ -449,14 +648,16 @@ class _Interpreter:
         if not m:
             return False
         name, vraw = m.group(1), val[m.end():]
+        first = len(self.occurrences)
         if len(vraw) >= 2 and vraw[0] == vraw[-1] == '"' and "--" in vraw:
             start = pos + m.end() + 1   # flags written inside a double-quoted value
             inner = _lex(self.text, start, start + len(vraw) - 2, [])
-            self.scan([(v, p) for k, v, p in inner if k == "word"])
+            self.scan([(str(v), p) for k, v, p in inner if k == "word"])
+        self.var_occ[name] = (self.var_occ.get(name, []) if m.group(2) else []) + self.occurrences[first:]
         text, reason = self.expand(vraw)
         if m.group(2):
-            old, old_reason, _ = self.lookup(name)
-            text, reason = old + text, old_reason or reason
+            before, old_reason, _ = self.lookup(name)
+            text, reason = before + text, old_reason or reason
             if len(text) > _MAX_VALUE:
                 text, reason = "", _TOO_LONG
         self.set_scalar(name, (text, reason))
@@ -495,7 +696,8 @@ class _Interpreter:
             name, eq, rest = text.partition("=")
             flag = "--" + name[2:].replace("_", "-")
             if not eq and flag in KNOWN_SWITCH_FLAGS:
-                self.occurrences.append(FlagOccurrence(flag, None, self.line(pos), ""))
+                self.occurrences.append(FlagOccurrence(flag, None, self.line(pos), "", self.file))
+                self.occ_pos.append(pos)
             elif flag in KNOWN_VALUE_FLAGS and eq:
                 vraw = raw.partition("=")[2].replace("\\\n", "")
                 if raw[0] in "\"'" and vraw.endswith(raw[0]):
@@ -512,10 +714,11 @@ class _Interpreter:
         if reason is None and not value:
             reason = f"{flag} has an empty value"
         if reason:
-            self.occurrences.append(FlagOccurrence(flag, None, line, raw))
-            self.unresolved.append(UnresolvedValue(flag, raw, line, reason))
+            self.occurrences.append(FlagOccurrence(flag, None, line, raw, self.file))
+            self.unresolved.append(UnresolvedValue(flag, raw, line, reason, self.file))
         else:
-            self.occurrences.append(FlagOccurrence(flag, value, line, raw))
+            self.occurrences.append(FlagOccurrence(flag, value, line, raw, self.file))
+        self.occ_pos.append(pos)
 
     def lookup(self, name: str, index: str | None = None, depth: int = 0) -> tuple[str, str | None, bool]:
         """Value of ``$name`` / ``${name[index]}`` as (text, unresolved reason or None, is set)."""
@@ -608,6 +811,8 @@ class _Interpreter:
             except _Unresolved as exc:
                 return "", str(exc)
         if piece[0] == "`" or piece.startswith("$("):
+            if _is_script_dir(piece):   # SCRIPT_DIR idioms: the directory of the file being read
+                return posixpath.dirname(self.file) or ".", None
             return "", f"command substitution {_short(piece)} cannot be evaluated"
         return self.param(piece[2:-1], depth + 1)
 
@@ -671,40 +876,55 @@ class _Interpreter:
             raise _Unresolved(reason)
         return self.arith(text, depth + 1) if text.strip() else 0
 
+    def ordered(self) -> list[FlagOccurrence]:
+        if self.final is None:
+            return self.occurrences
+        passed = {id(o) for o in self.final}
+        return [o for o in self.occurrences if id(o) not in passed] + self.final
+
     def result(self) -> LauncherParse:
+        """Final values: every occurrence in text order, except that the trainer command line's flags
+        come last and in that line's expanded order (argparse: the last occurrence wins)."""
+        source = self.ordered()
         values: dict[str, str] = {}
         by_flag: dict[str, list[FlagOccurrence]] = {}
-        for occ in self.occurrences:
+        for occ in source:
             if occ.flag in KNOWN_VALUE_FLAGS:
                 by_flag.setdefault(occ.flag, []).append(occ)
                 if occ.value is None:
                     values.pop(occ.flag, None)
                 else:
                     values[occ.flag] = occ.value
-        warnings = []
-        for flag, occs in by_flag.items():
-            shown = [o.value if o.value is not None else f"{o.raw or '(nothing)'} (unresolved)" for o in occs]
-            if len(set(shown)) < 2:
-                continue
-            listed = [f"{s} (line {o.line})" for s, o in zip(shown, occs)]
-            if len(listed) > 6:
-                listed = listed[:3] + ["..."] + listed[-3:]
-            listing = " and ".join(listed) if len(occs) == 2 else ", ".join(listed)
-            last = occs[-1].value
-            tail = f"the last one ({last}) is used" if last is not None else \
-                "the last one cannot be resolved, so no value is used"
-            count = "twice" if len(occs) == 2 else f"{len(occs)} times"
-            warnings.append(f"{flag} is set {count}: {listing}; {tail}")
+        warnings = [_duplicate_warning(flag, occs) for flag, occs in by_flag.items()
+                    if len({o.value if o.value is not None else f"{o.raw} (unresolved)" for o in occs}) > 1]
         notes = self.notes + [note for name, note in self.unknown.items()
                               if name not in self.arrays and name not in self.scalars]
         return LauncherParse(
             values=values,
-            switches=frozenset(o.flag for o in self.occurrences if o.flag in KNOWN_SWITCH_FLAGS),
+            switches=frozenset(o.flag for o in source if o.flag in KNOWN_SWITCH_FLAGS),
             occurrences=tuple(self.occurrences),
             unresolved=tuple(self.unresolved),
             warnings=tuple(warnings + notes[:20] + [f"... and {len(notes) - 20} more"] * (len(notes) > 20)),
             variables={k: t for k, (t, r) in self.scalars.items() if r is None},
+            final=tuple(self.final or ()),
+            trainer=self.trainer,
+            files=tuple(self.files),
+            missing=tuple(self.missing),
+            fatal=tuple(self.fatal + ([_TOO_COMPLEX] if self.budget < 0 else [])),
         )
+
+
+def _duplicate_warning(flag: str, occs: list[FlagOccurrence]) -> str:
+    shown = [o.value if o.value is not None else f"{o.raw or '(nothing)'} (unresolved)" for o in occs]
+    listed = [f"{v} ({where(o.file, o.line)})" for v, o in zip(shown, occs, strict=True)]
+    if len(listed) > 6:
+        listed = [*listed[:3], "...", *listed[-3:]]
+    listing = " and ".join(listed) if len(occs) == 2 else ", ".join(listed)
+    last = occs[-1].value
+    tail = f"the last one ({last}) is used" if last is not None else \
+        "the last one cannot be resolved, so no value is used"
+    count = "twice" if len(occs) == 2 else f"{len(occs)} times"
+    return f"{flag} is set {count}: {listing}; {tail}"
 
 
 class _Arith:
@@ -776,32 +996,146 @@ class _Arith:
         return 0   # unreachable
 
 
-def parse_launcher(text: str | bytes) -> LauncherParse:
+PARALLEL_SIZE_FLAGS = (
+    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+    "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--num-virtual-stages-per-pipeline-rank",
+    "--virtual-pipeline-model-parallel-size", "--num-layers-per-virtual-pipeline-stage",
+)
+
+
+def _decode(data: str | bytes, name: str) -> str:
+    """The text of one file: at most :data:`MAX_LAUNCHER_BYTES`, UTF-8, no NUL bytes."""
+    if isinstance(data, (bytes, bytearray)):
+        size, unit = len(data), "bytes"
+    elif isinstance(data, str):   # counting characters first avoids encoding a huge string
+        size, unit = (len(data), "characters") if len(data) > MAX_LAUNCHER_BYTES else \
+            (len(data.encode("utf-8", "surrogatepass")), "bytes")
+    else:
+        raise TypeError(f"parse_launcher() wants str or bytes, not {type(data).__name__}")
+    if size > MAX_LAUNCHER_BYTES:
+        raise LauncherError(f"the launcher script {name} is {size} {unit}, "
+                            f"over the limit of {MAX_LAUNCHER_BYTES} bytes")
+    if not isinstance(data, str):
+        try:
+            data = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise LauncherError(f"the launcher script {name} is not UTF-8 text "
+                                f"(bad byte at offset {exc.start})") from None
+    return data.removeprefix("\ufeff").replace("\r\n", "\n")
+
+
+def _text_file(data: str | bytes, name: str) -> str:
+    text = _decode(data, name)
+    if "\x00" in text:
+        raise LauncherError(f"{name} holds binary data (a NUL byte), not a bash script")
+    if not text.strip():
+        raise LauncherError(f"{name} is empty")
+    return text
+
+
+def parse_launcher(text: str | bytes, *, name: str = "", loader: Loader | None = None,
+                   strict: bool = False) -> LauncherParse:
     """Statically read a bash launcher script (never executed) and report its flags of interest.
 
-    Raises :class:`LauncherError` only if the input is over :data:`MAX_LAUNCHER_BYTES` (UTF-8) or is
-    bytes that are not UTF-8; any other text parses, with what cannot be known in ``unresolved``.
+    ``source`` / ``.`` files are read through ``loader`` (a resolved path -> text, or None when it
+    cannot be read); see :func:`read_launcher` and :func:`read_launcher_files`, which are strict.
+    With ``strict`` anything that keeps the script from being read completely raises
+    :class:`LauncherError` (see :func:`fail_closed`); otherwise it only lands in ``warnings`` /
+    ``unresolved`` / ``fatal``. Oversized or non-UTF-8 input always raises.
     """
-    if isinstance(text, (bytes, bytearray)):
-        size, unit = len(text), "bytes"
-    elif isinstance(text, str):   # counting characters first avoids encoding a huge string
-        size, unit = (len(text), "characters") if len(text) > MAX_LAUNCHER_BYTES else \
-            (len(text.encode("utf-8", "surrogatepass")), "bytes")
-    else:
-        raise TypeError(f"parse_launcher() wants str or bytes, not {type(text).__name__}")
-    if size > MAX_LAUNCHER_BYTES:
-        raise LauncherError(f"the launcher script is {size} {unit}, "
-                            f"over the limit of {MAX_LAUNCHER_BYTES} bytes")
-    if not isinstance(text, str):
-        try:
-            text = bytes(text).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise LauncherError(f"the launcher script is not UTF-8 text "
-                                f"(bad byte at offset {exc.start})") from None
-    text = text.removeprefix("\ufeff").replace("\r\n", "\n")
-    interp = _Interpreter(text)
+    body = _decode(text, name or "(pasted)")
+    if strict and "\x00" in body:
+        raise LauncherError(f"{name or 'the launcher script'} holds binary data (a NUL byte), not a bash script")
+    interp = _Interpreter(body, name, loader)
     interp.run()
-    return interp.result()
+    parsed = interp.result()
+    if strict:
+        fail_closed(parsed, body, name)
+    return parsed
+
+
+def fail_closed(parsed: LauncherParse, text: str, name: str = "") -> None:
+    """Raise :class:`LauncherError` unless the whole script was read and says what would run."""
+    name = name or "the launcher script"
+    if not text.strip():
+        raise LauncherError(f"{name} is empty")
+    if parsed.missing:
+        raise LauncherError("cannot read the sourced file(s) " + "; ".join(parsed.missing)
+                            + "; give them too (files next to the script, or paste them)", parsed.missing)
+    if parsed.fatal:
+        raise LauncherError(f"cannot read {name} completely: " + "; ".join(parsed.fatal))
+    if parsed.trainer is None:
+        raise LauncherError(f"{name} has no trainer invocation (a torchrun / python ... .py command line), "
+                            "so nothing says what would run")
+    at = {o.flag: where(o.file, o.line) for o in parsed.occurrences if o.value == parsed.values.get(o.flag)}
+    for flag in PARALLEL_SIZE_FLAGS:
+        value = parsed.values.get(flag)
+        if value is not None and _INT_RE.fullmatch(value.strip()) and int(value) < 1:
+            raise LauncherError(f"{flag} is {value} at {at.get(flag, name)}; a parallel size must be at least 1")
+
+
+def read_launcher(path: str | os.PathLike[str]) -> LauncherParse:
+    """Read the launcher at ``path`` and every file it sources (relative to the sourcing file's
+    directory, as ``SCRIPT_DIR`` idioms resolve), from disk; strict (raises :class:`LauncherError`)."""
+    main = os.path.abspath(os.fspath(path))
+    total = [0]
+
+    def load(p: str) -> str | None:
+        try:
+            with open(p, "rb") as fh:
+                data = fh.read(MAX_LAUNCHER_BYTES + 1)
+        except OSError:
+            return None
+        total[0] += len(data)
+        if total[0] > MAX_TOTAL_BYTES:
+            raise LauncherError(f"the launcher and its sourced files exceed {MAX_TOTAL_BYTES} bytes")
+        return _text_file(data, p)
+
+    text = load(main)
+    if text is None:
+        raise LauncherError(f"cannot read the launcher script {path}")
+    return parse_launcher(text, name=main, loader=load, strict=True)
+
+
+def read_launcher_files(files: Mapping[str, str | bytes], main: str) -> LauncherParse:
+    """Read pasted / uploaded files (name -> text): ``main`` is the launcher; a sourced path is looked
+    up by its path relative to ``main``'s directory, then by its base name when that is unique."""
+    if sum(len(v) for v in files.values()) > MAX_TOTAL_BYTES:
+        raise LauncherError(f"the launcher and its sourced files exceed {MAX_TOTAL_BYTES} bytes")
+    named = {posixpath.normpath(k.replace("\\", "/")): v for k, v in files.items()}
+    start = posixpath.normpath(main.replace("\\", "/"))
+    if start not in named:
+        raise LauncherError(f"the launcher {main} is not among the given files")
+
+    def load(p: str) -> str | None:
+        key = posixpath.normpath(p)
+        if key not in named:
+            same = [k for k in named if posixpath.basename(k) == posixpath.basename(key)]
+            if len(same) != 1:
+                return None
+            key = same[0]
+        return _text_file(named[key], key)
+
+    return parse_launcher(named[start], name=start, loader=load, strict=True)
+
+
+def candidate_config(parsed: LauncherParse, base: str | os.PathLike[str] | None = None) -> str | None:
+    """A ``config.json`` at the launcher's ``--hf-checkpoint`` (then ``--load``) path, if one exists
+    on this machine (relative paths from ``base``): offered as the model to check against. For the
+    CLI only: on a server it would reveal which paths exist there."""
+    for flag in ("--hf-checkpoint", "--load"):
+        value = parsed.values.get(flag)
+        if not value:
+            continue
+        p = Path(value)
+        if not p.is_absolute() and base is not None:
+            p = Path(base) / p
+        try:
+            if (p / "config.json").is_file():
+                return str(p / "config.json")
+        except OSError:
+            continue
+    return None
 
 
 # --------------------------------------------------------------------------- launcher -> layout
@@ -814,6 +1148,39 @@ PIPELINE_FLAGS = (
     "--pipeline-model-parallel-layout", "--mtp-num-layers", "--dsa-indexer-topk-freq",
     "--dsa-indexer-skip-topk-offset",
 )
+
+
+#: Launcher flag -> the config field it must equal (Megatron's names for the HF config's fields).
+MODEL_FLAGS = (
+    ("--num-layers", "num_hidden_layers"), ("--hidden-size", "hidden_size"),
+    ("--num-attention-heads", "num_attention_heads"), ("--num-experts", "n_routed_experts"),
+    ("--moe-ffn-hidden-size", "moe_intermediate_size"), ("--dsa-indexer-topk-freq", "index_topk_freq"),
+    ("--dsa-indexer-skip-topk-offset", "index_skip_topk_offset"),
+)
+
+
+def model_disagreements(parsed: LauncherParse, cfg: Any, num: Callable[[str], int | None]) -> list[PlanError]:
+    """Every model flag of the launcher that differs from MODEL's config, as a ``model`` error naming
+    file:line and both values. DSA freq/offset are compared only when the config states them;
+    ``--mtp-num-layers`` may be lower than the config's MTP layers (a plan may train without MTP),
+    not higher (the checkpoint has no weights for the extra ones)."""
+    at = {o.flag: where(o.file, o.line) for o in parsed.ordered_occurrences() if o.value is not None}
+    errors: list[PlanError] = []
+    for flag, attr in MODEL_FLAGS:
+        value, expected = num(flag), getattr(cfg, attr, None)
+        if value is None or expected is None or value == expected:
+            continue
+        errors.append(PlanError("launcher_model_mismatch" if flag != "--num-layers" else "num_layers_mismatch",
+                                f"{at.get(flag, 'the launcher')}: {flag} {value} in the script does not match "
+                                f"the model's {attr} {expected}", flag, kind="model"))
+    mtp = num("--mtp-num-layers")
+    if mtp is not None and mtp > cfg.num_nextn_predict_layers:
+        errors.append(PlanError("launcher_model_mismatch",
+                                f"{at.get('--mtp-num-layers', 'the launcher')}: --mtp-num-layers {mtp} in the "
+                                f"script exceeds the model's num_nextn_predict_layers "
+                                f"{cfg.num_nextn_predict_layers} (no weights for the extra MTP layers)",
+                                "--mtp-num-layers", kind="model"))
+    return errors
 
 
 @dataclass(frozen=True)
@@ -861,12 +1228,10 @@ def launcher_request(parsed: LauncherParse, cfg) -> LauncherRequest:
     if vpp is None and legacy is not None:
         vpp = legacy
     mtp = num("--mtp-num-layers")
-    layers = num("--num-layers")
-    if layers is not None and layers != cfg.num_hidden_layers:
-        errors.append(PlanError(
-            "num_layers_mismatch",
-            f"--num-layers {layers} in the script does not match the config's num_hidden_layers "
-            f"{cfg.num_hidden_layers}", "--num-layers"))
+    if mtp is None and "--mtp-num-layers" not in parsed.values and cfg.num_nextn_predict_layers:
+        warnings.append(f"--mtp-num-layers is not in the script, so the plan builds no MTP layer (Megatron's and "
+                        f"slime's default is None) although the model has {cfg.num_nextn_predict_layers}")
+    errors += model_disagreements(parsed, cfg, num)
     pp = num("--pipeline-model-parallel-size")
     if pp is None and "--pipeline-model-parallel-size" not in parsed.values:
         warnings.append("--pipeline-model-parallel-size is not in the script; Megatron's default is 1")
@@ -884,6 +1249,9 @@ def launcher_request(parsed: LauncherParse, cfg) -> LauncherRequest:
     )
     report = {
         "values": dict(sorted(parsed.values.items())),
+        "provenance": parsed.provenance(),
+        "files": list(parsed.files),
+        "trainer": {"file": parsed.trainer[0], "line": parsed.trainer[1]} if parsed.trainer else None,
         "switches": sorted(parsed.switches),
         "unresolved": [{"flag": u.flag, "line": u.line, "raw": u.raw, "reason": u.reason} for u in parsed.unresolved],
         "warnings": list(parsed.warnings),

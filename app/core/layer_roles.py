@@ -299,23 +299,31 @@ def derive_roles(
     return _build(cfg, engine, "freq_offset", formula_roles(n, f, o, engine), f, o, mtp_is_full(depths, f, o, engine))
 
 
-def checkpoint_disagreements(checkpoint: RoleMap, built: RoleMap) -> list[str]:
-    """Layers where the roles an engine builds differ from the checkpoint's (decoder and MTP).
+def checkpoint_disagreements(checkpoint: RoleMap, built: RoleMap) -> list[LayerRole]:
+    """The layers (as the engine builds them) whose role differs from the checkpoint's, decoder
+    layers first, then MTP layers.
 
     A layer the engine builds as full but the checkpoint stores as shared has no indexer weights to
     load; a layer the engine builds as shared while the checkpoint stores an indexer leaves those
-    weights unloaded (strict loading fails). Returns one description per layer.
+    weights unused (strict loading fails).
     """
-    out: list[str] = []
-    for ck, b in zip(checkpoint.layers + checkpoint.mtp, built.layers + built.mtp):
-        if ck.has_indexer == b.has_indexer and ck.role == b.role:
-            continue
-        name = f"MTP layer {b.layer}" if b.mtp else f"layer {b.layer}"
-        if b.role == "full":
-            out.append(f"{name}: engine builds full, checkpoint has {ck.role} (no indexer weights to load)")
-        else:
-            out.append(f"{name}: engine builds shared, checkpoint has {ck.role} (its indexer weights are not used)")
-    return out
+    return [b for ck, b in zip(checkpoint.layers + checkpoint.mtp, built.layers + built.mtp, strict=True)
+            if ck.role != b.role or ck.has_indexer != b.has_indexer]
+
+
+def describe_disagreements(layers: list[LayerRole], limit: int = 12) -> str:
+    """``built full but shared in the checkpoint (...): layers 5, 9; built shared ...: layer 2``."""
+    parts = []
+    for role, other, why in (("full", "shared", "no indexer weights to load"),
+                             ("shared", "full", "its indexer weights go unused")):
+        dec = [str(r.layer) for r in layers if r.role == role and not r.mtp]
+        items = [f"MTP layer {r.layer}" for r in layers if r.role == role and r.mtp]
+        if dec:
+            shown = ", ".join(dec[:limit]) + (f", ... ({len(dec)} in all)" if len(dec) > limit else "")
+            items.insert(0, f"layer{'s' * (len(dec) > 1)} {shown}")
+        if items:
+            parts.append(f"built {role} but {other} in the checkpoint ({why}): {', '.join(items)}")
+    return "; ".join(parts)
 
 
 def _diff(a: tuple[bool, ...], b: tuple[bool, ...]) -> list[int]:

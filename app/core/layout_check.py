@@ -27,6 +27,7 @@ from app.core.layer_roles import (
     checkpoint_disagreements,
     config_declared_roles,
     derive_roles,
+    describe_disagreements,
     role_disagreements,
 )
 from app.core.model_config import ModelConfig
@@ -190,13 +191,12 @@ def engine_roles(
         return built, checkpoint, []
     source = ("--dsa-indexer-topk-freq / --dsa-indexer-skip-topk-offset" if engine is Engine.MEGATRON
               else "the config's index_topk_freq / index_skip_topk_offset")
-    shown = "; ".join(diffs[:12]) + (f"; ... ({len(diffs)} layers in all)" if len(diffs) > 12 else "")
     flag = "--dsa-indexer-topk-freq" if engine is Engine.MEGATRON else None
     err = PlanError(
         "roles_disagree_checkpoint",
         f"{engine.value} builds indexers from freq {built.freq} / offset {built.offset} ({source}), which "
-        f"disagree with the checkpoint's {declared[0]} on {len(diffs)} layer(s): {shown}. Use the "
-        "checkpoint's freq/offset or a checkpoint converted for these roles",
+        f"disagree with the checkpoint's {declared[0]} on {len(diffs)} layer(s): {describe_disagreements(diffs)}. "
+        "Use the checkpoint's freq/offset or a checkpoint converted for these roles",
         flag, kind="model",
     )
     return built, checkpoint, [err]

@@ -345,16 +345,20 @@ def materialise(spec: PipelineSpec, num_layers: int, default_mtp: int = 0) -> St
                           "keep one way of shaping the edge stages", FIRST_FLAG if first is not None else LAST_FLAG)
             )
             return plan(pp, v, ())
-        if pp == 1 and first is not None and last is not None:
-            # TransformerConfig then counts -1 middle ranks and get_num_layers_to_build gives the
-            # only rank L layers instead of N: Megatron builds a wrong model, isplan refuses it
-            errors.append(PlanError("uneven_needs_pp",
-                                    f"{FIRST_FLAG} and {LAST_FLAG} together need {PP_FLAG} > 1 (with one "
-                                    f"rank Megatron would build only the {LAST_FLAG} layers)", PP_FLAG))
-            return plan(pp, v, ())
         ok = _positive(first, FIRST_FLAG, errors) & _positive(last, LAST_FLAG, errors)
         if not ok:
             return plan(pp, v, ())
+        if pp == 1 and first is not None and last is not None:
+            # TransformerConfig counts -1 middle ranks (no error unless N - first - last is 0) and
+            # get_num_layers_to_build gives the only rank the last stage's count: the model is
+            # whole only when that is every layer
+            if last != n or first + last == n:
+                errors.append(PlanError("uneven_needs_pp",
+                                        f"{FIRST_FLAG} {first} and {LAST_FLAG} {last} with {PP_FLAG} 1: Megatron "
+                                        f"builds {LAST_FLAG} layers on the only rank, not the model's {n}; "
+                                        f"drop {FIRST_FLAG} / {LAST_FLAG} or raise PP", PP_FLAG))
+                return plan(pp, v, ())
+            return plan(pp, v, _assemble(pp, v, [n], n_mtp))
         for value, flag, where in ((first, FIRST_FLAG, "first"), (last, LAST_FLAG, "last")):
             if value is not None and value % v != 0:
                 errors.append(

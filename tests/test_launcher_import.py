@@ -1,0 +1,217 @@
+"""Launcher import as a release gate: sourced files, model flags, fail-closed input, argparse's
+last-occurrence rule on the final command line, provenance, and never executing anything.
+
+The fixtures have the shape of THUDM/slime's launchers (scripts/run-glm5.2-744B-A40B.sh sources
+scripts/models/glm5.2-744B-A40B.sh through the SCRIPT_DIR idiom; MODEL_ARGS / PERF_ARGS arrays
+expanded on the ``ray job submit ... -- python3 train.py`` line)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.core.launcher import (
+    LauncherError,
+    candidate_config,
+    launcher_request,
+    parse_launcher,
+    read_launcher,
+    read_launcher_files,
+)
+from app.core.layout_check import run_check
+from app.core.model_config import load_model
+
+MODEL_SH = """\
+# GLM-5.2 model file (sourced)
+NHIDDEN=6144
+N_DENSE_LAYERS=3
+N_MOE_LAYERS=75
+MOE_FFN_HIDDEN=${MOE_FFN_HIDDEN:-2048}
+MODEL_ARGS=(
+    --num-layers $((N_DENSE_LAYERS + N_MOE_LAYERS))
+    --hidden-size $NHIDDEN
+    --num-attention-heads 64
+    --num-experts 256
+    --moe-ffn-hidden-size $MOE_FFN_HIDDEN
+)
+"""
+
+RUN_SH = """\
+#!/bin/bash
+set -ex
+SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"
+source "${SCRIPT_DIR}/models/glm5.2-744B-A40B.sh"
+
+NNODES=${NNODES:-32}
+PP=${PP:-8}
+printf -v CKPT "%s/GLM-%s" "/root" "5.2"
+for node in 1 2 3; do
+   echo "node $node"
+done
+
+CKPT_ARGS=(
+   --hf-checkpoint ${CKPT}
+   --load ${CKPT}_torch_dist/
+)
+PERF_ARGS=(
+   --tensor-model-parallel-size 4
+   --sequence-parallel
+   --pipeline-model-parallel-size ${PP}
+   --decoder-first-pipeline-num-layers 14
+   --decoder-last-pipeline-num-layers 16
+   --context-parallel-size $(( NNODES / 4 ))
+   --expert-model-parallel-size $(( NNODES ))
+   --expert-tensor-parallel-size 1
+)
+ray job submit --address="http://127.0.0.1:8265" \\
+   -- python3 train.py \\
+   --actor-num-nodes ${NNODES} \\
+   ${MODEL_ARGS[@]} \\
+   ${CKPT_ARGS[@]} \\
+   ${PERF_ARGS[@]}
+"""
+
+
+def write_tree(root: Path, run: str = RUN_SH, model: str | None = MODEL_SH) -> Path:
+    (root / "scripts/models").mkdir(parents=True)
+    if model is not None:
+        (root / "scripts/models/glm5.2-744B-A40B.sh").write_text(model)
+    script = root / "scripts/run-glm5.2-744B-A40B.sh"
+    script.write_text(run)
+    return script
+
+
+def test_slime_shaped_launcher_with_a_sourced_model_file(tmp_path):
+    script = write_tree(tmp_path)
+    p = read_launcher(script)
+    model_file = str(tmp_path / "scripts/models/glm5.2-744B-A40B.sh")
+    assert p.files == (str(script), model_file)
+    # 3 + 75 = 78; ${MOE_FFN_HIDDEN:-2048}; 32 / 4 = 8; printf -v builds /root/GLM-5.2
+    assert p.values["--num-layers"] == "78" and p.values["--moe-ffn-hidden-size"] == "2048"
+    assert p.values["--context-parallel-size"] == "8" and p.values["--expert-model-parallel-size"] == "32"
+    assert p.values["--hf-checkpoint"] == "/root/GLM-5.2"
+    assert p.values["--load"] == "/root/GLM-5.2_torch_dist/"
+    prov = p.provenance()
+    assert prov["--num-layers"] == {"value": "78", "file": model_file, "line": 7}
+    assert prov["--pipeline-model-parallel-size"] == {"value": "8", "file": str(script), "line": 20}
+    assert prov["--sequence-parallel"]["value"] is True
+    assert p.trainer == (str(script), 27)
+    # the model matches glm-5.2, the stages are slime's training split, and no MTP is built
+    cfg = load_model("glm-5.2")
+    req = launcher_request(p, cfg)
+    assert req.errors == () and req.unresolved == ()
+    assert req.spec.mtp_layers == 0
+    assert any("builds no MTP layer" in w for w in req.warnings)
+    assert not any("assuming the config" in w for w in req.warnings)
+    assert req.report["provenance"]["--num-layers"]["file"] == model_file
+    result = run_check(cfg, req.spec, "slime", extra_errors=req.errors)
+    assert result.valid and result.plan.sizes == [14, 8, 8, 8, 8, 8, 8, 16] and result.plan.mtp_layers == 0
+
+
+def test_pasted_files_are_matched_by_relative_path_or_base_name():
+    files = {"run-glm5.2-744B-A40B.sh": RUN_SH, "models/glm5.2-744B-A40B.sh": MODEL_SH}
+    p = read_launcher_files(files, "run-glm5.2-744B-A40B.sh")
+    assert p.values["--num-layers"] == "78"
+    assert p.provenance()["--hidden-size"]["file"] == "models/glm5.2-744B-A40B.sh"
+    p = read_launcher_files({"run.sh": RUN_SH, "glm5.2-744B-A40B.sh": MODEL_SH}, "run.sh")
+    assert p.values["--hidden-size"] == "6144"
+
+
+def test_a_missing_sourced_file_is_named_and_is_not_a_verdict(tmp_path):
+    script = write_tree(tmp_path, model=None)
+    with pytest.raises(LauncherError) as exc:
+        read_launcher(script)
+    missing = str(tmp_path / "scripts/models/glm5.2-744B-A40B.sh")
+    assert exc.value.missing and exc.value.missing[0].startswith(missing)
+    assert missing in str(exc.value)
+    with pytest.raises(LauncherError) as exc:
+        read_launcher_files({"run.sh": RUN_SH}, "run.sh")
+    assert "models/glm5.2-744B-A40B.sh" in exc.value.missing[0]
+
+
+def test_sourcing_recurses_with_a_depth_limit(tmp_path):
+    (tmp_path / "a.sh").write_text('source "$(dirname "$0")/b.sh"\n')
+    (tmp_path / "b.sh").write_text("TP=2\n")
+    (tmp_path / "run.sh").write_text('. "$(dirname "$0")/a.sh"\npython train.py --tensor-model-parallel-size $TP\n')
+    assert read_launcher(tmp_path / "run.sh").values["--tensor-model-parallel-size"] == "2"
+    (tmp_path / "loop.sh").write_text('source "$(dirname "$0")/loop.sh"\npython train.py\n')
+    with pytest.raises(LauncherError, match="nests deeper than 8"):
+        read_launcher(tmp_path / "loop.sh")
+
+
+@pytest.mark.parametrize(("flag", "value", "attr"), [
+    ("--num-layers", "61", "num_hidden_layers 78"), ("--hidden-size", "7168", "hidden_size 6144"),
+    ("--num-attention-heads", "128", "num_attention_heads 64"), ("--num-experts", "160", "n_routed_experts 256"),
+    ("--moe-ffn-hidden-size", "1536", "moe_intermediate_size 2048"),
+    ("--dsa-indexer-topk-freq", "2", "index_topk_freq 4"), ("--dsa-indexer-skip-topk-offset", "1", "index_skip_topk_offset 3"),
+    ("--mtp-num-layers", "3", "num_nextn_predict_layers 1"),
+])
+def test_every_model_disagreement_is_a_model_error_naming_file_line_and_both_values(tmp_path, flag, value, attr):
+    run = RUN_SH.replace("   ${PERF_ARGS[@]}\n", f"   ${{PERF_ARGS[@]}} \\\n   {flag} {value}\n")
+    script = write_tree(tmp_path, run=run)
+    req = launcher_request(read_launcher(script), load_model("glm-5.2"))
+    (err,) = req.errors
+    assert err.kind == "model" and err.flag == flag
+    assert err.message.startswith(f"{script}:33: {flag} {value}") and attr in err.message
+
+
+def test_last_occurrence_on_the_final_command_line_wins_like_argparse():
+    # PERF_ARGS is written first (TP 8) but expanded last, so argparse keeps its TP 8
+    script = """\
+PERF_ARGS=(--tensor-model-parallel-size 8)
+EXTRA=(--tensor-model-parallel-size 2)
+python3 train.py ${EXTRA[@]} "${PERF_ARGS[@]}"
+"""
+    p = parse_launcher(script, strict=True)
+    assert p.values["--tensor-model-parallel-size"] == "8"
+    assert p.provenance()["--tensor-model-parallel-size"]["line"] == 1
+    assert any("set twice: 2 (line 2) and 8 (line 1)" in w for w in p.warnings)
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("", "is empty"), ("   \n\n", "is empty"),
+    (b"\x7fELF\x02\x01\x00\x00binary", "binary"),
+    (b"\xff\xfe\xfa not utf-8", "not UTF-8"),
+    ("TP=4\necho $TP\n", "no trainer invocation"),
+    ('python train.py --tensor-model-parallel-size "4\n', "unterminated"),
+    ("python train.py --pipeline-model-parallel-size 0\n", "--pipeline-model-parallel-size is 0 at line 1"),
+    ("TP=$((2-2))\npython train.py --tensor-model-parallel-size $TP\n", "--tensor-model-parallel-size is 0"),
+    ("A=(" + " x" * 5000 + ")\n" + 'B=("${A[@]}")\n' * 200 + "python train.py\n", "too complex"),
+])
+def test_unreadable_launchers_fail_closed(text, words):
+    with pytest.raises(LauncherError, match=words):
+        parse_launcher(text, strict=True)
+
+
+def test_dev_null_and_a_directory_fail_closed(tmp_path):
+    with pytest.raises(LauncherError, match="empty"):
+        read_launcher("/dev/null")
+    with pytest.raises(LauncherError, match="cannot read"):
+        read_launcher(tmp_path)
+
+
+def test_candidate_config_at_the_checkpoint_path(tmp_path):
+    ckpt = tmp_path / "GLM-5.2"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")
+    p = parse_launcher(f"python3 train.py --hf-checkpoint {ckpt} --load /nowhere\n", strict=True)
+    assert candidate_config(p) == str(ckpt / "config.json")
+    p = parse_launcher("python3 train.py --load GLM-5.2\n", strict=True)
+    assert candidate_config(p, base=tmp_path) == str(ckpt / "config.json")
+    assert candidate_config(parse_launcher("python3 train.py --load /nowhere\n")) is None
+
+
+@pytest.mark.parametrize("payload", [
+    "$(touch {m})", "`touch {m}`", "; touch {m}", "$(eval 'touch {m}')", "\"$(touch {m})\"",
+])
+def test_nothing_is_ever_executed(tmp_path, payload):
+    marker = tmp_path / "MARKER"
+    body = payload.format(m=marker)
+    model = MODEL_SH + f"X={body}\neval \"touch {marker}\"\n"
+    run = RUN_SH.replace("NNODES=${NNODES:-32}", f"NNODES=${{NNODES:-32}}\nY={body}\nsource <(touch {marker})")
+    script = write_tree(tmp_path, run=run, model=model)
+    with pytest.raises(LauncherError):   # the process substitution cannot be read: fail closed
+        read_launcher(script)
+    parse_launcher(run.replace(f"source <(touch {marker})", "") + f"python3 train.py --load {body}\n")
+    assert not marker.exists()
