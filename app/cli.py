@@ -105,23 +105,24 @@ def _plan(args: argparse.Namespace, cfg: ModelConfig) -> tuple[Plan, dict[str, A
                     if s.group == "layout" and s.cli and getattr(args, n, None) is not None]
     if layout_given:
         raise UsageError(f"--launcher reads every pipeline flag from the script; drop {', '.join(map(str, layout_given))}")
+    base = Plan(model=plan.model, engine=plan.engine, pattern=plan.pattern)
     try:
-        imported = import_launcher(_read_text(launcher), cfg, Plan(model=plan.model, engine=plan.engine,
-                                                                    pattern=plan.pattern))
+        if launcher == "-":
+            imported = import_launcher(_read_text(launcher), cfg, base)
+        else:  # read from disk with the files it sources beside it
+            imported = import_launcher(_read_text(launcher), cfg, base, path=launcher)
     except LauncherImportError as exc:
         raise UsageError(str(exc)) from None
     overrides = {n: getattr(plan, n) for n, s in TABLE.items()
                  if s.group not in ("layout",) and getattr(args, n, None) is not None}
     merged = replace(imported.plan, **overrides)
-    extra = {"extra_errors": imported.errors, "extra_warnings": imported.warnings,
-             "extra": {"launcher": imported.report}, "parallel": True}
+    # what the reading itself noticed goes beside the verdict (JSON: launcher.warnings; text: stderr),
+    # so the verdict is the plan's own, the same as the URL the plan becomes
+    for w in imported.warnings:
+        sys.stderr.write(f"warning: {w}\n")
+    extra = {"extra_errors": imported.errors,
+             "extra": {"launcher": {**imported.report, "warnings": list(imported.warnings)}}}
     return merged, extra
-
-
-def _stated(args: argparse.Namespace) -> bool:
-    """A parallel/memory flag (or a launcher) on the command line: memory and GPUs join the verdict."""
-    return getattr(args, "launcher", None) is not None or Plan.states_parallelism(
-        n for n in TABLE if getattr(args, n, None) is not None)
 
 
 def _load(args: argparse.Namespace) -> ModelConfig:
@@ -137,7 +138,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     layout_args = ("split", "pp", "layout", "ici_pp", "dcn_pp", "layers_per_stage")
     if args.launcher is None and not any(getattr(args, n, None) is not None for n in layout_args):
         raise UsageError("give a layout: --split LIST, --pp N [flags], --pp N --layout STR, or --launcher FILE")
-    extra.setdefault("parallel", _stated(args))
     return _emit(args, check_report(plan, cfg, **extra))
 
 
@@ -247,8 +247,7 @@ def cmd_receipt(args: argparse.Namespace) -> int:
     if len(set(names)) != len(names):
         raise UsageError(f"layout names must differ; got {names}")
     report = receipt_report(plan, cfg, name=args.name, also=[entry for _, entry in also],
-                            model_revision=args.model_revision, engine_commit=args.engine_commit,
-                            parallel=_stated(args))
+                            model_revision=args.model_revision, engine_commit=args.engine_commit)
     sys.stdout.write(json.dumps(report.body, indent=2) + "\n")
     for w in report.body.get("warnings", []):
         sys.stderr.write(f"warning: {w}\n")

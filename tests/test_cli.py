@@ -215,7 +215,6 @@ SLIME_GLM52 = r"""#!/bin/bash
 set -ex
 NODES=32
 PP=$(( NODES / 4 ))
-source "${SCRIPT_DIR}/models/glm5-744B-A40B.sh"
 MODEL_ARGS=(
    --dsa-indexer-topk-freq 4        # GLM-5.2 IndexShare
    --dsa-indexer-skip-topk-offset 3
@@ -269,6 +268,12 @@ def test_launcher_conversion_layout_from_file(tmp_path):
     assert p.returncode == 1
     assert [s["num_layers"] for s in body["stages"]] == [38, 40]
     assert body["model"]["mtp_layers"] == 0  # no --mtp-num-layers: no MTP layer is built
+
+
+def test_launcher_sourcing_a_file_stdin_cannot_follow_exits_2_naming_it():
+    script = 'SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"\nsource "${SCRIPT_DIR}/models/glm5.sh"\n' + SLIME_GLM52
+    p = isplan("check", "glm-5.2", "--launcher", "-", stdin=script)
+    assert p.returncode == 2 and "models/glm5.sh" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_launcher_unresolved_pipeline_flag_exits_2_naming_it():

@@ -611,7 +611,7 @@ def test_plan_from_query_never_raises_and_reports_each_bad_field(params):
                 assert key not in named, (key, raw)
         else:
             assert key in named, (key, raw)
-            assert getattr(plan, name) == getattr(Plan(), name) or name in ("mode", "conv")  # derived
+            assert getattr(plan, name) == getattr(Plan(), name) or name in ("mode", "conv", "parallel")  # derived
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,8 @@ def _value(spec) -> st.SearchStrategy:
     if spec.kind == "sizes":
         return st.lists(st.integers(0, 200), min_size=1, max_size=12).map(tuple)
     alphabet = st.characters(codec="utf-8", exclude_categories=("Cs", "Cc"))
-    return st.text(alphabet, min_size=1, max_size=30)
+    # a blank text is no value (the URL and the CLI treat "" and " " as unset)
+    return st.text(alphabet, min_size=1, max_size=30).filter(str.strip)
 
 
 @st.composite

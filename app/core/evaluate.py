@@ -46,8 +46,10 @@ CHECK_FIELD = {
 #: checks whose failure is about the GPU budget, not a constraint between sizes
 GPU_CHECKS = ("world_size",)
 
-#: model-shape plan fields compared with the config (a launcher's ``--num-layers`` and friends)
-SHAPE_FIELDS = {"num_layers": "num_hidden_layers"}
+#: model-shape plan fields compared with the config (a launcher's ``--num-layers`` and friends):
+#: Megatron builds the model from these flags, so a value other than the checkpoint's cannot load it
+SHAPE_FIELDS = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size", "heads": "num_attention_heads",
+                "experts": "n_routed_experts", "moe_ffn": "moe_intermediate_size"}
 
 
 @dataclass
@@ -246,6 +248,10 @@ def build_verdict(ev: Evaluation) -> Verdict:
             spec = TABLE[name]
             blocking.append(Reason("model", f"{name}_mismatch", f"{spec.megatron[0]} {given} does not match the "
                                    f"config's {attr} {actual}", spec.url))
+    if ev.plan.mtp and ev.plan.mtp > ev.cfg.num_nextn_predict_layers:
+        blocking.append(Reason("model", "mtp_mismatch", f"--mtp-num-layers {ev.plan.mtp} exceeds the config's "
+                               f"num_nextn_predict_layers {ev.cfg.num_nextn_predict_layers}: the checkpoint has no "
+                               "weights for the extra MTP layers", "mtp"))
     for c in ev.checks:
         fld = CHECK_FIELD.get(c.name)
         if not c.ok and c.level == "error":

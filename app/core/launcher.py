@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.core.plan import FLAG_FIELDS, TABLE
 from app.core.stages import PipelineSpec, PlanError
 
 MAX_LAUNCHER_BYTES = 1 << 20
@@ -84,6 +85,9 @@ KNOWN_SWITCH_FLAGS: frozenset[str] = frozenset({
     "--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d", "--allgather-cp",
     "--overlap-p2p-communication", "--no-overlap-p2p-communication", "--use-distributed-optimizer",
 })
+# every Megatron/slime flag of the plan table is read too, so a launcher import loses no setting
+KNOWN_VALUE_FLAGS |= {flag for flag, name in FLAG_FIELDS.items() if TABLE[name].kind != "bool"}
+KNOWN_SWITCH_FLAGS |= {flag for flag, name in FLAG_FIELDS.items() if TABLE[name].kind == "bool"}
 
 _MAX_DEPTH = 32           # nesting of ${...}, $((...)), arithmetic parentheses and variable lookups
 _MAX_VALUE = 1 << 16      # characters in one expanded value

@@ -13,12 +13,20 @@ Fails closed: a script that cannot be read, or whose pipeline flags cannot be re
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.core.launcher import LauncherError, LauncherParse, launcher_request, parse_launcher
+from app.core.launcher import (
+    LauncherError,
+    LauncherParse,
+    launcher_request,
+    parse_launcher,
+    read_launcher,
+    read_launcher_files,
+)
 from app.core.model_config import ModelConfig
-from app.core.plan import Plan, plan_from_flags
+from app.core.plan import FLAG_FIELDS, Plan, plan_from_flags
 
 _NODES = ("--actor-num-nodes", "--nnodes")
 _PER_NODE = ("--actor-num-gpus-per-node", "--nproc-per-node", "--num-gpus-per-node")
@@ -65,31 +73,42 @@ def import_serve_launcher(text: str | bytes, base: Plan) -> LauncherImport:
         launch = parse_serve_launcher(text)
     except ServeLauncherError as exc:
         raise LauncherImportError(str(exc)) from None
-    plan = replace(base, engine=launch.engine, tp=launch.tp, pp=launch.pp,
+    plan = replace(base, engine=launch.engine, tp=launch.tp, pp=launch.pp, parallel=True,
                    mode="split" if launch.partition is not None else "flags", split=launch.partition)
     return LauncherImport(plan, {"serve": launch.to_json()}, tuple(launch.warnings))
 
 
-def import_launcher(text: str | bytes, cfg: ModelConfig, base: Plan) -> LauncherImport:
+def import_launcher(text: str | bytes, cfg: ModelConfig, base: Plan, *, path: str | None = None,
+                    files: Mapping[str, str | bytes] | None = None, main: str = "launcher.sh") -> LauncherImport:
     """The plan a launcher describes on top of ``base`` (model, engine and page settings): a
-    Megatron/slime training launcher, or a vLLM/SGLang serve launch."""
+    Megatron/slime training launcher, or a vLLM/SGLang serve launch.
+
+    The training launcher is read strictly (:mod:`app.core.launcher`): from ``path`` with the files it
+    sources beside it (the CLI), from pasted ``files`` (name -> text, ``main`` the launcher; the
+    page), or from ``text`` alone (stdin, where a ``source`` cannot be followed and fails closed)."""
     probe = text if isinstance(text, str) else bytes(text[: 1 << 20]).decode("utf-8", "replace")
     if _SERVE.search(probe):
         return import_serve_launcher(text, base)
     try:
-        parsed = parse_launcher(text)
+        if path is not None:
+            parsed = read_launcher(path)
+        elif files:
+            parsed = read_launcher_files({main: text, **files}, main)
+        else:
+            parsed = parse_launcher(text, strict=True)
     except LauncherError as exc:
         raise LauncherImportError(str(exc)) from None
     req = launcher_request(parsed, cfg)
     if req.unresolved:
         raise LauncherImportError("the launcher's pipeline flags cannot be read: " + "; ".join(req.unresolved))
-    plan, problems = plan_from_flags(parsed.values, parsed.switches, replace(base, mode="flags"))
+    # a launcher is a real job: its parallelism, GPU count and memory join the verdict
+    plan, problems = plan_from_flags(parsed.values, parsed.switches, replace(base, mode="flags", parallel=True))
     if problems:
         raise LauncherImportError("; ".join(p.message for p in problems))
     gpus = _gpus(parsed)
     if gpus is not None and plan.gpus is None and plan.dp is None:
         plan = replace(plan, gpus=gpus)
-    # the plan carries --num-layers itself (its mismatch is a verdict reason with a URL key)
-    errors = tuple(e for e in req.errors if e.code != "num_layers_mismatch")
-    warnings = tuple(w for w in req.warnings if "--mtp-num-layers is not in the script" not in w)
-    return LauncherImport(plan, req.report, warnings, errors)
+    # a model flag with a plan field is compared with the config by the verdict (its URL key keeps
+    # it); the launcher report keeps each value's file and line
+    errors = tuple(e for e in req.errors if not (e.kind == "model" and e.flag in FLAG_FIELDS))
+    return LauncherImport(plan, req.report, req.warnings, errors)

@@ -96,6 +96,16 @@ class Plan:
     num_layers: int | None = _f("int", None, "layers", "--num-layers",
                                 "decoder layers the job builds (must equal the config's num_hidden_layers)",
                                 "model", lo=1, hi=MAX_LAYERS, megatron=("--num-layers",), metavar="N")
+    hidden_size: int | None = _f("int", None, "hidden", "--hidden-size", "the job's hidden size (must equal the "
+                                 "config's)", "model", lo=1, hi=1 << 20, megatron=("--hidden-size",), metavar="N")
+    heads: int | None = _f("int", None, "heads", "--num-attention-heads", "the job's attention heads (must equal "
+                           "the config's)", "model", lo=1, hi=MAX_LAYERS, megatron=("--num-attention-heads",),
+                           metavar="N")
+    experts: int | None = _f("int", None, "experts", "--num-experts", "the job's routed experts (must equal the "
+                             "config's)", "model", lo=1, hi=1 << 16, megatron=("--num-experts",), metavar="N")
+    moe_ffn: int | None = _f("int", None, "moe_ffn", "--moe-ffn-hidden-size", "the job's expert FFN width (must "
+                             "equal the config's)", "model", lo=1, hi=1 << 22, megatron=("--moe-ffn-hidden-size",),
+                             metavar="N")
     dsa_freq: int | None = _f("int", None, "dsa_freq", "--dsa-topk-freq",
                               "the engine's top-k frequency (default: the config's index_topk_freq)", "model",
                               lo=1, hi=MAX_LAYERS, megatron=("--dsa-indexer-topk-freq",), metavar="N")
@@ -139,6 +149,9 @@ class Plan:
                               "turn off P2P overlap (then interleaving needs PP > 2)", "layout",
                               megatron=("--no-overlap-p2p-communication",))
     # parallelism -----------------------------------------------------------------------
+    parallel: bool = _f("bool", False, "parallel", "--parallel",
+                        "judge the GPU count, parallel constraints and memory too (implied by any parallel or "
+                        "memory setting, and by a launcher)", "parallel")
     tp: int = _f("int", 1, "tp", "--tp", "tensor-parallel size", "parallel", lo=1, hi=MAX_TP,
                  megatron=("--tensor-model-parallel-size",))
     cp: int = _f("int", 1, "cp", "--cp", "context-parallel size", "parallel", lo=1, hi=MAX_CP,
@@ -221,11 +234,17 @@ class Plan:
                                      "MaxText pipeline_parallel_layers (default: the MoE layers)", "maxtext",
                                      lo=1, hi=MAX_LAYERS)
 
+    def __post_init__(self) -> None:
+        # one rule: a plan with any parallel or memory setting states its parallelism
+        if not self.parallel and _implied_parallel(self):
+            object.__setattr__(self, "parallel", True)
+
     # ------------------------------------------------------------------------- adapters
     def query(self, **overrides: Any) -> str:
         """The canonical query string (neutral defaults left out; ``model`` always present)."""
         plan = replace(self, **overrides) if overrides else self
-        derived = {"mode": _derived_mode(plan.layout, plan.split), "conv": _derived_conv(plan.conv_split, plan.conv_pp)}
+        derived = {"mode": _derived_mode(plan.layout, plan.split), "conv": _derived_conv(plan.conv_split, plan.conv_pp),
+                   "parallel": _implied_parallel(plan)}
         out: list[tuple[str, str]] = []
         for name, spec in TABLE.items():
             value = getattr(plan, name)
@@ -266,20 +285,32 @@ class Plan:
         """Whether the plan describes a pipeline layout beyond the neutral single stage."""
         return self.split is not None or self.layout is not None or self.pp != 1
 
-    @staticmethod
-    def states_parallelism(given: Iterable[str]) -> bool:
-        """Whether the given field names (CLI dests) or URL keys include a parallel/memory setting."""
-        keys = {name for name, s in TABLE.items() if s.group in ("parallel", "memory")}
-        keys |= {TABLE[n].url for n in keys}
-        return any(g in keys for g in given)
-
     @property
     def given_parallelism(self) -> bool:
-        """Whether any parallel or memory setting differs from the neutral plan."""
-        return any(getattr(self, n) != NEUTRAL_VALUES[n] for n, s in TABLE.items() if s.group in ("parallel", "memory"))
+        """Whether the plan states its parallelism (memory and GPUs then join the verdict): set by a
+        launcher, by giving any parallel/memory setting, or implied by one that is not neutral."""
+        return self.parallel
 
 
 TABLE: dict[str, Field] = {f.name: f.metadata["isplan"] for f in fields(Plan)}
+_NEUTRAL_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Plan)}
+
+
+_PARALLEL_GROUPS = ("parallel", "memory")
+
+
+def _implied_parallel(plan: Plan) -> bool:
+    """Any parallel or memory setting other than ``parallel`` itself differs from the neutral plan."""
+    return any(getattr(plan, n) != _NEUTRAL_DEFAULTS[n] for n, s in TABLE.items()
+               if s.group in _PARALLEL_GROUPS and n != "parallel")
+
+
+def _states_parallelism(given: Iterable[str]) -> bool:
+    """Whether any of the given fields (by name) is a parallel or memory setting: giving one, even
+    at its neutral value (``--tp 1``, ``gpu=h100-80gb``), states the plan's parallelism."""
+    return any(TABLE[n].group in _PARALLEL_GROUPS for n in given)
+
+
 NEUTRAL = Plan()
 NEUTRAL_VALUES: dict[str, Any] = {name: getattr(NEUTRAL, name) for name in TABLE}
 BY_URL: dict[str, str] = {spec.url: name for name, spec in TABLE.items()}
@@ -432,6 +463,8 @@ def plan_from_query(params: Mapping[str, str], *, empty: Plan | None = None) -> 
             problems.append(FieldProblem(spec.url, f"{exc} ({spec.help})"))
     values.setdefault("mode", _derived_mode(values.get("layout"), values.get("split")))
     values.setdefault("conv", _derived_conv(values.get("conv_split"), values.get("conv_pp")))
+    if _states_parallelism(values):  # a usable parallel/memory value, even a neutral one
+        values["parallel"] = True
     plan = Plan(**values)
     problems += layout_conflicts(plan, strict=False)
     return plan, problems
@@ -541,6 +574,8 @@ def plan_from_cli(namespace: Any, model: str) -> Plan:
         raise PlanError(problems)
     values["mode"] = _derived_mode(values.get("layout"), values.get("split"))
     values["conv"] = _derived_conv(values.get("conv_split"), values.get("conv_pp"))
+    if _states_parallelism(values):
+        values["parallel"] = True
     plan = Plan(**values)
     problems = layout_conflicts(plan, strict=True)
     if problems:

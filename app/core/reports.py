@@ -34,12 +34,10 @@ class Report:
         return self.verdict.go
 
 
-def evaluated(plan: Plan, cfg: ModelConfig, *, parallel: bool | None = None, **kw: Any) -> Evaluation:
-    """Evaluate ``plan``; input problems become a :class:`PlanError` (exit 2 / 422).
-
-    ``parallel``: whether the plan states parallelism (a parallel/memory flag or URL key was
-    given, or a launcher); by default, whether any such setting differs from the neutral plan."""
-    ev = evaluate(plan, cfg, parallel=plan.given_parallelism if parallel is None else parallel, **kw)
+def evaluated(plan: Plan, cfg: ModelConfig, **kw: Any) -> Evaluation:
+    """Evaluate ``plan``; input problems become a :class:`PlanError` (exit 2 / 422). Memory and GPUs
+    join the verdict when the plan states its parallelism (:attr:`Plan.given_parallelism`)."""
+    ev = evaluate(plan, cfg, parallel=plan.given_parallelism, **kw)
     if ev.problems:
         raise PlanError(ev.problems)
     return ev
@@ -322,14 +320,13 @@ def search_report(plan: Plan, cfg: ModelConfig, *, gpus: int, top: int = 10) -> 
 # ----------------------------------------------------------------------------- receipt
 def receipt_report(plan: Plan, cfg: ModelConfig, *, name: str = "training",
                    also: list[tuple[str, Any]] | None = None, model_revision: str | None = None,
-                   engine_commit: str | None = None, created_utc: str | None = None,
-                   parallel: bool | None = None) -> Report:
+                   engine_commit: str | None = None, created_utc: str | None = None) -> Report:
     """``isplan receipt``: a verifiable record of the plan's layouts (training, the conversion
     slot, and any ``also`` layouts) and the plan's verdict."""
     from app.core.evaluate import conversion_spec
     from app.core.receipt import build_receipt
 
-    ev = evaluated(plan, cfg, parallel=parallel)
+    ev = evaluated(plan, cfg)
     if not isinstance(ev.check, CheckResult):
         raise PlanError([FieldProblem("engine", "receipts record Megatron/slime/hf layouts; for a serving or "
                                                 "MaxText plan use isplan check --format json")])

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 
 from app.core import reports
-from app.core.plan import MAX_GPUS, SLIME_GLM52_PROFILE, Plan, parse_sizes, strict_plan
+from app.core.plan import MAX_GPUS, SLIME_GLM52_PROFILE, parse_sizes, strict_plan
 from app.core.receipt import verify_receipt
 from app.web.deps import BadInput, PlanDep, Store, model_config
 from app.web.schemas import ERRORS, CheckReport, PlanPage, ReceiptReport, Report, VerifyReport
@@ -32,11 +32,10 @@ def plan_page(request: Request, _plan: PlanDep, store: Store) -> dict[str, Any]:
 
 
 @router.get("/check", response_model=CheckReport)
-def check(request: Request, plan: PlanDep, store: Store) -> dict[str, Any]:
+def check(plan: PlanDep, store: Store) -> dict[str, Any]:
     """``isplan check --format json``: stages, boundary, acceptance and the plan's verdict (with
     GPUs, parallel constraints and memory when the query states any parallel/memory setting)."""
-    return reports.check_report(plan, model_config(plan.model, store),
-                                parallel=Plan.states_parallelism(request.query_params.keys())).body
+    return reports.check_report(plan, model_config(plan.model, store)).body
 
 
 @router.get("/memory", response_model=Report)
@@ -46,10 +45,9 @@ def memory(plan: PlanDep, store: Store) -> dict[str, Any]:
 
 
 @router.get("/receipt", response_model=ReceiptReport)
-def receipt(request: Request, plan: PlanDep, store: Store) -> dict[str, Any]:
+def receipt(plan: PlanDep, store: Store) -> dict[str, Any]:
     """``isplan receipt``: a verifiable record of the plan's layouts (training + conversion slot)."""
-    return reports.receipt_report(plan, model_config(plan.model, store),
-                                  parallel=Plan.states_parallelism(request.query_params.keys())).body
+    return reports.receipt_report(plan, model_config(plan.model, store)).body
 
 
 @router.get("/plan-search", response_model=Report)
