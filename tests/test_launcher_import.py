@@ -215,3 +215,12 @@ def test_nothing_is_ever_executed(tmp_path, payload):
         read_launcher(script)
     parse_launcher(run.replace(f"source <(touch {marker})", "") + f"python3 train.py --load {body}\n")
     assert not marker.exists()
+
+
+def test_overlap_switches_follow_megatrons_parser():
+    cfg = load_model("glm-5.2")
+    req = launcher_request(parse_launcher("python3 train.py --overlap-p2p-communication\n", strict=True), cfg)
+    assert req.spec.overlap_p2p is True
+    assert any("not a Megatron option" in w and "--no-overlap-p2p-communication" in w for w in req.warnings)
+    req = launcher_request(parse_launcher("python3 train.py --no-overlap-p2p-communication\n", strict=True), cfg)
+    assert req.spec.overlap_p2p is False

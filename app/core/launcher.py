@@ -1232,6 +1232,10 @@ def launcher_request(parsed: LauncherParse, cfg) -> LauncherRequest:
         warnings.append(f"--mtp-num-layers is not in the script, so the plan builds no MTP layer (Megatron's and "
                         f"slime's default is None) although the model has {cfg.num_nextn_predict_layers}")
     errors += model_disagreements(parsed, cfg, num)
+    if "--overlap-p2p-communication" in parsed.switches:
+        warnings.append("--overlap-p2p-communication is not a Megatron option (its parser would stop on it): p2p "
+                        "overlap is on by default and the switch is --no-overlap-p2p-communication "
+                        "(megatron/training/arguments.py); drop it")
     pp = num("--pipeline-model-parallel-size")
     if pp is None and "--pipeline-model-parallel-size" not in parsed.values:
         warnings.append("--pipeline-model-parallel-size is not in the script; Megatron's default is 1")
