@@ -150,7 +150,7 @@ def run_check(
     roles, checkpoint, mismatch = engine_roles(cfg, engine, pattern, freq, offset, plan.mtp_layers)
     boundary = validate_boundaries(plan, roles)
     errors = list(extra_errors)
-    errors += [PlanError(e.code, e.message, None) for e in roles.errors]
+    errors += [PlanError(e.code, e.message, None, kind="model") for e in roles.errors]
     errors += mismatch
     errors += list(plan.errors)
     if not plan.stages and not errors:
