@@ -29,8 +29,9 @@ from tests.conftest import make_config, tiny_config
 
 DATA = Path(__file__).resolve().parents[1] / "app/core/data/megatron_arguments.txt"
 # slime's own flags (THUDM/slime slime/utils/arguments.py at 624b824a: "--allgather-cp" line 297,
-# "--max-tokens-per-gpu" line 758); everything else slime forwards to Megatron's parser
-SLIME_OWN = {"--allgather-cp", "--max-tokens-per-gpu"}
+# "--use-dynamic-batch-size" line 747, "--max-tokens-per-gpu" line 758); everything else slime
+# forwards to Megatron's parser
+SLIME_OWN = {"--allgather-cp", "--use-dynamic-batch-size", "--max-tokens-per-gpu"}
 BASH = shutil.which("bash")
 
 

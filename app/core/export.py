@@ -14,7 +14,9 @@ Spellings follow each engine's own parser:
   624b824a898ab0ec1fcb4d373004c7f3852bf515, ``scripts/run-glm5.2-744B-A40B.sh``): its own
   ``--allgather-cp`` switch for the all-gather CP layout, and no ``--dsa-indexer-*`` flags (slime's
   GLM-5 model reads ``index_topk_freq`` / ``index_skip_topk_offset`` from the HF config); the
-  Megatron flags slime forwards keep Megatron's names; ``--max-tokens-per-gpu`` when given.
+  Megatron flags slime forwards keep Megatron's names; ``--use-dynamic-batch-size
+  --max-tokens-per-gpu N`` when a token budget is given (slime reads the budget only with dynamic
+  batching).
 
 Every value goes through :func:`shlex.quote`, so model ids or values holding ``$(...)``, backticks
 or ``;`` stay literal text. Exports exist only for a plan Megatron accepts (``check.megatron_flags``
@@ -130,8 +132,8 @@ def slime_argv(check: CheckResult, settings: ExportSettings | None = None) -> li
     argv = pipeline + _parallel_argv(s)
     if s.cp > 1 and check.model.has_indexer:
         argv.append(SLIME_ALLGATHER_CP)
-    if s.max_tokens_per_gpu is not None:
-        argv += ["--max-tokens-per-gpu", str(s.max_tokens_per_gpu)]
+    if s.max_tokens_per_gpu is not None:   # only read with dynamic batching (slime arguments.py)
+        argv += ["--use-dynamic-batch-size", "--max-tokens-per-gpu", str(s.max_tokens_per_gpu)]
     return argv
 
 
