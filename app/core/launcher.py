@@ -1207,11 +1207,11 @@ def launcher_request(parsed: LauncherParse, cfg) -> LauncherRequest:
     ``num_hidden_layers`` is an error.
     """
     unresolved = tuple(
-        f"{u.flag} (line {u.line}): {u.reason}" for u in parsed.unresolved
+        f"{u.flag} ({where(u.file, u.line)}): {u.reason}" for u in parsed.unresolved
         if u.flag in PIPELINE_FLAGS and u.flag not in parsed.values
     )
     warnings = list(parsed.warnings)
-    warnings += [f"{u.flag} (line {u.line}) is unresolved: {u.reason}" for u in parsed.unresolved
+    warnings += [f"{u.flag} ({where(u.file, u.line)}) is unresolved: {u.reason}" for u in parsed.unresolved
                  if u.flag not in PIPELINE_FLAGS and u.flag not in parsed.values]
     errors: list[PlanError] = []
 
@@ -1257,7 +1257,7 @@ def launcher_request(parsed: LauncherParse, cfg) -> LauncherRequest:
         "files": list(parsed.files),
         "trainer": {"file": parsed.trainer[0], "line": parsed.trainer[1]} if parsed.trainer else None,
         "switches": sorted(parsed.switches),
-        "unresolved": [{"flag": u.flag, "line": u.line, "raw": u.raw, "reason": u.reason} for u in parsed.unresolved],
+        "unresolved": [{"flag": u.flag, "file": u.file, "line": u.line, "raw": u.raw, "reason": u.reason} for u in parsed.unresolved],
         "warnings": list(parsed.warnings),
     }
     return LauncherRequest(spec, num("--dsa-indexer-topk-freq"), num("--dsa-indexer-skip-topk-offset"),
