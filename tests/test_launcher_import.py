@@ -224,3 +224,14 @@ def test_overlap_switches_follow_megatrons_parser():
     assert any("not a Megatron option" in w and "--no-overlap-p2p-communication" in w for w in req.warnings)
     req = launcher_request(parse_launcher("python3 train.py --no-overlap-p2p-communication\n", strict=True), cfg)
     assert req.spec.overlap_p2p is False
+
+
+def test_sourcing_the_same_big_file_again_and_again_is_bounded():
+    import time
+
+    big = "# padding\n" * 60_000 + "TP=2\n"          # ~600 kB
+    run = "source big.sh\n" * 10 + "python3 train.py --tensor-model-parallel-size $TP\n"
+    start = time.monotonic()
+    with pytest.raises(LauncherError, match="add up to more than"):
+        read_launcher_files({"run.sh": run, "big.sh": big}, "run.sh")
+    assert time.monotonic() - start < 10

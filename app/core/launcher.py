@@ -465,6 +465,7 @@ class _Interpreter:
         self.file = file
         self.loader = loader
         self.depth = 0
+        self.sourced = len(text)   # characters read, sourced files counted each time they are read
         self.files = [file]
         self.missing: list[str] = []
         self.fatal: list[str] = []
@@ -595,6 +596,10 @@ class _Interpreter:
         if body is None:
             self.missing.append(f"{path} (sourced at {at})")
             return False
+        self.sourced += len(body)
+        if self.sourced > MAX_TOTAL_BYTES:
+            self.fatal.append(f"{at}: the sourced files add up to more than {MAX_TOTAL_BYTES} bytes")
+            return True
         self.budget += 8 * len(body)
         saved = (self.text, self.line_starts, self.file)
         self.text, self.line_starts, self.file = body, _line_starts(body), path
