@@ -29,6 +29,7 @@ import shlex
 from dataclasses import dataclass
 
 from app.core.layout_check import CheckResult
+from app.core.parallelism import ParallelConfig
 
 CP_COMM_FLAG = "--cp-comm-type"
 SLIME_ALLGATHER_CP = "--allgather-cp"
@@ -52,6 +53,17 @@ class ExportSettings:
     use_precision_aware_optimizer: bool = False
     distributed_optimizer: bool = False        # --use-distributed-optimizer
     max_tokens_per_gpu: int | None = None      # slime only
+
+    @classmethod
+    def from_parallel(cls, par: ParallelConfig) -> ExportSettings:
+        """The export settings of a :class:`~app.core.parallelism.ParallelConfig` (ETP is emitted
+        only when it differs from TP, Megatron's default)."""
+        return cls(tp=par.tp, cp=par.cp, ep=par.ep, etp=par.etp if par.etp not in (None, par.tp) else None,
+                   sp=par.sp, recompute=par.recompute, recompute_method=par.recompute_method,
+                   recompute_num_layers=par.recompute_num_layers, optimizer_cpu_offload=par.optimizer_cpu_offload,
+                   overlap_cpu_optimizer_d2h_h2d=par.optimizer_cpu_offload,
+                   use_precision_aware_optimizer=par.use_precision_aware_optimizer,
+                   distributed_optimizer=par.distributed_optimizer, max_tokens_per_gpu=par.tokens_per_gpu)
 
 
 def shell_join(argv: list[str] | tuple[str, ...]) -> str:

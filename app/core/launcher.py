@@ -1241,6 +1241,9 @@ def launcher_request(parsed: LauncherParse, cfg) -> LauncherRequest:
         warnings.append("--overlap-p2p-communication is not a Megatron option (its parser would stop on it): p2p "
                         "overlap is on by default and the switch is --no-overlap-p2p-communication "
                         "(megatron/training/arguments.py); drop it")
+    if "--virtual-pipeline-model-parallel-size" in parsed.values:
+        warnings.append("--virtual-pipeline-model-parallel-size is not a Megatron option any more (its parser would "
+                        "stop on it); it is read here as --num-virtual-stages-per-pipeline-rank, use that name")
     pp = num("--pipeline-model-parallel-size")
     if pp is None and "--pipeline-model-parallel-size" not in parsed.values:
         warnings.append("--pipeline-model-parallel-size is not in the script; Megatron's default is 1")
