@@ -1207,7 +1207,7 @@ def launcher_request(parsed: LauncherParse, cfg) -> LauncherRequest:
     ``--virtual-pipeline-model-parallel-size`` (the older name) counts as
     ``--num-virtual-stages-per-pipeline-rank``. Without ``--mtp-num-layers`` the plan builds no
     MTP layer: Megatron's and slime's default is ``None`` (THUDM/slime ``slime/utils/arguments.py``
-    resets ``--mtp-num-layers`` to ``default=None``). p2p overlap is on unless the script passes
+    at 624b824a898ab0ec1fcb4d373004c7f3852bf515 resets ``--mtp-num-layers`` to ``default=None``). p2p overlap is on unless the script passes
     ``--no-overlap-p2p-communication``. A ``--num-layers`` that differs from the config's
     ``num_hidden_layers`` is an error.
     """
