@@ -450,7 +450,10 @@ def _printf(fmt: str, args: list[str]) -> str:
 
 
 def _is_trainer_word(raw: str) -> bool:
+    """A word naming a Python entry point or a launcher of one (not text such as ``"run x.py"``)."""
     word = raw.strip("\"'")
+    if not word or any(c.isspace() for c in word):
+        return False
     return word.endswith(".py") or word in TRAINERS or posixpath.basename(word) in TRAINERS
 
 
