@@ -175,6 +175,7 @@ python3 train.py ${EXTRA[@]} "${PERF_ARGS[@]}"
     (b"\xff\xfe\xfa not utf-8", "not UTF-8"),
     ("TP=4\necho $TP\n", "no trainer invocation"),
     ('echo "now run python3 train.py --tensor-model-parallel-size 4"\n', "no trainer invocation"),
+    ("echo python3 train.py --tensor-model-parallel-size 4\n", "no trainer invocation"),
     ('python train.py --tensor-model-parallel-size "4\n', "unterminated"),
     ("python train.py --pipeline-model-parallel-size 0\n", "--pipeline-model-parallel-size is 0 at line 1"),
     ("TP=$((2-2))\npython train.py --tensor-model-parallel-size $TP\n", "--tensor-model-parallel-size is 0"),

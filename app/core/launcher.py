@@ -395,6 +395,7 @@ MAX_TOTAL_BYTES = 4 * MAX_LAUNCHER_BYTES   # the launcher and every file it sour
 Loader = Callable[[str], "str | None"]
 #: A word that makes a command the trainer invocation: a Python entry point or a launcher of one.
 TRAINERS = frozenset({"torchrun", "python", "python3", "deepspeed", "accelerate"})
+_PRINTERS = frozenset({"echo", "printf", "cat", "logger", ":"})   # commands that only print their words
 _VAR_WORD_RE = re.compile(rf'"?\$(?:\{{({_NAME})(?:\[[@*]\])?\}}|({_NAME}))"?')
 _SCRIPT_DIR_NOISE = re.compile(
     r"\$\{BASH_SOURCE(?:\[0\])?\}|\$BASH_SOURCE|\$\{0\}|\$0|&>\s*/dev/null|2?>\s*/dev/null|2>&1|&&|;"
@@ -578,7 +579,7 @@ class _Interpreter:
             m = _VAR_WORD_RE.fullmatch(raw)
             if m:
                 placed += [(pos, o) for o in self.var_occ.get(m.group(1) or m.group(2), [])]
-        if any(_is_trainer_word(raw) for raw, _ in words):
+        if words and words[0][0] not in _PRINTERS and any(_is_trainer_word(raw) for raw, _ in words):
             self.trainer = (self.file, self.line(words[0][1]))
             self.final = [o for _, o in sorted(placed, key=lambda t: t[0])]
 
