@@ -29,8 +29,9 @@ from tests.conftest import make_config, tiny_config
 
 DATA = Path(__file__).resolve().parents[1] / "app/core/data/megatron_arguments.txt"
 # slime's own flags (THUDM/slime slime/utils/arguments.py at 624b824a: "--allgather-cp" line 297,
-# "--max-tokens-per-gpu" line 758); everything else slime forwards to Megatron's parser
-SLIME_OWN = {"--allgather-cp", "--max-tokens-per-gpu"}
+# "--use-dynamic-batch-size" line 747, "--max-tokens-per-gpu" line 758); everything else slime
+# forwards to Megatron's parser
+SLIME_OWN = {"--allgather-cp", "--use-dynamic-batch-size", "--max-tokens-per-gpu"}
 BASH = shutil.which("bash")
 
 
@@ -175,3 +176,21 @@ def test_exports_are_inert_in_real_bash(hostile, tmp_path):
     out = subprocess.run([BASH, "-c", script], capture_output=True, cwd=tmp_path, check=True, timeout=10)
     assert out.stdout.decode().split("\0")[:-1] == slime_argv(check, s)
     assert not marker.exists()
+
+
+def test_settings_from_a_parallel_config_match_slimes_glm52_recipe():
+    from app.core.parallelism import slime_glm52_training
+
+    spec, par = slime_glm52_training()
+    check = run_check(load_model("glm-5.2"), spec)
+    argv = slime_argv(check, ExportSettings.from_parallel(par))
+    # THUDM/slime scripts/run-glm5.2-744B-A40B.sh PERF_ARGS / OPTIMIZER_ARGS values
+    for flag, value in (("--tensor-model-parallel-size", "4"), ("--context-parallel-size", "8"),
+                        ("--expert-model-parallel-size", "32"), ("--expert-tensor-parallel-size", "1"),
+                        ("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
+                        ("--recompute-num-layers", "1"), ("--max-tokens-per-gpu", "8192"),
+                        ("--decoder-first-pipeline-num-layers", "14"), ("--decoder-last-pipeline-num-layers", "16")):
+        assert argv[argv.index(flag) + 1] == value, flag
+    for switch in ("--sequence-parallel", "--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d",
+                   "--use-precision-aware-optimizer", "--use-dynamic-batch-size", "--allgather-cp"):
+        assert switch in argv

@@ -174,6 +174,8 @@ python3 train.py ${EXTRA[@]} "${PERF_ARGS[@]}"
     (b"\x7fELF\x02\x01\x00\x00binary", "binary"),
     (b"\xff\xfe\xfa not utf-8", "not UTF-8"),
     ("TP=4\necho $TP\n", "no trainer invocation"),
+    ('echo "now run python3 train.py --tensor-model-parallel-size 4"\n', "no trainer invocation"),
+    ("echo python3 train.py --tensor-model-parallel-size 4\n", "no trainer invocation"),
     ('python train.py --tensor-model-parallel-size "4\n', "unterminated"),
     ("python train.py --pipeline-model-parallel-size 0\n", "--pipeline-model-parallel-size is 0 at line 1"),
     ("TP=$((2-2))\npython train.py --tensor-model-parallel-size $TP\n", "--tensor-model-parallel-size is 0"),
@@ -215,3 +217,23 @@ def test_nothing_is_ever_executed(tmp_path, payload):
         read_launcher(script)
     parse_launcher(run.replace(f"source <(touch {marker})", "") + f"python3 train.py --load {body}\n")
     assert not marker.exists()
+
+
+def test_overlap_switches_follow_megatrons_parser():
+    cfg = load_model("glm-5.2")
+    req = launcher_request(parse_launcher("python3 train.py --overlap-p2p-communication\n", strict=True), cfg)
+    assert req.spec.overlap_p2p is True
+    assert any("not a Megatron option" in w and "--no-overlap-p2p-communication" in w for w in req.warnings)
+    req = launcher_request(parse_launcher("python3 train.py --no-overlap-p2p-communication\n", strict=True), cfg)
+    assert req.spec.overlap_p2p is False
+
+
+def test_sourcing_the_same_big_file_again_and_again_is_bounded():
+    import time
+
+    big = "# padding\n" * 60_000 + "TP=2\n"          # ~600 kB
+    run = "source big.sh\n" * 10 + "python3 train.py --tensor-model-parallel-size $TP\n"
+    start = time.monotonic()
+    with pytest.raises(LauncherError, match="add up to more than"):
+        read_launcher_files({"run.sh": run, "big.sh": big}, "run.sh")
+    assert time.monotonic() - start < 10

@@ -14,7 +14,9 @@ Spellings follow each engine's own parser:
   624b824a898ab0ec1fcb4d373004c7f3852bf515, ``scripts/run-glm5.2-744B-A40B.sh``): its own
   ``--allgather-cp`` switch for the all-gather CP layout, and no ``--dsa-indexer-*`` flags (slime's
   GLM-5 model reads ``index_topk_freq`` / ``index_skip_topk_offset`` from the HF config); the
-  Megatron flags slime forwards keep Megatron's names; ``--max-tokens-per-gpu`` when given.
+  Megatron flags slime forwards keep Megatron's names; ``--use-dynamic-batch-size
+  --max-tokens-per-gpu N`` when a token budget is given (slime reads the budget only with dynamic
+  batching).
 
 Every value goes through :func:`shlex.quote`, so model ids or values holding ``$(...)``, backticks
 or ``;`` stay literal text. Exports exist only for a plan Megatron accepts (``check.megatron_flags``
@@ -27,6 +29,7 @@ import shlex
 from dataclasses import dataclass
 
 from app.core.layout_check import CheckResult
+from app.core.parallelism import ParallelConfig
 
 CP_COMM_FLAG = "--cp-comm-type"
 SLIME_ALLGATHER_CP = "--allgather-cp"
@@ -50,6 +53,17 @@ class ExportSettings:
     use_precision_aware_optimizer: bool = False
     distributed_optimizer: bool = False        # --use-distributed-optimizer
     max_tokens_per_gpu: int | None = None      # slime only
+
+    @classmethod
+    def from_parallel(cls, par: ParallelConfig) -> ExportSettings:
+        """The export settings of a :class:`~app.core.parallelism.ParallelConfig` (ETP is emitted
+        only when it differs from TP, Megatron's default)."""
+        return cls(tp=par.tp, cp=par.cp, ep=par.ep, etp=par.etp if par.etp not in (None, par.tp) else None,
+                   sp=par.sp, recompute=par.recompute, recompute_method=par.recompute_method,
+                   recompute_num_layers=par.recompute_num_layers, optimizer_cpu_offload=par.optimizer_cpu_offload,
+                   overlap_cpu_optimizer_d2h_h2d=par.optimizer_cpu_offload,
+                   use_precision_aware_optimizer=par.use_precision_aware_optimizer,
+                   distributed_optimizer=par.distributed_optimizer, max_tokens_per_gpu=par.tokens_per_gpu)
 
 
 def shell_join(argv: list[str] | tuple[str, ...]) -> str:
@@ -130,8 +144,8 @@ def slime_argv(check: CheckResult, settings: ExportSettings | None = None) -> li
     argv = pipeline + _parallel_argv(s)
     if s.cp > 1 and check.model.has_indexer:
         argv.append(SLIME_ALLGATHER_CP)
-    if s.max_tokens_per_gpu is not None:
-        argv += ["--max-tokens-per-gpu", str(s.max_tokens_per_gpu)]
+    if s.max_tokens_per_gpu is not None:   # only read with dynamic batching (slime arguments.py)
+        argv += ["--use-dynamic-batch-size", "--max-tokens-per-gpu", str(s.max_tokens_per_gpu)]
     return argv
 
 

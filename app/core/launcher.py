@@ -399,6 +399,7 @@ MAX_TOTAL_BYTES = 4 * MAX_LAUNCHER_BYTES   # the launcher and every file it sour
 Loader = Callable[[str], "str | None"]
 #: A word that makes a command the trainer invocation: a Python entry point or a launcher of one.
 TRAINERS = frozenset({"torchrun", "python", "python3", "deepspeed", "accelerate"})
+_PRINTERS = frozenset({"echo", "printf", "cat", "logger", ":"})   # commands that only print their words
 _VAR_WORD_RE = re.compile(rf'"?\$(?:\{{({_NAME})(?:\[[@*]\])?\}}|({_NAME}))"?')
 _SCRIPT_DIR_NOISE = re.compile(
     r"\$\{BASH_SOURCE(?:\[0\])?\}|\$BASH_SOURCE|\$\{0\}|\$0|&>\s*/dev/null|2?>\s*/dev/null|2>&1|&&|;"
@@ -454,7 +455,10 @@ def _printf(fmt: str, args: list[str]) -> str:
 
 
 def _is_trainer_word(raw: str) -> bool:
+    """A word naming a Python entry point or a launcher of one (not text such as ``"run x.py"``)."""
     word = raw.strip("\"'")
+    if not word or any(c.isspace() for c in word):
+        return False
     return word.endswith(".py") or word in TRAINERS or posixpath.basename(word) in TRAINERS
 
 
@@ -469,6 +473,7 @@ class _Interpreter:
         self.file = file
         self.loader = loader
         self.depth = 0
+        self.sourced = len(text)   # characters read, sourced files counted each time they are read
         self.files = [file]
         self.missing: list[str] = []
         self.fatal: list[str] = []
@@ -578,7 +583,7 @@ class _Interpreter:
             m = _VAR_WORD_RE.fullmatch(raw)
             if m:
                 placed += [(pos, o) for o in self.var_occ.get(m.group(1) or m.group(2), [])]
-        if any(_is_trainer_word(raw) for raw, _ in words):
+        if words and words[0][0] not in _PRINTERS and any(_is_trainer_word(raw) for raw, _ in words):
             self.trainer = (self.file, self.line(words[0][1]))
             self.final = [o for _, o in sorted(placed, key=lambda t: t[0])]
 
@@ -599,6 +604,10 @@ class _Interpreter:
         if body is None:
             self.missing.append(f"{path} (sourced at {at})")
             return False
+        self.sourced += len(body)
+        if self.sourced > MAX_TOTAL_BYTES:
+            self.fatal.append(f"{at}: the sourced files add up to more than {MAX_TOTAL_BYTES} bytes")
+            return True
         self.budget += 8 * len(body)
         saved = (self.text, self.line_starts, self.file)
         self.text, self.line_starts, self.file = body, _line_starts(body), path
@@ -1206,16 +1215,16 @@ def launcher_request(parsed: LauncherParse, cfg) -> LauncherRequest:
     ``--virtual-pipeline-model-parallel-size`` (the older name) counts as
     ``--num-virtual-stages-per-pipeline-rank``. Without ``--mtp-num-layers`` the plan builds no
     MTP layer: Megatron's and slime's default is ``None`` (THUDM/slime ``slime/utils/arguments.py``
-    resets ``--mtp-num-layers`` to ``default=None``). p2p overlap is on unless the script passes
+    at 624b824a898ab0ec1fcb4d373004c7f3852bf515 resets ``--mtp-num-layers`` to ``default=None``). p2p overlap is on unless the script passes
     ``--no-overlap-p2p-communication``. A ``--num-layers`` that differs from the config's
     ``num_hidden_layers`` is an error.
     """
     unresolved = tuple(
-        f"{u.flag} (line {u.line}): {u.reason}" for u in parsed.unresolved
+        f"{u.flag} ({where(u.file, u.line)}): {u.reason}" for u in parsed.unresolved
         if u.flag in PIPELINE_FLAGS and u.flag not in parsed.values
     )
     warnings = list(parsed.warnings)
-    warnings += [f"{u.flag} (line {u.line}) is unresolved: {u.reason}" for u in parsed.unresolved
+    warnings += [f"{u.flag} ({where(u.file, u.line)}) is unresolved: {u.reason}" for u in parsed.unresolved
                  if u.flag not in PIPELINE_FLAGS and u.flag not in parsed.values]
     errors: list[PlanError] = []
 
@@ -1236,6 +1245,13 @@ def launcher_request(parsed: LauncherParse, cfg) -> LauncherRequest:
         warnings.append(f"--mtp-num-layers is not in the script, so the plan builds no MTP layer (Megatron's and "
                         f"slime's default is None) although the model has {cfg.num_nextn_predict_layers}")
     errors += model_disagreements(parsed, cfg, num)
+    if "--overlap-p2p-communication" in parsed.switches:
+        warnings.append("--overlap-p2p-communication is not a Megatron option (its parser would stop on it): p2p "
+                        "overlap is on by default and the switch is --no-overlap-p2p-communication "
+                        "(megatron/training/arguments.py); drop it")
+    if "--virtual-pipeline-model-parallel-size" in parsed.values:
+        warnings.append("--virtual-pipeline-model-parallel-size is not a Megatron option any more (its parser would "
+                        "stop on it); it is read here as --num-virtual-stages-per-pipeline-rank, use that name")
     pp = num("--pipeline-model-parallel-size")
     if pp is None and "--pipeline-model-parallel-size" not in parsed.values:
         warnings.append("--pipeline-model-parallel-size is not in the script; Megatron's default is 1")
@@ -1257,7 +1273,7 @@ def launcher_request(parsed: LauncherParse, cfg) -> LauncherRequest:
         "files": list(parsed.files),
         "trainer": {"file": parsed.trainer[0], "line": parsed.trainer[1]} if parsed.trainer else None,
         "switches": sorted(parsed.switches),
-        "unresolved": [{"flag": u.flag, "line": u.line, "raw": u.raw, "reason": u.reason} for u in parsed.unresolved],
+        "unresolved": [{"flag": u.flag, "file": u.file, "line": u.line, "raw": u.raw, "reason": u.reason} for u in parsed.unresolved],
         "warnings": list(parsed.warnings),
     }
     return LauncherRequest(spec, num("--dsa-indexer-topk-freq"), num("--dsa-indexer-skip-topk-offset"),

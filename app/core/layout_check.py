@@ -12,7 +12,8 @@ engine *builds* - from the freq/offset overrides (``--dsa-indexer-topk-freq`` /
 DSAttention.__init__``; THUDM/slime ``slime_plugins/models/glm5/glm5.py``). Every layer where
 those roles differ from the checkpoint's declared roles is a blocking ``model`` error
 (``roles_disagree_checkpoint``): a full layer the engine builds would find no indexer weights to
-load, a shared one would leave the checkpoint's indexer weights unused.
+load, a shared one would leave the checkpoint's indexer weights unused. (Read at NVIDIA/Megatron-LM
+d98e8a64ddf34856e74b24714e3bedb2f5a39553 and THUDM/slime 624b824a898ab0ec1fcb4d373004c7f3852bf515.)
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ def run_check(
     roles, checkpoint, mismatch = engine_roles(cfg, engine, pattern, freq, offset, plan.mtp_layers)
     boundary = validate_boundaries(plan, roles)
     errors = list(extra_errors)
-    errors += [PlanError(e.code, e.message, None) for e in roles.errors]
+    errors += [PlanError(e.code, e.message, None, kind="model") for e in roles.errors]
     errors += mismatch
     errors += list(plan.errors)
     if not plan.stages and not errors:
