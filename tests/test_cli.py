@@ -248,9 +248,11 @@ def test_launcher_slime_glm52_script_from_stdin():
     assert {r["kind"] for r in body["verdict"]["blocking"]} == {"memory"}
     assert p.returncode == 1, p.stderr
     assert body["parallel"]["equation"] == "TP 4 × CP 8 × PP 8 × DP 1 = 256 GPUs"
-    vals = body["launcher"]["values"]
+    vals = {flag: v["value"] for flag, v in body["launcher"]["values"].items()}
     assert vals["--tensor-model-parallel-size"] == "4" and vals["--context-parallel-size"] == "8"
     assert vals["--expert-model-parallel-size"] == "32" and vals["--pipeline-model-parallel-size"] == "8"
+    # provenance: where each value was set (PP is $(( NODES / 4 )) from line 4, passed on script line 13)
+    assert body["launcher"]["values"]["--pipeline-model-parallel-size"]["line"] == 13
     assert "--sequence-parallel" in body["launcher"]["switches"]
 
 

@@ -104,7 +104,7 @@ def test_slime_shaped_launcher_with_a_sourced_model_file(tmp_path):
     assert req.spec.mtp_layers == 0
     assert any("builds no MTP layer" in w for w in req.warnings)
     assert not any("assuming the config" in w for w in req.warnings)
-    assert req.report["provenance"]["--num-layers"]["file"] == model_file
+    assert req.report["values"]["--num-layers"]["file"] == model_file
     result = run_check(cfg, req.spec, "slime", extra_errors=req.errors)
     assert result.valid and result.plan.sizes == [14, 8, 8, 8, 8, 8, 8, 16] and result.plan.mtp_layers == 0
 

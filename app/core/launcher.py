@@ -1268,8 +1268,7 @@ def launcher_request(parsed: LauncherParse, cfg) -> LauncherRequest:
         overlap_p2p="--no-overlap-p2p-communication" not in parsed.switches,
     )
     report = {
-        "values": dict(sorted(parsed.values.items())),
-        "provenance": parsed.provenance(),
+        "values": parsed.provenance(),  # {flag: {value, file, line}}: every value read, with where it was set
         "files": list(parsed.files),
         "trainer": {"file": parsed.trainer[0], "line": parsed.trainer[1]} if parsed.trainer else None,
         "switches": sorted(parsed.switches),
