@@ -105,3 +105,15 @@ def test_verdict_headline_counts_kinds_in_order():
     v = Verdict((Reason("memory", "a", "m1"), Reason("boundary", "b", "b1"), Reason("memory", "c", "m2")))
     assert not v.go and v.headline() == "NO-GO: 1 boundary, 2 memory"
     assert Verdict().headline() == "GO"
+
+
+@pytest.mark.parametrize("host_gb, go", [("512", False), ("1024", True)])
+def test_host_memory_of_the_offloaded_optimizer_joins_the_verdict(client, host_gb, go):
+    """The slime profile offloads its optimizer: 16 B per sharded parameter on the host, about
+    640 GB per 8-GPU node (issue 11, re-derived in tests/test_memory.py); a 512 GB node is too small."""
+    query = {**PROFILE, "host_gb": host_gb}
+    v = client.get("/api/v1/plan", params=query).json()["verdict"]
+    assert v["go"] is go
+    assert [r["code"] for r in v["blocking"]] == ([] if go else ["host_over_capacity"])
+    code, cli = run_cli(["check", "glm-5.2", *PROFILE_ARGS, "--host-memory-gb", host_gb, "--format", "json"])
+    assert cli["verdict"] == v and code == (0 if go else 1)

@@ -116,7 +116,9 @@ def parallel_config(plan: Plan, stages: StagePlan) -> ParallelConfig:
         tokens_per_gpu=plan.tokens_per_gpu, recompute=plan.recompute, recompute_method=plan.recompute_method,
         recompute_num_layers=plan.recompute_num_layers, optimizer_cpu_offload=plan.offload,
         use_precision_aware_optimizer=plan.precision_aware, distributed_optimizer=not plan.no_distributed_optimizer,
-        gpu=plan.gpu, gpu_capacity_bytes=int(plan.gpu_gb * 1e9) if plan.gpu_gb else None)
+        gpu=plan.gpu, gpu_capacity_bytes=int(plan.gpu_gb * 1e9) if plan.gpu_gb else None,
+        host_memory_gb=plan.host_gb, gpus_per_node=plan.gpus_per_node,
+        make_vocab_size_divisible_by=plan.vocab_divisible_by)
 
 
 def _overrides(plan: Plan) -> tuple[int | None, int | None, tuple[str, ...]]:
@@ -274,6 +276,13 @@ def _serving_memory_reasons(memory: dict[str, Any]) -> list[Reason]:
 
 def _memory_reasons(memory: dict[str, Any]) -> list[Reason]:
     out = []
+    host = memory.get("host_memory") or {}
+    if host.get("offload_on") and not host.get("fits", True):
+        out.append(Reason("memory", "host_over_capacity",
+                          f"a node needs {host['max_node_bytes'] / 1e9:.1f} GB of host memory for the offloaded "
+                          f"optimizer ({host['bytes_per_sharded_param']} B per sharded parameter, "
+                          f"{host['gpus_per_node']} GPUs per node); it has {host['capacity_bytes_per_node'] / 1e9:.0f} GB",
+                          "host_gb"))
     label = memory.get("gpu", {}).get("label", "the GPU")
     for st in memory.get("stages", []):
         if not st.get("fits", True):

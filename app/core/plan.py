@@ -197,6 +197,13 @@ class Plan:
     gpu: str = _f("choice", "h100-80gb", "gpu", "--gpu", "GPU preset", "memory", choices=GPUS)
     gpu_gb: float | None = _f("float", None, "gpu_gb", "--gpu-memory-gb", "GPU capacity in GB for --gpu custom",
                               "memory", lo=1, hi=10_000)
+    host_gb: float = _f("float", 2048.0, "host_gb", "--host-memory-gb",
+                        "host memory per node in GB (CPU optimizer offload lives there)", "memory", lo=1, hi=1 << 20)
+    gpus_per_node: int = _f("int", 8, "gpn", "--gpus-per-node", "GPUs per node (host memory is per node)",
+                            "memory", lo=1, hi=1024)
+    vocab_divisible_by: int = _f("int", 128, "vocab_div", "--make-vocab-size-divisible-by",
+                                 "Megatron pads the vocabulary to a multiple of this (times TP)", "memory", lo=1,
+                                 hi=1 << 16, megatron=("--make-vocab-size-divisible-by",))
     # FLOPs -----------------------------------------------------------------------------
     context: int = _f("int", 1_048_576, "ctx", "--context",
                       "context length (tokens per sequence): per-token FLOPs and the serving KV cache", "flops",
