@@ -69,7 +69,7 @@ class Field:
         if self.kind == "choice":
             return "one of " + ", ".join(self.choices)
         if self.lo is not None and self.hi is not None:
-            return f"{self.lo:g} to {self.hi:g}"
+            return f"{self.lo:.15g} to {self.hi:.15g}"
         return ""
 
 
@@ -353,7 +353,7 @@ def format_value(spec: Field, value: Any) -> str:
     if spec.kind == "sizes":
         return ",".join(map(str, value))
     if spec.kind == "float":
-        return f"{value:g}"
+        return f"{value:.15g}"
     return str(value)
 
 
@@ -406,7 +406,7 @@ def parse_value(spec: Field, raw: object) -> Any:
         except ValueError:
             raise ValueError(f"{label} must be a number, got {str(raw)[:40]!r}") from None
         if not (spec.lo is not None and spec.hi is not None and spec.lo <= number <= spec.hi):
-            raise ValueError(f"{label} must be between {spec.bounds_text()}, got {str(raw)[:40]}")
+            raise ValueError(f"{label} must be between {spec.lo:.15g} and {spec.hi:.15g}, got {str(raw)[:40]}")
         return number
     return parse_int(raw, label, int(spec.lo or 0), int(spec.hi or 0))
 
