@@ -29,7 +29,7 @@ def _value(spec) -> st.SearchStrategy:
     if spec.kind == "int":
         return st.integers(int(spec.lo), int(spec.hi))
     if spec.kind == "float":
-        return st.floats(spec.lo, spec.hi, allow_nan=False, allow_infinity=False).map(lambda x: float(f"{x:g}"))
+        return st.floats(spec.lo, spec.hi, allow_nan=False, allow_infinity=False).map(lambda x: float(f"{x:.15g}"))
     if spec.kind == "bool":
         return st.booleans()
     if spec.kind == "choice":
