@@ -211,15 +211,6 @@ def count_parameters(cfg: ModelConfig, roles: RoleMap | None = None) -> ParamRep
     return ParamReport(main_total, checkpoint_total, active, n_idx, breakdown, per_layer)
 
 
-def active_per_layer(cfg: ModelConfig, roles: RoleMap, layer: int, sh: Shapes | None = None) -> int:
-    """Weights one token touches in decoder layer ``layer`` (attention, indexer if owned, norms, FFN)."""
-    sh = sh or shapes(cfg)
-    r = roles.role(layer)
-    ffn = sh.dense_ffn if r.ffn == "dense" else (
-        (cfg.num_experts_per_tok + cfg.n_shared_experts) * sh.expert + sh.router)
-    return sh.attention + sh.norms + (sh.indexer if r.has_indexer else 0) + ffn
-
-
 # --------------------------------------------------------------------------- per stage / per GPU
 
 
