@@ -20,9 +20,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from app.core.bounds import MAX_PIPELINE_STAGES
+
 FLAG = "--pipeline-model-parallel-layout"
 MAX_EXPANDED = 1_000_000
-MAX_STAGES = 16_384  # PP x VPP; far above any real pipeline
 _SINGLE = re.compile(r"(.)\*([0-9]+)")
 _CHARS = {"E", "L", "t", "m"}
 
@@ -78,6 +79,8 @@ def _expand_groups(text: str, budget: int) -> str:
             raise LayoutSyntaxError(f"{FLAG} expands to more than {budget:,} tokens; check the repeat counts")
         out.append(inner * count)
         i = k
+    if size > budget:  # plain tokens after the last group count too
+        raise LayoutSyntaxError(f"{FLAG} expands to more than {budget:,} tokens; check the repeat counts")
     return "".join(out)
 
 
@@ -101,8 +104,8 @@ def parse_layout(layout: str) -> list[list[str]]:
     text = layout.replace(",", "")
     text = _expand_groups(text, MAX_EXPANDED)
     text = _expand_singles(text, MAX_EXPANDED)
-    if text.count("|") >= MAX_STAGES:
-        raise LayoutSyntaxError(f"{FLAG} has {text.count('|') + 1:,} stages; the limit is {MAX_STAGES:,}")
+    if text.count("|") >= MAX_PIPELINE_STAGES:
+        raise LayoutSyntaxError(f"{FLAG} has {text.count('|') + 1:,} stages; the limit is {MAX_PIPELINE_STAGES:,}")
     stages: list[list[str]] = []
     for stage in text.split("|"):
         tokens = list(stage)

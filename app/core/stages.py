@@ -41,6 +41,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.bounds import MAX_PP, MAX_STAGES, MAX_VPP
 from app.core.pipeline_layout import FLAG as LAYOUT_FLAG
 from app.core.pipeline_layout import (
     LayoutSyntaxError,
@@ -58,9 +59,7 @@ EMB_FLAG = "--account-for-embedding-in-pipeline-split"
 LOSS_FLAG = "--account-for-loss-in-pipeline-split"
 NO_OVERLAP_FLAG = "--no-overlap-p2p-communication"
 MTP_FLAG = "--mtp-num-layers"
-MAX_PP = 4096
 _WHOLE = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: str.isdigit() also accepts superscripts
-MAX_STAGES = 65536
 
 
 class LayoutInputError(ValueError):
@@ -248,9 +247,9 @@ def materialise(spec: PipelineSpec, num_layers: int, default_mtp: int = 0) -> St
         if value is not None and value < 1:
             raise LayoutInputError(f"{flag} must be at least 1, got {value}")
     if spec.pp is not None and spec.pp > MAX_PP:
-        raise LayoutInputError(f"{PP_FLAG} {spec.pp} is absurd; the limit is {MAX_PP}")
-    if spec.vpp is not None and spec.vpp > MAX_PP:
-        raise LayoutInputError(f"{VPP_FLAG} {spec.vpp} is absurd; the limit is {MAX_PP}")
+        raise LayoutInputError(f"{PP_FLAG} {spec.pp} is over the limit of {MAX_PP}")
+    if spec.vpp is not None and spec.vpp > MAX_VPP:
+        raise LayoutInputError(f"{VPP_FLAG} {spec.vpp} is over the limit of {MAX_VPP}")
 
     def plan(pp: int, vpp: int, stages: tuple[Stage, ...]) -> StagePlan:
         return StagePlan(pp, vpp, num_layers, n_mtp, stages, tuple(errors), spec)

@@ -26,6 +26,7 @@ from types import ModuleType
 from typing import Any
 
 from app.core.boundary import BoundaryReport, validate_boundaries
+from app.core.bounds import MAX_PP, MAX_TP
 from app.core.engines import sglang, vllm
 from app.core.engines.rules import (
     EngineInputError,
@@ -45,8 +46,6 @@ from app.core.serving_memory import (
 from app.core.stages import PipelineSpec, PlanError, Stage, StagePlan
 
 SERVING_ENGINES: dict[str, ModuleType] = {"vllm": vllm, "sglang": sglang}
-MAX_PP = 4096
-MAX_TP = 4096
 OBJECTIVES = ("memory", "layers")
 _ENTRY = re.compile(r"\s*[+-]?[0-9]+\s*")  # what Python's int() accepts, ASCII digits only
 

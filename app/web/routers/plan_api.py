@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 
 from app.core import reports
+from app.core.bounds import MAX_CONTEXT
 from app.core.plan import MAX_GPUS, SLIME_GLM52_PROFILE, parse_sizes, strict_plan
 from app.core.receipt import verify_receipt
 from app.web.deps import BadInput, PlanDep, Store, model_config
@@ -53,7 +54,7 @@ def receipt(plan: PlanDep, store: Store) -> dict[str, Any]:
 @router.get("/plan-search", response_model=Report)
 def plan_search(plan: PlanDep, store: Store,
                 objective: Literal["compute", "memory", "balanced"] = "balanced",
-                context: Annotated[int, Query(ge=1, le=1 << 24)] = 4096,
+                context: Annotated[int, Query(ge=1, le=MAX_CONTEXT)] = 4096,
                 top: Annotated[int, Query(ge=0, le=100)] = 3,
                 near: Annotated[str | None, Query(max_length=20_000)] = None) -> dict[str, Any]:
     """``isplan plan --format json``: the optimal valid layout for ``pp`` x ``vpp``, the next best
