@@ -547,6 +547,9 @@ GROUP_TITLES = {
 }
 
 
+_METAVARS = {"int": "N", "float": "GB", "text": "TEXT", "sizes": "LIST"}
+
+
 def add_cli_arguments(parser: Any, groups: Iterable[str] = tuple(GROUP_TITLES)) -> None:
     """argparse options for the plan fields of ``groups`` (default None: given vs absent is known)."""
     for group in groups:
@@ -561,7 +564,7 @@ def add_cli_arguments(parser: Any, groups: Iterable[str] = tuple(GROUP_TITLES)) 
             elif spec.kind == "choice":
                 g.add_argument(spec.cli, dest=name, choices=spec.choices, default=None, help=text)
             else:
-                g.add_argument(spec.cli, dest=name, default=None, metavar=spec.metavar or name.upper(),
+                g.add_argument(spec.cli, dest=name, default=None, metavar=spec.metavar or _METAVARS[spec.kind],
                                help=text + (f" ({spec.bounds_text()})" if spec.bounds_text() else ""))
 
 
