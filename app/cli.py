@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 from app import __version__
 from app.core.layer_roles import PatternError
 from app.core.model_config import ConfigError, ModelConfig, load_model, preset_ids
-from app.core.plan import TABLE, Plan, PlanError, add_cli_arguments, parse_sizes, plan_from_cli
+from app.core.plan import TABLE, Plan, PlanError, add_cli_arguments, add_cli_fields, parse_sizes, plan_from_cli
 from app.core.reports import Report
 from app.core.stages import LayoutInputError
 
@@ -339,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     _launcher_arg(p)
     g = p.add_argument_group("inference (--inference)")
     g.add_argument("--inference", action="store_true", help="serving memory: weights + KV cache")
-    g.add_argument("--context", dest="inference_context", type=int, help="tokens per sequence")
+    g.add_argument("--context", dest="inference_context", type=int, metavar="N", help="tokens per sequence")
     g.add_argument("--batch", type=int, default=1, help="sequences")
     g.add_argument("--kv-dtype", choices=("bf16", "fp8"), default="bf16")
     g.add_argument("--weight-dtype", choices=("bf16", "fp8"), default="bf16")
@@ -351,10 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("flops", help="per-token forward FLOPs with and without IndexShare")
     _model_arg(p)
     add_cli_arguments(p, ("model", "flops"))
-    g = p.add_argument_group("training FLOPs per step (with --global-batch)")
-    for name in ("global_batch", "seq_length", "recompute"):
-        spec = TABLE[name]
-        g.add_argument(str(spec.cli), dest=name, default=None, choices=spec.choices or None, help=spec.help)
+    add_cli_fields(p.add_argument_group("training FLOPs per step (with --global-batch)"),
+                   ("global_batch", "seq_length", "recompute"))
     _fmt(p)
     p.set_defaults(func=cmd_flops)
 
@@ -363,17 +361,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the best valid serving partition for PP, with the env var and serve command.")
     _model_arg(p)
     add_cli_arguments(p, ("model", "serving"))
-    g = p.add_argument_group("serving memory (--engine vllm|sglang)")
-    for name in ("tp", "ep", "mtp", "gpu", "gpu_gb"):
-        spec = TABLE[name]
-        g.add_argument(str(spec.cli), dest=name, default=None, choices=spec.choices or None,
-                       metavar=None if spec.choices else spec.metavar, help=spec.help)
-    g = p.add_argument_group("pipeline to plan for")
-    for name in ("pp", "vpp"):
-        spec = TABLE[name]
-        g.add_argument(str(spec.cli), dest=name, default=None, metavar=spec.metavar, help=spec.help)
+    add_cli_fields(p.add_argument_group("serving memory (--engine vllm|sglang)"), ("tp", "ep", "mtp", "gpu", "gpu_gb"))
+    add_cli_fields(p.add_argument_group("pipeline to plan for"), ("pp", "vpp"))
     p.add_argument("--objective", choices=("compute", "memory", "balanced"), default="balanced")
-    p.add_argument("--context", dest="plan_context", type=int, default=4096,
+    p.add_argument("--context", dest="plan_context", type=int, default=4096, metavar="N",
                    help="context for the compute objective (default 4096)")
     p.add_argument("--top", type=int, default=3, metavar="K", help="alternatives after the best (0-100, default 3)")
     p.add_argument("--near", metavar="LIST", help="also give the valid layout closest to this split")
@@ -383,11 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("search", help="rank parallel configurations for a GPU budget")
     _model_arg(p, optional=True)
     add_cli_arguments(p, ("model",))
-    g = p.add_argument_group("budget and workload")
-    for name in ("gpus", "gpu", "gpu_gb", "seq_length", "tokens_per_gpu", "mbs", "microbatches"):
-        spec = TABLE[name]
-        g.add_argument(str(spec.cli), dest=name, default=None, choices=spec.choices or None,
-                       metavar=None if spec.choices else spec.metavar, help=spec.help)
+    add_cli_fields(p.add_argument_group("budget and workload"),
+                   ("gpus", "gpu", "gpu_gb", "seq_length", "tokens_per_gpu", "mbs", "microbatches"))
     p.add_argument("--top", type=int, default=10, metavar="K", help="configurations to list (0-100, default 10)")
     _fmt(p)
     p.set_defaults(func=cmd_search)

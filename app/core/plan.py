@@ -553,18 +553,23 @@ _METAVARS = {"int": "N", "float": "GB", "text": "TEXT", "sizes": "LIST"}
 def add_cli_arguments(parser: Any, groups: Iterable[str] = tuple(GROUP_TITLES)) -> None:
     """argparse options for the plan fields of ``groups`` (default None: given vs absent is known)."""
     for group in groups:
-        g = parser.add_argument_group(GROUP_TITLES[group])
-        for name, spec in TABLE.items():
-            if spec.group != group or spec.cli is None:
-                continue
-            flags = " / ".join(spec.megatron + spec.slime)
-            text = spec.help + (f" [{flags}]" if flags else "")
-            if spec.kind == "bool":
-                g.add_argument(spec.cli, dest=name, action="store_true", default=None, help=text)
-            elif spec.kind == "choice":
-                g.add_argument(spec.cli, dest=name, choices=spec.choices, default=None, help=text)
-            else:
-                g.add_argument(spec.cli, dest=name, default=None, metavar=spec.metavar or _METAVARS[spec.kind],
+        add_cli_fields(parser.add_argument_group(GROUP_TITLES[group]),
+                       [n for n, s in TABLE.items() if s.group == group and s.cli is not None])
+
+
+def add_cli_fields(group: Any, names: Iterable[str]) -> None:
+    """One argparse option per named plan field, from the table (flag, type, bounds, help)."""
+    for name in names:
+        spec = TABLE[name]
+        assert spec.cli is not None, name
+        flags = " / ".join(spec.megatron + spec.slime)
+        text = spec.help + (f" [{flags}]" if flags else "")
+        if spec.kind == "bool":
+            group.add_argument(spec.cli, dest=name, action="store_true", default=None, help=text)
+        elif spec.kind == "choice":
+            group.add_argument(spec.cli, dest=name, choices=spec.choices, default=None, help=text)
+        else:
+            group.add_argument(spec.cli, dest=name, default=None, metavar=spec.metavar or _METAVARS[spec.kind],
                                help=text + (f" ({spec.bounds_text()})" if spec.bounds_text() else ""))
 
 
