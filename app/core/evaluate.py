@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.layer_roles import PatternError, parse_pattern
+from app.core.layer_roles import PatternError, RoleMap, derive_roles, parse_pattern
 from app.core.layout_check import CheckResult, run_check
 from app.core.model_config import ModelConfig
 from app.core.parallelism import Check, ParallelConfig, check_parallel
@@ -77,6 +77,20 @@ def layout_field(plan: Plan) -> str:
     if plan.engine == "maxtext":
         return "lps"
     return {"split": "split", "layout": "layout"}.get(plan.mode, "pp")
+
+
+def plan_roles(plan: Plan, cfg: ModelConfig) -> tuple[RoleMap, list[int]]:
+    """The roles the plan's engine runs, and the layers where they differ from the checkpoint's
+    (vLLM never reads ``indexer_types``; MaxText runs its ``index_share_pattern``)."""
+    if plan.engine in SERVING_ENGINES:
+        from app.core.engines.serving import engine_roles
+
+        return engine_roles(cfg, plan.engine)
+    if plan.engine == "maxtext":
+        from app.core.engines.maxtext import maxtext_roles
+
+        return maxtext_roles(cfg, plan.pattern)
+    return derive_roles(cfg, plan.engine, pattern=plan.pattern, freq=plan.dsa_freq, offset=plan.dsa_offset), []
 
 
 def pipeline_spec(plan: Plan) -> PipelineSpec:

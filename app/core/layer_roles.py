@@ -404,12 +404,13 @@ def roles_report(
     pattern: str | None = None,
     freq: int | None = None,
     offset: int | None = None,
+    roles: RoleMap | None = None,
 ) -> dict[str, Any]:
-    """The JSON body of ``isplan roles``."""
-    rm = derive_roles(cfg, engine, pattern=pattern, freq=freq, offset=offset)
+    """The JSON body of ``isplan roles`` (``roles``: an engine's own, already derived)."""
+    rm = roles if roles is not None else derive_roles(cfg, engine, pattern=pattern, freq=freq, offset=offset)
     return {
         "model": cfg.summary(),
-        "engine": rm.engine.value,
+        "engine": engine.value if isinstance(engine, Engine) else str(engine),
         "rule": rm.rule,
         "index_topk_freq": rm.freq,
         "index_skip_topk_offset": rm.offset,

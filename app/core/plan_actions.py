@@ -9,31 +9,49 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.core.evaluate import pipeline_spec
+from app.core.evaluate import pipeline_spec, plan_roles
 from app.core.layer_costs import layer_costs
-from app.core.layer_roles import derive_roles
 from app.core.model_config import ModelConfig
 from app.core.optimiser import k_best_layouts, nearest_valid
-from app.core.plan import FieldProblem, Plan
+from app.core.plan import SERVING_ENGINES, FieldProblem, Plan
 from app.core.stages import materialise
 
 ACTIONS = ("balance", "nearest")
 
 
 def apply_action(plan: Plan, cfg: ModelConfig, action: str) -> tuple[Plan, FieldProblem | None]:
-    """``plan`` rewritten by ``action`` (``balance`` or ``nearest``), or unchanged with a problem."""
-    roles = derive_roles(cfg, plan.engine, pattern=plan.pattern, freq=plan.dsa_freq, offset=plan.dsa_offset)
-    stages = materialise(pipeline_spec(plan), cfg.num_hidden_layers)
-    pp, vpp = stages.pp, stages.vpp
+    """``plan`` rewritten by ``action`` (``balance`` or ``nearest``), or unchanged with a problem.
+
+    Serving engines balance the partition as :func:`app.core.engines.serving.best_serving_partition`
+    does (weights per rank, MTP draft and lm_head where the engine puts them)."""
+    if plan.engine == "maxtext":
+        return plan, FieldProblem("lps", f"{action}: MaxText stages are fixed by num_layers_per_pipeline_stage; "
+                                         "change it or the pipeline sizes instead")
+    roles, _ = plan_roles(plan, cfg)
+    if plan.engine in SERVING_ENGINES:
+        sizes = list(plan.split) if plan.mode == "split" and plan.split else None
+        pp, vpp = len(sizes) if sizes else plan.pp, 1
+    else:
+        stages = materialise(pipeline_spec(plan), cfg.num_hidden_layers)
+        pp, vpp, sizes = stages.pp, stages.vpp, stages.sizes if stages.stages else None
     full = [r.role == "full" for r in roles.layers]
     split: list[int] | None = None
-    if action == "balance":
+    if action == "balance" and plan.engine in SERVING_ENGINES:
+        from app.core.engines.serving import best_serving_partition
+
+        found = best_serving_partition(cfg, plan.engine, pp, k=1, mtp=bool(plan.mtp), version=plan.engine_version)
+        split = list(found[0].sizes) if found else None
+    elif action == "balance":
         lc = layer_costs(cfg, roles, "balanced")
         best = k_best_layouts(list(lc.costs), full, pp, vpp, k=1, first_stage_extra=lc.first_stage_extra,
                               last_stage_extra=lc.last_stage_extra)
         split = list(best[0].split) if best else None
     elif action == "nearest":
-        sizes = stages.sizes if stages.stages and sum(stages.sizes) == cfg.num_hidden_layers else None
+        if plan.engine in SERVING_ENGINES and sizes is None:  # the engine's default partition
+            from app.core.engines.serving import default_partition
+
+            sizes = default_partition(plan.engine, cfg.num_hidden_layers, pp, plan.engine_version)
+        sizes = sizes if sizes and sum(sizes) == cfg.num_hidden_layers else None
         nv = nearest_valid(sizes, full, vpp) if sizes else None
         split = list(nv.split) if nv else None
     else:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.evaluate import Evaluation, evaluate, pipeline_spec
-from app.core.layer_roles import derive_roles, roles_report
+from app.core.evaluate import Evaluation, evaluate, pipeline_spec, plan_roles
+from app.core.layer_roles import roles_report
 from app.core.layout_check import CheckResult, run_check
 from app.core.model_config import ModelConfig
 from app.core.plan import SERVING_ENGINES, FieldProblem, Plan, PlanError
@@ -118,10 +118,25 @@ def stage_lines(check: Any) -> list[str]:
     return lines
 
 
+def _roles(plan: Plan, cfg: ModelConfig) -> tuple[Any, list[int]]:
+    """The plan's engine roles; an unusable pattern or engine setting is a field problem."""
+    from app.core.engines.rules import EngineInputError
+    from app.core.layer_roles import PatternError
+
+    try:
+        return plan_roles(plan, cfg)
+    except (PatternError, EngineInputError) as exc:
+        raise PlanError([FieldProblem("pattern", str(exc))]) from None
+
+
 # ----------------------------------------------------------------------------- roles
 def roles_command_report(plan: Plan, cfg: ModelConfig) -> Report:
     """``isplan roles``: per-layer roles, sources and disagreements between engines."""
-    body = roles_report(cfg, plan.engine, pattern=plan.pattern, freq=plan.dsa_freq, offset=plan.dsa_offset)
+    roles, differences = _roles(plan, cfg)
+    body = roles_report(cfg, plan.engine, pattern=plan.pattern, freq=plan.dsa_freq, offset=plan.dsa_offset,
+                        roles=roles)
+    if plan.engine in SERVING_ENGINES or plan.engine == "maxtext":
+        body["engine_differs_from_checkpoint"] = differences
     lines = [f"model {cfg.id}: {body['num_layers']} layers, {body['num_full']} full, {body['num_shared']} shared "
              f"(rule: {body['rule']}, engine {body['engine']})", body["pattern"],
              "full layers: " + ", ".join(str(x) for x in body["full_layers"])]
@@ -140,7 +155,7 @@ def params_report(plan: Plan, cfg: ModelConfig, *, per_layer: bool = False, with
     """``isplan params``: totals, active, components; per pipeline rank when a layout is given."""
     from app.core.parameters import count_parameters, per_rank_params
 
-    roles = derive_roles(cfg, plan.engine, pattern=plan.pattern, freq=plan.dsa_freq, offset=plan.dsa_offset)
+    roles, _ = _roles(plan, cfg)
     body: dict[str, Any] = {"model": cfg.summary(), **count_parameters(cfg, roles).to_json()}
     if not per_layer:
         body.pop("per_layer")
@@ -198,8 +213,8 @@ def flops_command_report(plan: Plan, cfg: ModelConfig, *, global_batch: int | No
     with a global batch, training FLOPs per step at ``plan.seq_length`` (default 4096)."""
     from app.core.flops import flops_report, training_flops
 
-    roles = derive_roles(cfg, plan.engine, pattern=plan.pattern, freq=plan.dsa_freq, offset=plan.dsa_offset)
-    body = flops_report(cfg, plan.context, pattern=plan.pattern)
+    roles, _ = _roles(plan, cfg)
+    body = flops_report(cfg, plan.context, roles=roles)
     seq = plan.seq_length or 4096
     gbs = global_batch if global_batch is not None else plan.global_batch
     if gbs is not None:
@@ -234,7 +249,7 @@ def plan_search_report(plan: Plan, cfg: ModelConfig, *, objective: str = "balanc
     if plan.engine == "maxtext":
         raise PlanError([FieldProblem("engine", "isplan plan searches Megatron/slime layouts and vLLM/SGLang "
                                                 "partitions; for MaxText use isplan check --engine maxtext")])
-    roles = derive_roles(cfg, plan.engine, pattern=plan.pattern, freq=plan.dsa_freq, offset=plan.dsa_offset)
+    roles, _ = _roles(plan, cfg)
     vpp = plan.vpp or 1
     try:
         body = plan_report(cfg, roles, pp=plan.pp, vpp=vpp, objective=objective, context=plan.context,
