@@ -31,6 +31,8 @@ CASES = [
     ("check", ["--engine", "maxtext", "--ici-pipeline-parallelism", "4", "--layers-per-pipeline-stage", "4"],
      "/api/v1/check", {"engine": "maxtext", "ici_pp": "4", "lps": "4"}),
     ("roles", ["--pattern", "FSSS"], "/api/v1/roles", {"pattern": "FSSS"}),
+    ("roles", ["--engine", "vllm"], "/api/v1/roles", {"engine": "vllm"}),
+    ("roles", ["--engine", "maxtext", "--pattern", "FSSS"], "/api/v1/roles", {"engine": "maxtext", "pattern": "FSSS"}),
     ("params", [], "/api/v1/params", {}),
     ("params", ["--split", "14,8,8,8,8,8,8,16", "--tp", "4", "--ep", "32", "--etp", "1"], "/api/v1/params",
      {"split": "14,8,8,8,8,8,8,16", "tp": "4", "ep": "32", "etp": "1"}),
