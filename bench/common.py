@@ -40,3 +40,23 @@ def save(name: str, result: dict) -> Path:
 
 def ms(x: float) -> str:
     return f"{x * 1000:.1f} ms"
+
+
+def update_seconds(app: object, query: str) -> float:
+    """Server time of one live page update of ``query`` in ``app`` (a ``create_app()`` app): parse
+    the plan, evaluate it, render the results fragment - what ``/fragment`` does, without HTTP."""
+    from urllib.parse import parse_qsl
+
+    from starlette.requests import Request
+
+    from app.core.plan import SLIME_GLM52_PROFILE, plan_from_query
+    from app.web.view import build_view
+
+    state = app.state  # type: ignore[attr-defined]
+    request = Request({"type": "http", "method": "GET", "path": "/fragment", "query_string": query.encode(),
+                       "headers": [], "scheme": "http", "server": ("127.0.0.1", 80), "root_path": "", "app": app})
+    t0 = time.perf_counter()
+    plan, problems = plan_from_query(dict(parse_qsl(query)), empty=SLIME_GLM52_PROFILE)
+    view = build_view(plan, problems, state.store)
+    state.templates.get_template("_results.html").render(state.page_context(request, view, oob=True))
+    return time.perf_counter() - t0

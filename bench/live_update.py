@@ -12,7 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.common import ms, percentiles, save
+from bench.common import ms, percentiles, save, update_seconds
 from tests.browser_support import AppServer  # the one way the project starts a real server
 
 BASE = "model=glm-5.2&mode=split&tp=4&cp=8&ep=32&etp=1&sp=1&tpg=8192&recompute=full&offload=1&conv=flags&conv_pp=2&conv_last=40"
@@ -24,14 +24,11 @@ def _queries(n: int) -> list[str]:
 
 
 def in_process(n: int) -> dict:
-    from fastapi.testclient import TestClient
+    from app.web.app import create_app
 
-    import app.main as web
-
-    client = TestClient(web.app)
-    client.get("/fragment?" + _queries(1)[0])  # warm up imports and caches
-    samples = [client.get("/api/v1/timing?" + q).json()["seconds"] for q in _queries(n)]
-    return percentiles(samples)
+    app = create_app()
+    update_seconds(app, _queries(1)[0])  # warm up imports and caches
+    return percentiles([update_seconds(app, q) for q in _queries(n)])
 
 
 def over_http(n: int) -> dict:

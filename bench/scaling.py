@@ -1,5 +1,5 @@
 """Server time of one live plan update (``build_view`` + rendering ``_results.html``, the work of
-``/fragment`` and ``/api/v1/timing``) against model depth: synthetic GLM-5.2 configs with 78, 256
+``/fragment``, timed in process by ``bench.common.update_seconds``) against model depth: synthetic GLM-5.2 configs with 78, 256
 and 1024 decoder layers (the preset with ``num_hidden_layers``, ``indexer_types`` -- first 3 full,
 then every 4th -- and ``mlp_layer_types`` changed), uploaded to a :class:`ConfigStore` in a temp
 directory and addressed as ``model=sha256:...``, PP in {8, 16, 32, 64} x VPP in {1, 2, 4} wherever
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ms, percentiles, save
+from bench.common import ms, percentiles, save, update_seconds
 
 REPO = Path(__file__).resolve().parent.parent
 PRESET = REPO / "app" / "core" / "presets" / "glm-5.2.json"
@@ -80,20 +80,16 @@ def cases(full: list[bool]) -> list[tuple[int, int]]:
 
 
 def main(n: int = 200, seconds_per_case: float = 5.0, budget_seconds: float = 150.0) -> dict:
-    from starlette.requests import Request
-
-    import app.main as web
     from app.core.model_config import load_config_bytes
     from app.core.optimiser import optimal_layout
+    from app.web.app import create_app
     from app.web.store import ConfigStore
 
     store = ConfigStore(Path(tempfile.mkdtemp(prefix="isplan-bench-")) / "configs.sqlite3")
-    web.store = store  # the endpoint resolves model=sha256:... through app.main.store
+    app = create_app(store=store)  # model=sha256:... resolves through this store
 
     def update(query: str) -> float:
-        req = Request({"type": "http", "method": "GET", "path": "/api/v1/timing", "query_string": query.encode(),
-                       "headers": [], "scheme": "http", "server": ("127.0.0.1", 80), "root_path": ""})
-        return web.timing(req)["seconds"]
+        return update_seconds(app, query)
 
     t_start = time.monotonic()
     out: dict = {"updates_per_case": n, "seconds_per_case": seconds_per_case, "parallel": PARALLEL, "cases": []}
