@@ -30,6 +30,7 @@ distinct uploads cannot grow the process.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import hmac
@@ -348,10 +349,8 @@ class ConfigStore(BaseStore):
             raise _sqlite_failure(exc, self.path) from None
         finally:
             if db.in_transaction:  # an error or a quota refusal (SQLite may have rolled back already)
-                try:
+                with contextlib.suppress(sqlite3.Error):
                     db.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
 
     def _insert(self, digest: str, data: bytes, name: str, client: str | None) -> str | None:
         def work(db: sqlite3.Connection) -> str | None:
