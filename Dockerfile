@@ -1,5 +1,5 @@
 # isplan web app. tests/test_install.py runs the same install and start steps in a fresh venv
-# (pip install ., uvicorn app.main:app, GET /healthz), so this file stays honest without a
+# (pip install ., python -m app.serve, GET /healthz), so this file stays honest without a
 # Docker engine on the build machine.
 FROM python:3.11-slim
 
@@ -18,4 +18,5 @@ ENV ISPLAN_DATA_DIR=/home/isplan/data
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
   CMD ["/opt/venv/bin/python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4).status == 200 else 1)"]
-CMD ["/opt/venv/bin/uvicorn", "app.main:app", "--host", "0.0.0.0", "--port", "8000"]
+# several server processes (ISPLAN_SERVER_WORKERS, default 2) with header/body deadlines: app/serve.py
+CMD ["/opt/venv/bin/python", "-m", "app.serve", "--host", "0.0.0.0", "--port", "8000"]

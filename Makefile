@@ -13,13 +13,14 @@ CHROMIUM ?= /usr/bin/chromium
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install --quiet -e ".[test,postgres]"
 	touch $(STAMP)
 
 venv: $(STAMP)
 
+# several server processes with the slow-client limits (app/serve.py; the Dockerfile runs the same)
 serve: $(STAMP)
-	$(BIN)/uvicorn app.main:app --host 127.0.0.1 --port 8000
+	$(BIN)/python -m app.serve --host 127.0.0.1 --port 8000
 
 # Browser tests drive Debian's Chromium through Playwright (no browser download).
 browser:

@@ -52,30 +52,16 @@ def _emit(args: argparse.Namespace, report: Report) -> int:
     return EXIT_GO if report.go else EXIT_NO_GO
 
 
-def _read_text(path: str) -> str:
-    """A whole input file (``-``: stdin), at most 1 MiB; FIFOs, devices and directories refused."""
-    import os
-    import stat
+def _read_text(path: str, what: str = "input file") -> str:
+    """A whole input file (``-``: stdin) as UTF-8 text, at most 1 MiB; FIFOs, devices and
+    directories refused before a byte is read (:func:`app.core.inputs.read_text_bounded`).
+    Any unreadable input is a one-line usage error (exit 2)."""
+    from app.core.inputs import InputError, read_text_bounded
 
-    if path == "-":
-        stream = getattr(sys.stdin, "buffer", None)
-        data = stream.read(MAX_INPUT_BYTES + 1) if stream is not None else \
-            sys.stdin.read(MAX_INPUT_BYTES + 1).encode("utf-8", "surrogatepass")
-    else:
-        try:
-            st = os.stat(path)
-        except OSError as exc:
-            raise UsageError(f"cannot read {path}: {exc.strerror}") from None
-        if not stat.S_ISREG(st.st_mode):
-            raise UsageError(f"cannot read {path}: not a regular file (FIFOs, devices and directories are refused)")
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read(MAX_INPUT_BYTES + 1)
-        except OSError as exc:
-            raise UsageError(f"cannot read {path}: {exc.strerror}") from None
-    if len(data) > MAX_INPUT_BYTES:
-        raise UsageError(f"{path} is over the {MAX_INPUT_BYTES:,}-byte limit")
-    return data.decode("utf-8", errors="replace")
+    try:
+        return read_text_bounded(path, limit=MAX_INPUT_BYTES, what=what)
+    except InputError as exc:
+        raise UsageError(str(exc)) from None
 
 
 # ----------------------------------------------------------------------------- plans from flags
@@ -255,14 +241,10 @@ def cmd_receipt(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from app.core.receipt import ReceiptError, verify_receipt
+    from app.core.receipt import ReceiptError, load_receipt_bytes, verify_receipt
 
-    text = _read_text(args.receipt)
     try:
-        receipt = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{args.receipt} is not JSON: {exc.msg} at line {exc.lineno}") from None
-    try:
+        receipt = load_receipt_bytes(_read_text(args.receipt, "receipt"))
         report = verify_receipt(receipt, config_path=args.config)
     except ReceiptError as exc:
         raise UsageError(str(exc)) from None

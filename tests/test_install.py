@@ -1,6 +1,8 @@
 """The Dockerfile's install and start steps, run for real in a fresh venv (no Docker engine here).
 
-Parses the Dockerfile for its pip install and CMD lines so the two cannot drift apart."""
+Parses the Dockerfile for its pip install and CMD lines so the two cannot drift apart, and checks
+that ``make serve`` starts the same entry point (``python -m app.serve``), which runs several
+server processes (issue 9: "make serve and the Dockerfile run with several workers")."""
 
 from __future__ import annotations
 
@@ -54,7 +56,9 @@ def test_fresh_venv_install_start_and_healthz(tmp_path):
     exe[exe.index("--host") + 1] = "127.0.0.1"
     work = tmp_path / "home"
     work.mkdir()
-    proc = subprocess.Popen(exe, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    log_path = tmp_path / "server.log"
+    log = log_path.open("wb")
+    proc = subprocess.Popen(exe, cwd=work, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
         body = None
@@ -67,8 +71,16 @@ def test_fresh_venv_install_start_and_healthz(tmp_path):
                 if proc.poll() is not None:
                     break
                 time.sleep(0.3)
-        assert body is not None, proc.stdout.read().decode() if proc.poll() is not None else "no answer"
-        assert body["status"] == "ok"
+        assert body is not None, log_path.read_text() if proc.poll() is not None else "no answer"
+        assert body["status"] == "ok" and body["store"]["ok"] is True
+        # several server processes behind the one port (uvicorn logs each one's start)
+        deadline = time.monotonic() + 30
+        while log_path.read_text().count("Application startup complete") < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert log_path.read_text().count("Started server process") >= 2, log_path.read_text()
+        head = urllib.request.Request(f"http://127.0.0.1:{port}/healthz", method="HEAD")
+        with urllib.request.urlopen(head, timeout=5) as r:
+            assert r.status == 200 and r.headers["x-frame-options"] == "DENY" and r.read() == b""
         # the page renders from the installed package's own templates and assets
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as r:
             page = r.read().decode()
@@ -82,4 +94,12 @@ def test_fresh_venv_install_start_and_healthz(tmp_path):
         assert out.returncode == 0 and "VALID" in out.stdout
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        proc.wait(timeout=20)
+        log.close()
+
+
+def test_make_serve_runs_the_dockerfile_entry_point():
+    _, cmd = _dockerfile_steps()
+    assert cmd[1:3] == ["-m", "app.serve"], cmd
+    serve = re.search(r"^serve:.*\n\t(.+)$", (REPO / "Makefile").read_text(), re.M)
+    assert serve and "-m app.serve" in serve.group(1), "make serve must start python -m app.serve"

@@ -8,9 +8,13 @@ message per field, or a 422 naming the field from the API: never a 500.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+import logging
+import os
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -18,11 +22,12 @@ from typing import Any
 import plotly
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from app import __version__
+from app.core.bounds import BoundError
 from app.core.launcher_plan import LauncherImportError
 from app.core.layer_roles import PatternError
 from app.core.model_config import ConfigError, load_manifest, load_preset, preset_ids
@@ -35,15 +40,22 @@ from app.web.figures import page_figures
 from app.web.limits import BodySizeLimit
 from app.web.routers import models_api, pages, plan_api, uploads
 from app.web.schemas import Health
-from app.web.store import ConfigStore
+from app.web.security import ASGIApp, secure, swagger_ui_html
+from app.web.store import BaseStore, QuotaExceeded, StoreUnavailable, UploadForbidden, open_store
 from app.web.view import PlanView
+from app.web.workers import ClientGone, TooBusy, TooMuchWork, WorkTimeout, default_pool
+
+log = logging.getLogger("isplan.web")
 
 PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
        "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
        "frame-ancestors 'none'")
-SECURITY_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
-                    "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin"}
+#: Seconds a request body may take to arrive (``ISPLAN_BODY_SECONDS``): a stalled body is a 408.
+BODY_SECONDS = 30.0
+#: The store's health probe runs here, never on the event loop nor in the request thread pool
+#: (which busy requests can fill), so ``/healthz`` answers while the server is loaded.
+_HEALTH_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="isplan-health")
 
 
 class SafeJSONResponse(JSONResponse):
@@ -65,6 +77,34 @@ async def _bad_input(request: Request, exc: Exception) -> Response:
     return _error_body([{"code": "bad_input", "message": str(exc), "field": getattr(exc, "field", None)}])
 
 
+def _status_error(status: int, code: str, field: str | None = None) -> Any:
+    """A handler answering ``status`` with the exception's message in the usual error body."""
+
+    async def handler(request: Request, exc: Exception) -> Response:
+        headers = {"Retry-After": "2"} if status in (429, 503) else None
+        return SafeJSONResponse(status_code=status, headers=headers, content={"valid": False, "errors": [
+            {"code": code, "message": str(exc), "field": getattr(exc, "field", field)}]})
+
+    return handler
+
+
+async def _forbidden(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, UploadForbidden)
+    return await _status_error(exc.status_code, "upload_token", "token")(request, exc)
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    """Nobody reads this answer: one log line, no traceback."""
+    log.info("client disconnected during %s %s; its work was stopped", request.method, request.url.path[:200])
+    return Response(status_code=499)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    """A bug: the JSON every isplan error carries (the traceback goes to the server log)."""
+    return SafeJSONResponse(status_code=500, content={"valid": False, "errors": [
+        {"code": "internal_error", "message": "internal error; the server log has the details", "field": None}]})
+
+
 async def _invalid_request(request: Request, exc: Exception) -> Response:
     """FastAPI's own parameter validation, in the same shape as every other isplan 4xx."""
     assert isinstance(exc, RequestValidationError)
@@ -84,18 +124,38 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # plan update by ~40% in bench/live_update.py).
     for preset in preset_ids():
         load_preset(preset)
+    await default_pool().start()  # the worker processes of the expensive operations, started now
     gc.collect()
     gc.freeze()
     yield
 
 
-def create_app(store: ConfigStore | None = None) -> FastAPI:
-    app = FastAPI(default_response_class=SafeJSONResponse, title="isplan", version=__version__, lifespan=lifespan,
+class SecuredFastAPI(FastAPI):
+    """FastAPI whose whole middleware stack, Starlette's error middleware included, is wrapped in
+    :func:`app.web.security.secure`: security headers on every answer (413 and 500 included),
+    ``HEAD`` wherever ``GET`` works, same-origin state-changing requests, JSON-only verify, and a
+    body-read deadline (issue 9)."""
+
+    def build_middleware_stack(self) -> ASGIApp:  # type: ignore[override]
+        origins = [o for o in os.environ.get("ISPLAN_ALLOWED_ORIGINS", "").split(",") if o.strip()]
+        try:
+            seconds = float(os.environ.get("ISPLAN_BODY_SECONDS", BODY_SECONDS))
+        except ValueError:
+            seconds = BODY_SECONDS
+        return secure(super().build_middleware_stack(), csp=CSP, body_seconds=seconds, allowed_origins=origins,
+                      json_only=("/api/v1/verify",))
+
+
+def create_app(store: BaseStore | None = None) -> FastAPI:
+    """The app; its store is ``store``, else :func:`app.web.store.open_store` (PostgreSQL when
+    ``ISPLAN_DATABASE_URL`` is set, else SQLite in ``ISPLAN_DATA_DIR``)."""
+    app = SecuredFastAPI(default_response_class=SafeJSONResponse, title="isplan", version=__version__,
+                  lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="IndexShare layout planner: validate and plan pipeline layouts of GLM-5.2-class DSA "
                               "models. Every endpoint returns the same JSON as the matching `isplan ... --format "
                               "json` command, with the plan's verdict.")
     templates = Jinja2Templates(directory=str(asset_dir("templates")))
-    app.state.store = store if store is not None else ConfigStore()
+    app.state.store = store if store is not None else open_store()
     app.state.templates = templates
     app.state.plotly_js = PLOTLY_JS
     app.state.vendor = json.loads((asset_dir("static") / "vendor" / "VENDOR.json").read_text())
@@ -107,21 +167,32 @@ def create_app(store: ConfigStore | None = None) -> FastAPI:
     app.state.page_context = page_context
     app.mount("/static", StaticFiles(directory=asset_dir("static")), name="static")
 
-    @app.middleware("http")
-    async def security_headers(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        response = await call_next(request)
-        response.headers.update(SECURITY_HEADERS)
-        return response
-
     app.add_middleware(BodySizeLimit)  # request bodies: 2 MiB for uploads, 64 KiB elsewhere
     for exc_type in (BadInput, ConfigError, LayoutInputError, PatternError, ReceiptError, PlanError,
-                     LauncherImportError):
+                     LauncherImportError, TooMuchWork, BoundError):
         app.add_exception_handler(exc_type, _bad_input)
     app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(QuotaExceeded, _status_error(413, "quota_exceeded", "file"))
+    app.add_exception_handler(StoreUnavailable, _status_error(503, "store_unavailable"))
+    app.add_exception_handler(UploadForbidden, _forbidden)
+    app.add_exception_handler(TooBusy, _status_error(429, "too_busy"))
+    app.add_exception_handler(WorkTimeout, _status_error(503, "timeout"))
+    app.add_exception_handler(ClientGone, _client_gone)
+    app.add_exception_handler(Exception, _internal_error)
 
-    @app.get("/healthz", response_model=Health, tags=["health"])
-    def healthz() -> Health:
-        return Health(status="ok", version=__version__)
+    @app.get("/healthz", response_model=Health, tags=["health"],
+             responses={503: {"description": "the upload store cannot write; the body says why"}})
+    async def healthz() -> Response:
+        """``ok`` while the upload store can write (a probe row, enough free disk), else 503."""
+        store_health = await asyncio.get_running_loop().run_in_executor(_HEALTH_THREAD, app.state.store.health)
+        ok = bool(store_health.get("ok"))
+        return SafeJSONResponse(status_code=200 if ok else 503, content={
+            "status": "ok" if ok else "unavailable", "version": __version__, "store": store_health})
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        """The API documentation on the vendored Swagger UI (no CDN: it works under the CSP)."""
+        return HTMLResponse(swagger_ui_html(app.openapi_url or "/openapi.json"))
 
     for router in (pages.router, uploads.router, plan_api.router, models_api.router):
         app.include_router(router)

@@ -34,6 +34,7 @@ import asyncio
 import html
 import json
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -320,13 +321,29 @@ def _h11_protocol() -> type:
     return H11Protocol
 
 
-class HeaderDeadlineH11Protocol(_h11_protocol()):  # type: ignore[misc]
-    """uvicorn's ``H11Protocol``; each request head must arrive within ``header_seconds``."""
+#: Seconds a request head may take (``ISPLAN_HEADER_SECONDS``).
+HEADER_SECONDS = 10.0
 
-    header_seconds = 10.0
+
+def _env_seconds(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return value if 0 < value < 1e6 else default
+
+
+class HeaderDeadlineH11Protocol(_h11_protocol()):  # type: ignore[misc]
+    """uvicorn's ``H11Protocol``; each request head must arrive within ``header_seconds``
+    (default: ``ISPLAN_HEADER_SECONDS``, else :data:`HEADER_SECONDS`, read per connection so
+    that uvicorn's spawned worker processes see the operator's setting)."""
+
+    header_seconds: float | None = None
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
+        if self.header_seconds is None:
+            self.header_seconds = _env_seconds("ISPLAN_HEADER_SECONDS", HEADER_SECONDS)
         self._head_cycle = None
         self._head_timer: asyncio.TimerHandle | None = None
         self._arm_head_timer()
@@ -363,10 +380,16 @@ class HeaderDeadlineH11Protocol(_h11_protocol()):  # type: ignore[misc]
         super().connection_lost(exc)
 
 
-def uvicorn_options(header_seconds: float = 10.0, keep_alive_seconds: int = 5,
+def uvicorn_options(header_seconds: float | None = None, keep_alive_seconds: int = 5,
                     limit_concurrency: int | None = 1000) -> dict[str, Any]:
     """Keyword arguments for ``uvicorn.run`` / ``uvicorn.Config``: the h11 protocol with a head
-    deadline, a short keep-alive and a cap on connections (503 beyond it)."""
-    protocol = type("HeaderDeadline", (HeaderDeadlineH11Protocol,), {"header_seconds": header_seconds})
+    deadline, a short keep-alive and a cap on connections (503 beyond it).
+
+    Without ``header_seconds`` the protocol is named by its import path (picklable, so it works
+    with ``workers=N``, whose processes uvicorn spawns) and reads ``ISPLAN_HEADER_SECONDS``; an
+    explicit value makes a subclass, for a server in this process (``workers=1``)."""
+    protocol: str | type = "app.web.security:HeaderDeadlineH11Protocol"
+    if header_seconds is not None:
+        protocol = type("HeaderDeadline", (HeaderDeadlineH11Protocol,), {"header_seconds": header_seconds})
     return {"http": protocol, "timeout_keep_alive": keep_alive_seconds, "limit_concurrency": limit_concurrency,
             "h11_max_incomplete_event_size": 16 * 1024}

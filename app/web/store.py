@@ -30,6 +30,7 @@ distinct uploads cannot grow the process.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import hmac
@@ -233,7 +234,11 @@ class BaseStore:
         cfg = validate_upload(data, name)
         digest = hashlib.sha256(data).hexdigest()
         with self._lock:
-            stored_name = self._insert(digest, data, _name(name), _client(client))
+            try:
+                stored_name = self._insert(digest, data, _name(name), _client(client))
+            except StoreUnavailable as exc:  # health says so at once (a small probe row may still fit)
+                self._health = (time.monotonic(), {"ok": False, "backend": self.backend, "detail": str(exc)})
+                raise
             if stored_name is not None and _label(stored_name) != cfg.label:
                 cfg = dataclasses.replace(cfg, label=_label(stored_name))
             self._remember(cfg, len(data))
@@ -266,7 +271,8 @@ class BaseStore:
     def health(self) -> dict[str, Any]:
         """``{"ok", "backend", "detail"}``: ok when a write probe succeeds and (SQLite) the data
         directory has at least :data:`MIN_FREE_BYTES` free. Never raises; cached for
-        :data:`HEALTH_TTL` seconds."""
+        :data:`HEALTH_TTL` seconds. A failed upload write counts as a failed probe (a full disk
+        may still take the probe's tiny row)."""
         now = time.monotonic()
         if self._health is not None and now - self._health[0] < HEALTH_TTL:
             return self._health[1]
@@ -348,10 +354,8 @@ class ConfigStore(BaseStore):
             raise _sqlite_failure(exc, self.path) from None
         finally:
             if db.in_transaction:  # an error or a quota refusal (SQLite may have rolled back already)
-                try:
+                with contextlib.suppress(sqlite3.Error):
                     db.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
 
     def _insert(self, digest: str, data: bytes, name: str, client: str | None) -> str | None:
         def work(db: sqlite3.Connection) -> str | None:

@@ -31,6 +31,7 @@ raises :class:`ClientGone`. An ``asyncio`` cancellation of the awaiting task kil
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import multiprocessing
 import os
@@ -218,15 +219,11 @@ def _worker_main(conn: Connection, memory_limit: int) -> None:
 
     It runs at a lower CPU priority (``nice`` +:data:`WORKER_NICE`) so that the server's event
     loop (``/healthz``, cheap pages) is scheduled first when the cores are busy."""
-    try:
+    with contextlib.suppress(OSError):
         os.nice(WORKER_NICE)
-    except OSError:
-        pass
     if memory_limit > 0:
-        try:
+        with contextlib.suppress(ValueError, OSError):  # a lower hard limit is already in place
             resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
-        except (ValueError, OSError):
-            pass  # a lower hard limit is already in place
     while True:
         try:
             fn, args = conn.recv()
@@ -234,11 +231,11 @@ def _worker_main(conn: Connection, memory_limit: int) -> None:
             return
         try:
             reply: tuple[bool, Any] = (True, fn(*args))
-        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
+        except BaseException as exc:
             reply = (False, exc)
         try:
             conn.send(reply)
-        except Exception as exc:  # noqa: BLE001 - an unpicklable result or exception
+        except Exception as exc:
             conn.send((False, RuntimeError(f"the worker's answer cannot be sent back: {type(exc).__name__}")))
 
 

@@ -18,8 +18,9 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 from app.core import reports
 from app.core.plan import SLIME_GLM52_PROFILE, FieldProblem, Plan, plan_from_query
 from app.core.plan_actions import ACTIONS, apply_action
-from app.web.deps import Store, model_config
+from app.web.deps import Store, action_cost, bounded_from_thread, model_config
 from app.web.view import PlanView, build_view, resolve_model
+from app.web.workers import TooMuchWork
 
 router = APIRouter(include_in_schema=False)
 
@@ -49,11 +50,15 @@ def fragment(request: Request, store: Store, action: str | None = None) -> HTMLR
     if action:
         if action in ACTIONS:
             cfg, _ = resolve_model(plan.model, store)
-            plan, problem = apply_action(plan, cfg, action)
+            try:  # in the worker pool, within the work budget (issue 9)
+                plan, problem = bounded_from_thread(request, action_cost(plan, cfg, action), apply_action, plan,
+                                                    cfg, action)
+            except TooMuchWork as exc:
+                problem = FieldProblem("split", str(exc))
         else:
             problem = FieldProblem("split", f"unknown action {action[:40]!r}")
         if problem is not None:
-            problems = problems + [problem]
+            problems = [*problems, problem]
     v = build_view(plan, problems, store)
     resp = render(request, "_results.html", v, oob=True)
     resp.headers["HX-Push-Url" if action else "HX-Replace-Url"] = "/?" + plan.query()

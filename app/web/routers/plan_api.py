@@ -6,16 +6,27 @@ Each route returns the report of :mod:`app.core.reports` - the same object as
 
 from __future__ import annotations
 
-import json
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
+from starlette.concurrency import run_in_threadpool
 
 from app.core import reports
-from app.core.bounds import MAX_CONTEXT
-from app.core.plan import MAX_GPUS, SLIME_GLM52_PROFILE, parse_sizes, strict_plan
-from app.core.receipt import verify_receipt
-from app.web.deps import BadInput, PlanDep, Store, model_config
+from app.core.bounds import MAX_CONTEXT, MAX_PLAN_TEXT, MAX_TOP
+from app.core.plan import MAX_GPUS, SLIME_GLM52_PROFILE, Plan, parse_sizes, strict_plan
+from app.core.receipt import ReceiptError, load_receipt_bytes, verify_receipt
+from app.web.deps import (
+    BadInput,
+    PlanDep,
+    Store,
+    bounded,
+    model_config,
+    plan_search_cost,
+    report_body,
+    search_cost,
+    verify_cost,
+)
 from app.web.schemas import ERRORS, CheckReport, PlanPage, ReceiptReport, Report, VerifyReport
 from app.web.view import build_view
 
@@ -52,45 +63,51 @@ def receipt(plan: PlanDep, store: Store) -> dict[str, Any]:
 
 
 @router.get("/plan-search", response_model=Report)
-def plan_search(plan: PlanDep, store: Store,
-                objective: Literal["compute", "memory", "balanced"] = "balanced",
-                context: Annotated[int, Query(ge=1, le=MAX_CONTEXT)] = 4096,
-                top: Annotated[int, Query(ge=0, le=100)] = 3,
-                near: Annotated[str | None, Query(max_length=20_000)] = None) -> dict[str, Any]:
+async def plan_search(request: Request, plan: PlanDep, store: Store,
+                      objective: Literal["compute", "memory", "balanced"] = "balanced",
+                      context: Annotated[int, Query(ge=1, le=MAX_CONTEXT)] = 4096,
+                      top: Annotated[int, Query(ge=0, le=MAX_TOP)] = 3,
+                      near: Annotated[str | None, Query(max_length=MAX_PLAN_TEXT)] = None) -> dict[str, Any]:
     """``isplan plan --format json``: the optimal valid layout for ``pp`` x ``vpp``, the next best
-    ones and, with ``near``, the valid layout closest to a split."""
+    ones and, with ``near``, the valid layout closest to a split. Refused (422) beyond the work
+    budget; run in the worker pool (429 when this client already has its share running)."""
     try:
         near_sizes = parse_sizes(near, "near") if near is not None else None
     except ValueError as exc:
         raise BadInput(str(exc), "near") from None
-    from dataclasses import replace
-
-    return reports.plan_search_report(replace(plan, context=context), model_config(plan.model, store),
-                                      objective=objective, top=top, near=near_sizes).body
+    cfg = await run_in_threadpool(model_config, plan.model, store)
+    body: dict[str, Any] = await bounded(request, plan_search_cost(plan, cfg, top), report_body,
+                                         reports.plan_search_report, replace(plan, context=context), cfg,
+                                         objective=objective, top=top, near=near_sizes)
+    return body
 
 
 @router.get("/search", response_model=Report)
-def search(plan: PlanDep, store: Store, top: Annotated[int, Query(ge=0, le=100)] = 10) -> dict[str, Any]:
-    """``isplan search --format json``: parallel configurations for the GPU budget ``gpus``."""
+async def search(request: Request, plan: PlanDep, store: Store,
+                 top: Annotated[int, Query(ge=0, le=MAX_TOP)] = 10) -> dict[str, Any]:
+    """``isplan search --format json``: parallel configurations for the GPU budget ``gpus``.
+    Refused (422) beyond the work budget; run in the worker pool."""
     if plan.gpus is None:
         raise BadInput(f"give gpus=N (1 to {MAX_GPUS:,}): the GPU budget to search", "gpus")
-    return reports.search_report(plan, model_config(plan.model, store), gpus=plan.gpus, top=top).body
+    cfg = await run_in_threadpool(model_config, plan.model, store)
+    body: dict[str, Any] = await bounded(request, search_cost(plan, cfg, plan.gpus, top), report_body,
+                                         reports.search_report, plan, cfg, gpus=plan.gpus, top=top)
+    return body
 
 
 @router.post("/verify", response_model=VerifyReport)
 async def verify(request: Request, store: Store) -> dict[str, Any]:
-    """``isplan verify --format json``: POST a receipt (a JSON body of at most 2 MiB)."""
-    raw = await request.body()
+    """``isplan verify --format json``: POST a receipt (``Content-Type: application/json``, at most
+    2 MiB and 64 levels deep). The config is a preset or an uploaded ``sha256:`` config; a receipt
+    never names a path on the server."""
     try:
-        body = json.loads(raw)
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, over-long integers
-        raise BadInput(f"the body is not JSON (a receipt is a JSON object): {str(exc)[:200]}", "receipt") from None
+        body = load_receipt_bytes(await request.body())
+    except ReceiptError as exc:
+        raise BadInput(str(exc), "receipt") from None
     cfg = None
     if isinstance(body, dict) and isinstance(body.get("model"), dict):
         mid = body["model"].get("id")
         if isinstance(mid, str) and mid.startswith("sha256:"):
-            cfg = store.get(mid)
-    from starlette.concurrency import run_in_threadpool
-
-    result: dict[str, Any] = await run_in_threadpool(verify_receipt, body, config=cfg)
+            cfg = await run_in_threadpool(store.get, mid)
+    result: dict[str, Any] = await bounded(request, verify_cost(body, cfg), verify_receipt, body, config=cfg)
     return result

@@ -1,22 +1,26 @@
 """Uploads: a ``config.json`` (stored content-addressed) and a pasted launcher script.
 
 Both end on the page: success redirects to the plan URL that holds everything read (the URL is
-the plan); a refusal renders the page with the message beside the field, never a raw JSON page.
+the plan); a refusal renders the page with the message beside the field, never a raw JSON page:
+422 for an invalid config or launcher, 401/403 without the upload token (``ISPLAN_UPLOAD_TOKEN``),
+413 over an upload quota, 503 when the store cannot write.
 """
 
 from __future__ import annotations
 
 from urllib.parse import parse_qsl
 
-from fastapi import APIRouter, File, Form, Request, UploadFile
-from fastapi.responses import RedirectResponse, Response
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
 
 from app.core.launcher_plan import LauncherImportError, import_launcher
-from app.core.model_config import ConfigError
+from app.core.model_config import MAX_CONFIG_BYTES, ConfigError
 from app.core.plan import FieldProblem, Plan, plan_from_query
-from app.web.deps import Store
+from app.web.deps import Store, bounded, client_of, launcher_cost
 from app.web.routers.pages import render
+from app.web.store import BaseStore, QuotaExceeded, StoreUnavailable, UploadForbidden, check_token
 from app.web.view import build_view, resolve_model
 
 router = APIRouter(include_in_schema=False)
@@ -26,25 +30,58 @@ def _plan_of(query: str) -> tuple[Plan, list[FieldProblem]]:
     return plan_from_query(dict(parse_qsl(query)))
 
 
-@router.post("/upload")
-async def upload(request: Request, store: Store, file: UploadFile = File(...), query: str = Form("")) -> Response:
-    data = await file.read()  # at most 2 MiB: BodySizeLimit refuses larger requests before they arrive
+def _refused(request: Request, store: BaseStore, query: str, field: str, message: str, status: int) -> HTMLResponse:
+    """The page for ``query`` with ``message`` beside ``field``, answered with ``status``."""
     plan, problems = _plan_of(query)
+    problems.append(FieldProblem(field, message))
+    return render(request, "index.html", build_view(plan, problems, store), status_code=status)
+
+
+@router.post("/upload")
+async def upload(request: Request, store: Store) -> Response:
+    """Store a config (``file``) and open the page on it; ``query`` is the page's plan to keep.
+
+    With ``ISPLAN_UPLOAD_TOKEN`` set, an ``Authorization: Bearer`` header is checked before a
+    byte of the body is read; a browser form sends the token as the ``token`` field instead."""
+    header = request.headers.get("authorization")
+    if header is not None:
+        try:
+            check_token(header)
+        except UploadForbidden as exc:
+            return _refused(request, store, "", "model", f"upload refused: {exc}", exc.status_code)
+    form = await request.form(max_files=1, max_fields=8)  # at most 2 MiB: BodySizeLimit
+    query = form.get("query")
+    query = query if isinstance(query, str) else ""
+    if header is None:
+        token = form.get("token")
+        try:
+            check_token(token if isinstance(token, str) else None)
+        except UploadForbidden as exc:
+            return _refused(request, store, query, "model", f"upload refused: {exc}", exc.status_code)
+    file = form.get("file")
+    if not isinstance(file, UploadFile):
+        return _refused(request, store, query, "model", "upload: choose a config.json file (form field 'file')", 422)
+    data = await file.read(MAX_CONFIG_BYTES + 1)
+    name = (file.filename or "")[:200]
     try:
-        cfg = await run_in_threadpool(store.put, data, name=file.filename)
+        cfg = await run_in_threadpool(store.put, data, name=name, client=client_of(request))
     except ConfigError as exc:
-        problems.append(FieldProblem("model", f"upload {str(file.filename)[:80]!r} refused: {exc}"))
-        return render(request, "index.html", build_view(plan, problems, store), status_code=422)
+        return _refused(request, store, query, "model", f"upload {name[:80]!r} refused: {exc}", 422)
+    except (QuotaExceeded, StoreUnavailable) as exc:
+        return _refused(request, store, query, "model", f"upload {name[:80]!r} not stored: {exc}", exc.status_code)
+    plan, _ = _plan_of(query)
     return RedirectResponse("/?" + plan.query(model=cfg.id), status_code=303)
 
 
 @router.post("/launcher")
 async def launcher(request: Request, store: Store, script: str = Form(""), query: str = Form("")) -> Response:
+    """Import a pasted Megatron/slime launcher as a plan, in the worker pool (bounded like every
+    expensive operation)."""
     plan, problems = _plan_of(query)
-    cfg, _ = resolve_model(plan.model, store)
+    cfg, _ = await run_in_threadpool(resolve_model, plan.model, store)
     try:
-        imported = await run_in_threadpool(import_launcher, script, cfg,
-                                           Plan(model=plan.model, engine=plan.engine, pattern=plan.pattern))
+        imported = await bounded(request, launcher_cost(script, cfg), import_launcher, script, cfg,
+                                 Plan(model=plan.model, engine=plan.engine, pattern=plan.pattern))
     except LauncherImportError as exc:
         problems.append(FieldProblem("launcher", f"launcher: {exc}"))
         return render(request, "index.html", build_view(plan, problems, store), status_code=422)
