@@ -251,8 +251,8 @@ def test_cross_site_posts_are_403(client, path, headers):
 
 
 def test_same_origin_form_post_passes(client):
-    r = client.post("/launcher", data=_form("--pipeline-model-parallel-size 8 --decoder-first-pipeline-num-layers 14 "
-                                            "--decoder-last-pipeline-num-layers 16"),
+    r = client.post("/launcher", data=_form("python3 train.py --pipeline-model-parallel-size 8 "
+                                            "--decoder-first-pipeline-num-layers 14 --decoder-last-pipeline-num-layers 16"),
                     headers={"origin": "http://testserver", "sec-fetch-site": "same-origin"}, follow_redirects=False)
     assert r.status_code == 303
 

@@ -157,8 +157,10 @@ def test_api_bad_input_is_422_naming_the_field(client, path, params, field):
 
 
 def test_verify_rejects_non_json(client):
-    r = client.post("/api/v1/verify", content=b"{nope")
+    r = client.post("/api/v1/verify", content=b"{nope", headers={"content-type": "application/json"})
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "receipt"
+    # a body that does not say it is JSON is refused before it is read (a cross-site form cannot post it)
+    assert client.post("/api/v1/verify", content=b"{}", headers={"content-type": "text/plain"}).status_code == 415
 
 
 # --------------------------------------------------------------------------- uploads

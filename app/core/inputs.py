@@ -60,7 +60,13 @@ def _read_at_most(stream: BinaryIO, limit: int, what: str, name: str) -> bytes:
 
 
 def _read_stdin(limit: int, what: str) -> bytes:
-    stream = sys.stdin.buffer
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:  # a text stream stands in for stdin (an embedding program, the tests)
+        text = sys.stdin.read(limit + 1)
+        data = text.encode("utf-8", "surrogatepass")
+        if len(text) > limit or len(data) > limit:
+            raise _too_large(what, "(standard input)", "larger than that", limit)
+        return data
     try:
         if stream.isatty():
             raise InputError(f"{what} - reads standard input, which is a terminal; pipe the file in "

@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.core import reports
 from app.core.bounds import MAX_CONTEXT, MAX_PLAN_TEXT, MAX_TOP
-from app.core.plan import MAX_GPUS, SLIME_GLM52_PROFILE, Plan, parse_sizes, strict_plan
+from app.core.plan import MAX_GPUS, SLIME_GLM52_PROFILE, parse_sizes, strict_plan
 from app.core.receipt import ReceiptError, load_receipt_bytes, verify_receipt
 from app.web.deps import (
     BadInput,
