@@ -36,10 +36,15 @@ CHROMIUM_ARGS = [
 ]
 INSTALL_HINT = ("install Debian's Chromium (`apt-get install chromium`, or `make browser`) or point "
                 "ISPLAN_CHROMIUM at a Chromium binary")
-# Plotly drew every figure of the page (app.js renders them on DOMContentLoaded and after each swap).
+# The page is ready: app.js ran (body[data-ready]) and Plotly drew every figure on screen (figures
+# below the fold are drawn when they scroll into view, so a first load does not fetch Plotly).
 FIGURES_DRAWN_JS = """() => {
-  const figs = Array.from(document.querySelectorAll('.plotly-figure'));
-  return figs.length > 0 && figs.every(f => f.querySelector('.main-svg'));
+  if (document.body.dataset.ready !== '1') return false;
+  const h = window.innerHeight + 200;
+  return Array.from(document.querySelectorAll('.plotly-figure')).every(f => {
+    const r = f.getBoundingClientRect();
+    return r.top > h || r.bottom < -200 || f.querySelector('.main-svg') || f.textContent.startsWith('figure unavailable');
+  });
 }"""
 
 
