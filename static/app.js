@@ -178,6 +178,8 @@
       pump();
     });
   }
+  /* For tests and benches: nothing queued, nothing in flight, no edit waiting for its pause. */
+  window.__isplanIdle = function () { return !inflight && !want && !timer; };
   function setBusy(on) {
     var r = document.getElementById("results");
     if (r) r.setAttribute("aria-busy", on ? "true" : "false");
