@@ -477,5 +477,6 @@
     var q = new URLSearchParams(location.search);
     setCompare(q.get("a"));
     document.body.dataset.ready = "1";
+    if (performance.mark) performance.mark("isplan-ready");
   });
 })();
