@@ -47,6 +47,9 @@ FIGURES_DRAWN_JS = """() => {
   });
 }"""
 
+ALL_FIGURES_DRAWN_JS = """() => Array.from(document.querySelectorAll('.plotly-figure'))
+  .every(f => f.querySelector('.main-svg'))"""
+
 
 def chromium_path() -> str:
     return os.environ.get("ISPLAN_CHROMIUM", DEFAULT_CHROMIUM)
@@ -230,6 +233,11 @@ def screenshot(out: Path, *, width: int = 1440, height: int = 1800, full_page: b
             if resp is None or resp.status != 200:
                 raise RuntimeError(f"GET / answered {resp.status if resp else 'nothing'}")
             wait_for_figures(page)
+            if full_page:  # figures are drawn when they scroll into view: bring each one in
+                for fig in page.locator(".plotly-figure").all():
+                    fig.scroll_into_view_if_needed()
+                page.wait_for_function(ALL_FIGURES_DRAWN_JS)
+                page.evaluate("() => window.scrollTo(0, 0)")
             page.evaluate("() => document.fonts ? document.fonts.ready.then(() => true) : true")
             page.wait_for_timeout(300)  # let Plotly finish its transitions
             page.screenshot(path=str(out), full_page=full_page)
