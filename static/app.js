@@ -377,6 +377,12 @@
   /* ------------------------------------------------------------------ upload, launcher, search */
   function submitAsync(f) {
     var errId = f.dataset.error, err = document.getElementById(errId);
+    var script = f.querySelector("textarea[name=script]");
+    if (script && !script.value.trim()) {  // an empty paste is not a plan: say so, change nothing
+      if (err) err.textContent = "launcher: paste a launcher script (or choose its file) first";
+      script.focus();
+      return;
+    }
     var q = f.querySelector('input[name="query"]'), st = document.getElementById("plan-state");
     if (q && st) q.value = st.dataset.query;
     var button = f.querySelector("button[type=submit]");

@@ -257,6 +257,27 @@ def test_search_without_budget_is_an_error_in_place(open_page):
     assert page.url == url
 
 
+def test_launcher_paste(open_page):
+    """A refused launcher is a message beside the box (no navigation); an accepted one becomes the
+    plan URL holding what it set."""
+    page = open_page("/")
+    url = page.url
+    page.click("#start .launcher button[type=submit]")
+    expect(page.locator("#err-launcher")).to_contain_text("paste a launcher script")
+    page.fill("#launcher", "PERF_ARGS=( --pipeline-model-parallel-size banana )")
+    page.click("#start .launcher button[type=submit]")
+    expect(page.locator("#err-launcher")).to_contain_text("banana")
+    assert page.url == url
+    page.watch.console_errors = [e for e in page.watch.console_errors if "status of 422" not in e]
+    page.fill("#launcher", "PERF_ARGS=(\n  --pipeline-model-parallel-size 6\n  --tensor-model-parallel-size 2\n)")
+    with page.expect_navigation():
+        page.click("#start .launcher button[type=submit]")
+    wait_for_figures(page)
+    q = query(page)
+    assert (q["pp"], q["tp"]) == ("6", "2"), page.url
+    assert [b[1] for b in boundaries(page)] == [14, 27, 40, 53, 66]  # 78 layers in 6 stages of 13
+
+
 def test_copy_reports_failure_honestly(open_page):
     page = open_page("/")
     page.evaluate("""() => { Object.defineProperty(navigator, 'clipboard', {configurable: true,
