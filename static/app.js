@@ -127,8 +127,11 @@
   function send(action, source, restore) {
     if (timer) { clearTimeout(timer); timer = null; }
     var now = Date.now();
-    var push = !restore && (Boolean(action) || source !== lastSource || now - lastSent > 1000);
-    lastSource = source; lastSent = now;
+    // a boundary is redrawn by every answer: it is the same control by its stage, not its node
+    var key = !source ? null : source.classList && source.classList.contains("boundary")
+      ? "boundary-" + source.dataset.stage : source.id || source.name || source.tagName;
+    var push = !restore && (Boolean(action) || key !== lastSource || now - lastSent > 1000);
+    lastSource = key; lastSent = now;
     want = want ? {action: action || want.action, push: push || want.push, restore: restore}
                 : {action: action || "", push: push, restore: restore};
     pump();
@@ -160,7 +163,7 @@
     }).then(function (ans) {
       // a newer plain edit is waiting: this answer is already out of date, skip drawing it
       // (an action's answer is drawn: the form must pick up the plan it produced)
-      if (want && !req.action && req.restore == null) return;
+      if (want && !req.action && req.restore == null) { want.push = want.push || req.push; return; }
       apply(ans.html, req.restore != null);
       if (ans.url && req.restore == null) {
         var url = compareUrl(ans.url);
@@ -368,10 +371,8 @@
     reader.readAsText(ev.target.files[0]);
   });
   window.addEventListener("popstate", function () {  // Back / Forward: draw the state the URL holds
-    var q = new URLSearchParams(location.search);
-    setCompare(q.get("a"));
-    q.delete("a");
-    send("", null, q.toString());
+    setCompare(new URLSearchParams(location.search).get("a"));
+    send("", null, location.search.slice(1));  // the fragment reads the pinned plan A from a= too
   });
 
   /* ------------------------------------------------------------------ upload, launcher, search */

@@ -200,6 +200,20 @@ def test_back_undoes_a_discrete_change(open_page):
     assert page.locator("#split").input_value() == balanced
 
 
+def test_a_key_burst_is_one_history_entry(open_page):
+    page = open_page("/")
+    first = page.url
+    boundary(page, 4).focus()
+    for _ in range(3):
+        page.keyboard.press("ArrowRight", delay=0)
+    settle(page)
+    assert query(page)["split"] == "14,8,11,5,8,8,8,16"  # stage 4 starts at 31 + 3 = 34
+    page.go_back()
+    page.wait_for_function("u => location.href === u", arg=first)
+    settle(page)
+    assert boundaries(page)[2] == ("4", 31) and "split" not in query(page)
+
+
 # --------------------------------------------------------------------------- compare, search, copy
 
 
