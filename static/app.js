@@ -217,7 +217,7 @@
         if (!cur) return;
         if (block.id === "plots") { updateFigures(cur, block); return; }
         if (block.id === "map" && drag) return;  // the drag's own preview is drawn; its drop sends again
-        if (cur.innerHTML !== block.innerHTML || cur.className !== block.className) cur.replaceWith(block);
+        patch(cur, block);
       });
     }
     $all("[data-oob]", tpl.content).forEach(function (el) {
@@ -227,6 +227,31 @@
     syncForm(restoring);
     restoreFocus(focus);
     document.body.dataset.updated = String(Date.now());
+  }
+  /* Make `cur` look like `fresh` touching only what differs: same-shaped elements keep their
+     nodes (and so focus and an opened <details>); text and attributes are updated in place; an
+     element whose children changed shape is replaced whole. The layer map is replaced whole
+     (its boundaries move between cells; focus is restored by stage). */
+  function patch(cur, fresh) {
+    if (cur.isEqualNode(fresh)) return;
+    var a = Array.prototype.slice.call(cur.childNodes), b = Array.prototype.slice.call(fresh.childNodes);
+    var sameShape = cur.tagName === fresh.tagName && cur.id !== "map" && a.length === b.length && cur.children.length > 0 &&
+      a.every(function (n, i) { return n.nodeType === b[i].nodeType && (n.nodeType !== 1 || n.tagName === b[i].tagName); });
+    if (!sameShape) {
+      if (cur.tagName === "DETAILS" && cur.open) fresh.open = true;
+      cur.replaceWith(fresh);
+      return;
+    }
+    Array.prototype.slice.call(cur.attributes).forEach(function (at) {
+      if (!fresh.hasAttribute(at.name) && !(at.name === "open" && cur.tagName === "DETAILS")) cur.removeAttribute(at.name);
+    });
+    Array.prototype.slice.call(fresh.attributes).forEach(function (at) {
+      if (cur.getAttribute(at.name) !== at.value) cur.setAttribute(at.name, at.value);
+    });
+    a.forEach(function (n, i) {
+      if (n.nodeType === 1) patch(n, b[i]);
+      else if (n.nodeValue !== b[i].nodeValue) n.nodeValue = b[i].nodeValue;
+    });
   }
   function updateFigures(cur, fresh) {
     $all(".plotly-figure", fresh).forEach(function (f) {

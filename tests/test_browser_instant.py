@@ -181,6 +181,20 @@ def test_ten_key_presses_move_ten_layers(open_page, fresh_browser, server):
     assert len(perf["drawn"]) == 10 and perf["sent"] < 10, perf  # every press drawn, the requests coalesced
 
 
+def test_an_answer_replaces_only_what_changed(open_page):
+    page = open_page("/")
+    page.evaluate("""() => { const rows = document.querySelectorAll('#stage-table tbody tr');
+        rows[0].__kept = 1; rows[3].__kept = 1; document.getElementById('act-balance').__kept = 1;
+        document.getElementById('fig-memory') && (document.getElementById('fig-memory').__kept = 1); }""")
+    boundary(page, 4).focus()
+    page.keyboard.press("ArrowRight")  # stage 3 grows by one layer, stage 4 shrinks: rows 3 and 4 change
+    settle(page)
+    kept = page.evaluate("""() => { const rows = document.querySelectorAll('#stage-table tbody tr');
+        return [rows[0].__kept === 1, rows[3].__kept === 1, rows[3].innerText.includes('32–38'),
+                document.getElementById('act-balance').__kept === 1]; }""")
+    assert kept == [True, True, True, True], kept  # same nodes, new text where it changed
+
+
 def test_back_undoes_a_discrete_change(open_page):
     start = ",".join(map(str, INVALID))
     page = open_page(f"/?split={quote(start)}&{PROFILE_PARALLEL}")
