@@ -1,8 +1,10 @@
 """The page as a user feels it, in headless Chromium (Debian's, through Playwright, started as
 the browser tests start it): p50/p95 over >= 40 boundary moves of
 
-* input -> boundary drawn at its new place and coloured (the key event to the animation frame
-  that shows it; app.js records it in ``window.__isplanPerf.drawn``). Target p95 <= 16 ms.
+* input -> boundary drawn at its new place and coloured (the key event's timestamp to the
+  animation frame that shows it; app.js records it in ``window.__isplanPerf.drawn``; most of it
+  is waiting for the next frame, so ``work`` also reports the event to the boundary placed and
+  laid out). Target p95 <= 16 ms.
 * input -> verdict and stage table updated from the server's answer (``__isplanPerf.answered``).
   Target p95 <= 100 ms.
 
@@ -73,7 +75,7 @@ def moves(ctx, url: str, n: int) -> dict[str, list[float]]:
         page.wait_for_timeout(30)
     perf = page.evaluate("() => window.__isplanPerf")
     page.close()
-    return {"drawn": perf["drawn"], "answered": perf["answered"]}
+    return {"drawn": perf["drawn"], "work": perf["work"], "answered": perf["answered"]}
 
 
 def main(n: int = MOVES) -> dict:
@@ -81,9 +83,9 @@ def main(n: int = MOVES) -> dict:
             AppServer(Path(tmp) / "data") as srv, chromium_context(Path(tmp) / "profile") as ctx:
         load = first_load(ctx, srv.url + "/")
         timings = moves(ctx, srv.url + "/", n)
-    drawn, answered = summary(timings["drawn"]), summary(timings["answered"])
+    drawn, work, answered = summary(timings["drawn"]), summary(timings["work"]), summary(timings["answered"])
     result = {
-        "moves": n, "input_to_boundary_drawn_ms": drawn, "input_to_verdict_and_table_ms": answered,
+        "moves": n, "input_to_boundary_drawn_ms": drawn, "input_to_boundary_placed_ms": work, "input_to_verdict_and_table_ms": answered,
         "first_load": load, "targets": TARGETS,
         "meets": {"drawn": drawn["p95"] <= TARGETS["drawn_p95_ms"],
                   "answered": answered["p95"] <= TARGETS["answered_p95_ms"],
@@ -92,7 +94,7 @@ def main(n: int = MOVES) -> dict:
     }
     save("browser_timing", result)
     print(f"browser_timing ({n} moves, headless Chromium): boundary drawn p50 {drawn['p50']:.1f} ms "
-          f"p95 {drawn['p95']:.1f} ms (target <= 16) | verdict + table p50 {answered['p50']:.0f} ms "
+          f"p95 {drawn['p95']:.1f} ms (target <= 16; placed and laid out p95 {work['p95']:.1f} ms) | verdict + table p50 {answered['p50']:.0f} ms "
           f"p95 {answered['p95']:.0f} ms (target <= 100) | first load {load['bytes_first_screen'] / 1e3:.0f} kB, "
           f"{load['bytes_with_figures'] / 1e3:.0f} kB with figures (target <= 1000 kB), interactive "
           f"{load['interactive_ms']:.0f} ms (target <= 1000)")
