@@ -229,7 +229,8 @@
         patch(cur, block);
       });
     }
-    $all("[data-oob]", tpl.content).forEach(function (el) {
+    // out-of-band parts (field messages, the answered plan) keep htmx's marker attribute
+    $all("[hx-swap-oob]", tpl.content).forEach(function (el) {
       var cur = document.getElementById(el.id);
       if (cur && cur.outerHTML !== el.outerHTML) cur.replaceWith(el);
     });

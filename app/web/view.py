@@ -135,6 +135,7 @@ def resolve_model(model: str, store: ConfigStore) -> tuple[ModelConfig, str | No
     """A preset or an uploaded config; an unknown id shows GLM-5.2 with a message on ``model``."""
     if model in preset_ids():
         return load_preset(model), None
+    err: str | None
     try:
         cfg = store.get(model)
     except ConfigError as exc:
