@@ -195,6 +195,28 @@ def test_an_answer_replaces_only_what_changed(open_page):
     assert kept == [True, True, True, True], kept  # same nodes, new text where it changed
 
 
+def test_figures_wait_until_they_are_seen(open_page):
+    """Plotly loads when a figure first scrolls into view; a figure off screen during a move is
+    redrawn (Plotly.react) with the new plan once it is scrolled to."""
+    page = open_page("/")
+    page.set_viewport_size({"width": 1440, "height": 600})
+    page.goto(page.url)
+    page.wait_for_function("() => document.body.dataset.ready === '1'")
+    page.wait_for_timeout(300)
+    assert page.evaluate("() => typeof window.Plotly") == "undefined"
+    fig = page.locator("#fig-compute")
+    before = json.loads(fig.get_attribute("data-figure"))["data"][0]["y"][0]  # stage 1: layers 1-14
+    boundary(page, 2).focus()
+    page.keyboard.press("ArrowLeft")
+    settle(page)
+    fig.scroll_into_view_if_needed()
+    page.wait_for_function("""() => { const f = document.getElementById('fig-compute');
+        return f.querySelector('.main-svg') && f.dataset.drawn === f.dataset.figure; }""")
+    # stage 1 now holds layers 1-13: one layer less, so its drawn bar is lower than before
+    first_bar = page.evaluate("() => document.getElementById('fig-compute').data[0].y[0]")
+    assert first_bar < before, (first_bar, before)
+
+
 def test_back_undoes_a_discrete_change(open_page):
     start = ",".join(map(str, INVALID))
     page = open_page(f"/?split={quote(start)}&{PROFILE_PARALLEL}")
