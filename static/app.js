@@ -113,6 +113,7 @@
     var src = sourceOf(info, layer);
     b.setAttribute("aria-valuetext", "stage " + (stageIndex + 1) + " starts at layer " + layer + (ok ? " (full)" :
       " (shared, reuses top-k of full layer " + src + " in stage " + stageOf(starts, src) + ": invalid)"));
+    edited("split"); edited("mode");
     var sizes = starts.map(function (s, i) { return (i + 1 < starts.length ? starts[i + 1] : info.n + 1) - s; });
     var split = $("#split", form());
     if (split) split.value = sizes.join(",");
@@ -130,6 +131,11 @@
 
   /* ------------------------------------------------------------------ the request queue */
   var inflight = false, want = null, timer = null, lastSource = null, lastSent = 0, focusWant = null;
+  /* editGen counts local edits (typing, a previewed move) and editedAt remembers the last edit of
+     each field: an answer to a request built before a field's latest edit must not write its
+     (older) value back into that field; the other fields take the answered plan. */
+  var editGen = 0, editedAt = {};
+  function edited(key) { editedAt[key] = ++editGen; }
 
   /* Queue a change. A discrete action (Balance, a select, a drop) gets its own history entry;
      a burst of edits from one control within a second shares one. */
@@ -161,6 +167,7 @@
   function pump() {
     if (inflight || !want || !form()) return;
     var req = want; want = null; inflight = true;
+    req.gen = editGen;
     var qs = req.restore !== undefined && req.restore !== null ? req.restore : formQuery(req.action);
     var t0 = perf.input || performance.now();
     perf.sent++;
@@ -173,7 +180,7 @@
       // a newer plain edit is waiting: this answer is already out of date, skip drawing it
       // (an action's answer is drawn: the form must pick up the plan it produced)
       if (want && !req.action && req.restore == null) { want.push = want.push || req.push; return; }
-      apply(ans.html, req.restore != null);
+      apply(ans.html, req.restore != null, req.restore != null ? Infinity : req.gen);
       if (ans.url && req.restore == null) {
         var url = compareUrl(ans.url);
         if (req.push && url !== location.pathname + location.search) history.pushState({isplan: 1}, "", url);
@@ -205,7 +212,7 @@
   }
 
   /* Replace only the blocks whose HTML changed; figures are updated in place. */
-  function apply(html, restoring) {
+  function apply(html, restoring, builtAt) {
     var tpl = document.createElement("template");
     tpl.innerHTML = html;
     var fresh = $("#results", tpl.content), old = document.getElementById("results");
@@ -234,7 +241,7 @@
       var cur = document.getElementById(el.id);
       if (cur && cur.outerHTML !== el.outerHTML) cur.replaceWith(el);
     });
-    syncForm(restoring);
+    syncForm(restoring, builtAt);
     restoreFocus(focus);
     document.body.dataset.updated = String(Date.now());
   }
@@ -282,13 +289,14 @@
 
   /* Make the form show the plan the server answered with (Balance, Nearest valid, a canonical
      value), except the field the user is typing in (unless Back/Forward restored a state). */
-  function syncForm(all) {
+  function syncForm(all, builtAt) {
     var st = document.getElementById("plan-state");
     if (!st || !form()) return;
     var values = JSON.parse(st.dataset.values);
     Object.keys(values).forEach(function (key) {
       var el = form().querySelector("#" + CSS.escape(key));
       if (!el || (!all && el === document.activeElement)) return;
+      if (!all && (editedAt[key] || 0) > builtAt) return;  // edited after the request left
       if (el.type === "checkbox") el.checked = values[key] === "1";
       else if (el.value !== values[key]) el.value = values[key];
     });
@@ -379,12 +387,14 @@
   document.addEventListener("input", function (ev) {
     var el = ev.target;
     if (!el.form || el.form.id !== "controls") return;
+    edited(el.id);
     followMode(el);
     if (el.type === "text" || el.type === "number") sendLater(el);
   });
   document.addEventListener("change", function (ev) {
     var el = ev.target;
     if (!el.form || el.form.id !== "controls") return;
+    edited(el.id);
     followMode(el);
     perf.input = performance.now();
     send("", el);

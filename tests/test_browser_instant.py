@@ -165,6 +165,40 @@ def test_drag_then_reload(open_page, fresh_browser, server):
     assert shown["verdict"].startswith("NO-GO")
 
 
+def test_slow_answers_during_a_drag_lose_nothing(open_page, fresh_browser, server):
+    """With every answer 300 ms late, an answer to an earlier drag position lands while the drag
+    goes on; the drop still ends on the last position."""
+    page = open_page("/")
+    page.evaluate("""() => { const f = window.fetch.bind(window);
+        window.fetch = (...a) => new Promise(r => setTimeout(r, 300)).then(() => f(...a)); }""")
+    b = boundary(page, 2).bounding_box()
+    page.mouse.move(b["x"] + b["width"] / 2, b["y"] + b["height"] / 2)
+    page.mouse.down()
+    for layer, wait in ((11, 250), (7, 700)):  # the answer for 11 arrives while the pointer is on 7
+        c = cell(page, layer).bounding_box()
+        page.mouse.move(c["x"] + c["width"] / 2, c["y"] + c["height"] / 2, steps=4)
+        page.wait_for_timeout(wait)
+    page.mouse.up()
+    reload_matches(page, fresh_browser, server)
+    assert query(page)["split"] == "6,16,8,8,8,8,8,16", page.url  # stage 2 starts at layer 7
+
+
+def test_typing_while_balance_is_in_flight_keeps_both(open_page, fresh_browser, server):
+    """Balance's answer arrives after the user typed in another field: the form takes the balanced
+    split, keeps what was typed, and the last request carries both."""
+    page = open_page(f"/?split={quote(','.join(map(str, INVALID)))}&{PROFILE_PARALLEL}")
+    page.evaluate("""() => { const f = window.fetch.bind(window);
+        window.fetch = (...a) => new Promise(r => setTimeout(r, 300)).then(() => f(...a)); }""")
+    page.click("#act-balance")
+    page.fill("#gpu_gb", "96")
+    page.select_option("#gpu", "custom")
+    reload_matches(page, fresh_browser, server)
+    q = query(page)
+    sizes = [int(x) for x in q["split"].split(",")]
+    assert sizes != INVALID and all(s in GLM52_FULL for s in starts_of(sizes)), q
+    assert (q["gpu"], q["gpu_gb"]) == ("custom", "96"), q
+
+
 def test_ten_key_presses_move_ten_layers(open_page, fresh_browser, server):
     page = open_page("/")
     b = boundary(page, 2)  # starts at 15; stage 1 keeps at least layer 1
