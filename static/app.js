@@ -504,6 +504,14 @@
       if (target) { ev.preventDefault(); target.focus(); target.scrollIntoView({block: "center"}); }
       return;
     }
+    var dismiss = t.closest && t.closest("button[data-dismiss]");
+    if (dismiss) {
+      var box = document.getElementById(dismiss.dataset.dismiss);
+      if (box) box.innerHTML = "";
+      var gpus = document.getElementById("search-gpus");
+      if (gpus) gpus.focus();
+      return;
+    }
     var pick = t.closest && t.closest("a.load-plan");
     if (pick) { ev.preventDefault(); navigate(pick.getAttribute("href")); return; }
     var copy = t.closest && t.closest("button[data-copy]");

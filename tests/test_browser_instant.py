@@ -325,10 +325,12 @@ def test_gpu_budget_search_loads_a_plan(open_page):
     for text in rows.locator("td:nth-child(2)").all_inner_texts():
         tp, cp, pp, dp = (int(x) for x in text.split("×"))
         assert tp * cp * pp * dp == 256, text
+    assert axe_findings(page) == []  # the ranked table is as accessible as the page
     with page.expect_navigation():
         first.click()
     wait_for_figures(page)
     assert query(page)["gpus"] == "256"
+    assert page.locator("#search-results").inner_text() == ""  # a new page: the list is gone
     assert page.locator("#gpu-count").inner_text().endswith("= 256 GPUs")
 
 
