@@ -364,6 +364,15 @@ def test_launcher_paste(open_page):
     assert [b[1] for b in boundaries(page)] == [14, 27, 40, 53, 66]  # 78 layers in 6 stages of 13
 
 
+def test_no_receipt_for_a_plan_with_bad_fields(open_page):
+    """A receipt of a plan whose fields could not be read would be a raw JSON error: the page says
+    what to fix instead of linking to it."""
+    page = open_page("/?split=14,8,8,8,8,8,8,16&tp=0", figures=False)
+    link = page.locator("#receipt-link")
+    assert link.get_attribute("href") is None and link.get_attribute("aria-disabled") == "true"
+    assert "fix the fields" in link.inner_text()
+
+
 def test_copy_reports_failure_honestly(open_page):
     page = open_page("/")
     page.evaluate("""() => { Object.defineProperty(navigator, 'clipboard', {configurable: true,
