@@ -291,6 +291,7 @@ def test_compare_round_trip(open_page, fresh_browser, server):
     page = open_page("/")
     page.click("#compare-pin")
     settle(page)
+    assert page.evaluate("() => document.activeElement.id") == "compare-clear"  # the button that replaced it
     boundary(page, 3).focus()
     page.keyboard.press("ArrowLeft")  # B: stage 3 starts at shared layer 22
     settle(page)
