@@ -13,14 +13,18 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
-
 from browser_support import (
-    REPO, AppServer, PageWatch, chromium_context, chromium_missing_reason, wait_for_figures,
+    REPO,
+    AppServer,
+    PageWatch,
+    chromium_context,
+    chromium_missing_reason,
+    wait_for_figures,
 )
 
 pytestmark = pytest.mark.slow
@@ -295,7 +299,7 @@ def test_receipt_download_and_verify(open_page, server):
     download = info.value
     assert download.suggested_filename == "isplan-receipt.json"
     receipt = json.loads(Path(download.path()).read_text())
-    training = next(l for l in receipt["layouts"] if l["name"] == "training")
+    training = next(lay for lay in receipt["layouts"] if lay["name"] == "training")
     assert training["stage_sizes"] == [14, 7, 9, 8, 8, 8, 8, 16]
     assert training["valid"] is False
 

@@ -88,7 +88,7 @@ def fragment(request: Request, store: Store, action: str | None = None) -> HTMLR
         else:
             problem = FieldProblem("split", f"unknown action {action[:40]!r}")
         if problem is not None:
-            problems = problems + [problem]
+            problems = [*problems, problem]
     v = build_view(plan, problems, store)
     resp = render(request, "_results.html", v, oob=True, **compare_context(request, v, store))
     resp.headers["HX-Push-Url" if action else "HX-Replace-Url"] = "/?" + plan.query()
