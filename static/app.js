@@ -408,16 +408,42 @@
     }
     if (ev.target.dataset.async) { ev.preventDefault(); submitAsync(ev.target); }
   });
-  document.addEventListener("change", function (ev) {  // a launcher file fills the paste box
-    if (ev.target.id !== "launcher-file" || !ev.target.files || !ev.target.files[0]) return;
-    var reader = new FileReader();
-    reader.onload = function () { document.getElementById("launcher").value = String(reader.result); };
-    reader.onerror = function () { document.getElementById("err-launcher").textContent = "launcher: the file could not be read"; };
-    reader.readAsText(ev.target.files[0]);
-  });
-  window.addEventListener("popstate", function () {  // Back / Forward: draw the state the URL holds
-    setCompare(new URLSearchParams(location.search).get("a"));
-    send("", null, location.search.slice(1));  // the fragment reads the pinned plan A from a= too
+  /* Launcher files fill the paste box. Choose the script together with the files it sources:
+     each `source FILE` / `. FILE` line whose file name matches a chosen file is replaced by that
+     file's text (nested up to 4 deep), as bash would read it; sources not chosen stay as they
+     are (the server then says their settings are unknown). The note lists both. */
+  var SOURCE_LINE = /^\s*(?:source|\.)\s+["']?([^"'\s;]+)["']?\s*(?:[;#].*)?$/;
+  function sourcesOf(text) {  // the file names a script sources
+    return text.split("\n").map(function (l) { var m = SOURCE_LINE.exec(l); return m ? m[1].split("/").pop() : null; })
+      .filter(Boolean);
+  }
+  function inlineSources(main, files, depth, used, missing) {
+    return main.split("\n").map(function (line) {
+      var m = SOURCE_LINE.exec(line);
+      if (!m) return line;
+      var name = m[1].split("/").pop();
+      if (!Object.prototype.hasOwnProperty.call(files, name) || depth >= 4) { missing.push(m[1]); return line; }
+      used.push(name);
+      return "# --- " + name + " (sourced, inlined by the page) ---\n" +
+        inlineSources(files[name], files, depth + 1, used, missing) + "\n# --- end of " + name + " ---";
+    }).join("\n");
+  }
+  document.addEventListener("change", function (ev) {
+    if (ev.target.id !== "launcher-file" || !ev.target.files || !ev.target.files.length) return;
+    var chosen = Array.prototype.slice.call(ev.target.files);
+    var err = document.getElementById("err-launcher"), note = document.getElementById("launcher-note");
+    Promise.all(chosen.map(function (f) { return f.text().then(function (t) { return {name: f.name, text: t}; }); }))
+      .then(function (read) {
+        var files = {}, sourced = {};
+        read.forEach(function (f) { files[f.name] = f.text; sourcesOf(f.text).forEach(function (n) { sourced[n] = true; }); });
+        // the script is the chosen file no other chosen file sources
+        var main = read.filter(function (f) { return !sourced[f.name]; })[0] || read[0];
+        var used = [], missing = [];
+        document.getElementById("launcher").value = inlineSources(main.text, files, 0, used, missing);
+        if (err) err.textContent = "";
+        if (note) note.textContent = "Read " + main.name + (used.length ? "; inlined " + used.join(", ") : "") +
+          (missing.length ? "; not chosen, so unknown: " + missing.join(", ") : "") + ".";
+      }).catch(function (e) { if (err) err.textContent = "launcher: the file could not be read (" + e.message + ")"; });
   });
 
   /* ------------------------------------------------------------------ upload, launcher, search */

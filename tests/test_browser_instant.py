@@ -365,6 +365,25 @@ def test_launcher_paste(open_page):
     assert [b[1] for b in boundaries(page)] == [14, 27, 40, 53, 66]  # 78 layers in 6 stages of 13
 
 
+def test_launcher_with_its_sourced_files(open_page, tmp_path):
+    """The script and the file it sources, chosen together: the sourced settings are read as bash
+    would (inlined in place), a source not chosen is named as unknown."""
+    (tmp_path / "models.sh").write_text("MODEL_ARGS=(\n  --pipeline-model-parallel-size 6\n)\n")
+    (tmp_path / "run.sh").write_text("#!/bin/bash\nsource ./models.sh\n. /etc/cluster.env\n"
+                                     "PERF_ARGS=( --tensor-model-parallel-size 2 )\n")
+    page = open_page("/")
+    page.set_input_files("#launcher-file", [str(tmp_path / "run.sh"), str(tmp_path / "models.sh")])
+    expect(page.locator("#launcher-note")).to_contain_text("inlined models.sh")
+    assert "cluster.env" in page.locator("#launcher-note").inner_text()
+    text = page.locator("#launcher").input_value()
+    assert text.startswith("#!/bin/bash") and "--pipeline-model-parallel-size 6" in text
+    with page.expect_navigation():
+        page.click("#start .launcher button[type=submit]")
+    wait_for_figures(page)
+    q = query(page)
+    assert (q["pp"], q["tp"]) == ("6", "2"), page.url
+
+
 def test_no_receipt_for_a_plan_with_bad_fields(open_page):
     """A receipt of a plan whose fields could not be read would be a raw JSON error: the page says
     what to fix instead of linking to it."""
