@@ -384,6 +384,23 @@ def test_launcher_with_its_sourced_files(open_page, tmp_path):
     assert (q["pp"], q["tp"]) == ("6", "2"), page.url
 
 
+def test_a_failed_update_says_so(open_page):
+    """The server unreachable: the page says the update failed and keeps the last answered plan;
+    the next change that gets through clears the message."""
+    page = open_page("/")
+    page.route("**/fragment?**", lambda route: route.abort())
+    boundary(page, 3).focus()
+    page.keyboard.press("ArrowLeft")
+    expect(page.locator("#status")).to_contain_text("Update failed")
+    assert "split" not in query(page)  # the URL still holds the last plan the server drew
+    page.unroute("**/fragment?**")
+    page.watch.console_errors = [e for e in page.watch.console_errors if "ERR_FAILED" not in e]
+    page.keyboard.press("ArrowLeft")
+    settle(page)
+    expect(page.locator("#status")).to_have_text("")
+    assert query(page)["split"] == "14,6,10,8,8,8,8,16"  # both presses count: 23 - 2 = 21
+
+
 def test_no_receipt_for_a_plan_with_bad_fields(open_page):
     """A receipt of a plan whose fields could not be read would be a raw JSON error: the page says
     what to fix instead of linking to it."""
