@@ -6,8 +6,9 @@
    the latest state always wins and no edit is lost. The URL comes from the answer that drew the
    page (its HX-Push-Url / HX-Replace-Url header). A boundary moves on screen in the same frame
    as the input (drawn and coloured from the roles in #layer-map); the server's answer follows
-   and replaces only the blocks whose HTML changed; figures redraw with Plotly.react when they
-   are on screen. */
+   and is patched in (only changed text, attributes and reshaped elements are touched); figures
+   redraw with Plotly.react when they are on screen. Back/Forward redraw the state their URL
+   holds. */
 (function () {
   "use strict";
 
