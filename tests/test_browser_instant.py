@@ -519,3 +519,14 @@ def test_phone_layout(open_page):
     settle(page)
     assert query(page)["split"] == "10,12,8,8,8,8,8,16"
     assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
+
+
+@pytest.mark.parametrize("path", [
+    "/?split=14,7,9,8,8,8,8,16&a=" + quote("split=14,8,8,8,8,8,8,16&" + PROFILE_PARALLEL),
+    "/?pp=abc&tp=0&split=1,x&mode=split",
+])
+def test_phone_compare_and_error_states_fit(open_page, path):
+    page = open_page(path, figures=False)
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.wait_for_timeout(200)
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
