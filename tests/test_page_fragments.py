@@ -59,8 +59,9 @@ def test_compare_panel(client):
     diff = re.search(r'<table id="compare-diff">(.*?)</table>', text, re.S).group(1)
     assert re.findall(r"<code>([^<]+)</code></th><td>([^<]+)</td><td>([^<]+)</td>", diff) == [
         ("--split", "14,8,8,8,8,8,8,16", "14,7,9,8,8,8,8,16")]
-    # 1F1B bubble, Narayanan et al. 2021 (arXiv:2104.04473 section 2.2): (p - 1) / (m + p - 1) of
-    # the step with p = 8 stages, m = 8 x PP = 64 micro-batches (the page's assumption) = 7 / 71
+    # 1F1B bubble, Narayanan et al. 2021 (arXiv:2104.04473 section 2.2.1): idle (p - 1)(tf + tb) in a
+    # step of (m + p - 1)(tf + tb), so (p - 1) / (m + p - 1) of wall time; p = 8 stages, m = 8 x PP =
+    # 64 micro-batches (the page's stated assumption): 7 / 71
     bubble_row = re.search(r"pipeline bubble</th>(.*?)</tr>", text, re.S).group(1)
     assert re.findall(r"<td>([^<]+)</td>", bubble_row) == [f"{7 / 71 * 100:.1f}%"] * 2
     assert "a=" not in r.headers["hx-replace-url"]  # the page adds A to the URL it shows
