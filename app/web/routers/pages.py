@@ -1,10 +1,12 @@
-"""The page: ``/`` (the whole dashboard for a plan URL) and ``/fragment`` (the results block
-for the page's live updates), plus the receipt download and the Plotly bundle.
+"""The page: ``/`` (the whole dashboard for a plan URL), ``/fragment`` (the results block for
+the page's live updates), ``/fragment/search`` (the GPU budget search, ranked, each result a
+plan URL), plus the receipt download and the full Plotly bundle (no longer used by the page).
 
 Every change on the page (typing, drag, keys, Balance, Nearest valid) goes through one request
-queue to ``/fragment``; the answer draws the results and carries the canonical URL
-(``HX-Replace-Url``, or ``HX-Push-Url`` for a discrete action so Back undoes it), so the URL
-always reproduces the screen.
+queue in ``static/app.js`` to ``/fragment``; the answer draws the results and carries the
+canonical URL (``HX-Replace-Url``, or ``HX-Push-Url`` for a discrete action), so the URL always
+reproduces the screen. A pinned plan A for the compare panel rides along as ``a=<A's plan
+query>``; it is a page key, never part of the plan.
 """
 
 from __future__ import annotations
