@@ -15,7 +15,7 @@ import pytest
 from conftest import app_client
 
 from app.core.plan import SLIME_GLM52_PROFILE, plan_from_query
-from app.web.app import IMMUTABLE, static_cache_control
+from app.web.caching import IMMUTABLE, static_cache_control
 from app.web.view import flag_diff
 
 PROFILE = "tp=4&cp=8&ep=32&etp=1&dp=1&sp=1&tpg=8192&recompute=full&offload=1&d2h=1&pao=1"

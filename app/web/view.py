@@ -135,13 +135,11 @@ def resolve_model(model: str, store: ConfigStore) -> tuple[ModelConfig, str | No
     """A preset or an uploaded config; an unknown id shows GLM-5.2 with a message on ``model``."""
     if model in preset_ids():
         return load_preset(model), None
-    err: str | None
+    err: str | None = None
     try:
         cfg = store.get(model)
     except ConfigError as exc:
         cfg, err = None, str(exc)
-    else:
-        err = None
     if cfg is None:
         err = err or (f"model {model[:80]!r} is neither a preset ({', '.join(preset_ids())}) nor an "
                       "uploaded config (sha256:...); showing glm-5.2")
@@ -287,7 +285,7 @@ def plan_summary(view: PlanView) -> dict[str, Any]:
         bubble = bubble_fraction(ev.stage_plan.pp, ev.stage_plan.vpp, m)
     return {
         "go": view.go, "blocking": [r.kind for r in view.verdict.blocking] + (["input"] if view.field_errors else []),
-        "layout": view.check.layout_string if view.check else None,
+        "layout": getattr(view.check, "layout_string", None),
         "max_rank_gb": worst["total_bytes"] / 1e9 if worst else None,
         "max_rank": worst["pp_rank"] if worst else None,
         "capacity_gb": worst["capacity_bytes"] / 1e9 if worst else None,

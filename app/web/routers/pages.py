@@ -11,7 +11,6 @@ query>``; it is a page key, never part of the plan.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import replace
 from typing import Any
@@ -23,25 +22,10 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 from app.core import reports
 from app.core.plan import SLIME_GLM52_PROFILE, FieldProblem, Plan, PlanError, plan_from_query
 from app.core.plan_actions import ACTIONS, apply_action
-from app.web.assets import asset_dir
 from app.web.deps import Store, model_config
-from app.web.store import ConfigStore
-from app.web.view import PlanView, build_view, flag_diff, plan_summary, resolve_model
+from app.web.view import PlanView, build_view, resolve_model
 
 router = APIRouter(include_in_schema=False)
-
-
-def _asset_version() -> str:
-    """A digest of the page's own static files: linked as ``?v=<digest>`` they are cached for a
-    year (``app.web.app.static_cache_control``) and a new release changes their URL."""
-    digest = hashlib.sha256()
-    for name in ("app.js", "app.css"):
-        digest.update((asset_dir("static") / name).read_bytes())
-    return digest.hexdigest()[:12]
-
-
-ASSET_VERSION = _asset_version()
-PLOTLY_FILE = json.loads((asset_dir("static") / "vendor" / "VENDOR.json").read_text())["plotly"]["file"]
 
 
 def page_plan(request: Request) -> tuple[Plan, list[FieldProblem]]:
@@ -54,9 +38,11 @@ def page_plan(request: Request) -> tuple[Plan, list[FieldProblem]]:
 PAGE_KEYS = ("action", "a")  # page-only URL keys: a one-shot action, the pinned compare plan A
 
 
-def compare_context(request: Request, b: PlanView, store: ConfigStore) -> dict[str, Any]:
+def compare_context(request: Request, b: PlanView, store: Store) -> dict[str, Any]:
     """The compare panel when the URL pins a plan A (``a=<A's plan query, URL-encoded>``): A and
     B side by side. A's query is read like any page URL; its problems are shown, never dropped."""
+    from app.web.view import flag_diff, plan_summary  # the compare panel's display helpers
+
     a_query = request.query_params.get("a")
     if not a_query:
         return {"compare": None}
@@ -67,6 +53,8 @@ def compare_context(request: Request, b: PlanView, store: ConfigStore) -> dict[s
 
 
 def render(request: Request, template: str, v: PlanView, status_code: int = 200, **extra: Any) -> HTMLResponse:
+    from app.web.caching import ASSET_VERSION, PLOTLY_FILE  # versioned asset URLs (long-lived caching)
+
     extra.setdefault("compare", None)
     ctx = request.app.state.page_context(request, v, asset_v=ASSET_VERSION, plotly_file=PLOTLY_FILE, **extra)
     resp: HTMLResponse = request.app.state.templates.TemplateResponse(request, template, ctx, status_code=status_code)
