@@ -23,8 +23,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
@@ -36,11 +36,19 @@ CHROMIUM_ARGS = [
 ]
 INSTALL_HINT = ("install Debian's Chromium (`apt-get install chromium`, or `make browser`) or point "
                 "ISPLAN_CHROMIUM at a Chromium binary")
-# Plotly drew every figure of the page (app.js renders them on DOMContentLoaded and after each swap).
+# The page is ready: app.js ran (body[data-ready]) and Plotly drew every figure on screen (figures
+# below the fold are drawn when they scroll into view, so a first load does not fetch Plotly).
 FIGURES_DRAWN_JS = """() => {
-  const figs = Array.from(document.querySelectorAll('.plotly-figure'));
-  return figs.length > 0 && figs.every(f => f.querySelector('.main-svg'));
+  if (document.body.dataset.ready !== '1') return false;
+  const h = window.innerHeight + 200;
+  return Array.from(document.querySelectorAll('.plotly-figure')).every(f => {
+    const r = f.getBoundingClientRect();
+    return r.top > h || r.bottom < -200 || f.querySelector('.main-svg') || f.textContent.startsWith('figure unavailable');
+  });
 }"""
+
+ALL_FIGURES_DRAWN_JS = """() => Array.from(document.querySelectorAll('.plotly-figure'))
+  .every(f => f.querySelector('.main-svg'))"""
 
 
 def chromium_path() -> str:
@@ -84,7 +92,7 @@ class AppServer:
         except OSError:
             return ""
 
-    def start(self) -> "AppServer":
+    def start(self) -> AppServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "ISPLAN_DATA_DIR": str(self.data_dir), "PYTHONUNBUFFERED": "1"}
         last_error = ""
@@ -134,30 +142,42 @@ class AppServer:
                 proc.kill()
                 proc.wait(timeout=10)
 
-    def __enter__(self) -> "AppServer":
+    def __enter__(self) -> AppServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
 
 
+def launch_profile(pw, user_data_dir: Path, *, width: int = 1440, height: int = 1800,
+                   device_scale_factor: float = 1, timeout_ms: float = 20_000):
+    """A headless Chromium persistent context with a fresh profile in ``user_data_dir``, from a
+    running Playwright ``pw`` (a second browser for the same test shares the first one's
+    Playwright: the sync API allows one per thread). The caller closes it."""
+    Path(user_data_dir).mkdir(parents=True, exist_ok=True)
+    ctx = pw.chromium.launch_persistent_context(
+        user_data_dir=str(user_data_dir), executable_path=chromium_path(), headless=True,
+        args=CHROMIUM_ARGS, viewport={"width": width, "height": height},
+        device_scale_factor=device_scale_factor, accept_downloads=True, timeout=60_000)
+    ctx.set_default_timeout(timeout_ms)
+    ctx.isplan_playwright = pw
+    return ctx
+
+
 @contextlib.contextmanager
 def chromium_context(user_data_dir: Path, *, width: int = 1440, height: int = 1800,
                      device_scale_factor: float = 1, timeout_ms: float = 20_000) -> Iterator:
     """A Playwright persistent context of headless Chromium with a fresh profile in ``user_data_dir``
-    (one browser process; open pages with ``ctx.new_page()``)."""
+    (one browser process; open pages with ``ctx.new_page()``; ``ctx.isplan_playwright`` is the
+    Playwright that runs it, for :func:`launch_profile`)."""
     from playwright.sync_api import sync_playwright
 
     reason = chromium_missing_reason()
     if reason:
         raise RuntimeError(reason)
-    Path(user_data_dir).mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
-        ctx = pw.chromium.launch_persistent_context(
-            user_data_dir=str(user_data_dir), executable_path=chromium_path(), headless=True,
-            args=CHROMIUM_ARGS, viewport={"width": width, "height": height},
-            device_scale_factor=device_scale_factor, accept_downloads=True, timeout=60_000)
-        ctx.set_default_timeout(timeout_ms)
+        ctx = launch_profile(pw, user_data_dir, width=width, height=height,
+                             device_scale_factor=device_scale_factor, timeout_ms=timeout_ms)
         try:
             yield ctx
         finally:
@@ -213,6 +233,11 @@ def screenshot(out: Path, *, width: int = 1440, height: int = 1800, full_page: b
             if resp is None or resp.status != 200:
                 raise RuntimeError(f"GET / answered {resp.status if resp else 'nothing'}")
             wait_for_figures(page)
+            if full_page:  # figures are drawn when they scroll into view: bring each one in
+                for fig in page.locator(".plotly-figure").all():
+                    fig.scroll_into_view_if_needed()
+                page.wait_for_function(ALL_FIGURES_DRAWN_JS)
+                page.evaluate("() => window.scrollTo(0, 0)")
             page.evaluate("() => document.fonts ? document.fonts.ready.then(() => true) : true")
             page.wait_for_timeout(300)  # let Plotly finish its transitions
             page.screenshot(path=str(out), full_page=full_page)

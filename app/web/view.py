@@ -250,3 +250,43 @@ def exports(view: PlanView) -> dict[str, str]:
         out.update(core_exports(check, settings, model=plan.model, conversion=view.conversion))
     out["cli"] = shlex.join(["isplan", "check", *plan.cli_args()])
     return out
+
+
+# ----------------------------------------------------------------------------- compare (display only)
+def plan_summary(view: PlanView) -> dict[str, Any]:
+    """The numbers the compare panel puts side by side, all read from the plan's one evaluation:
+    the verdict, the largest rank's memory, the compute balance (slowest stage's forward FLOPs
+    over the mean: 1.00 is perfectly even), the pipeline bubble and the GPU count."""
+    ev = view.ev
+    mem = ev.memory
+    worst = max(mem["stages"], key=lambda s: s["total_bytes"]) if mem else None
+    flops = [s["flops"] for s in ev.stage_flops["stages"]] if ev.stage_flops else []
+    pp_flops: dict[int, float] = {}
+    for s in (ev.stage_flops or {}).get("stages", []):
+        pp_flops[s["pp_rank"]] = pp_flops.get(s["pp_rank"], 0) + s["flops"]
+    balance = max(pp_flops.values()) / (sum(pp_flops.values()) / len(pp_flops)) if pp_flops and sum(flops) else None
+    bubble = None
+    if ev.par is not None and ev.stage_plan is not None:
+        m = ev.par.microbatches or 8 * ev.stage_plan.pp
+        bubble = bubble_fraction(ev.stage_plan.pp, ev.stage_plan.vpp, m)
+    return {
+        "go": view.go, "blocking": [r.kind for r in view.verdict.blocking] + (["input"] if view.field_errors else []),
+        "layout": getattr(view.check, "layout_string", None),
+        "max_rank_gb": worst["total_bytes"] / 1e9 if worst else None,
+        "max_rank": worst["pp_rank"] if worst else None,
+        "capacity_gb": worst["capacity_bytes"] / 1e9 if worst else None,
+        "rank_gb": [s["total_bytes"] / 1e9 for s in mem["stages"]] if mem else [],
+        "balance": balance, "bubble": bubble, "gpu_line": view.gpu_line,
+    }
+
+
+def flag_diff(a: Plan, b: Plan) -> list[tuple[str, str, str]]:
+    """``(setting, A's value, B's value)`` for every plan field the two plans set differently,
+    in the plan table's order, as the CLI spells the flag (``--tp``) or the URL key."""
+    out = []
+    for name, spec in TABLE.items():
+        va, vb = getattr(a, name), getattr(b, name)
+        if va != vb:
+            label = spec.cli or spec.url
+            out.append((label, "—" if va is None else format_value(spec, va), "—" if vb is None else format_value(spec, vb)))
+    return out
