@@ -141,3 +141,12 @@ def test_a_stage_list_is_bounded_in_entries_too():
 
     with pytest.raises(ValueError, match="has 65,537 entries; the limit is 65,536 stages"):
         parse_sizes([1] * 65_537)
+
+
+def test_the_world_is_bounded_before_any_work():
+    """TP x CP x PP x DP over 2^20 GPUs is refused by the parser (each factor alone is in bounds)."""
+    plan, problems = plan_from_query({"tp": "8", "cp": "1024", "dp": "1048576"})
+    assert [p.field for p in problems] == ["dp"] and plan.dp is None
+    assert "8 x 1024 x 1 x 1048576 = 8,589,934,592 GPUs; the limit is 1,048,576" in problems[0].message
+    with pytest.raises(PlanError, match="the limit is 1,048,576"):
+        plan_from_cli(_cli_namespace(["glm-5.2", "--tp", "8", "--cp", "1024", "--dp", "1048576"]), "glm-5.2")

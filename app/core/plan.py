@@ -473,8 +473,10 @@ def plan_from_query(params: Mapping[str, str], *, empty: Plan | None = None) -> 
     if _states_parallelism(values):  # a usable parallel/memory value, even a neutral one
         values["parallel"] = True
     plan = Plan(**values)
-    problems += layout_conflicts(plan, strict=False)
-    return plan, problems
+    conflicts = layout_conflicts(plan, strict=False)
+    if any(p.field == "dp" for p in conflicts):  # bounded before any work: the page shows DP unset
+        plan = replace(plan, dp=None)
+    return plan, problems + conflicts
 
 
 def strict_plan(params: Mapping[str, str], *, empty: Plan | None = None) -> Plan:
@@ -501,6 +503,10 @@ def layout_conflicts(plan: Plan, *, strict: bool) -> list[FieldProblem]:
             spec = TABLE[name]
             out.append(FieldProblem(spec.url, f"{_label(spec)} does not apply when the layout is given by "
                                               f"{_MODE_WORDS[plan.mode]}; drop it"))
+    world = plan.tp * plan.cp * plan.pp * (plan.dp or 1)
+    if world > MAX_GPUS:
+        out.append(FieldProblem("dp", f"TP x CP x PP x DP = {plan.tp} x {plan.cp} x {plan.pp} x {plan.dp or 1} = "
+                                      f"{world:,} GPUs; the limit is {MAX_GPUS:,}"))
     if strict:
         stray = [n for n in ("conv_pp", "conv_first", "conv_last") if getattr(plan, n) is not None]
         if plan.conv == "none" and stray:
