@@ -56,6 +56,9 @@ def plans(draw, only_applicable: bool = False) -> Plan:
             continue
         if draw(st.booleans()):
             values[f.name] = draw(_value(spec))
+    if values.get("tp", 1) * values.get("cp", 1) * values.get("pp", 1) * (values.get("dp") or 1) > 1 << 20:
+        values.pop("cp", None)  # the world is bounded too (TP x PP alone stays within 2^20)
+        values.pop("dp", None)
     if mode == "split":
         values["split"] = values.get("split") or draw(_value(TABLE["split"]))
     if mode == "layout":
