@@ -8,12 +8,13 @@ plan is generated from this one table:
 * :func:`plan_from_query` / :meth:`Plan.query` - the page URL and every ``/api/v1`` route;
 * :func:`add_cli_arguments` / :func:`plan_from_cli` / :meth:`Plan.cli_args` - the ``isplan`` CLI;
 * :func:`plan_from_flags` - a launcher's expanded Megatron/slime flags (launcher import);
-* the web layer's pydantic query model (``app.web.plan_query``) and receipt inputs.
+* the web layer's pydantic query model (``app.web.schemas.PlanQuery``) and the plan a receipt
+  records (its canonical query).
 
 Each field has one bound, checked here before any work is done (a stage size of 10^8 never
 reaches the stage builder). A value that breaks a bound is a :class:`FieldProblem` naming the
-field, the value and the fix. Cross-field rules (which layout description is in use) live in
-:func:`layout_conflicts`, once.
+field, the value and the fix. Cross-field rules (which layout description is in use, the world
+size) live in :func:`plan_conflicts`, once.
 
 The core stays free of pydantic so ``isplan check`` starts fast (docs/DESIGN.md).
 """
@@ -300,7 +301,8 @@ class Plan:
 
 
 TABLE: dict[str, Field] = {f.name: f.metadata["isplan"] for f in fields(Plan)}
-_NEUTRAL_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Plan)}
+#: every field's neutral value: what an absent URL key or CLI flag means
+NEUTRAL_VALUES: dict[str, Any] = {f.name: f.default for f in fields(Plan)}
 
 
 _PARALLEL_GROUPS = ("parallel", "memory")
@@ -308,7 +310,7 @@ _PARALLEL_GROUPS = ("parallel", "memory")
 
 def _implied_parallel(plan: Plan) -> bool:
     """Any parallel or memory setting other than ``parallel`` itself differs from the neutral plan."""
-    return any(getattr(plan, n) != _NEUTRAL_DEFAULTS[n] for n, s in TABLE.items()
+    return any(getattr(plan, n) != NEUTRAL_VALUES[n] for n, s in TABLE.items()
                if s.group in _PARALLEL_GROUPS and n != "parallel")
 
 
@@ -318,8 +320,6 @@ def _states_parallelism(given: Iterable[str]) -> bool:
     return any(TABLE[n].group in _PARALLEL_GROUPS for n in given)
 
 
-NEUTRAL = Plan()
-NEUTRAL_VALUES: dict[str, Any] = {name: getattr(NEUTRAL, name) for name in TABLE}
 BY_URL: dict[str, str] = {spec.url: name for name, spec in TABLE.items()}
 
 #: The page's plan for an empty query: THUDM/slime ``scripts/run-glm5.2-744B-A40B.sh`` as launched
@@ -473,7 +473,7 @@ def plan_from_query(params: Mapping[str, str], *, empty: Plan | None = None) -> 
     if _states_parallelism(values):  # a usable parallel/memory value, even a neutral one
         values["parallel"] = True
     plan = Plan(**values)
-    conflicts = layout_conflicts(plan, strict=False)
+    conflicts = plan_conflicts(plan, strict=False)
     if any(p.field == "dp" for p in conflicts):  # bounded before any work: the page shows DP unset
         plan = replace(plan, dp=None)
     return plan, problems + conflicts
@@ -487,8 +487,9 @@ def strict_plan(params: Mapping[str, str], *, empty: Plan | None = None) -> Plan
     return plan
 
 
-def layout_conflicts(plan: Plan, *, strict: bool) -> list[FieldProblem]:
-    """The layout description in use must be complete; settings of another mode are named.
+def plan_conflicts(plan: Plan, *, strict: bool) -> list[FieldProblem]:
+    """Cross-field rules: the layout description in use must be complete, the world TP x CP x PP x
+    DP is bounded, and settings of another mode are named.
 
     ``strict`` (the CLI, the API): a setting that cannot apply in the plan's mode is an error;
     otherwise (the page) it is kept in the URL and explained, never silently used.
@@ -498,16 +499,15 @@ def layout_conflicts(plan: Plan, *, strict: bool) -> list[FieldProblem]:
         out.append(FieldProblem("split", "mode=split needs split=LIST of stage sizes, e.g. 14,8,8,8,8,8,8,16"))
     if plan.mode == "layout" and not plan.layout:
         out.append(FieldProblem("layout", "mode=layout needs layout=STR, e.g. Et*3|(tt|)*29,m|L"))
-    if strict:
-        for name in ignored_fields(plan):
-            spec = TABLE[name]
-            out.append(FieldProblem(spec.url, f"{_label(spec)} does not apply when the layout is given by "
-                                              f"{_MODE_WORDS[plan.mode]}; drop it"))
     world = plan.tp * plan.cp * plan.pp * (plan.dp or 1)
     if world > MAX_GPUS:
         out.append(FieldProblem("dp", f"TP x CP x PP x DP = {plan.tp} x {plan.cp} x {plan.pp} x {plan.dp or 1} = "
                                       f"{world:,} GPUs; the limit is {MAX_GPUS:,}"))
     if strict:
+        for name in ignored_fields(plan):
+            spec = TABLE[name]
+            out.append(FieldProblem(spec.url, f"{_label(spec)} does not apply when the layout is given by "
+                                              f"{_MODE_WORDS[plan.mode]}; drop it"))
         stray = [n for n in ("conv_pp", "conv_first", "conv_last") if getattr(plan, n) is not None]
         if plan.conv == "none" and stray:
             out.append(FieldProblem(TABLE[stray[0]].url, f"{TABLE[stray[0]].cli} needs --conv-pp N (the conversion "
@@ -598,7 +598,7 @@ def plan_from_cli(namespace: Any, model: str) -> Plan:
     if _states_parallelism(values):
         values["parallel"] = True
     plan = Plan(**values)
-    problems = layout_conflicts(plan, strict=True)
+    problems = plan_conflicts(plan, strict=True)
     if problems:
         raise PlanError(problems)
     return plan
