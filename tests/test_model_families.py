@@ -16,8 +16,8 @@ from app.core.flops import token_flops
 from app.core.layer_roles import derive_roles, ffn_kinds, roles_report
 from app.core.memory import inference_memory, kv_bytes_per_token_layer, training_memory
 from app.core.model_config import ConfigError, load_config_bytes, load_model
-from app.core.parallelism import ParallelConfig
-from app.core.parameters import count_parameters
+from app.core.parallelism import ParallelConfig, kv_heads_tp_check
+from app.core.parameters import count_parameters, stage_params
 from app.core.search import SearchSpace, search
 from app.core.stages import PipelineSpec, materialise
 
@@ -259,8 +259,6 @@ def test_search_works_for_gqa_and_moe_without_shared_experts():
     body = search(qwen, 64, seq_length=4096, top=5,
                   space=SearchSpace(pp=(2,), cp=(1,), vpp=(1,), recompute=("full",), offload=(True,)))
     assert body["results"]
-    # TP must divide the 4 key-value heads (Megatron: num_query_groups % TP == 0)
-    assert all(r["tp"] in (1, 2, 4) for r in body["results"])
     for r in body["results"]:
         plan = materialise(PipelineSpec(split=tuple(r["split"])), 94)
         par = ParallelConfig(tp=r["tp"], cp=r["cp"], pp=r["pp"], gpus=64, ep=r["ep"], etp=r["etp"],
@@ -268,9 +266,42 @@ def test_search_works_for_gqa_and_moe_without_shared_experts():
                              use_precision_aware_optimizer=True)
         mem = training_memory(qwen, plan, par)
         assert max(s["total_bytes"] for s in mem["stages"]) == r["max_rank_bytes"]
+    # TP must divide the heads and be a multiple or divisor of the KV heads (Megatron
+    # transformer_config.py): 24 heads, 3 KV heads -> TP in {1, 3, 6}, never 2, 4 or 8
+    small = load({**MISTRAL_7B, "hidden_size": 768, "num_attention_heads": 24, "num_key_value_heads": 3,
+                  "intermediate_size": 1536, "num_hidden_layers": 4, "vocab_size": 1200})
+    tps = {r["tp"] for r in search(small, 24, seq_length=1024, top=10_000,
+                                   space=SearchSpace(cp=(1,), vpp=(1,)))["results"]}
+    assert tps and tps <= {1, 3, 6}
     llama = search(load_model("llama-3.1-70b"), 32, seq_length=4096, top=3,
                    space=SearchSpace(cp=(1,), vpp=(1,), recompute=("full",)))
     assert llama["results"] and all(r["ep"] == 1 for r in llama["results"])
+
+
+def test_kv_heads_tp_check():
+    small = load({**MISTRAL_7B, "num_attention_heads": 24, "num_key_value_heads": 3, "hidden_size": 768})
+    bad = kv_heads_tp_check(small, ParallelConfig(tp=4, seq_length=8))
+    assert bad is not None and not bad.ok and "TP=3 or 6" in bad.message
+    good = kv_heads_tp_check(small, ParallelConfig(tp=6, seq_length=8))
+    assert good is not None and good.ok and "replicated over 2" in good.message
+    assert kv_heads_tp_check(load_model("glm-5.2"), ParallelConfig(tp=4, seq_length=8)) is None
+
+
+def test_tp_above_kv_heads_keeps_one_whole_query_group_per_gpu():
+    qwen = load_model("qwen3-235b-a22b")  # 4 KV heads; TP 8 is accepted by Megatron (8 % 4 == 0)
+    roles = derive_roles(qwen)
+    plan = materialise(PipelineSpec(pp=1, mtp_layers=0), 94)
+    H, d = 4096, 128
+    q_o = 2 * H * 64 * d  # q and o projections, split 8 ways
+    kv_group = 2 * H * d  # k and v of one query group, whole on every GPU
+    per_layer_gpu = q_o // 8 + kv_group + 2 * d + 2 * H + 128 * H  # + QK-norm, norms, router
+    sp = stage_params(qwen, roles, list(plan.stages), tp=8, ep=8, etp=1)
+    assert sp.dense_per_gpu == 94 * per_layer_gpu + -(-2 * 151936 * H // 8) + H
+    assert sp.dense_total == count_parameters(qwen).main_total - 94 * 128 * 3 * H * 1536  # totals unchanged
+    par = ParallelConfig(tp=8, pp=1, gpus=8, ep=8, etp=1, sp=True, seq_length=1024)
+    from app.core.memory import layer_activation_terms
+    terms = layer_activation_terms(qwen, par, ffn="moe", indexer=False)
+    assert terms["k_heads"] == terms["v_heads"] == 2 * 1 * d  # one whole KV head per GPU
 
 
 def test_mixtral_memory_has_no_shared_expert_terms():

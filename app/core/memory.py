@@ -73,7 +73,7 @@ mtp_inputs (MTP)       8H / s_div                         enorm / hnorm inputs a
 
 GQA / MHA attention (``attention == "gqa"``, g key-value heads of dim d) replaces the MLA rows
 (latents, q/k/v heads over dn/dr/dv) with ``q_heads 2 h d / TP``, ``k_heads`` and ``v_heads``
-``2 g d / TP`` each, ``attn_softmax_lse 4 h / TP`` and ``attn_output 2 h d / TP``.
+``2 max(g / TP, 1) d`` each (TP above g keeps one whole query group per GPU), ``attn_softmax_lse 4 h / TP`` and ``attn_output 2 h d / TP``.
 
 Routed tokens: each GPU holds ``t / TP`` tokens under SP, the dispatcher gathers them over ETP and
 sends ``k`` copies, so a GPU processes ``k * t * ETP / TP`` rows whose FFN width is ``i / ETP``
@@ -198,8 +198,9 @@ def layer_activation_terms(cfg: ModelConfig, par: ParallelConfig, *, ffn: str, i
         # GQA / MHA: q over h heads, k and v over the g key-value heads, all of head_dim d
         d, g = cfg.head_dim, cfg.num_key_value_heads
         t["q_heads"] = 2 * h * d / tp
-        t["k_heads"] = 2 * g * d / tp
-        t["v_heads"] = 2 * g * d / tp
+        kv_local = max(g / tp, 1)  # TP above g keeps one whole query group per GPU
+        t["k_heads"] = 2 * kv_local * d
+        t["v_heads"] = 2 * kv_local * d
         t["attn_softmax_lse"] = 4 * h / tp
         t["attn_output"] = 2 * h * d / tp
     else:

@@ -307,6 +307,26 @@ def _try(values: tuple[int | None, int | None]) -> str:
 # --------------------------------------------------------------------------- checks
 
 
+def kv_heads_tp_check(cfg: ModelConfig, par: ParallelConfig) -> Check | None:
+    """GQA: the key-value heads g must be a multiple or a divisor of TP (NVIDIA/Megatron-LM
+    ``megatron/core/transformer/transformer_config.py`` ``__post_init__`` raises "num_query_groups
+    (g) must be a multiple or divisor of tensor_model_parallel_size"). ``None`` for MLA models.
+    Not yet part of :func:`check_parallel` (its owner wires it in)."""
+    if cfg.attention != "gqa":
+        return None
+    g, tp = cfg.num_key_value_heads, par.tp
+    if g % tp == 0 or tp % g == 0:
+        per_gpu = f"{g // tp} per GPU" if g % tp == 0 else f"each of the {g} replicated over {tp // g} GPUs"
+        return Check("kv_heads_tp", True, f"{g} key-value heads with TP={tp}: {per_gpu}")
+    ok = [t for t in divisors(cfg.num_attention_heads) if g % t == 0 or t % g == 0]
+    below = max((t for t in ok if t < tp), default=None)
+    above = min((t for t in ok if t > tp), default=None)
+    return Check("kv_heads_tp", False,
+                 f"TP={tp} is neither a multiple nor a divisor of the {g} key-value heads (Megatron raises "
+                 f"'num_query_groups must be a multiple or divisor of tensor_model_parallel_size'); "
+                 f"try TP={_try((below, above))}")
+
+
 def check_parallel(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None = None) -> list[Check]:
     """Every constraint of FACTS.md section 3 (and the Megatron flags around it) as a named check.
 

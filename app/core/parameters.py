@@ -75,6 +75,7 @@ class Shapes:
     lm_head: int
     final_norm: int
     mtp_extra: int  # enorm + hnorm + eh_proj + shared-head norm
+    kv_proj: int = 0  # GQA: the k and v projections (+ biases), part of attn_sharded
 
     @property
     def attention(self) -> int:
@@ -127,6 +128,8 @@ def shapes(cfg: ModelConfig) -> Shapes:
         lm_head=0 if cfg.tie_word_embeddings else cfg.vocab_size * H,
         final_norm=H,
         mtp_extra=2 * H + 2 * H * H + H,
+        kv_proj=(2 * H * cfg.num_key_value_heads * cfg.head_dim
+                 + (2 * cfg.num_key_value_heads * cfg.head_dim if cfg.qkv_bias else 0)) if cfg.attention == "gqa" else 0,
     )
 
 
@@ -240,18 +243,35 @@ def _ceil_div(a: int, b: int) -> int:
 
 def stage_params(cfg: ModelConfig, roles: RoleMap, stages: list[Stage], *, tp: int = 1, ep: int = 1,
                  etp: int | None = None) -> StageParams:
-    """Parameters of a set of stages (e.g. all virtual stages of one pipeline rank)."""
+    """Parameters of a set of stages (e.g. all virtual stages of one pipeline rank).
+
+    GQA with TP above the key-value heads g (Megatron accepts TP a multiple of g,
+    ``transformer_config.py``: "num_query_groups ... must be a multiple or divisor of
+    tensor_model_parallel_size") keeps one whole query group's k and v projections on each GPU:
+    ``kv_proj / g`` per layer instead of ``kv_proj / TP``."""
     etp = tp if etp is None else etp
     sh = shapes(cfg)
     comp = {k: 0 for k in COMPONENTS}
     dense_sharded = dense_repl = expert = 0
+    kv_whole = cfg.attention == "gqa" and tp > cfg.num_key_value_heads
+    attn_sharded = sh.attn_sharded - (sh.kv_proj if kv_whole else 0)
+    kv_total = kv_gpu = 0  # k/v projections held whole per query group (kv_whole only)
+
+    def add_attention() -> None:
+        nonlocal dense_sharded, dense_repl, kv_total, kv_gpu
+        dense_sharded += attn_sharded
+        dense_repl += sh.attn_replicated
+        if kv_whole:
+            kv_total += sh.kv_proj
+            kv_gpu += sh.kv_proj // cfg.num_key_value_heads
+
     for s in stages:
         for n in s.layers:
             r = roles.role(n)
             comp["attention"] += sh.attention
             comp["norms"] += sh.norms
-            dense_sharded += sh.attn_sharded
-            dense_repl += sh.attn_replicated + sh.norms
+            add_attention()
+            dense_repl += sh.norms
             if r.has_indexer:
                 comp["indexer"] += sh.indexer
                 dense_repl += sh.indexer
@@ -278,8 +298,9 @@ def stage_params(cfg: ModelConfig, roles: RoleMap, stages: list[Stage], *, tp: i
             comp["mtp"] += mtp_layer_total(cfg, sh, with_bias=False)
             # MTP layer: attention (split as above), norms, indexer, MoE; eh_proj (2H^2) is
             # column-parallel, enorm / hnorm / shared-head norm (3H) are replicated
-            dense_sharded += sh.attn_sharded + sh.shared_expert + (sh.mtp_extra - 3 * cfg.hidden_size)
-            dense_repl += sh.attn_replicated + sh.norms + sh.indexer + sh.router + 3 * cfg.hidden_size
+            add_attention()
+            dense_sharded += sh.shared_expert + (sh.mtp_extra - 3 * cfg.hidden_size)
+            dense_repl += sh.norms + sh.indexer + sh.router + 3 * cfg.hidden_size
             expert += sh.routed_experts
             if not cfg.n_routed_experts:
                 dense_sharded += sh.dense_ffn
@@ -290,9 +311,9 @@ def stage_params(cfg: ModelConfig, roles: RoleMap, stages: list[Stage], *, tp: i
         expert_per_gpu = _ceil_div(per_expert_total * experts_per_rank, etp)
     return StageParams(
         components=comp,
-        dense_total=dense_sharded + dense_repl,
+        dense_total=dense_sharded + dense_repl + kv_total,
         expert_total=expert,
-        dense_per_gpu=_ceil_div(dense_sharded, tp) + dense_repl,
+        dense_per_gpu=_ceil_div(dense_sharded, tp) + dense_repl + kv_gpu,
         expert_per_gpu=expert_per_gpu,
     )
 

@@ -1,8 +1,8 @@
 """Parallel-configuration search for a GPU budget: enumerate, drop what Megatron refuses or what
 overflows a GPU, rank the rest.
 
-Enumerated: TP (divisors of the head count and, for GQA, of the key-value heads; at most 8 = one
-NVLink domain), CP (powers of two up
+Enumerated: TP (divisors of the head count; for GQA a multiple or divisor of the key-value heads;
+at most 8 = one NVLink domain), CP (powers of two up
 to 16, dividing the sample length in chunks of 2*CP), PP (powers of two up to 16 with a valid
 IndexShare layout), EP (divisors of the expert count), ETP in {1, TP}, VPP in {1, 2, 4} (PP > 2),
 recompute in {none, selective, full (uniform, 1 layer)}, optimizer CPU offload off/on. DP follows
@@ -93,10 +93,10 @@ def search(
     mem = memory_costs(cfg, roles, mtp_layers=mtp_layers)
     costs, first_extra, last_extra = list(mem.costs), mem.first_stage_extra, mem.last_stage_extra
     heads, experts = cfg.num_attention_heads, cfg.n_routed_experts
-    # TP must divide the heads and, for GQA, the key-value heads (Megatron: num_query_groups % TP == 0,
-    # megatron/core/transformer/attention.py splits the query groups over TP)
+    # TP must divide the heads, and a GQA model's key-value heads g must be a multiple or a divisor of
+    # TP (NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py __post_init__)
     kv_heads = cfg.num_key_value_heads if cfg.attention == "gqa" else heads
-    tps = space.tp or tuple(t for t in divisors(heads) if t <= 8 and kv_heads % t == 0)
+    tps = space.tp or tuple(t for t in divisors(heads) if t <= 8 and (kv_heads % t == 0 or t % kv_heads == 0))
     cps = space.cp or (1, 2, 4, 8, 16)
     pps = space.pp or tuple(p for p in (1, 2, 4, 8, 16) if p <= len(roles.full_layers))
     eps = space.ep or tuple(divisors(experts) if experts else (1,))
