@@ -117,3 +117,13 @@ def test_host_memory_of_the_offloaded_optimizer_joins_the_verdict(client, host_g
     assert [r["code"] for r in v["blocking"]] == ([] if go else ["host_over_capacity"])
     code, cli = run_cli(["check", "glm-5.2", *PROFILE_ARGS, "--host-memory-gb", host_gb, "--format", "json"])
     assert cli["verdict"] == v and code == (0 if go else 1)
+
+
+def test_gqa_key_value_heads_must_divide_or_be_divided_by_tp():
+    """Llama-3.1-70B has 8 key-value heads (its config.json): TP 16 is a multiple of 8 (each group
+    replicated over 2 GPUs) and passes; TP 6 is neither a multiple nor a divisor of 8 (Megatron's
+    TransformerConfig refuses it)."""
+    code, ok = run_cli(["check", "llama-3.1-70b", "--pp", "4", "--tp", "16", "--format", "json"])
+    assert "kv_heads_tp" not in {r["code"] for r in ok["verdict"]["blocking"]}
+    code, bad = run_cli(["check", "llama-3.1-70b", "--pp", "4", "--tp", "6", "--format", "json"])
+    assert code == 1 and "kv_heads_tp" in {r["code"] for r in bad["verdict"]["blocking"]}

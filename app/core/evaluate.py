@@ -36,7 +36,7 @@ FLAG_FIELD.update({"index_share_pattern": "pattern", "pipeline_parallel_layers":
 
 #: plan field of each parallel check (``app.core.parallelism.check_parallel`` names)
 CHECK_FIELD = {
-    "world_size": "gpus", "heads_tp": "tp", "ffn_width": "tp", "experts_ep": "ep", "expert_grid": "ep",
+    "world_size": "gpus", "heads_tp": "tp", "kv_heads_tp": "tp", "ffn_width": "tp", "experts_ep": "ep", "expert_grid": "ep",
     "expert_data_parallel": "ep", "cp_seq": "cp", "dsa_cp": "cp", "sp_tp": "sp", "sp_moe_tp": "sp",
     "mtp_cp": "mtp", "interleave_pp": "vpp", "pipeline_plan": "pp", "vpp_divides": "vpp",
     "global_batch": "gbs", "microbatches": "mb", "interleave_microbatches": "mb", "pipeline_fill": "mb",

@@ -364,6 +364,9 @@ def check_parallel(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None
                          f"TP={tp} does not divide {heads} attention heads; try TP={_try(nearest_divisors(heads, tp))}"))
     else:
         out.append(Check("heads_tp", True, f"{heads} attention heads / TP={tp} = {heads // tp} per GPU"))
+    kv = kv_heads_tp_check(cfg, par)  # GQA only
+    if kv is not None:
+        out.append(kv)
 
     # dense FFN / shared expert widths over TP, expert FFN over ETP ------------------------------
     widths = [("intermediate_size", cfg.intermediate_size, tp, "TP"),
