@@ -447,6 +447,11 @@
       }).catch(function (e) { if (err) err.textContent = "launcher: the file could not be read (" + e.message + ")"; });
   });
 
+  window.addEventListener("popstate", function () {  // Back / Forward: draw the state the URL holds
+    setCompare(new URLSearchParams(location.search).get("a"));
+    send("", null, location.search.slice(1));  // the fragment reads the pinned plan A from a= too
+  });
+
   /* ------------------------------------------------------------------ upload, launcher, search */
   function submitAsync(f) {
     var errId = f.dataset.error, err = document.getElementById(errId);

@@ -50,6 +50,8 @@ except ImportError:  # never a silent skip in CI
     pytest.skip("playwright is not installed: pip install -e '.[test]'", allow_module_level=True)
 
 AXE = REPO / "tests" / "vendor" / "axe-core-4.14.1.min.js"
+# the trainer line a launcher runs its flags with (an import needs to see what would run)
+TRAIN = 'torchrun pretrain_gpt.py "${MODEL_ARGS[@]}" "${PERF_ARGS[@]}"\n'
 N_LAYERS = 78
 
 
@@ -351,12 +353,12 @@ def test_launcher_paste(open_page):
     url = page.url
     page.click("#start .launcher button[type=submit]")
     expect(page.locator("#err-launcher")).to_contain_text("paste a launcher script")
-    page.fill("#launcher", "PERF_ARGS=( --pipeline-model-parallel-size banana )")
+    page.fill("#launcher", "PERF_ARGS=( --pipeline-model-parallel-size banana )\n" + TRAIN)
     page.click("#start .launcher button[type=submit]")
     expect(page.locator("#err-launcher")).to_contain_text("banana")
     assert page.url == url
     page.watch.console_errors = [e for e in page.watch.console_errors if "status of 422" not in e]
-    page.fill("#launcher", "PERF_ARGS=(\n  --pipeline-model-parallel-size 6\n  --tensor-model-parallel-size 2\n)")
+    page.fill("#launcher", "PERF_ARGS=(\n  --pipeline-model-parallel-size 6\n  --tensor-model-parallel-size 2\n)\n" + TRAIN)
     with page.expect_navigation():
         page.click("#start .launcher button[type=submit]")
     wait_for_figures(page)
@@ -370,7 +372,7 @@ def test_launcher_with_its_sourced_files(open_page, tmp_path):
     would (inlined in place), a source not chosen is named as unknown."""
     (tmp_path / "models.sh").write_text("MODEL_ARGS=(\n  --pipeline-model-parallel-size 6\n)\n")
     (tmp_path / "run.sh").write_text("#!/bin/bash\nsource ./models.sh\n. /etc/cluster.env\n"
-                                     "PERF_ARGS=( --tensor-model-parallel-size 2 )\n")
+                                     "PERF_ARGS=( --tensor-model-parallel-size 2 )\n" + TRAIN)
     page = open_page("/")
     page.set_input_files("#launcher-file", [str(tmp_path / "run.sh"), str(tmp_path / "models.sh")])
     expect(page.locator("#launcher-note")).to_contain_text("inlined models.sh")
