@@ -368,17 +368,20 @@ def test_launcher_paste(open_page):
 
 
 def test_launcher_with_its_sourced_files(open_page, tmp_path):
-    """The script and the file it sources, chosen together: the sourced settings are read as bash
-    would (inlined in place), a source not chosen is named as unknown."""
+    """The script and the files it sources, chosen together: the sourced settings are read as
+    bash would (inlined in place); a source not chosen is named as unknown before anything is sent."""
     (tmp_path / "models.sh").write_text("MODEL_ARGS=(\n  --pipeline-model-parallel-size 6\n)\n")
+    (tmp_path / "cluster.env").write_text("export MASTER_PORT=29500\n")
     (tmp_path / "run.sh").write_text("#!/bin/bash\nsource ./models.sh\n. /etc/cluster.env\n"
                                      "PERF_ARGS=( --tensor-model-parallel-size 2 )\n" + TRAIN)
     page = open_page("/")
     page.set_input_files("#launcher-file", [str(tmp_path / "run.sh"), str(tmp_path / "models.sh")])
-    expect(page.locator("#launcher-note")).to_contain_text("inlined models.sh")
-    assert "cluster.env" in page.locator("#launcher-note").inner_text()
+    expect(page.locator("#launcher-note")).to_contain_text("not chosen, so unknown: /etc/cluster.env")
+    page.set_input_files("#launcher-file", [str(tmp_path / n) for n in ("run.sh", "models.sh", "cluster.env")])
+    expect(page.locator("#launcher-note")).to_contain_text("inlined models.sh, cluster.env")
+    assert "unknown" not in page.locator("#launcher-note").inner_text()
     text = page.locator("#launcher").input_value()
-    assert text.startswith("#!/bin/bash") and "--pipeline-model-parallel-size 6" in text
+    assert text.startswith("#!/bin/bash") and "--pipeline-model-parallel-size 6" in text and "MASTER_PORT" in text
     with page.expect_navigation():
         page.click("#start .launcher button[type=submit]")
     wait_for_figures(page)
