@@ -25,7 +25,7 @@ import re
 from urllib.parse import quote, urlsplit
 
 import pytest
-from browser_support import REPO, launch_profile, wait_for_figures
+from browser_support import ALL_FIGURES_DRAWN_JS, REPO, launch_profile, wait_for_figures
 from test_browser import (  # noqa: F401  (fixtures and helpers shared with the page's first tests)
     GLM52_FULL,
     PROFILE_PARALLEL,
@@ -453,8 +453,9 @@ def test_first_load_is_light(browser, server):
     try:
         page.goto(server.url + "/")
         wait_for_figures(page)
-        page.mouse.wheel(0, 5000)  # bring the figures into view: Plotly loads now
-        page.wait_for_function("() => document.querySelectorAll('.plotly-figure .main-svg').length >= 4")
+        for fig in page.locator(".plotly-figure").all():  # bring each figure into view: Plotly loads now
+            fig.scroll_into_view_if_needed()
+        page.wait_for_function(ALL_FIGURES_DRAWN_JS)
         page.wait_for_timeout(200)
         total = sum(sizes.values())
         assert total <= 1_000_000, (total, urls)
@@ -499,8 +500,10 @@ def axe_findings(page: Page) -> list[str]:
 def test_axe_serious_and_critical(open_page, state, path):
     page = open_page(path, figures=False)
     page.wait_for_function("() => document.body.dataset.ready === '1'")
-    page.mouse.wheel(0, 5000)
-    page.wait_for_timeout(300)
+    if page.locator(".plotly-figure").count():  # axe sees the drawn figures too
+        for fig in page.locator(".plotly-figure").all():
+            fig.scroll_into_view_if_needed()
+        page.wait_for_function(ALL_FIGURES_DRAWN_JS)
     assert axe_findings(page) == [], state
 
 
