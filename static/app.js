@@ -111,6 +111,11 @@
       if (c) { var band = stageOf(starts, n) % 2; c.classList.toggle("band0", band === 0); c.classList.toggle("band1", band === 1); }
     }
     b.setAttribute("aria-valuenow", String(layer));
+    // the neighbours' ranges follow: a stage keeps at least one layer
+    var before = $('.boundary[data-stage="' + stageIndex + '"]', info.map);
+    var after = $('.boundary[data-stage="' + (stageIndex + 2) + '"]', info.map);
+    if (before) before.setAttribute("aria-valuemax", String(layer - 1));
+    if (after) after.setAttribute("aria-valuemin", String(layer + 1));
     var src = sourceOf(info, layer);
     b.setAttribute("aria-valuetext", "stage " + (stageIndex + 1) + " starts at layer " + layer + (ok ? " (full)" :
       " (shared, reuses top-k of full layer " + src + " in stage " + stageOf(starts, src) + ": invalid)"));

@@ -213,6 +213,11 @@ def test_ten_key_presses_move_ten_layers(open_page, fresh_browser, server):
     assert query(page)["split"] == "4,18,8,8,8,8,8,16"
     assert shown["boundaries"][0] == ("2", 5)
     assert page.evaluate("() => document.activeElement.dataset.stage") == "2"
+    # each slider's range is the layers its stage may start at: after the previous start, before the next
+    ranges = page.evaluate("""() => Array.from(document.querySelectorAll('#layer-map .boundary'))
+        .map(b => [Number(b.getAttribute('aria-valuemin')), Number(b.getAttribute('aria-valuemax'))])""")
+    starts = [1, 5, 23, 31, 39, 47, 55, 63]  # stage 2 moved from 15 to 5
+    assert ranges == [[starts[k - 1] + 1, (starts[k + 1] - 1) if k + 1 < 8 else N_LAYERS] for k in range(1, 8)], ranges
     perf = page.evaluate("() => window.__isplanPerf")
     assert len(perf["drawn"]) == 10 and perf["sent"] < 10, perf  # every press drawn, the requests coalesced
 
