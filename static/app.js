@@ -277,11 +277,20 @@
     });
   }
   function updateFigures(cur, fresh) {
+    var ids = function (root) { return $all(".plotly-figure", root).map(function (f) { return f.id; }).join(" "); };
+    if (ids(cur) !== ids(fresh)) {  // a figure came or went: draw the new set
+      cur.replaceWith(fresh);
+      watchFigures(fresh);
+      return;
+    }
+    var captions = $all("figcaption", fresh);
+    $all("figcaption", cur).forEach(function (c, i) {
+      if (c.textContent !== captions[i].textContent) c.textContent = captions[i].textContent;
+    });
     $all(".plotly-figure", fresh).forEach(function (f) {
       var el = document.getElementById(f.id);
-      if (!el) { cur.replaceWith(fresh); watchFigures(fresh); return; }
       if (el.dataset.figure !== f.dataset.figure) {
-        el.dataset.figure = f.dataset.figure;
+        el.dataset.figure = f.dataset.figure;  // Plotly.react now if on screen, else when scrolled to
         if (visible.has(el) || !observer) drawFigure(el);
       }
     });

@@ -253,6 +253,8 @@ def test_figures_wait_until_they_are_seen(open_page):
     fig.scroll_into_view_if_needed()
     page.wait_for_function("""() => { const f = document.getElementById('fig-compute');
         return f.querySelector('.main-svg') && f.dataset.drawn === f.dataset.figure; }""")
+    caption = page.locator("#fig-compute").locator("xpath=following-sibling::figcaption").inner_text()
+    assert caption == json.loads(fig.get_attribute("data-figure"))["layout"]["title"]["text"]  # caption follows
     # stage 1 now holds layers 1-13: one layer less, so its drawn bar is lower than before
     first_bar = page.evaluate("() => document.getElementById('fig-compute').data[0].y[0]")
     assert first_bar < before, (first_bar, before)
