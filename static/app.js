@@ -558,6 +558,8 @@
       if (gpus) gpus.focus();
       return;
     }
+    var toStart = t.closest && t.closest('a[href="#start"]');
+    if (toStart) { var st0 = document.getElementById("start"); if (st0) st0.open = true; }
     var pick = t.closest && t.closest("a.load-plan");
     if (pick) { ev.preventDefault(); navigate(pick.getAttribute("href")); return; }
     var copy = t.closest && t.closest("button[data-copy]");
@@ -578,6 +580,8 @@
   });
 
   document.addEventListener("DOMContentLoaded", function () {
+    var start = document.getElementById("start");
+    if (start && window.matchMedia && window.matchMedia("(max-width: 600px)").matches) start.open = false;
     watchFigures(document);
     syncInactive();
     var q = new URLSearchParams(location.search);

@@ -519,10 +519,13 @@ def test_phone_layout(open_page):
     page.set_viewport_size({"width": 390, "height": 844})
     page.wait_for_timeout(200)
     assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
-    tops = page.evaluate("""() => ['#verdict', '#gpu-count', '#layer-map', '#start', '#controls']
+    page.reload()  # a phone opens the page at this width
+    page.wait_for_function("() => document.body.dataset.ready === '1'")
+    assert page.evaluate("() => document.getElementById('start').open") is False  # folded to one line
+    tops = page.evaluate("""() => ['#start', '#verdict', '#gpu-count', '#layer-map', '#controls']
         .map(s => document.querySelector(s).getBoundingClientRect().top + window.scrollY)""")
     assert tops == sorted(tops), tops
-    assert tops[0] < 200, tops  # the verdict is on the first screen
+    assert tops[1] < 250, tops  # the verdict is on the first screen, under the folded start bar
     # a touch drag moves a boundary (pointer events with pointerType touch)
     b, c = boundary(page, 2).bounding_box(), cell(page, 11).bounding_box()
     page.evaluate("""([bx, by, cx, cy]) => {
@@ -534,6 +537,9 @@ def test_phone_layout(open_page):
     settle(page)
     assert query(page)["split"] == "10,12,8,8,8,8,8,16"
     assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
+    page.click('header a[href="#start"]')  # the header's link unfolds the start bar
+    assert page.evaluate("() => document.getElementById('start').open") is True
+    expect(page.locator("#search-gpus")).to_be_visible()
 
 
 @pytest.mark.parametrize("path", [
