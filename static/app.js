@@ -111,6 +111,11 @@
       if (c) { var band = stageOf(starts, n) % 2; c.classList.toggle("band0", band === 0); c.classList.toggle("band1", band === 1); }
     }
     b.setAttribute("aria-valuenow", String(layer));
+    // the neighbours' ranges follow: a stage keeps at least one layer
+    var before = $('.boundary[data-stage="' + stageIndex + '"]', info.map);
+    var after = $('.boundary[data-stage="' + (stageIndex + 2) + '"]', info.map);
+    if (before) before.setAttribute("aria-valuemax", String(layer - 1));
+    if (after) after.setAttribute("aria-valuemin", String(layer + 1));
     var src = sourceOf(info, layer);
     b.setAttribute("aria-valuetext", "stage " + (stageIndex + 1) + " starts at layer " + layer + (ok ? " (full)" :
       " (shared, reuses top-k of full layer " + src + " in stage " + stageOf(starts, src) + ": invalid)"));
@@ -272,11 +277,20 @@
     });
   }
   function updateFigures(cur, fresh) {
+    var ids = function (root) { return $all(".plotly-figure", root).map(function (f) { return f.id; }).join(" "); };
+    if (ids(cur) !== ids(fresh)) {  // a figure came or went: draw the new set
+      cur.replaceWith(fresh);
+      watchFigures(fresh);
+      return;
+    }
+    var captions = $all("figcaption", fresh);
+    $all("figcaption", cur).forEach(function (c, i) {
+      if (c.textContent !== captions[i].textContent) c.textContent = captions[i].textContent;
+    });
     $all(".plotly-figure", fresh).forEach(function (f) {
       var el = document.getElementById(f.id);
-      if (!el) { cur.replaceWith(fresh); watchFigures(fresh); return; }
       if (el.dataset.figure !== f.dataset.figure) {
-        el.dataset.figure = f.dataset.figure;
+        el.dataset.figure = f.dataset.figure;  // Plotly.react now if on screen, else when scrolled to
         if (visible.has(el) || !observer) drawFigure(el);
       }
     });
@@ -447,6 +461,11 @@
       }).catch(function (e) { if (err) err.textContent = "launcher: the file could not be read (" + e.message + ")"; });
   });
 
+  window.addEventListener("popstate", function () {  // Back / Forward: draw the state the URL holds
+    setCompare(new URLSearchParams(location.search).get("a"));
+    send("", null, location.search.slice(1));  // the fragment reads the pinned plan A from a= too
+  });
+
   /* ------------------------------------------------------------------ upload, launcher, search */
   function submitAsync(f) {
     var errId = f.dataset.error, err = document.getElementById(errId);
@@ -539,6 +558,8 @@
       if (gpus) gpus.focus();
       return;
     }
+    var toStart = t.closest && t.closest('a[href="#start"]');
+    if (toStart) { var st0 = document.getElementById("start"); if (st0) st0.open = true; }
     var pick = t.closest && t.closest("a.load-plan");
     if (pick) { ev.preventDefault(); navigate(pick.getAttribute("href")); return; }
     var copy = t.closest && t.closest("button[data-copy]");
@@ -559,6 +580,8 @@
   });
 
   document.addEventListener("DOMContentLoaded", function () {
+    var start = document.getElementById("start");
+    if (start && window.matchMedia && window.matchMedia("(max-width: 600px)").matches) start.open = false;
     watchFigures(document);
     syncInactive();
     var q = new URLSearchParams(location.search);

@@ -25,7 +25,7 @@ import re
 from urllib.parse import quote, urlsplit
 
 import pytest
-from browser_support import REPO, launch_profile, wait_for_figures
+from browser_support import ALL_FIGURES_DRAWN_JS, REPO, launch_profile, wait_for_figures
 from test_browser import (  # noqa: F401  (fixtures and helpers shared with the page's first tests)
     GLM52_FULL,
     PROFILE_PARALLEL,
@@ -50,6 +50,8 @@ except ImportError:  # never a silent skip in CI
     pytest.skip("playwright is not installed: pip install -e '.[test]'", allow_module_level=True)
 
 AXE = REPO / "tests" / "vendor" / "axe-core-4.14.1.min.js"
+# the trainer line a launcher runs its flags with (an import needs to see what would run)
+TRAIN = 'torchrun pretrain_gpt.py "${MODEL_ARGS[@]}" "${PERF_ARGS[@]}"\n'
 N_LAYERS = 78
 
 
@@ -211,6 +213,11 @@ def test_ten_key_presses_move_ten_layers(open_page, fresh_browser, server):
     assert query(page)["split"] == "4,18,8,8,8,8,8,16"
     assert shown["boundaries"][0] == ("2", 5)
     assert page.evaluate("() => document.activeElement.dataset.stage") == "2"
+    # each slider's range is the layers its stage may start at: after the previous start, before the next
+    ranges = page.evaluate("""() => Array.from(document.querySelectorAll('#layer-map .boundary'))
+        .map(b => [Number(b.getAttribute('aria-valuemin')), Number(b.getAttribute('aria-valuemax'))])""")
+    starts = [1, 5, 23, 31, 39, 47, 55, 63]  # stage 2 moved from 15 to 5
+    assert ranges == [[starts[k - 1] + 1, (starts[k + 1] - 1) if k + 1 < 8 else N_LAYERS] for k in range(1, 8)], ranges
     perf = page.evaluate("() => window.__isplanPerf")
     assert len(perf["drawn"]) == 10 and perf["sent"] < 10, perf  # every press drawn, the requests coalesced
 
@@ -246,6 +253,8 @@ def test_figures_wait_until_they_are_seen(open_page):
     fig.scroll_into_view_if_needed()
     page.wait_for_function("""() => { const f = document.getElementById('fig-compute');
         return f.querySelector('.main-svg') && f.dataset.drawn === f.dataset.figure; }""")
+    caption = page.locator("#fig-compute").locator("xpath=following-sibling::figcaption").inner_text()
+    assert caption == json.loads(fig.get_attribute("data-figure"))["layout"]["title"]["text"]  # caption follows
     # stage 1 now holds layers 1-13: one layer less, so its drawn bar is lower than before
     first_bar = page.evaluate("() => document.getElementById('fig-compute').data[0].y[0]")
     assert first_bar < before, (first_bar, before)
@@ -351,12 +360,12 @@ def test_launcher_paste(open_page):
     url = page.url
     page.click("#start .launcher button[type=submit]")
     expect(page.locator("#err-launcher")).to_contain_text("paste a launcher script")
-    page.fill("#launcher", "PERF_ARGS=( --pipeline-model-parallel-size banana )")
+    page.fill("#launcher", "PERF_ARGS=( --pipeline-model-parallel-size banana )\n" + TRAIN)
     page.click("#start .launcher button[type=submit]")
     expect(page.locator("#err-launcher")).to_contain_text("banana")
     assert page.url == url
     page.watch.console_errors = [e for e in page.watch.console_errors if "status of 422" not in e]
-    page.fill("#launcher", "PERF_ARGS=(\n  --pipeline-model-parallel-size 6\n  --tensor-model-parallel-size 2\n)")
+    page.fill("#launcher", "PERF_ARGS=(\n  --pipeline-model-parallel-size 6\n  --tensor-model-parallel-size 2\n)\n" + TRAIN)
     with page.expect_navigation():
         page.click("#start .launcher button[type=submit]")
     wait_for_figures(page)
@@ -366,17 +375,20 @@ def test_launcher_paste(open_page):
 
 
 def test_launcher_with_its_sourced_files(open_page, tmp_path):
-    """The script and the file it sources, chosen together: the sourced settings are read as bash
-    would (inlined in place), a source not chosen is named as unknown."""
+    """The script and the files it sources, chosen together: the sourced settings are read as
+    bash would (inlined in place); a source not chosen is named as unknown before anything is sent."""
     (tmp_path / "models.sh").write_text("MODEL_ARGS=(\n  --pipeline-model-parallel-size 6\n)\n")
+    (tmp_path / "cluster.env").write_text("export MASTER_PORT=29500\n")
     (tmp_path / "run.sh").write_text("#!/bin/bash\nsource ./models.sh\n. /etc/cluster.env\n"
-                                     "PERF_ARGS=( --tensor-model-parallel-size 2 )\n")
+                                     "PERF_ARGS=( --tensor-model-parallel-size 2 )\n" + TRAIN)
     page = open_page("/")
     page.set_input_files("#launcher-file", [str(tmp_path / "run.sh"), str(tmp_path / "models.sh")])
-    expect(page.locator("#launcher-note")).to_contain_text("inlined models.sh")
-    assert "cluster.env" in page.locator("#launcher-note").inner_text()
+    expect(page.locator("#launcher-note")).to_contain_text("not chosen, so unknown: /etc/cluster.env")
+    page.set_input_files("#launcher-file", [str(tmp_path / n) for n in ("run.sh", "models.sh", "cluster.env")])
+    expect(page.locator("#launcher-note")).to_contain_text("inlined models.sh, cluster.env")
+    assert "unknown" not in page.locator("#launcher-note").inner_text()
     text = page.locator("#launcher").input_value()
-    assert text.startswith("#!/bin/bash") and "--pipeline-model-parallel-size 6" in text
+    assert text.startswith("#!/bin/bash") and "--pipeline-model-parallel-size 6" in text and "MASTER_PORT" in text
     with page.expect_navigation():
         page.click("#start .launcher button[type=submit]")
     wait_for_figures(page)
@@ -448,8 +460,9 @@ def test_first_load_is_light(browser, server):
     try:
         page.goto(server.url + "/")
         wait_for_figures(page)
-        page.mouse.wheel(0, 5000)  # bring the figures into view: Plotly loads now
-        page.wait_for_function("() => document.querySelectorAll('.plotly-figure .main-svg').length >= 4")
+        for fig in page.locator(".plotly-figure").all():  # bring each figure into view: Plotly loads now
+            fig.scroll_into_view_if_needed()
+        page.wait_for_function(ALL_FIGURES_DRAWN_JS)
         page.wait_for_timeout(200)
         total = sum(sizes.values())
         assert total <= 1_000_000, (total, urls)
@@ -494,8 +507,10 @@ def axe_findings(page: Page) -> list[str]:
 def test_axe_serious_and_critical(open_page, state, path):
     page = open_page(path, figures=False)
     page.wait_for_function("() => document.body.dataset.ready === '1'")
-    page.mouse.wheel(0, 5000)
-    page.wait_for_timeout(300)
+    if page.locator(".plotly-figure").count():  # axe sees the drawn figures too
+        for fig in page.locator(".plotly-figure").all():
+            fig.scroll_into_view_if_needed()
+        page.wait_for_function(ALL_FIGURES_DRAWN_JS)
     assert axe_findings(page) == [], state
 
 
@@ -504,10 +519,13 @@ def test_phone_layout(open_page):
     page.set_viewport_size({"width": 390, "height": 844})
     page.wait_for_timeout(200)
     assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
-    tops = page.evaluate("""() => ['#verdict', '#gpu-count', '#layer-map', '#start', '#controls']
+    page.reload()  # a phone opens the page at this width
+    page.wait_for_function("() => document.body.dataset.ready === '1'")
+    assert page.evaluate("() => document.getElementById('start').open") is False  # folded to one line
+    tops = page.evaluate("""() => ['#start', '#verdict', '#gpu-count', '#layer-map', '#controls']
         .map(s => document.querySelector(s).getBoundingClientRect().top + window.scrollY)""")
     assert tops == sorted(tops), tops
-    assert tops[0] < 200, tops  # the verdict is on the first screen
+    assert tops[1] < 250, tops  # the verdict is on the first screen, under the folded start bar
     # a touch drag moves a boundary (pointer events with pointerType touch)
     b, c = boundary(page, 2).bounding_box(), cell(page, 11).bounding_box()
     page.evaluate("""([bx, by, cx, cy]) => {
@@ -519,6 +537,9 @@ def test_phone_layout(open_page):
     settle(page)
     assert query(page)["split"] == "10,12,8,8,8,8,8,16"
     assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
+    page.click('header a[href="#start"]')  # the header's link unfolds the start bar
+    assert page.evaluate("() => document.getElementById('start').open") is True
+    expect(page.locator("#search-gpus")).to_be_visible()
 
 
 @pytest.mark.parametrize("path", [
