@@ -79,7 +79,7 @@ def test_flag_diff_names_cli_flags():
 
 def test_static_cache_control():
     assert static_cache_control("/static/vendor/plotly-basic-4.1.1.min.js", "") == IMMUTABLE
-    assert static_cache_control("/static/vendor/htmx-2.0.11.min.js", "") == IMMUTABLE
+    assert static_cache_control("/static/vendor/swagger-ui/swagger-ui-bundle.js", "") == "no-cache"
     assert static_cache_control("/static/app.js", "v=0123abcd") == IMMUTABLE
     assert static_cache_control("/static/app.js", "") == "no-cache"
     assert static_cache_control("/static/vendor/swagger-ui/swagger-ui.css", "") == "no-cache"  # no version in its URL

@@ -19,7 +19,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import plotly
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
@@ -49,7 +48,6 @@ from app.web.workers import ClientGone, TooBusy, TooMuchWork, WorkTimeout, defau
 
 log = logging.getLogger("isplan.web")
 
-PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
        "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
        "frame-ancestors 'none'")
@@ -159,7 +157,6 @@ def create_app(store: BaseStore | None = None) -> FastAPI:
     templates = Jinja2Templates(directory=str(asset_dir("templates")))
     app.state.store = store if store is not None else open_store()
     app.state.templates = templates
-    app.state.plotly_js = PLOTLY_JS
     app.state.vendor = json.loads((asset_dir("static") / "vendor" / "VENDOR.json").read_text())
 
     def page_context(request: Request, v: PlanView, **extra: Any) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Long-lived caching for versioned static files, as a pure ASGI middleware.
 
 A static file is immutable when its URL names its version: a vendored file carries the version in
-its name (``htmx-2.0.11.min.js``, ``plotly-basic-4.1.1.min.js``); the project's own files are
+its name (``plotly-basic-4.1.1.min.js``); the project's own files are
 linked as ``app.js?v=<digest of the file>`` (:data:`app.web.routers.pages.ASSET_VERSION`), so a
 new release changes their URL. Those answers are ``public, max-age=31536000, immutable``; any
 other file under ``/static/`` is revalidated on every use (``no-cache``), so an unversioned file

@@ -141,6 +141,6 @@ class Health(BaseModel):
 class About(BaseModel):
     model_config = ConfigDict(extra="allow")
     isplan: str
-    plotly: str
-    htmx: dict[str, Any]
+    plotly: dict[str, Any]
+    swagger_ui: str
     presets: list[dict[str, Any]]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import plotly
 from fastapi import APIRouter, Query, Request
 
 from app import __version__
@@ -18,8 +17,9 @@ router = APIRouter(prefix="/api/v1", tags=["models"], responses=ERRORS)
 
 @router.get("/about", response_model=About)
 def about(request: Request, store: Store) -> dict[str, Any]:
-    """Versions of isplan and of the assets the page serves (htmx is vendored with its SHA-256)."""
-    return {"isplan": __version__, "plotly": plotly.__version__, "htmx": request.app.state.vendor["htmx"],
+    """Versions of isplan and of the assets the page serves (vendored, each with its SHA-256)."""
+    vendor = request.app.state.vendor
+    return {"isplan": __version__, "plotly": vendor["plotly"], "swagger_ui": vendor["swagger-ui"]["version"],
             "presets": [p.__dict__ for p in load_manifest()[1]], "uploaded_configs": store.count()}
 
 

@@ -143,9 +143,3 @@ def receipt_download(request: Request, store: Store) -> Response:
     body = reports.receipt_report(plan, model_config(plan.model, store)).body
     return Response(json.dumps(body, indent=2), media_type="application/json",
                     headers={"Content-Disposition": 'attachment; filename="isplan-receipt.json"'})
-
-
-@router.get("/assets/plotly.min.js")
-def plotly_js(request: Request) -> FileResponse:
-    return FileResponse(request.app.state.plotly_js, media_type="text/javascript",
-                        headers={"Cache-Control": "public, max-age=86400"})
