@@ -85,7 +85,8 @@ def test_fresh_venv_install_start_and_healthz(tmp_path):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as r:
             page = r.read().decode()
         assert "256 GPUs" in page and "VALID" in page
-        for asset in ("/static/app.js", "/static/vendor/plotly-basic-4.1.1.min.js", "/docs"):
+        for asset in ("/static/app.js", "/static/vendor/plotly-basic-4.1.1.min.js",
+                      "/static/vendor/swagger-ui/swagger-ui-bundle.js"):
             with urllib.request.urlopen(f"http://127.0.0.1:{port}{asset}", timeout=10) as r:
                 assert r.status == 200 and len(r.read()) > 1000
         # the installed console script works from outside the source tree too
@@ -103,3 +104,13 @@ def test_make_serve_runs_the_dockerfile_entry_point():
     assert cmd[1:3] == ["-m", "app.serve"], cmd
     serve = re.search(r"^serve:.*\n\t(.+)$", (REPO / "Makefile").read_text(), re.M)
     assert serve and "-m app.serve" in serve.group(1), "make serve must start python -m app.serve"
+
+
+def test_every_package_is_installed():
+    """pyproject lists its packages by hand: every folder of app/ with an __init__.py must be among
+    them, or the installed app fails to import (found when app.web.routers was missing)."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "app").rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)
