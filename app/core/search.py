@@ -203,7 +203,8 @@ def search(
                                          * (OFFLOAD_FACTOR if off else 1.0) / (1 - bubble))
                                 feasible.append({
                                     "tp": tp, "cp": cp, "pp": pp, "dp": par.data_parallel, "ep": ep, "etp": etp,
-                                    "vpp": vpp, "edp": par.edp, "recompute": rc, "optimizer_cpu_offload": off,
+                                    "vpp": vpp, "edp": par.edp, "sp": par.sp, "recompute": rc,
+                                    "optimizer_cpu_offload": off, "use_precision_aware_optimizer": off,
                                     "split": plan.sizes, "megatron_flags": megatron_flags(plan)[0],
                                     "max_rank_bytes": max(totals), "headroom_bytes": capacity - max(totals),
                                     "imbalance": imbalance[(pp, vpp)], "bubble": bubble,

@@ -123,13 +123,12 @@ def search_fragment(request: Request, store: Store) -> HTMLResponse:
 
 def _search_plan(base: Plan, r: dict[str, Any]) -> Plan:
     """The plan a search result stands for: the page's model, GPU and sequence settings with the
-    result's parallelism, recompute, offload and stage sizes (offload runs with the
-    precision-aware optimizer, and TP > 1 with sequence parallelism, which Megatron's MoE layer
-    requires and the search result does not state)."""
+    result's parallelism (sequence parallelism included), recompute, optimizer settings and stage
+    sizes."""
     return replace(base, mode="split", split=tuple(r["split"]), layout=None, first=None, last=None, pp=r["pp"],
                    vpp=r["vpp"] if r["vpp"] > 1 else None, tp=r["tp"], cp=r["cp"], dp=r["dp"], ep=r["ep"],
-                   etp=r["etp"], sp=r["tp"] > 1 or base.sp, recompute=r["recompute"], offload=r["optimizer_cpu_offload"],
-                   precision_aware=r["optimizer_cpu_offload"] or base.precision_aware,
+                   etp=r["etp"], sp=r["sp"], recompute=r["recompute"], offload=r["optimizer_cpu_offload"],
+                   precision_aware=r["use_precision_aware_optimizer"],
                    microbatches=r.get("microbatches") or base.microbatches)
 
 
