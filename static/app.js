@@ -409,6 +409,10 @@
   document.addEventListener("change", function (ev) {
     var el = ev.target;
     if (!el.form || el.form.id !== "controls") return;
+    if (el.id === "engine") {  // another engine speaks another vocabulary: the server draws its form
+      navigate("/?" + formQuery(""));
+      return;
+    }
     edited(el.id);
     followMode(el);
     perf.input = performance.now();

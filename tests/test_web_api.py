@@ -253,3 +253,24 @@ def test_actions_with_an_unknown_model_render_a_field_message(client):
                                         "action": "balance"})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     assert re.search(r'id="err-model"[^>]*>[^<]*neither a preset', r.text)
+
+
+@pytest.mark.parametrize("query, shown, absent", [
+    ({"engine": "vllm", "pp": "8"}, ["VLLM_PP_LAYER_PARTITION", 'id="engine_version"', 'id="concurrency"'],
+     ['id="first"', 'id="layout"', 'id="recompute"']),
+    ({"engine": "sglang", "pp": "4"}, ["SGLANG_PP_LAYER_PARTITION", "--pp-size", "--tp-size"], ['id="first"']),
+    ({"engine": "maxtext", "ici_pp": "4", "lps": "4"}, ["num_layers_per_pipeline_stage", "index_share_pattern"],
+     ['id="first"', 'id="split"', 'id="concurrency"']),
+    ({"engine": "megatron", "pp": "8"}, ['id="first"', 'id="layout"', "MTP layers built"], ['id="concurrency"']),
+])
+def test_each_engine_speaks_its_own_vocabulary(client, query, shown, absent):
+    page = client.get("/", params=query).text
+    assert all(s in page for s in shown), [s for s in shown if s not in page]
+    assert not any(s in page for s in absent), [s for s in absent if s in page]
+
+
+def test_settings_of_another_engine_ride_along_hidden(client):
+    """Switching to vLLM keeps the Megatron settings in the form (hidden), so switching back loses nothing."""
+    page = client.get("/", params={"engine": "vllm", "pp": "8", "first": "14", "cp": "8"}).text
+    assert '<input type="hidden" name="first" value="14">' in page
+    assert '<input type="hidden" name="cp" value="8">' in page

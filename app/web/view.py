@@ -16,7 +16,7 @@ from app.core.flops import bubble_fraction
 from app.core.layout_check import CheckResult
 from app.core.model_config import ConfigError, ModelConfig, load_preset, preset_ids
 from app.core.parameters import stage_params
-from app.core.plan import SERVING_ENGINES, TABLE, FieldProblem, Plan, applies, format_value, mode_note
+from app.core.plan import NEUTRAL_VALUES, SERVING_ENGINES, TABLE, FieldProblem, Plan, applies, format_value, mode_note
 from app.core.reports import gpu_equation, parallel_summary
 from app.core.verdict import Verdict
 from app.web.store import ConfigStore
@@ -83,6 +83,29 @@ class PlanView:
             value = getattr(self.plan, name)
             out[spec.url] = "" if value is None else format_value(spec, value)
         return out
+
+    @property
+    def hidden_values(self) -> dict[str, str]:
+        """The set (non-neutral) values of the fields the form does not show for the plan's
+        engine: they ride along as hidden inputs, so switching engines loses nothing."""
+        hidden = self.hidden_keys
+        return {spec.url: format_value(spec, getattr(self.plan, name)) for name, spec in TABLE.items()
+                if spec.url in hidden and getattr(self.plan, name) not in (None, NEUTRAL_VALUES[name])}
+
+    @property
+    def hidden_keys(self) -> set[str]:
+        """URL keys the form does not show for the plan's engine (each engine has its own
+        vocabulary)."""
+        engine = self.plan.engine
+        shown = {s.url for s in TABLE.values() if s.group == "model"} | {"mode"}
+        if engine in SERVING_ENGINES:
+            shown |= {"pp", "split", "mtp", "concurrency", "kv_dtype", "weight_dtype", "tp", "ep", "gpu", "gpu_gb",
+                      "ctx"}
+        elif engine == "maxtext":
+            shown |= {s.url for s in TABLE.values() if s.group == "maxtext"} | {"mb"}
+        else:
+            shown |= {s.url for s in TABLE.values() if s.group not in ("serving", "maxtext")}
+        return {s.url for s in TABLE.values()} - shown
 
     @property
     def inactive(self) -> set[str]:
