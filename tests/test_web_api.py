@@ -274,3 +274,15 @@ def test_settings_of_another_engine_ride_along_hidden(client):
     page = client.get("/", params={"engine": "vllm", "pp": "8", "first": "14", "cp": "8"}).text
     assert '<input type="hidden" name="first" value="14">' in page
     assert '<input type="hidden" name="cp" value="8">' in page
+
+
+def test_the_page_explains_every_memory_term_of_the_largest_rank(client):
+    """Issue 11: the page says how each term is counted; the terms shown add up to the rank's total."""
+    page = client.get("/").text  # the slime profile: rank 7 is the largest
+    assert 'id="memory-explanation"' in page and "report_theoretical_memory" in page
+    terms = re.search(r'id="memory-terms">.*?</details>', page, re.S).group(0)
+    assert "the largest)" in terms and "pp rank 7" in terms
+    shown = [float(x) for x in re.findall(r"<td>([0-9.]+)</td><td class=\"left\">", terms)]
+    total = client.get("/api/v1/plan").json()["memory"]["stages"][7]["total_bytes"] / 1e9
+    assert len(shown) == 11 and abs(sum(shown) - total) < 0.01 * len(shown)  # 2-decimal rounding per row
+    assert "16 B per sharded parameter" in terms  # the offloaded optimizer's host copy

@@ -178,6 +178,25 @@ TERM_LABELS = {
     "logits": "FP32 logits of the loss head(s)",
 }
 
+#: How each term is counted, in words for the page (the formulas are in docs/MODELS.md).
+TERM_EXPLANATIONS = {
+    "weights_dense": "2 B per parameter of the rank's attention, norms, dense FFN and shared experts, sharded by TP",
+    "weights_expert": "2 B per routed-expert parameter of the rank's MoE layers, sharded by EP x ETP",
+    "gradients_dense": "Megatron's FP32 main gradients: 4 B per dense parameter",
+    "gradients_expert": "FP32 main gradients: 4 B per routed-expert parameter",
+    "optimizer_dense": "distributed optimizer: FP32 master + Adam m, v = 12 B per parameter (10 B with the "
+                       "precision-aware optimizer), sharded over DP x CP; on the host with CPU offload",
+    "optimizer_expert": "the same state for routed experts, sharded over the expert data-parallel group EDP",
+    "activations": "activations stored per layer per micro-batch times the micro-batches this rank holds in "
+                   "flight under 1F1B (interleaving adds to the first rank); full recompute keeps only layer inputs",
+    "recompute_working_set": "one layer's activations rebuilt at a time during the backward pass under full recompute",
+    "topk_indices": "int32 top-k indices (index_topk per token) of each full layer per in-flight micro-batch, "
+                    "kept for the shared layers that reuse them",
+    "indexer_logits": "the indexer kernel's FP32 [query block x keys] logits buffer of one full layer, in forward "
+                      "and in recompute (slime's DSA kernel)",
+    "logits": "FP32 logits of the vocabulary head on the last rank (and the MTP heads when built)",
+}
+
 
 # --------------------------------------------------------------------------- activations
 

@@ -143,6 +143,19 @@ class PlanView:
                 f"{worst['capacity_bytes'] / 1e9:.0f} GB ({mem['gpu']['label']}): "
                 + ("every rank fits" if mem["fits"] else "does NOT fit"))
 
+    @property
+    def memory_terms(self) -> dict[str, Any]:
+        """Every memory term of the largest rank: its label, bytes and how it is counted."""
+        from app.core.memory import TERM_EXPLANATIONS, TERM_LABELS
+
+        mem = self.ev.memory
+        if not mem:
+            return {"rank": None, "terms": []}
+        worst = max(mem["stages"], key=lambda s: s["total_bytes"])
+        return {"rank": worst["pp_rank"], "terms": [
+            {"label": TERM_LABELS[k], "bytes": b, "how": TERM_EXPLANATIONS[k]}
+            for k, b in worst["breakdown_detail"].items() if k in TERM_LABELS]}
+
     def page_json(self) -> dict[str, Any]:
         """``GET /api/v1/plan``: the plan, its verdict and every panel."""
         ev = self.ev
