@@ -24,6 +24,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from jinja2 import StrictUndefined
 from starlette.middleware.gzip import GZipMiddleware
 
 from app import __version__
@@ -155,6 +156,7 @@ def create_app(store: BaseStore | None = None) -> FastAPI:
                               "models. Every endpoint returns the same JSON as the matching `isplan ... --format "
                               "json` command, with the plan's verdict.")
     templates = Jinja2Templates(directory=str(asset_dir("templates")))
+    templates.env.undefined = StrictUndefined  # a template naming a missing attribute fails loudly in tests
     app.state.store = store if store is not None else open_store()
     app.state.templates = templates
     app.state.vendor = json.loads((asset_dir("static") / "vendor" / "VENDOR.json").read_text())
