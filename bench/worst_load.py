@@ -1,7 +1,8 @@
 """Worst accepted requests under load: does ``/healthz`` stay responsive? (issue 9)
 
-Starts the real server (``tests.browser_support.AppServer``: ``uvicorn app.main:app`` on a free
-127.0.0.1 port, ``ISPLAN_DATA_DIR`` in a temp dir), then ``--clients`` (default 64) loopback
+Starts the real server as ``make serve`` and the Dockerfile do (``python -m app.serve``: several
+uvicorn processes, each with its planner worker pool, on a free 127.0.0.1 port, ``ISPLAN_DATA_DIR``
+in a temp dir), then ``--clients`` (default 64) loopback
 clients, one keep-alive connection each, cycle through the most expensive requests the server
 accepts (:data:`WORST`) for ``--seconds`` (default 20), while one more connection probes
 ``GET /healthz`` every 20 ms. Every request has a socket timeout, and the run stops issuing new
@@ -25,19 +26,23 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from app.core import bounds
 from bench.common import ms, percentiles, save
-from tests.browser_support import AppServer
 
-# AppServer is the one way the project starts a real server.
+REPO = Path(__file__).resolve().parents[1]
 
 NEAR_16 = ",".join(["5"] * 14 + ["4", "4"])  # 16 stages summing to 78 layers
 WORST: list[tuple[str, str]] = [
@@ -147,11 +152,41 @@ def run(port: int, url: str, clients: int, seconds: float, grace: float) -> dict
             "healthz": percentiles(health) if health else None}
 
 
+@contextmanager
+def served(data_dir: Path) -> Iterator[tuple[int, Path]]:
+    """``python -m app.serve`` on a free loopback port until the block ends: (port, its log)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log_path = data_dir / "server.log"
+    env = {**os.environ, "ISPLAN_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1"}
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "app.serve", "--port", str(port)], cwd=REPO, env=env,
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the server did not start: " + log_path.read_text()[-2000:]) from None
+                time.sleep(0.2)
+        time.sleep(2)  # every server process has finished its start-up (its planner workers too)
+        yield port, log_path
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def main(seconds: float = 20.0, clients: int = 64, grace: float = 30.0) -> dict:
-    with AppServer(Path(tempfile.mkdtemp(prefix="isplan-worst-"))) as srv:
-        assert srv.port is not None
-        result = run(srv.port, srv.url, clients, seconds, grace)
-        log_tail = srv.log()
+    with served(Path(tempfile.mkdtemp(prefix="isplan-worst-"))) as (port, log_path):
+        result = run(port, f"http://127.0.0.1:{port}", clients, seconds, grace)
+        log_tail = log_path.read_text(errors="replace")
     hz = result["healthz"] or {"p50": float("nan"), "p99": float("inf"), "max": float("inf"), "n": 0}
     result.update({"target_seconds": seconds, "healthz_p99_target_seconds": 0.050,
                    "worst_requests": [f"{m} {p}" for m, p in WORST], "server_log_tail": log_tail[-2000:]})

@@ -361,6 +361,10 @@ class WorkerPool:
             return value
         raise value
 
+    def pids(self) -> list[int]:
+        """Process ids of the idle workers (for monitoring, e.g. their memory)."""
+        return [w.process.pid for w in self._idle if w.process.pid is not None and w.process.is_alive()]
+
     def shutdown(self) -> None:
         for worker in self._idle:
             worker.kill()
