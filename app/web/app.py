@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import plotly
 from fastapi import FastAPI, Request, Response
@@ -142,7 +142,7 @@ class SecuredFastAPI(FastAPI):
             seconds = float(os.environ.get("ISPLAN_BODY_SECONDS", BODY_SECONDS))
         except ValueError:
             seconds = BODY_SECONDS
-        return secure(super().build_middleware_stack(), csp=CSP, body_seconds=seconds, allowed_origins=origins,
+        return secure(cast(ASGIApp, super().build_middleware_stack()), csp=CSP, body_seconds=seconds, allowed_origins=origins,
                       json_only=("/api/v1/verify",))
 
 
