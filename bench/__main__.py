@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = ["cli_gate", "live_update", "scaling", "optimiser_speed", "search_speed", "load", "browser_timing"]
+BENCHES = ["cli_gate", "live_update", "scaling", "optimiser_speed", "search_speed", "load", "worst_load",
+           "browser_timing"]
 
 
 def main(argv: list[str]) -> int:

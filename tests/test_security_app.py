@@ -357,3 +357,15 @@ def test_the_app_opens_its_store_with_open_store(tmp_path, monkeypatch):
     monkeypatch.delenv("ISPLAN_DATABASE_URL", raising=False)
     app = create_app()
     assert app.state.store.backend == "sqlite" and app.state.store.path == tmp_path / "configs.sqlite3"
+
+
+@pytest.mark.parametrize("query", ["tp=8&cp=1024&dp=1048576", "tp=1024&cp=1024&pp=2", "cp=2&split=" + ",".join(["1"] * 78)
+                                   + "&dp=8192"])
+def test_a_world_over_the_gpu_bound_is_refused_before_work(client, query):
+    """Each factor is within its bound, the product is not: 8 x 1,024 x 1,048,576 = 8,589,934,592
+    GPUs, 1,024 x 1,024 x 2 = 2,097,152, and 2 x 78 x 8,192 = 1,277,952 are all over 2^20."""
+    for route in ("/api/v1/check", "/api/v1/memory", "/api/v1/plan"):
+        r = _quick(lambda route=route: client.get(f"{route}?model=glm-5.2&{query}"), seconds=5)
+        assert r.status_code == 422, (route, r.text[:200])
+        err = r.json()["errors"][0]
+        assert err["field"] == "dp" and f"the limit is {bounds.MAX_GPUS:,} GPUs" in err["message"]

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -45,13 +45,15 @@ from app.web.schemas import Health
 from app.web.security import ASGIApp, secure, swagger_ui_html
 from app.web.store import BaseStore, QuotaExceeded, StoreUnavailable, UploadForbidden, open_store
 from app.web.view import PlanView
-from app.web.workers import ClientGone, TooBusy, TooMuchWork, WorkTimeout, default_pool
+from app.web.workers import ClientGate, ClientGone, TooBusy, TooMuchWork, WorkTimeout, default_pool
 
 log = logging.getLogger("isplan.web")
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
        "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
        "frame-ancestors 'none'")
+#: The routes that run in the worker pool (``/fragment`` only with an ``action``): :class:`ClientGate`.
+EXPENSIVE_PATHS = ("/api/v1/plan-search", "/api/v1/search", "/api/v1/verify", "/launcher", "/fragment?action")
 #: Seconds a request body may take to arrive (``ISPLAN_BODY_SECONDS``): a stalled body is a 408.
 BODY_SECONDS = 30.0
 #: The store's health probe runs here, never on the event loop nor in the request thread pool
@@ -143,7 +145,7 @@ class SecuredFastAPI(FastAPI):
             seconds = float(os.environ.get("ISPLAN_BODY_SECONDS", BODY_SECONDS))
         except ValueError:
             seconds = BODY_SECONDS
-        return secure(super().build_middleware_stack(), csp=CSP, body_seconds=seconds, allowed_origins=origins,
+        return secure(cast(ASGIApp, super().build_middleware_stack()), csp=CSP, body_seconds=seconds, allowed_origins=origins,
                       json_only=("/api/v1/verify",))
 
 
@@ -173,6 +175,7 @@ def create_app(store: BaseStore | None = None) -> FastAPI:
     app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=6)
 
     app.add_middleware(BodySizeLimit)  # request bodies: 2 MiB for uploads, 64 KiB elsewhere
+    app.add_middleware(ClientGate, paths=EXPENSIVE_PATHS)  # before any parsing: 429 beyond a client's share
     for exc_type in (BadInput, ConfigError, LayoutInputError, PatternError, ReceiptError, PlanError,
                      LauncherImportError, TooMuchWork, BoundError):
         app.add_exception_handler(exc_type, _bad_input)

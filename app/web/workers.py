@@ -361,6 +361,10 @@ class WorkerPool:
             return value
         raise value
 
+    def pids(self) -> list[int]:
+        """Process ids of the idle workers (for monitoring, e.g. their memory)."""
+        return [w.process.pid for w in self._idle if w.process.pid is not None and w.process.is_alive()]
+
     def shutdown(self) -> None:
         for worker in self._idle:
             worker.kill()
@@ -400,3 +404,55 @@ async def run_bounded(fn: Callable[..., Any], *args: Any, client: str, deadline:
 def bounds_summary() -> dict[str, int]:
     """The count bounds and the work budget, for ``/api/v1/about`` or an error message."""
     return {**bounds.COUNT_BOUNDS, "work_budget": WorkBudget.from_env().limit}
+
+
+# --------------------------------------------------------------------------- the per-client gate
+
+
+class ClientGate:
+    """Pure ASGI middleware: at most ``per_client`` requests of one client in flight on the
+    expensive routes (``paths``; a path listed with ``?action`` only when its query has an
+    ``action``), counted from the moment the request arrives - before routing, validation,
+    the model lookup or the cost estimate - so refusing a client that already has its share is
+    a few microseconds (429 with ``Retry-After``), answered after ``refusal_delay`` seconds so
+    that a client retrying at once cannot turn refusals into a flood. Without it, a client
+    flooding the expensive routes made the server parse and validate every request before the
+    pool's own limit (:class:`TooBusy`) refused it, and ``/healthz`` queued behind that work
+    (bench/worst_load.py)."""
+
+    def __init__(self, app: Any, paths: Sequence[str], per_client: int | None = None, refusal_delay: float = 1.0):
+        self.app = app
+        self.refusal_delay = refusal_delay
+        self.always = frozenset(p for p in paths if not p.endswith("?action"))
+        self.with_action = frozenset(p[: -len("?action")] for p in paths if p.endswith("?action"))
+        self.per_client = per_client or _env_int("ISPLAN_WORK_PER_CLIENT", DEFAULT_PER_CLIENT)
+        self.in_flight: dict[str, int] = {}
+
+    def _gated(self, scope: dict[str, Any]) -> bool:
+        path = scope.get("path", "")
+        if path in self.always:
+            return True
+        return path in self.with_action and b"action=" in scope.get("query_string", b"")
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not self._gated(scope):
+            await self.app(scope, receive, send)
+            return
+        client = (scope.get("client") or ("unknown", 0))[0]
+        if self.in_flight.get(client, 0) >= self.per_client:
+            await asyncio.sleep(self.refusal_delay)  # a flooding client waits; the event loop does not
+            body = (b'{"valid": false, "errors": [{"code": "too_busy", "message": "this client already has '
+                    + str(self.per_client).encode() + b' expensive requests in flight; wait for them to finish", '
+                    b'"field": null}]}')
+            await send({"type": "http.response.start", "status": 429, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                (b"retry-after", b"1"), (b"cache-control", b"no-store")]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        self.in_flight[client] = self.in_flight.get(client, 0) + 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight[client] -= 1
+            if not self.in_flight[client]:
+                del self.in_flight[client]

@@ -24,7 +24,6 @@ from app.core.plan import SLIME_GLM52_PROFILE, FieldProblem, Plan, PlanError, pl
 from app.core.plan_actions import ACTIONS, apply_action
 from app.web.deps import Store, action_cost, bounded_from_thread, model_config
 from app.web.view import PlanView, build_view, resolve_model
-from app.web.workers import TooMuchWork
 
 router = APIRouter(include_in_schema=False)
 
@@ -78,8 +77,8 @@ def fragment(request: Request, store: Store, action: str | None = None) -> HTMLR
             try:  # in the worker pool, within the work budget (issue 9)
                 plan, problem = bounded_from_thread(request, action_cost(plan, cfg, action), apply_action, plan,
                                                     cfg, action)
-            except TooMuchWork as exc:
-                problem = FieldProblem("split", str(exc))
+            except ValueError as exc:  # over the work budget, or a plan the action cannot rewrite
+                problem = FieldProblem(getattr(exc, "field", None) or "split", f"{action}: {exc}")
         else:
             problem = FieldProblem("split", f"unknown action {action[:40]!r}")
         if problem is not None:

@@ -21,16 +21,31 @@ from app.web.deps import (
     PlanDep,
     Store,
     bounded,
+    bounded_world,
     model_config,
     plan_search_cost,
     report_body,
     search_cost,
     verify_cost,
 )
-from app.web.schemas import ERRORS, CheckReport, PlanPage, ReceiptReport, Report, VerifyReport
+from app.web.schemas import ERRORS, CheckReport, ErrorBody, PlanPage, ReceiptReport, Report, VerifyReport
 from app.web.view import build_view
 
 router = APIRouter(prefix="/api/v1", tags=["plan"], responses=ERRORS)
+
+#: What a route that runs in the worker pool may answer besides its report (app.web.workers).
+BOUNDED: dict[int | str, dict[str, Any]] = {
+    429: {"model": ErrorBody, "description": "this client already has its share of expensive requests running, "
+                                             "or the queue is full; retry shortly"},
+    503: {"model": ErrorBody, "description": "the request did not finish within the deadline and was stopped"},
+}
+#: POST /api/v1/verify also refuses a cross-site request and a body that is not JSON.
+VERIFY: dict[int | str, dict[str, Any]] = {
+    **BOUNDED,
+    403: {"model": ErrorBody, "description": "a cross-site request (Origin / Sec-Fetch-Site)"},
+    408: {"model": ErrorBody, "description": "the body did not arrive within the deadline"},
+    415: {"model": ErrorBody, "description": "the body must be sent as Content-Type: application/json"},
+}
 
 
 @router.get("/plan", response_model=PlanPage)
@@ -38,7 +53,7 @@ def plan_page(request: Request, _plan: PlanDep, store: Store) -> dict[str, Any]:
     """The page's whole data for a plan URL (same query as ``/``; an empty query is the page's
     pinned slime GLM-5.2 profile): the plan, its verdict, the check, the conversion slot,
     parallelism, per-rank memory, per-stage FLOPs and the exports."""
-    plan = strict_plan(request.query_params, empty=SLIME_GLM52_PROFILE)
+    plan = bounded_world(strict_plan(request.query_params, empty=SLIME_GLM52_PROFILE))
     model_config(plan.model, store)  # an unknown model is a 422 here, not a fallback
     return build_view(plan, [], store).page_json()
 
@@ -62,7 +77,7 @@ def receipt(plan: PlanDep, store: Store) -> dict[str, Any]:
     return reports.receipt_report(plan, model_config(plan.model, store)).body
 
 
-@router.get("/plan-search", response_model=Report)
+@router.get("/plan-search", response_model=Report, responses=BOUNDED)
 async def plan_search(request: Request, plan: PlanDep, store: Store,
                       objective: Literal["compute", "memory", "balanced"] = "balanced",
                       context: Annotated[int, Query(ge=1, le=MAX_CONTEXT)] = 4096,
@@ -82,7 +97,7 @@ async def plan_search(request: Request, plan: PlanDep, store: Store,
     return body
 
 
-@router.get("/search", response_model=Report)
+@router.get("/search", response_model=Report, responses=BOUNDED)
 async def search(request: Request, plan: PlanDep, store: Store,
                  top: Annotated[int, Query(ge=0, le=MAX_TOP)] = 10) -> dict[str, Any]:
     """``isplan search --format json``: parallel configurations for the GPU budget ``gpus``.
@@ -95,7 +110,9 @@ async def search(request: Request, plan: PlanDep, store: Store,
     return body
 
 
-@router.post("/verify", response_model=VerifyReport)
+@router.post("/verify", response_model=VerifyReport, responses=VERIFY, openapi_extra={"requestBody": {
+    "required": True, "description": "the receipt (from GET /api/v1/receipt or isplan receipt)",
+    "content": {"application/json": {"schema": {"type": "object"}}}}})
 async def verify(request: Request, store: Store) -> dict[str, Any]:
     """``isplan verify --format json``: POST a receipt (``Content-Type: application/json``, at most
     2 MiB and 64 levels deep). The config is a preset or an uploaded ``sha256:`` config; a receipt

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
@@ -24,6 +24,9 @@ from app.web.store import BaseStore, QuotaExceeded, StoreUnavailable, UploadForb
 from app.web.view import build_view, resolve_model
 
 router = APIRouter(include_in_schema=False)
+
+#: The upload form has ``file``, ``query`` and ``token``; a few more fields are tolerated.
+MAX_FORM_FIELDS = 16
 
 
 def _plan_of(query: str) -> tuple[Plan, list[FieldProblem]]:
@@ -49,7 +52,10 @@ async def upload(request: Request, store: Store) -> Response:
             check_token(header)
         except UploadForbidden as exc:
             return _refused(request, store, "", "model", f"upload refused: {exc}", exc.status_code)
-    form = await request.form(max_files=1, max_fields=8)  # at most 2 MiB: BodySizeLimit
+    try:
+        form = await request.form(max_files=1, max_fields=MAX_FORM_FIELDS)  # at most 2 MiB: BodySizeLimit
+    except HTTPException as exc:  # Starlette's multipart refusals (too many fields, a malformed body)
+        return _refused(request, store, "", "model", f"upload refused: {str(exc.detail)[:200]}", 422)
     query = form.get("query")
     query = query if isinstance(query, str) else ""
     if header is None:
