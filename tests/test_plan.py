@@ -56,13 +56,15 @@ def plans(draw, only_applicable: bool = False) -> Plan:
             continue
         if draw(st.booleans()):
             values[f.name] = draw(_value(spec))
-    if values.get("tp", 1) * values.get("cp", 1) * values.get("pp", 1) * (values.get("dp") or 1) > 1 << 20:
-        values.pop("cp", None)  # the world is bounded too (TP x PP alone stays within 2^20)
-        values.pop("dp", None)
     if mode == "split":
         values["split"] = values.get("split") or draw(_value(TABLE["split"]))
     if mode == "layout":
         values["layout"] = values.get("layout") or "Et*78L"
+    pp = max(values.get("pp", 1), len(values["split"]) // (values.get("vpp") or 1)) if mode == "split" else \
+        values.get("pp", 1)
+    if values.get("tp", 1) * values.get("cp", 1) * pp * (values.get("dp") or 1) > 1 << 20:
+        values.pop("cp", None)  # the world is bounded too (TP x PP alone stays within 2^20)
+        values.pop("dp", None)
     # a strict conversion slot is --conv-split, or --conv-pp with first/last
     if only_applicable and ("conv_split" in values or "conv_pp" not in values):
         for name in ("conv_pp", "conv_first", "conv_last"):
@@ -150,6 +152,15 @@ def test_the_world_is_bounded_before_any_work():
     """TP x CP x PP x DP over 2^20 GPUs is refused by the parser (each factor alone is in bounds)."""
     plan, problems = plan_from_query({"tp": "8", "cp": "1024", "dp": "1048576"})
     assert [p.field for p in problems] == ["dp"] and plan.dp is None
-    assert "8 x 1024 x 1 x 1048576 = 8,589,934,592 GPUs; the limit is 1,048,576" in problems[0].message
+    assert "8 x 1024 x 1 x 1048576 = 8,589,934,592 GPUs; the limit is 1,048,576 GPUs" in problems[0].message
     with pytest.raises(PlanError, match="the limit is 1,048,576"):
         plan_from_cli(_cli_namespace(["glm-5.2", "--tp", "8", "--cp", "1024", "--dp", "1048576"]), "glm-5.2")
+
+
+def test_a_split_is_bounded_in_stages_before_any_work():
+    """4,000 stage sizes would be PP 4,000 (issue 9: a 20 kB split cost seconds per request)."""
+    plan, problems = plan_from_query({"split": ",".join(["0"] * 3_922 + ["1"] * 78)})
+    assert problems[0].field == "split" and "4,000 stages: PP would be over its limit of 256" in problems[0].message
+    assert plan.split is None
+    ok, none = plan_from_query({"split": ",".join(["1"] * 78 + ["0"] * 50), "vpp": "2"})  # PP 64 x VPP 2
+    assert none == [] and len(ok.split or ()) == 128

@@ -200,15 +200,9 @@ def _anything(*branches: dict[str, Any]) -> dict[str, Any]:
     return {"anyOf": [*branches, {"type": "string", "maxLength": 60}]}
 
 
-#: KNOWN HOLE, reported to the lead (issue 9): the page's lenient parser (``pages.page_plan``) does
-#: not bound the world size TP x CP x PP x DP yet (the API does: ``app.web.deps.bounded_world``),
-#: and host memory is evaluated per node of the whole world, so e.g. ``/?tp=8&cp=1024&dp=1048576``
-#: runs for minutes in the server process. Until ``page_plan`` applies the bound, the page routes
-#: are fuzzed with these factors capped so that their product stays within 2^20 GPUs.
-PAGE_WORLD_CAPS = {"tp": 16, "cp": 16, "dp": 16, "pp": 256}
 
 
-def _state_parameters(uploaded: str, page: bool = False) -> list[dict[str, Any]]:
+def _state_parameters(uploaded: str) -> list[dict[str, Any]]:
     """The page's query parameters (``PlanState`` fields), mostly plausible, sometimes junk."""
     models = [*preset_ids(), uploaded, "sha256:" + "0" * 64]
     splits = ["14,8,8,8,8,8,8,16", "10,10,10,10,10,10,9,9", "78", "79", "80", "39,39", "4,4,4,4", "20,20,19,19"]
@@ -232,7 +226,6 @@ def _state_parameters(uploaded: str, page: bool = False) -> list[dict[str, Any]]
             schema = _anything({"enum": ["0", "1", "true", "false", "on", "off"]})
         elif spec.kind == "int":
             lo, hi = int(spec.lo or 0), int(spec.hi or 0)
-            hi = min(hi, PAGE_WORLD_CAPS[key]) if page and key in PAGE_WORLD_CAPS else hi
             schema = _anything({"type": "integer", "minimum": lo - 1, "maximum": min(hi + 1, 1 << 20)},
                                {"type": "integer", "minimum": lo, "maximum": min(hi, 64)})
         elif spec.kind == "choice":
@@ -297,7 +290,7 @@ def _augmented_schema(app: Any, uploaded: str) -> dict[str, Any]:
         "required": True, "content": {"application/json": {"schema": _receipt_body_schema()}}}
     paths["/api/v1/verify"]["post"]["responses"]["422"] = bad
     # the pages (include_in_schema=False in the app)
-    state = _state_parameters(uploaded, page=True)
+    state = _state_parameters(uploaded)  # the page parser bounds the world as the API does
     paths["/"] = {"get": {"operationId": "index", "parameters": copy.deepcopy(state),
                           "responses": {"200": html_ok, "422": bad}}}
     paths["/fragment"] = {"get": {"operationId": "fragment", "parameters": [

@@ -474,7 +474,10 @@ def plan_from_query(params: Mapping[str, str], *, empty: Plan | None = None) -> 
         values["parallel"] = True
     plan = Plan(**values)
     conflicts = plan_conflicts(plan, strict=False)
-    if any(p.field == "dp" for p in conflicts):  # bounded before any work: the page shows DP unset
+    # bounded before any work: the page shows the offending setting unset
+    if any(p.field == "split" and "stages: PP would be over" in p.message for p in conflicts):
+        plan = replace(plan, split=None)
+    if any(p.field == "dp" for p in conflicts):
         plan = replace(plan, dp=None)
     return plan, problems + conflicts
 
@@ -499,10 +502,16 @@ def plan_conflicts(plan: Plan, *, strict: bool) -> list[FieldProblem]:
         out.append(FieldProblem("split", "mode=split needs split=LIST of stage sizes, e.g. 14,8,8,8,8,8,8,16"))
     if plan.mode == "layout" and not plan.layout:
         out.append(FieldProblem("layout", "mode=layout needs layout=STR, e.g. Et*3|(tt|)*29,m|L"))
-    world = plan.tp * plan.cp * plan.pp * (plan.dp or 1)
+    if plan.mode == "split" and plan.split and len(plan.split) > MAX_PP * (plan.vpp or 1):
+        out.append(FieldProblem("split", f"--split has {len(plan.split):,} stages: PP would be over its limit of "
+                                         f"{MAX_PP} (with VPP {plan.vpp or 1}); give PP x VPP stage sizes"))
+    # the world is bounded too (each factor has its own bound, their product did not: host memory is
+    # evaluated per node, so tp=8&cp=1024&dp=1048576 ran for minutes); a split implies its PP
+    pp = max(plan.pp, len(plan.split) // (plan.vpp or 1)) if plan.mode == "split" and plan.split else plan.pp
+    world = plan.tp * plan.cp * pp * (plan.dp or 1)
     if world > MAX_GPUS:
-        out.append(FieldProblem("dp", f"TP x CP x PP x DP = {plan.tp} x {plan.cp} x {plan.pp} x {plan.dp or 1} = "
-                                      f"{world:,} GPUs; the limit is {MAX_GPUS:,}"))
+        out.append(FieldProblem("dp", f"TP x CP x PP x DP = {plan.tp} x {plan.cp} x {pp} x {plan.dp or 1} = "
+                                      f"{world:,} GPUs; the limit is {MAX_GPUS:,} GPUs - lower dp (or tp, cp, pp)"))
     if strict:
         for name in ignored_fields(plan):
             spec = TABLE[name]

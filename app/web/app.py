@@ -16,7 +16,6 @@ import os
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any, cast
 
 from fastapi import FastAPI, Request, Response

@@ -65,22 +65,7 @@ def get_plan(request: Request, _query: Annotated[PlanQuery, Query()]) -> Plan:  
 
     ``_query`` is the generated model: it publishes every plan field in OpenAPI and pre-validates;
     the plan itself comes from :func:`app.core.plan.strict_plan`, the one parser of a plan."""
-    return bounded_world(strict_plan(request.query_params))
-
-
-def bounded_world(plan: Plan) -> Plan:
-    """``plan`` if the GPUs it launches, TP x CP x PP x DP, are at most :data:`bounds.MAX_GPUS`;
-    else a 422 on ``dp``. Each factor has its own bound, but their product did not: host memory
-    is evaluated per node of the whole world (``app.core.memory.host_bytes_per_node``), so
-    ``tp=8&cp=1024&dp=1048576`` (8.6e9 GPUs) ran for minutes and took gigabytes."""
-    pp = plan.pp
-    if plan.mode == "split" and plan.split:
-        pp = max(pp, len(plan.split) // max(plan.vpp or 1, 1))
-    world = plan.tp * plan.cp * pp * (plan.dp or 1)
-    if world > bounds.MAX_GPUS:
-        raise BadInput(f"TP x CP x PP x DP = {plan.tp} x {plan.cp} x {pp} x {plan.dp or 1} = {world:,} GPUs; the limit "
-                       f"is {bounds.MAX_GPUS:,} GPUs - lower dp (or tp, cp, pp)", "dp")
-    return plan
+    return strict_plan(request.query_params)
 
 
 PlanDep = Annotated[Plan, Depends(get_plan)]

@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Request
-from fastapi.responses import FileResponse, HTMLResponse, Response
+from fastapi.responses import HTMLResponse, Response
 
 from app.core import reports
 from app.core.plan import SLIME_GLM52_PROFILE, FieldProblem, Plan, PlanError, plan_from_query

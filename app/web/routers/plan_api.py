@@ -21,7 +21,6 @@ from app.web.deps import (
     PlanDep,
     Store,
     bounded,
-    bounded_world,
     model_config,
     plan_search_cost,
     report_body,
@@ -53,7 +52,7 @@ def plan_page(request: Request, _plan: PlanDep, store: Store) -> dict[str, Any]:
     """The page's whole data for a plan URL (same query as ``/``; an empty query is the page's
     pinned slime GLM-5.2 profile): the plan, its verdict, the check, the conversion slot,
     parallelism, per-rank memory, per-stage FLOPs and the exports."""
-    plan = bounded_world(strict_plan(request.query_params, empty=SLIME_GLM52_PROFILE))
+    plan = strict_plan(request.query_params, empty=SLIME_GLM52_PROFILE)
     model_config(plan.model, store)  # an unknown model is a 422 here, not a fallback
     return build_view(plan, [], store).page_json()
 
