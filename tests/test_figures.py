@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from app.web.figures import compute_figure, context_figure, memory_figure, schedule_figure
 from app.core.plan import SLIME_GLM52_PROFILE
+from app.web.figures import compute_figure, context_figure, memory_figure, schedule_figure
 from app.web.store import ConfigStore
 from app.web.view import build_view
 

@@ -617,9 +617,9 @@ def test_int_value() -> None:
     p = parse_launcher("python t.py --num-layers ' 92 ' --recompute-granularity full --seq-length 4k\n")
     assert p.int_value("--num-layers") == 92
     assert p.int_value("--micro-batch-size") is None
-    with pytest.raises(ValueError, match="--recompute-granularity.*full"):
+    with pytest.raises(ValueError, match=r"--recompute-granularity.*full"):
         p.int_value("--recompute-granularity")
-    with pytest.raises(ValueError, match="--seq-length.*4k"):
+    with pytest.raises(ValueError, match=r"--seq-length.*4k"):
         p.int_value("--seq-length")
 
 

@@ -127,7 +127,7 @@ def test_acknowledged_uploads_survive_sigkill(backend):
                         model = post_upload(srv.port, data, timeout=5)
                     except (ConnectionError, http.client.HTTPException, OSError):
                         return  # the server is gone
-                    except BaseException as exc:  # noqa: BLE001 - reported below
+                    except BaseException as exc:
                         errors.append(exc)
                         return
                     if model is not None:

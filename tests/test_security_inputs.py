@@ -45,7 +45,7 @@ def test_fifo_refused_without_blocking(tmp_path):
 def _raises(path: str) -> BaseException:
     try:
         read_bounded(path, limit=1 << 20, what="--launcher")
-    except BaseException as exc:  # noqa: BLE001 - returned to the test thread
+    except BaseException as exc:
         return exc
     return AssertionError("no error")
 
@@ -72,7 +72,7 @@ def test_stdin_within_and_over_limit(monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"y" * 50)))
     assert read_bounded("-", limit=50, what="receipt") == b"y" * 50
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"y" * 51)))
-    with pytest.raises(InputError, match="standard input.*limit is 50 bytes"):
+    with pytest.raises(InputError, match=r"standard input.*limit is 50 bytes"):
         read_bounded("-", limit=50, what="receipt")
 
 

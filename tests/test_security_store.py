@@ -137,7 +137,7 @@ def test_uncreatable_data_dir_is_store_unavailable(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")  # even root cannot make a directory under a file
     store = ConfigStore(blocker / "data" / "configs.sqlite3")
-    with pytest.raises(StoreUnavailable, match="cannot use .*ISPLAN_DATA_DIR") as exc:
+    with pytest.raises(StoreUnavailable, match=r"cannot use .*ISPLAN_DATA_DIR") as exc:
         store.put(config(100_301))
     assert exc.value.status_code == 503
     health = store.health()
@@ -237,7 +237,7 @@ def test_thread_safety_of_one_store(backend, tmp_path):
             try:
                 cfg = store.put(config(100_500 + i % 5), name=f"{i}.json")
                 assert store.get(cfg.id) is not None
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 errors.append(exc)
 
         threads = [threading.Thread(target=worker, args=(i,)) for i in range(20)]

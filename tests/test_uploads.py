@@ -19,14 +19,12 @@ from pathlib import Path
 from typing import Self
 
 import pytest
-from fastapi.testclient import TestClient
 
 import app.main as web
 from app.core.model_config import MAX_CONFIG_BYTES
 from app.web.limits import DEFAULT_LIMIT, UPLOAD_LIMIT
-from app.web.store import ConfigStore
-from tests.conftest import app_client
 from tests.browser_support import AppServer
+from tests.conftest import app_client
 
 PRESET = Path(web.__file__).resolve().parent / "core" / "presets" / "glm-5.2.json"
 BASE = json.loads(PRESET.read_text())

@@ -19,7 +19,7 @@ from app.core.parameters import stage_params
 from app.core.plan import NEUTRAL_VALUES, SERVING_ENGINES, TABLE, FieldProblem, Plan, applies, format_value, mode_note
 from app.core.reports import gpu_equation, parallel_summary
 from app.core.verdict import Verdict
-from app.web.store import ConfigStore
+from app.web.store import BaseStore
 
 
 @dataclass
@@ -168,7 +168,7 @@ class PlanView:
         }
 
 
-def resolve_model(model: str, store: ConfigStore) -> tuple[ModelConfig, str | None]:
+def resolve_model(model: str, store: BaseStore) -> tuple[ModelConfig, str | None]:
     """A preset or an uploaded config; an unknown id shows GLM-5.2 with a message on ``model``."""
     if model in preset_ids():
         return load_preset(model), None
@@ -184,7 +184,7 @@ def resolve_model(model: str, store: ConfigStore) -> tuple[ModelConfig, str | No
     return cfg, None
 
 
-def build_view(plan: Plan, problems: list[FieldProblem], store: ConfigStore) -> PlanView:
+def build_view(plan: Plan, problems: list[FieldProblem], store: BaseStore) -> PlanView:
     """Evaluate ``plan`` for the page. Fields with problems keep their defaults (already in
     ``plan``) and carry a message; the verdict is always that of the plan shown."""
     errors: dict[str, str] = {}
