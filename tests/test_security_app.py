@@ -369,3 +369,12 @@ def test_a_world_over_the_gpu_bound_is_refused_before_work(client, query):
         assert r.status_code == 422, (route, r.text[:200])
         err = r.json()["errors"][0]
         assert err["field"] == "dp" and f"the limit is {bounds.MAX_GPUS:,} GPUs" in err["message"]
+
+
+def test_the_upload_form_asks_for_the_token_only_when_one_is_configured(tmp_path, monkeypatch):
+    from tests.conftest import app_client
+
+    client = app_client(tmp_path)
+    assert 'name="token"' not in client.get("/").text
+    monkeypatch.setenv("ISPLAN_UPLOAD_TOKEN", "s3cret")
+    assert 'id="upload-token" name="token" type="password"' in client.get("/").text
