@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -112,8 +113,13 @@ def _plan(args: argparse.Namespace, cfg: ModelConfig) -> tuple[Plan, dict[str, A
     # so the verdict is the plan's own, the same as the URL the plan becomes
     for w in imported.warnings:
         sys.stderr.write(f"warning: {w}\n")
-    extra = {"extra_errors": imported.errors,
-             "extra": {"launcher": {**imported.report, "warnings": list(imported.warnings)}}}
+    report = {**imported.report, "warnings": list(imported.warnings)}
+    if imported.candidate_config is not None:
+        report["candidate_config"] = imported.candidate_config
+        if os.path.abspath(args.model) != os.path.abspath(imported.candidate_config):
+            sys.stderr.write(f"note: the launcher's checkpoint has {imported.candidate_config}; check against it "
+                             f"with: isplan {args.command} {imported.candidate_config} --launcher {launcher}\n")
+    extra = {"extra_errors": imported.errors, "extra": {"launcher": report}}
     return merged, extra
 
 

@@ -305,3 +305,16 @@ def test_launcher_freq_offset_drive_roles_when_config_has_no_array(tmp_config):
 def test_launcher_excludes_other_layout_options():
     p = isplan("check", "glm-5.2", "--launcher", "-", "--pp", "8", stdin=SLIME_GLM52)
     assert p.returncode == 2 and "drop --pp" in p.stderr
+
+
+def test_launcher_offers_the_config_json_at_its_checkpoint_path(tmp_path):
+    """Issue 10: a config.json at --hf-checkpoint is offered as the model (CLI only)."""
+    ckpt = tmp_path / "GLM-5.2"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text((REPO / "app/core/presets/glm-5.2.json").read_text())
+    script = tmp_path / "run.sh"
+    script.write_text("python3 train.py --hf-checkpoint ./GLM-5.2 --pipeline-model-parallel-size 8 "
+                      "--decoder-first-pipeline-num-layers 14 --decoder-last-pipeline-num-layers 16\n")
+    p = isplan("check", "glm-5.2", "--launcher", str(script), "--format", "json")
+    assert json.loads(p.stdout)["launcher"]["candidate_config"] == str(ckpt / "config.json")
+    assert f"isplan check {ckpt / 'config.json'} --launcher {script}" in p.stderr

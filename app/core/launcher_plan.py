@@ -12,6 +12,7 @@ Fails closed: a script that cannot be read, or whose pipeline flags cannot be re
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -20,6 +21,7 @@ from typing import Any
 from app.core.launcher import (
     LauncherError,
     LauncherParse,
+    candidate_config,
     launcher_request,
     parse_launcher,
     read_launcher,
@@ -44,6 +46,8 @@ class LauncherImport:
     report: dict[str, Any]
     warnings: tuple[str, ...] = ()
     errors: tuple[Any, ...] = field(default_factory=tuple)
+    #: a config.json at the launcher's --hf-checkpoint / --load path (read from disk only: the CLI)
+    candidate_config: str | None = None
 
 
 def _gpus(parsed: LauncherParse) -> int | None:
@@ -111,4 +115,5 @@ def import_launcher(text: str | bytes, cfg: ModelConfig, base: Plan, *, path: st
     # a model flag with a plan field is compared with the config by the verdict (its URL key keeps
     # it); the launcher report keeps each value's file and line
     errors = tuple(e for e in req.errors if not (e.kind == "model" and e.flag in FLAG_FIELDS))
-    return LauncherImport(plan, req.report, req.warnings, errors)
+    candidate = candidate_config(parsed, os.path.dirname(os.path.abspath(path))) if path is not None else None
+    return LauncherImport(plan, req.report, req.warnings, errors, candidate)
