@@ -286,3 +286,19 @@ def test_the_page_explains_every_memory_term_of_the_largest_rank(client):
     total = client.get("/api/v1/plan").json()["memory"]["stages"][7]["total_bytes"] / 1e9
     assert len(shown) == 11 and abs(sum(shown) - total) < 0.01 * len(shown)  # 2-decimal rounding per row
     assert "16 B per sharded parameter" in terms  # the offloaded optimizer's host copy
+
+
+def test_a_pasted_launcher_brings_the_files_it_sources(client):
+    """Issue 10: a launcher that sources a model file is read with that file (uploaded beside it);
+    without it the page names what is missing instead of a verdict."""
+    script = ('SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"\n'
+              'source "${SCRIPT_DIR}/models/glm5.sh"\n'
+              "python3 train.py ${MODEL_ARGS[@]} --pipeline-model-parallel-size 8 "
+              "--decoder-first-pipeline-num-layers 14 --decoder-last-pipeline-num-layers 16\n")
+    model = "MODEL_ARGS=(\n   --num-layers 78\n   --mtp-num-layers 1\n)\n"
+    missing = client.post("/launcher", data={"script": script, "query": ""}, follow_redirects=False)
+    assert missing.status_code == 422 and "models/glm5.sh" in missing.text
+    r = client.post("/launcher", data={"script": script, "query": ""},
+                    files=[("files", ("glm5.sh", model.encode(), "text/plain"))], follow_redirects=False)
+    assert r.status_code == 303, r.text[:500]
+    assert "mtp=1" in r.headers["location"] and "layers=78" in r.headers["location"]

@@ -187,8 +187,9 @@ def _count_or(value: Any, bound: int) -> int:
     return value if ok else bound
 
 
-def launcher_cost(script: str, cfg: ModelConfig) -> Cost:
-    """The launcher import tokenises the script once (linear in its characters) and evaluates one
-    plan (linear in layers and stages, both bounded by :mod:`app.core.bounds`)."""
-    estimate = len(script) + 4 * (cfg.num_hidden_layers + bounds.MAX_PP * bounds.MAX_VPP)
-    return Cost(estimate, f"importing a {len(script):,}-character launcher", "launcher", "paste a shorter script")
+def launcher_cost(script: str, cfg: ModelConfig, sourced_chars: int = 0) -> Cost:
+    """The launcher import tokenises the script and the files it sources once (linear in their
+    characters) and evaluates one plan (linear in layers and stages, bounded by :mod:`app.core.bounds`)."""
+    chars = len(script) + sourced_chars
+    estimate = chars + 4 * (cfg.num_hidden_layers + bounds.MAX_PP * bounds.MAX_VPP)
+    return Cost(estimate, f"importing a {chars:,}-character launcher", "launcher", "paste a shorter script")

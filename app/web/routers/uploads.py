@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl
 
-from fastapi import APIRouter, Form, HTTPException, Request
+from fastapi import APIRouter, File, Form, HTTPException, Request, UploadFile
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import UploadFile
+from starlette.datastructures import UploadFile as FormFile  # what a parsed form holds
 
 from app.core.launcher_plan import LauncherImportError, import_launcher
 from app.core.model_config import MAX_CONFIG_BYTES, ConfigError
@@ -22,6 +22,9 @@ from app.web.deps import Store, bounded, client_of, launcher_cost
 from app.web.routers.pages import render
 from app.web.store import BaseStore, QuotaExceeded, StoreUnavailable, UploadForbidden, check_token
 from app.web.view import build_view, resolve_model
+
+#: sourced files one launcher form may carry
+MAX_SOURCED_FILES = 32
 
 router = APIRouter(include_in_schema=False)
 
@@ -65,7 +68,7 @@ async def upload(request: Request, store: Store) -> Response:
         except UploadForbidden as exc:
             return _refused(request, store, query, "model", f"upload refused: {exc}", exc.status_code)
     file = form.get("file")
-    if not isinstance(file, UploadFile):
+    if not isinstance(file, FormFile):
         return _refused(request, store, query, "model", "upload: choose a config.json file (form field 'file')", 422)
     data = await file.read(MAX_CONFIG_BYTES + 1)
     name = (file.filename or "")[:200]
@@ -80,14 +83,23 @@ async def upload(request: Request, store: Store) -> Response:
 
 
 @router.post("/launcher")
-async def launcher(request: Request, store: Store, script: str = Form(""), query: str = Form("")) -> Response:
+async def launcher(request: Request, store: Store, script: str = Form(""), query: str = Form(""),
+                   files: list[UploadFile] = File(default=[])) -> Response:
     """Import a pasted Megatron/slime launcher as a plan, in the worker pool (bounded like every
-    expensive operation)."""
+    expensive operation). ``files`` are the files it ``source``s (a multipart form): a sourced path
+    is found by its path relative to the launcher, else by its base name; one that is missing is
+    named in the refusal (fail closed)."""
     plan, problems = _plan_of(query)
     cfg, _ = await run_in_threadpool(resolve_model, plan.model, store)
+    sourced: dict[str, str | bytes] = {}
+    for f in files[:MAX_SOURCED_FILES]:
+        if f.filename:
+            sourced[f.filename] = await f.read(MAX_CONFIG_BYTES + 1)  # BodySizeLimit caps the whole form
     try:
-        imported = await bounded(request, launcher_cost(script, cfg), import_launcher, script, cfg,
-                                 Plan(model=plan.model, engine=plan.engine, pattern=plan.pattern))
+        imported = await bounded(request, launcher_cost(script, cfg, sum(len(v) for v in sourced.values())),
+                                 import_launcher, script, cfg,
+                                 Plan(model=plan.model, engine=plan.engine, pattern=plan.pattern),
+                                 files=sourced or None)
     except LauncherImportError as exc:
         problems.append(FieldProblem("launcher", f"launcher: {exc}"))
         return render(request, "index.html", build_view(plan, problems, store), status_code=422)
