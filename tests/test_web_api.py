@@ -302,3 +302,12 @@ def test_a_pasted_launcher_brings_the_files_it_sources(client):
                     files=[("files", ("glm5.sh", model.encode(), "text/plain"))], follow_redirects=False)
     assert r.status_code == 303, r.text[:500]
     assert "mtp=1" in r.headers["location"] and "layers=78" in r.headers["location"]
+
+
+def test_the_benchmark_times_the_real_fragment_render(tmp_path):
+    """bench.common.update_seconds renders what /fragment renders (it broke once when the
+    template gained a variable the benchmark did not pass)."""
+    from app.web.app import create_app
+    from bench.common import update_seconds
+
+    assert update_seconds(create_app(store=ConfigStore(tmp_path / "s.sqlite3")), "split=14,8,8,8,8,8,8,16") > 0

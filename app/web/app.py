@@ -165,7 +165,7 @@ def create_app(store: BaseStore | None = None) -> FastAPI:
     def page_context(request: Request, v: PlanView, **extra: Any) -> dict[str, Any]:
         return {"request": request, "v": v, "presets": load_manifest()[1], "preset_ids": preset_ids(),
                 "upload_token_required": bool(os.environ.get("ISPLAN_UPLOAD_TOKEN")),
-                "table": TABLE, "gpus": GPUS, "figures": page_figures(v), "oob": False, **extra}
+                "table": TABLE, "gpus": GPUS, "figures": page_figures(v), "oob": False, "compare": None, **extra}
 
     app.state.page_context = page_context
     app.mount("/static", StaticFiles(directory=asset_dir("static")), name="static")
