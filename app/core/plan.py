@@ -273,9 +273,12 @@ class Plan:
     def cli_args(self) -> list[str]:
         """``isplan check`` arguments that rebuild this plan (model first)."""
         args = [self.model]
+        implied = _implied_parallel(self)
         for name, spec in TABLE.items():
             value = getattr(self, name)
             if spec.cli is None or value == NEUTRAL_VALUES[name] or value is None:
+                continue
+            if name == "parallel" and implied:  # another parallel/memory flag says it
                 continue
             if not applies(spec, self.mode):
                 continue
