@@ -112,16 +112,21 @@ def _pipeline_argv(check: CheckResult) -> list[str]:
     return argv
 
 
+def _shared_argv(check: CheckResult, s: ExportSettings) -> list[str]:
+    """The pipeline and parallel flags both exports begin with; ``[]`` for a plan Megatron refuses."""
+    pipeline = _pipeline_argv(check)
+    return pipeline + _parallel_argv(s) if pipeline else []
+
+
 def megatron_argv(check: CheckResult, settings: ExportSettings | None = None) -> list[str]:
     """Megatron's arguments for ``check`` as an argv list; ``[]`` when Megatron would refuse the plan.
 
     DSA flags carry the freq/offset the verdict's roles were built from (not emitted for a what-if
     pattern override, which no freq/offset can express)."""
     s = settings or ExportSettings()
-    pipeline = _pipeline_argv(check)
-    if not pipeline:
+    argv = _shared_argv(check, s)
+    if not argv:
         return []
-    argv = pipeline + _parallel_argv(s)
     if s.cp > 1 and check.model.has_indexer:
         argv += [CP_COMM_FLAG, "allgather"]
     roles = check.roles
@@ -138,10 +143,9 @@ def megatron_text(check: CheckResult, settings: ExportSettings | None = None) ->
 def slime_argv(check: CheckResult, settings: ExportSettings | None = None) -> list[str]:
     """The flags of a slime ``PERF_ARGS`` array, in slime's spellings; ``[]`` for a refused plan."""
     s = settings or ExportSettings()
-    pipeline = _pipeline_argv(check)
-    if not pipeline:
+    argv = _shared_argv(check, s)
+    if not argv:
         return []
-    argv = pipeline + _parallel_argv(s)
     if s.cp > 1 and check.model.has_indexer:
         argv.append(SLIME_ALLGATHER_CP)
     if s.max_tokens_per_gpu is not None:   # only read with dynamic batching (slime arguments.py)
