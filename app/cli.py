@@ -59,12 +59,6 @@ def _read_text(path: str, what: str = "input file") -> str:
     Any unreadable input is a one-line usage error (exit 2)."""
     from app.core.inputs import InputError, read_text_bounded
 
-    if path == "-" and getattr(sys.stdin, "buffer", None) is None:  # a text stream (embedding, tests)
-        text = sys.stdin.read(MAX_INPUT_BYTES + 1)
-        if len(text.encode("utf-8", "surrogatepass")) > MAX_INPUT_BYTES:
-            raise UsageError(f"{what} (standard input) is over the limit of {MAX_INPUT_BYTES:,} bytes - pass a "
-                             "smaller file")
-        return text
     try:
         return read_text_bounded(path, limit=MAX_INPUT_BYTES, what=what)
     except InputError as exc:
