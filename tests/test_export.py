@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from app.core.export import (
     ExportSettings,
     exports,
-    isplan_command,
     megatron_argv,
     megatron_text,
     shell_join,
@@ -24,6 +23,7 @@ from app.core.export import (
 from app.core.launcher import launcher_request, parse_launcher
 from app.core.layout_check import run_check
 from app.core.model_config import load_model
+from app.core.plan import Plan
 from app.core.stages import PipelineSpec, materialise
 from tests.conftest import make_config, tiny_config
 
@@ -166,7 +166,7 @@ def test_exports_are_inert_in_real_bash(hostile, tmp_path):
     check = run_check(load_model("glm-5.2"), PipelineSpec(pp=8, first=14, last=16))
     s = ExportSettings(tp=4, cp=8, ep=32, recompute="full", recompute_method=value)
     texts = {"megatron": megatron_text(check, s), "slime": slime_perf_args(check, s),
-             "cli": isplan_command(value, check), "join": shell_join([value, "--layout", check.layout_string])}
+             "cli": Plan(model=value, pp=8, first=14, last=16).cli_command(), "join": shell_join([value, "--layout", check.layout_string])}
     for name, text in texts.items():
         assert subprocess.run([BASH, "-n"], check=False, input=text.encode(), timeout=10).returncode == 0, name
     # the words bash sees are exactly the argv that was exported

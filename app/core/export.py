@@ -175,25 +175,15 @@ def conversion_text(conversion: CheckResult) -> str:
     return shell_join(conversion_argv(conversion))
 
 
-def isplan_command(model: str, check: CheckResult) -> str:
-    """The ``isplan check`` command that reproduces the stages, with the model id quoted."""
-    argv = ["isplan", "check", model, "--split", ",".join(map(str, check.plan.sizes))]
-    if check.plan.vpp > 1:
-        argv += ["--vpp", str(check.plan.vpp)]
-    if check.engine.value != "megatron":
-        argv += ["--engine", check.engine.value]
-    return shell_join(argv)
-
-
-def exports(check: CheckResult, settings: ExportSettings | None = None, *, model: str | None = None,
+def exports(check: CheckResult, settings: ExportSettings | None = None, *,
             conversion: CheckResult | None = None) -> dict[str, str]:
-    """Every export of ``check`` by name (``megatron``, ``slime``, ``layout``, ``conversion``,
-    ``cli``); empty when Megatron would refuse the plan."""
+    """Every export of ``check`` by name (``megatron``, ``slime``, ``layout``, ``conversion``);
+    empty when Megatron would refuse the plan. The ``isplan check`` line of a whole plan is
+    :meth:`app.core.plan.Plan.cli_command`."""
     if not check.megatron_flags:
         return {}
     out = {"megatron": megatron_text(check, settings), "slime": slime_perf_args(check, settings),
            "layout": layout_string(check)}
     if conversion is not None and conversion.megatron_flags:
         out["conversion"] = conversion_text(conversion)
-    out["cli"] = isplan_command(model if model is not None else check.model.id, check)
     return out

@@ -22,6 +22,7 @@ The core stays free of pydantic so ``isplan check`` starts fast (docs/DESIGN.md)
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -290,6 +291,10 @@ class Plan:
             else:
                 args += [spec.cli, text]
         return args
+
+    def cli_command(self) -> str:
+        """The shell-safe ``isplan check`` line that rebuilds this plan (every value quoted)."""
+        return shlex.join(["isplan", "check", *self.cli_args()])
 
     @property
     def states_layout(self) -> bool:

@@ -7,7 +7,6 @@ per-field messages. It never raises for bad input.
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -283,8 +282,8 @@ def exports(view: PlanView) -> dict[str, str]:
             use_precision_aware_optimizer=plan.precision_aware,
             distributed_optimizer=par.distributed_optimizer if par is not None else False,
             max_tokens_per_gpu=plan.tokens_per_gpu)
-        out.update(core_exports(check, settings, model=plan.model, conversion=view.conversion))
-    out["cli"] = shlex.join(["isplan", "check", *plan.cli_args()])
+        out.update(core_exports(check, settings, conversion=view.conversion))
+    out["cli"] = plan.cli_command()
     return out
 
 
