@@ -20,11 +20,11 @@ from dataclasses import replace
 from typing import Any, NoReturn
 
 from app import __version__
-from app.core.layer_roles import PatternError
-from app.core.model_config import ConfigError, ModelConfig, load_model, preset_ids
+from app.core.layout.stages import LayoutInputError
+from app.core.model.config import ConfigError, ModelConfig, load_model, preset_ids
+from app.core.model.roles import PatternError
 from app.core.plan import TABLE, Plan, PlanError, add_cli_arguments, add_cli_fields, parse_sizes, plan_from_cli
 from app.core.reports import Report
-from app.core.stages import LayoutInputError
 
 EXIT_GO, EXIT_NO_GO, EXIT_USAGE = 0, 1, 2
 MAX_INPUT_BYTES = 1 << 20
@@ -160,7 +160,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
 
 
 def _inference(args: argparse.Namespace, cfg: ModelConfig) -> int:
-    from app.core.memory import inference_memory
+    from app.core.model.memory import inference_memory
 
     plan = plan_from_cli(args, args.model)
     try:

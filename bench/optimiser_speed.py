@@ -1,4 +1,4 @@
-"""Exact layout optimiser (:func:`app.core.optimiser.optimal_layout`) vs brute force.
+"""Exact layout optimiser (:func:`app.core.optimise.optimiser.optimal_layout`) vs brute force.
 
 1. Brute force enumerates every valid cut set (``C(F - 1, S - 1)`` layouts: the starts of stages
    ``1 .. S-1`` among the full layers after layer 1) and keeps the least key (max rank cost, sum
@@ -65,7 +65,7 @@ def _p50_time(fn, repeats: int, seconds: float) -> tuple[float, int, object]:
 
 
 def vs_brute(seed: int = 0, budget_seconds: float = 90.0) -> dict:
-    from app.core.optimiser import count_valid_layouts, optimal_layout
+    from app.core.optimise.optimiser import count_valid_layouts, optimal_layout
 
     rng = random.Random(seed)
     t_start = time.monotonic()
@@ -111,10 +111,10 @@ def vs_brute(seed: int = 0, budget_seconds: float = 90.0) -> dict:
 
 
 def dp_alone(repeats: int = 11, seconds: float = 10.0) -> dict:
-    from app.core.layer_costs import layer_costs
-    from app.core.layer_roles import derive_roles
-    from app.core.model_config import load_config_bytes, load_preset
-    from app.core.optimiser import optimal_layout
+    from app.core.model.config import load_config_bytes, load_preset
+    from app.core.model.layer_costs import layer_costs
+    from app.core.model.roles import derive_roles
+    from app.core.optimise.optimiser import optimal_layout
     from bench.scaling import full_mask, synthetic_config
 
     glm = load_preset("glm-5.2")

@@ -4,7 +4,7 @@ and 1024 decoder layers (the preset with ``num_hidden_layers``, ``indexer_types`
 then every 4th -- and ``mlp_layer_types`` changed), uploaded to a :class:`ConfigStore` in a temp
 directory and addressed as ``model=sha256:...``, PP in {8, 16, 32, 64} x VPP in {1, 2, 4} wherever
 ``PP * VPP`` stages fit the full layers. Each PP x VPP uses ``mode=split`` with the even valid
-split :func:`app.core.optimiser.optimal_layout` finds for uniform costs; updates cycle through
+split :func:`app.core.optimise.optimiser.optimal_layout` finds for uniform costs; updates cycle through
 that split, a valid neighbour (one stage start moved to the next full layer) and an invalid one
 (a start moved onto a shared layer), as in ``bench/live_update.py``.
 
@@ -80,8 +80,8 @@ def cases(full: list[bool]) -> list[tuple[int, int]]:
 
 
 def main(n: int = 200, seconds_per_case: float = 5.0, budget_seconds: float = 150.0) -> dict:
-    from app.core.model_config import load_config_bytes
-    from app.core.optimiser import optimal_layout
+    from app.core.model.config import load_config_bytes
+    from app.core.optimise.optimiser import optimal_layout
     from app.web.app import create_app
     from app.web.store import ConfigStore
 

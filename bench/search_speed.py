@@ -9,8 +9,8 @@ from bench.common import save
 
 
 def main(repeats: int = 3) -> dict:
-    from app.core.model_config import load_model
-    from app.core.search import search
+    from app.core.model.config import load_model
+    from app.core.optimise.search import search
 
     cfg = load_model("glm-5.2")
     out = {}

@@ -23,7 +23,7 @@ clients share 127.0.0.1, so its share is 2 in flight per server process). Before
 gate and TCP_NODELAY fixes: p99 309 ms (refusals parsed every request first) and a 44 ms floor
 (Nagle + delayed ACK on uvicorn's multi-worker sockets).
 
-Per-request costs in one process (measured with ``app.core.plan_search.plan_report``, top 100):
+Per-request costs in one process (measured with ``app.core.optimise.plan_search.plan_report``, top 100):
 GLM-5.1 (78 full layers) PP 8 VPP 2 about 1.3 s; GLM-5.2 PP 3 VPP 4 about 0.9 s; the search on
 GLM-5.2 for 2^20 GPUs, top 100, about 0.5 s.
 """
@@ -46,7 +46,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from app.core import bounds
+from app.core.plan import bounds
 from bench.common import ms, percentiles, save
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.model_config import load_config_bytes
-from app.core.parallelism import ParallelConfig
+from app.core.model.config import load_config_bytes
+from app.core.model.parallelism import ParallelConfig
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"

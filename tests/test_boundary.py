@@ -8,9 +8,9 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.layout_check import run_check
-from app.core.model_config import load_config_bytes, load_model
-from app.core.stages import PipelineSpec, parse_split
+from app.core.engines.megatron.check import run_check
+from app.core.layout.stages import PipelineSpec, parse_split
+from app.core.model.config import load_config_bytes, load_model
 from tests.conftest import tiny_config
 
 GLM52 = load_model("glm-5.2")

@@ -10,9 +10,9 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.layout_check import run_check
-from app.core.model_config import load_model
-from app.core.stages import PipelineSpec
+from app.core.engines.megatron.check import run_check
+from app.core.layout.stages import PipelineSpec
+from app.core.model.config import load_model
 from tests.conftest import GLM52_FULL, make_config, tiny_config
 
 SEED_VALID = (14, 8, 8, 8, 8, 8, 8, 16)

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from app.core.export import (
+from app.core.engines.megatron.check import run_check
+from app.core.engines.megatron.export import (
     ExportSettings,
     exports,
     megatron_argv,
@@ -21,10 +22,9 @@ from app.core.export import (
     slime_perf_args,
 )
 from app.core.launcher import launcher_request, parse_launcher
-from app.core.layout_check import run_check
-from app.core.model_config import load_model
+from app.core.layout.stages import PipelineSpec, materialise
+from app.core.model.config import load_model
 from app.core.plan import Plan
-from app.core.stages import PipelineSpec, materialise
 from tests.conftest import make_config, tiny_config
 
 DATA = Path(__file__).resolve().parents[1] / "app/core/data/megatron_arguments.txt"
@@ -179,7 +179,7 @@ def test_exports_are_inert_in_real_bash(hostile, tmp_path):
 
 
 def test_settings_from_a_parallel_config_match_slimes_glm52_recipe():
-    from app.core.parallelism import slime_glm52_training
+    from app.core.model.parallelism import slime_glm52_training
 
     spec, par = slime_glm52_training()
     check = run_check(load_model("glm-5.2"), spec)

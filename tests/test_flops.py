@@ -11,7 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.flops import (
+from app.core.layout.stages import PipelineSpec, materialise
+from app.core.model.config import load_model
+from app.core.model.flops import (
     CONVENTIONS,
     bubble_fraction,
     flops_report,
@@ -23,10 +25,8 @@ from app.core.flops import (
     token_flops,
     training_flops,
 )
-from app.core.layer_roles import derive_roles
-from app.core.model_config import load_model
-from app.core.parameters import count_parameters
-from app.core.stages import PipelineSpec, materialise
+from app.core.model.parameters import count_parameters
+from app.core.model.roles import derive_roles
 from tests.conftest import REPO, make_config, tiny_config
 
 M = 1 << 20  # 1,048,576
@@ -366,7 +366,7 @@ def test_bubble_fraction_facts_section_7():
 
 
 def test_flops_module_imports_only_stdlib_and_app_core():
-    tree = ast.parse((REPO / "app/core/flops.py").read_text())
+    tree = ast.parse((REPO / "app/core/model/flops.py").read_text())
     mods = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, Phase, assume, example, given, note, setting
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
+from app.core.engines.megatron.check import run_check
 from app.core.launcher import (
     KNOWN_SWITCH_FLAGS,
     KNOWN_VALUE_FLAGS,
@@ -37,9 +38,15 @@ from app.core.launcher import (
     launcher_request,
     parse_launcher,
 )
-from app.core.layer_roles import PatternError
-from app.core.layout_check import run_check
-from app.core.model_config import (
+from app.core.layout.pipeline_layout import MAX_EXPANDED, LayoutSyntaxError, parse_layout
+from app.core.layout.stages import (
+    LayoutInputError,
+    PipelineSpec,
+    StagePlan,
+    materialise,
+    parse_split,
+)
+from app.core.model.config import (
     MAX_CONFIG_BYTES,
     ConfigError,
     ModelConfig,
@@ -47,20 +54,13 @@ from app.core.model_config import (
     load_preset,
     preset_ids,
 )
-from app.core.pipeline_layout import MAX_EXPANDED, LayoutSyntaxError, parse_layout
+from app.core.model.roles import PatternError
 from app.core.plan import BY_URL, TABLE, Plan, plan_from_query
 from app.core.receipt import (
     ReceiptError,
     build_receipt,
     canonical_body_digest,
     verify_receipt,
-)
-from app.core.stages import (
-    LayoutInputError,
-    PipelineSpec,
-    StagePlan,
-    materialise,
-    parse_split,
 )
 from app.web.store import ConfigStore
 from app.web.view import PlanView, build_view

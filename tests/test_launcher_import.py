@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from app.core.engines.megatron.check import run_check
 from app.core.launcher import (
     LauncherError,
     candidate_config,
@@ -19,8 +20,7 @@ from app.core.launcher import (
     read_launcher,
     read_launcher_files,
 )
-from app.core.layout_check import run_check
-from app.core.model_config import load_model
+from app.core.model.config import load_model
 
 MODEL_SH = """\
 # GLM-5.2 model file (sourced)

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.core.launcher_plan import import_launcher
-from app.core.model_config import load_preset
+from app.core.model.config import load_preset
 from app.core.plan import Plan
 from tests.conftest import app_client
 from tests.test_twins import run_cli

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.layer_roles import (
+from app.core.model.config import load_model
+from app.core.model.roles import (
     PatternError,
     derive_roles,
     role_disagreements,
     roles_report,
 )
-from app.core.model_config import load_model
 from tests.conftest import GLM52_FULL, make_config, tiny_config
 
 

@@ -17,7 +17,7 @@ from app.core.engines.maxtext import (
     maxtext_check_report,
 )
 from app.core.engines.rules import EngineInputError
-from app.core.model_config import load_model
+from app.core.model.config import load_model
 from tests.conftest import REPO
 
 GLM52 = load_model("glm-5.2")

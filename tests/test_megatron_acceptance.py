@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.layer_roles import Engine, derive_roles
-from app.core.stages import PipelineSpec, materialise, megatron_flags, spec_from_flags
+from app.core.layout.stages import PipelineSpec, materialise, megatron_flags, spec_from_flags
+from app.core.model.roles import Engine, derive_roles
 from tests.conftest import make_config, tiny_config
 
 

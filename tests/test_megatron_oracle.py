@@ -26,10 +26,10 @@ import re
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from app.core.export import shell_join
+from app.core.engines.megatron.check import run_check
+from app.core.engines.megatron.export import shell_join
 from app.core.launcher import launcher_request, parse_launcher
-from app.core.layout_check import run_check
-from app.core.stages import PipelineSpec
+from app.core.layout.stages import PipelineSpec
 from tests.conftest import make_config, tiny_config
 
 

@@ -9,16 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.memory import (
+from app.core.layout.stages import PipelineSpec, materialise
+from app.core.model.config import load_model
+from app.core.model.memory import (
     in_flight_microbatches,
     inference_memory,
     kv_bytes_per_token_layer,
     megatron_theoretical,
     training_memory,
 )
-from app.core.model_config import load_model
-from app.core.parallelism import ParallelConfig
-from app.core.stages import PipelineSpec, materialise
+from app.core.model.parallelism import ParallelConfig
 from tests.conftest import make_config, slime_par, tiny_config
 
 GB = 10**9
@@ -472,11 +472,11 @@ def test_replace_keeps_config_frozen():
 
 
 def test_rank_totals_fast_path_equals_the_full_report():
-    from app.core.layer_roles import derive_roles
-    from app.core.memory import rank_totals, training_memory
-    from app.core.model_config import load_model
-    from app.core.parallelism import slime_glm52_training
-    from app.core.stages import materialise
+    from app.core.layout.stages import materialise
+    from app.core.model.config import load_model
+    from app.core.model.memory import rank_totals, training_memory
+    from app.core.model.parallelism import slime_glm52_training
+    from app.core.model.roles import derive_roles
 
     cfg = load_model("glm-5.2")
     spec, par = slime_glm52_training()

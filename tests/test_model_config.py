@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from app.core.model_config import (
+from app.core.model.config import (
     MAX_CONFIG_BYTES,
     ConfigError,
     canonical_digest,

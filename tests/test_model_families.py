@@ -11,15 +11,15 @@ import json
 
 import pytest
 
-from app.core.boundary import validate_boundaries
-from app.core.flops import token_flops
-from app.core.layer_roles import derive_roles, ffn_kinds, roles_report
-from app.core.memory import inference_memory, kv_bytes_per_token_layer, training_memory
-from app.core.model_config import ConfigError, load_config_bytes, load_model
-from app.core.parallelism import ParallelConfig, kv_heads_tp_check
-from app.core.parameters import count_parameters, stage_params
-from app.core.search import SearchSpace, search
-from app.core.stages import PipelineSpec, materialise
+from app.core.layout.boundary import validate_boundaries
+from app.core.layout.stages import PipelineSpec, materialise
+from app.core.model.config import ConfigError, load_config_bytes, load_model
+from app.core.model.flops import token_flops
+from app.core.model.memory import inference_memory, kv_bytes_per_token_layer, training_memory
+from app.core.model.parallelism import ParallelConfig, kv_heads_tp_check
+from app.core.model.parameters import count_parameters, stage_params
+from app.core.model.roles import derive_roles, ffn_kinds, roles_report
+from app.core.optimise.search import SearchSpace, search
 
 
 def load(raw: dict):
@@ -299,7 +299,7 @@ def test_tp_above_kv_heads_keeps_one_whole_query_group_per_gpu():
     assert sp.dense_per_gpu == 94 * per_layer_gpu + -(-2 * 151936 * H // 8) + H
     assert sp.dense_total == count_parameters(qwen).main_total - 94 * 128 * 3 * H * 1536  # totals unchanged
     par = ParallelConfig(tp=8, pp=1, gpus=8, ep=8, etp=1, sp=True, seq_length=1024)
-    from app.core.memory import layer_activation_terms
+    from app.core.model.memory import layer_activation_terms
     terms = layer_activation_terms(qwen, par, ffn="moe", indexer=False)
     assert terms["k_heads"] == terms["v_heads"] == 2 * 1 * d  # one whole KV head per GPU
 

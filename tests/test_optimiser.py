@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import app.core.optimiser as opt
-from app.core.optimiser import count_valid_layouts, k_best_layouts, nearest_valid, optimal_layout
+import app.core.optimise.optimiser as opt
+from app.core.optimise.optimiser import count_valid_layouts, k_best_layouts, nearest_valid, optimal_layout
 
 # GLM-5.2: 78 decoder layers, full (indexer) layers 1, 2, 3 and then every 4th from 7 to 75.
 GLM_N = 78

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.model_config import load_model
-from app.core.parallelism import (
+from app.core.layout.stages import PipelineSpec, materialise
+from app.core.model.config import load_model
+from app.core.model.parallelism import (
     GPU_PRESETS,
     ParallelConfig,
     check_parallel,
@@ -13,7 +14,6 @@ from app.core.parallelism import (
     resolve_gpu,
     slime_glm52_training,
 )
-from app.core.stages import PipelineSpec, materialise
 from tests.conftest import make_config, slime_par, tiny_config
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from app.core.layer_roles import derive_roles
-from app.core.model_config import load_config_bytes, load_model
-from app.core.parameters import count_parameters, per_rank_params
-from app.core.stages import PipelineSpec, materialise
+from app.core.layout.stages import PipelineSpec, materialise
+from app.core.model.config import load_config_bytes, load_model
+from app.core.model.parameters import count_parameters, per_rank_params
+from app.core.model.roles import derive_roles
 from tests.conftest import REPO, make_config, tiny_config
 
 

@@ -38,10 +38,10 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis import checks as st_checks
 
-from app.core.model_config import load_preset, preset_ids
+from app.core.layout.stages import PipelineSpec
+from app.core.model.config import load_preset, preset_ids
 from app.core.plan import TABLE
 from app.core.receipt import build_receipt
-from app.core.stages import PipelineSpec
 from app.web.app import create_app
 from app.web.store import ConfigStore
 from tests.conftest import tiny_config

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from math import comb
 
-from app.core.layer_roles import derive_roles
-from app.core.memory import training_memory
-from app.core.model_config import load_model
-from app.core.parallelism import ParallelConfig, check_parallel
-from app.core.search import SearchSpace, search
-from app.core.stages import PipelineSpec, materialise
+from app.core.layout.stages import PipelineSpec, materialise
+from app.core.model.config import load_model
+from app.core.model.memory import training_memory
+from app.core.model.parallelism import ParallelConfig, check_parallel
+from app.core.model.roles import derive_roles
+from app.core.optimise.search import SearchSpace, search
 from tests.test_cli import isplan
 
 GLM52 = load_model("glm-5.2")

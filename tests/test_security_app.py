@@ -2,7 +2,7 @@
 
 Every input here is small and hits a bound or the work budget; none of them reproduces the
 blow-up. The numbers in the assertions come from the issue (the requests it sent) and from
-:mod:`app.core.bounds` (the limits the messages must name), never from the code under test.
+:mod:`app.core.plan.bounds` (the limits the messages must name), never from the code under test.
 Tests that need a real server (concurrency, slow clients) are in tests/test_security_live.py.
 """
 
@@ -16,8 +16,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from app.core import bounds
-from app.core.plan import plan_from_query
+from app.core.plan import bounds, plan_from_query
 from app.web.app import create_app
 from app.web.store import ConfigStore, Quotas, StoreUnavailable
 from app.web.view import build_view

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from app.core import bounds
-from app.core.model_config import load_config_bytes, load_preset
+from app.core.layout.stages import PipelineSpec
+from app.core.model.config import load_config_bytes, load_preset
+from app.core.plan import bounds
 from app.core.receipt import (
     ReceiptError,
     build_receipt,
@@ -19,7 +20,6 @@ from app.core.receipt import (
     load_receipt_bytes,
     verify_receipt,
 )
-from app.core.stages import PipelineSpec
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from app.core.layer_roles import derive_roles
-from app.core.model_config import load_preset
+from app.core.model.config import load_preset
+from app.core.model.roles import derive_roles
 from app.web.workers import (
     ClientGone,
     TooBusy,
@@ -191,7 +191,7 @@ def test_budget_from_env(monkeypatch):
 def test_the_largest_receipt_the_bounds_admit_fits_the_budget():
     """Receipt bounds (16 layouts, 4,096 layers, PP 256 x VPP 64) keep verification linear and
     inside the budget, so a receipt never needs a refusal beyond the bounds."""
-    from app.core import bounds
+    from app.core.plan import bounds
 
     worst = [(bounds.MAX_PP, bounds.MAX_VPP)] * bounds.MAX_RECEIPT_LAYOUTS
     assert estimate_verify_work(worst, bounds.MAX_LAYERS) == 16 * 4 * (4096 + 256 * 64)
@@ -203,7 +203,7 @@ def test_a_real_plan_report_through_the_pool_matches_the_direct_call(pool):
     the process boundary intact."""
     from functools import partial
 
-    from app.core.plan_search import plan_report
+    from app.core.optimise.plan_search import plan_report
 
     cfg = load_preset("glm-5.2")
     roles = derive_roles(cfg, "megatron")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.core.engines.serving import best_serving_partition, export_partition
-from app.core.model_config import load_model
+from app.core.model.config import load_model
 from app.core.serve_launcher import (
     ServeLauncherError,
     parse_serve_launcher,

@@ -11,8 +11,8 @@ import json
 import pytest
 
 from app.core.engines.serving import engine_roles, serving_plan
-from app.core.model_config import load_model
-from app.core.serving_memory import (
+from app.core.model.config import load_model
+from app.core.model.serving_memory import (
     ServingMemoryError,
     ServingMemorySettings,
     latent_bytes_per_token,

@@ -19,7 +19,7 @@ from app.core.engines.serving import (
     serving_check_report,
     serving_plan,
 )
-from app.core.model_config import load_model
+from app.core.model.config import load_model
 from tests.conftest import GLM52_FULL, REPO, make_config, tiny_config
 
 GLM52 = load_model("glm-5.2")

@@ -17,8 +17,8 @@ from app.core.engines.serving import (
     serving_plan,
     serving_plan_report,
 )
-from app.core.model_config import load_model
-from app.core.serving_memory import ServingMemorySettings, serving_memory
+from app.core.model.config import load_model
+from app.core.model.serving_memory import ServingMemorySettings, serving_memory
 from tests.conftest import REPO
 
 GLM52 = load_model("glm-5.2")

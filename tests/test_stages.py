@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.pipeline_layout import LayoutSyntaxError, parse_layout
-from app.core.stages import (
+from app.core.layout.pipeline_layout import LayoutSyntaxError, parse_layout
+from app.core.layout.stages import (
     LayoutInputError,
     PipelineSpec,
     materialise,

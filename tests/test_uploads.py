@@ -21,7 +21,7 @@ from typing import Self
 import pytest
 
 import app.main as web
-from app.core.model_config import MAX_CONFIG_BYTES
+from app.core.model.config import MAX_CONFIG_BYTES
 from app.web.limits import DEFAULT_LIMIT, UPLOAD_LIMIT
 from tests.browser_support import AppServer
 from tests.conftest import app_client

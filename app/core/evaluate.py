@@ -14,12 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.layer_roles import PatternError, RoleMap, derive_roles, parse_pattern
-from app.core.layout_check import CheckResult, run_check
-from app.core.model_config import ModelConfig
-from app.core.parallelism import Check, ParallelConfig, check_parallel
+from app.core.engines.megatron.check import CheckResult, run_check
+from app.core.layout.stages import LayoutInputError, PipelineSpec, StagePlan
+from app.core.model.config import ModelConfig
+from app.core.model.parallelism import Check, ParallelConfig, check_parallel
+from app.core.model.roles import PatternError, RoleMap, derive_roles, parse_pattern
 from app.core.plan import SERVING_ENGINES, TABLE, FieldProblem, Plan
-from app.core.stages import LayoutInputError, PipelineSpec, StagePlan
 from app.core.verdict import Reason, Verdict, verdict_of
 
 #: plan field (URL key) of each flag an error may name: the CLI's and the engines' spellings
@@ -34,7 +34,7 @@ FLAG_FIELD.update({"index_share_pattern": "pattern", "pipeline_parallel_layers":
                    "dcn_pipeline_parallelism": "dcn_pp", "num_pipeline_repeats": "repeats",
                    "num_pipeline_microbatches": "mb"})
 
-#: plan field of each parallel check (``app.core.parallelism.check_parallel`` names)
+#: plan field of each parallel check (``app.core.model.parallelism.check_parallel`` names)
 CHECK_FIELD = {
     "world_size": "gpus", "heads_tp": "tp", "kv_heads_tp": "tp", "ffn_width": "tp", "experts_ep": "ep", "expert_grid": "ep",
     "expert_data_parallel": "ep", "cp_seq": "cp", "dsa_cp": "cp", "sp_tp": "sp", "sp_moe_tp": "sp",
@@ -202,8 +202,8 @@ def _evaluate_other_engine(ev: Evaluation) -> None:
         ev.problems.append(FieldProblem("engine_version" if "version" in str(exc) else layout_field(plan), str(exc)))
         return
     if ev.parallel and ev.check.plan.stages:
-        from app.core.parallelism import resolve_gpu
-        from app.core.serving_memory import ServingMemorySettings, serving_memory
+        from app.core.model.parallelism import resolve_gpu
+        from app.core.model.serving_memory import ServingMemorySettings, serving_memory
 
         try:
             gpu = resolve_gpu(plan.gpu, int(plan.gpu_gb * 1e9) if plan.gpu_gb else None)
@@ -216,8 +216,8 @@ def _evaluate_other_engine(ev: Evaluation) -> None:
 
 
 def _evaluate_parallel(ev: Evaluation, stages: StagePlan) -> None:
-    from app.core.flops import stage_flops
-    from app.core.memory import training_memory
+    from app.core.model.flops import stage_flops
+    from app.core.model.memory import training_memory
 
     try:
         ev.par = parallel_config(ev.plan, stages)

@@ -62,8 +62,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.core.layout.stages import PipelineSpec, PlanError
 from app.core.plan import FLAG_FIELDS, TABLE
-from app.core.stages import PipelineSpec, PlanError
 
 MAX_LAUNCHER_BYTES = 1 << 20
 
@@ -1198,7 +1198,7 @@ def model_disagreements(parsed: LauncherParse, cfg: Any, num: Callable[[str], in
 
 @dataclass(frozen=True)
 class LauncherRequest:
-    """What a launcher script says about the pipeline, ready for :func:`app.core.layout_check.run_check`."""
+    """What a launcher script says about the pipeline, ready for :func:`app.core.engines.megatron.check.run_check`."""
 
     spec: PipelineSpec
     freq: int | None

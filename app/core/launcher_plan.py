@@ -27,7 +27,7 @@ from app.core.launcher import (
     read_launcher,
     read_launcher_files,
 )
-from app.core.model_config import ModelConfig
+from app.core.model.config import ModelConfig
 from app.core.plan import FLAG_FIELDS, Plan, plan_from_flags
 
 _NODES = ("--actor-num-nodes", "--nnodes")

@@ -29,7 +29,7 @@ is a shipped preset, a content-addressed upload (``sha256:<hex>``, looked up by 
 passed in as ``config``) or a config the CLI user passes explicitly (``--config PATH``, the
 operator's own argument). A receipt whose model source is ``path`` is refused with a message
 unless the caller passes the config. Every count in it is checked against
-:mod:`app.core.bounds` before any layout is materialised, so verification work is bounded.
+:mod:`app.core.plan.bounds` before any layout is materialised, so verification work is bounded.
 """
 
 from __future__ import annotations
@@ -44,11 +44,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app import __version__
-from app.core import bounds
-from app.core.bounds import BoundError, check_count
-from app.core.layer_roles import ENGINES, PatternError
-from app.core.layout_check import run_check
-from app.core.model_config import (
+from app.core.engines.megatron.check import run_check
+from app.core.layout.stages import LayoutInputError, PipelineSpec
+from app.core.model.config import (
     MAX_CONFIG_BYTES,
     ConfigError,
     ModelConfig,
@@ -56,7 +54,9 @@ from app.core.model_config import (
     load_preset,
     preset_ids,
 )
-from app.core.stages import LayoutInputError, PipelineSpec
+from app.core.model.roles import ENGINES, PatternError
+from app.core.plan import bounds
+from app.core.plan.bounds import BoundError, check_count
 
 RECEIPT_VERSION = 1
 #: Differences listed in one report (the count in the summary is always the full one).
@@ -318,7 +318,7 @@ def _bounded_int(value: Any, field: str, bound: int, where: str) -> int:
 
 def _spec_from(inputs: dict[str, Any], where: str) -> PipelineSpec:
     """The recorded inputs as a :class:`PipelineSpec`, each field type-checked and bounded
-    (:mod:`app.core.bounds`) before anything is materialised."""
+    (:mod:`app.core.plan.bounds`) before anything is materialised."""
     kwargs = {k: v for k, v in inputs.items() if k in _SPEC_FIELDS}
     for k, bound in _INT_INPUTS.items():
         if kwargs.get(k) is not None:
@@ -421,7 +421,7 @@ def verify_receipt(receipt: Any, *, config_path: str | None = None,
     The config is ``config`` when given (the web app passes an uploaded one looked up by its
     ``sha256:`` id; the CLI passes ``--config``), else read from ``config_path`` (the CLI user's
     own argument), else the receipt's preset. A receipt never makes this open a path. Every count
-    is bounded (:mod:`app.core.bounds`) before any work; ``key`` (default ``ISPLAN_RECEIPT_KEY``)
+    is bounded (:mod:`app.core.plan.bounds`) before any work; ``key`` (default ``ISPLAN_RECEIPT_KEY``)
     makes ``body_hmac_sha256`` required and checked."""
     if not isinstance(receipt, dict):
         raise ReceiptError("a receipt is a JSON object")

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.engines.megatron.check import CheckResult, run_check
 from app.core.evaluate import Evaluation, evaluate, pipeline_spec, plan_roles
-from app.core.layer_roles import roles_report
-from app.core.layout_check import CheckResult, run_check
-from app.core.model_config import ModelConfig
+from app.core.model.config import ModelConfig
+from app.core.model.roles import roles_report
 from app.core.plan import SERVING_ENGINES, FieldProblem, Plan, PlanError
 from app.core.verdict import Reason, Verdict, verdict_of
 
@@ -121,7 +121,7 @@ def stage_lines(check: Any) -> list[str]:
 def _roles(plan: Plan, cfg: ModelConfig) -> tuple[Any, list[int]]:
     """The plan's engine roles; an unusable pattern or engine setting is a field problem."""
     from app.core.engines.rules import EngineInputError
-    from app.core.layer_roles import PatternError
+    from app.core.model.roles import PatternError
 
     try:
         return plan_roles(plan, cfg)
@@ -153,7 +153,7 @@ def roles_command_report(plan: Plan, cfg: ModelConfig) -> Report:
 # ----------------------------------------------------------------------------- params
 def params_report(plan: Plan, cfg: ModelConfig, *, per_layer: bool = False, with_layout: bool = False) -> Report:
     """``isplan params``: totals, active, components; per pipeline rank when a layout is given."""
-    from app.core.parameters import count_parameters, per_rank_params
+    from app.core.model.parameters import count_parameters, per_rank_params
 
     roles, _ = _roles(plan, cfg)
     body: dict[str, Any] = {"model": cfg.summary(), **count_parameters(cfg, roles).to_json()}
@@ -211,7 +211,7 @@ def memory_report(plan: Plan, cfg: ModelConfig, **kw: Any) -> Report:
 def flops_command_report(plan: Plan, cfg: ModelConfig, *, global_batch: int | None = None) -> Report:
     """``isplan flops``: per-token forward FLOPs with and without IndexShare at ``plan.context``;
     with a global batch, training FLOPs per step at ``plan.seq_length`` (default 4096)."""
-    from app.core.flops import flops_report, training_flops
+    from app.core.model.flops import flops_report, training_flops
 
     roles, _ = _roles(plan, cfg)
     body = flops_report(cfg, plan.context, roles=roles)
@@ -242,7 +242,7 @@ def plan_search_report(plan: Plan, cfg: ModelConfig, *, objective: str = "balanc
                        near: tuple[int, ...] | None = None) -> Report:
     """``isplan plan``: the exact optimal valid layout for ``plan.pp`` x ``plan.vpp``, the next
     best ones and, with ``near``, the valid layout closest to a given split."""
-    from app.core.plan_search import plan_report
+    from app.core.optimise.plan_search import plan_report
 
     if plan.engine in SERVING_ENGINES:
         return serving_plan_search_report(plan, cfg, top=top)
@@ -281,7 +281,7 @@ def serving_plan_search_report(plan: Plan, cfg: ModelConfig, *, top: int = 3) ->
     weights + KV cache per rank, MTP draft and lm_head where the engine puts them) and its export."""
     from app.core.engines.rules import EngineInputError
     from app.core.engines.serving import serving_plan_report
-    from app.core.parallelism import resolve_gpu
+    from app.core.model.parallelism import resolve_gpu
 
     try:
         gpu = resolve_gpu(plan.gpu, int(plan.gpu_gb * 1e9) if plan.gpu_gb else None)
@@ -309,7 +309,7 @@ def serving_plan_search_report(plan: Plan, cfg: ModelConfig, *, top: int = 3) ->
 # ----------------------------------------------------------------------------- GPU budget search
 def search_report(plan: Plan, cfg: ModelConfig, *, gpus: int, top: int = 10) -> Report:
     """``isplan search``: parallel configurations for a GPU budget, ranked."""
-    from app.core.search import search
+    from app.core.optimise.search import search
 
     try:
         body = search(cfg, gpus, gpu=plan.gpu, gpu_capacity_bytes=int(plan.gpu_gb * 1e9) if plan.gpu_gb else None,

@@ -27,13 +27,13 @@ from jinja2 import StrictUndefined
 from starlette.middleware.gzip import GZipMiddleware
 
 from app import __version__
-from app.core.bounds import BoundError
 from app.core.launcher_plan import LauncherImportError
-from app.core.layer_roles import PatternError
-from app.core.model_config import ConfigError, load_manifest, load_preset, preset_ids
+from app.core.layout.stages import LayoutInputError
+from app.core.model.config import ConfigError, load_manifest, load_preset, preset_ids
+from app.core.model.roles import PatternError
 from app.core.plan import GPUS, TABLE, PlanError
+from app.core.plan.bounds import BoundError
 from app.core.receipt import ReceiptError
-from app.core.stages import LayoutInputError
 from app.web.assets import asset_dir
 from app.web.caching import StaticCacheHeaders
 from app.web.deps import BadInput

@@ -17,10 +17,9 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Query, Request
 
-from app.core import bounds
-from app.core.layer_roles import derive_roles
-from app.core.model_config import ModelConfig, load_preset, preset_ids
-from app.core.plan import Plan, PlanError, strict_plan
+from app.core.model.config import ModelConfig, load_preset, preset_ids
+from app.core.model.roles import derive_roles
+from app.core.plan import Plan, PlanError, bounds, strict_plan
 from app.web.schemas import PlanQuery
 from app.web.store import BaseStore
 from app.web.workers import (
@@ -189,7 +188,7 @@ def _count_or(value: Any, bound: int) -> int:
 
 def launcher_cost(script: str, cfg: ModelConfig, sourced_chars: int = 0) -> Cost:
     """The launcher import tokenises the script and the files it sources once (linear in their
-    characters) and evaluates one plan (linear in layers and stages, bounded by :mod:`app.core.bounds`)."""
+    characters) and evaluates one plan (linear in layers and stages, bounded by :mod:`app.core.plan.bounds`)."""
     chars = len(script) + sourced_chars
     estimate = chars + 4 * (cfg.num_hidden_layers + bounds.MAX_PP * bounds.MAX_VPP)
     return Cost(estimate, f"importing a {chars:,}-character launcher", "launcher", "paste a shorter script")

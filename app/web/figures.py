@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from app.core.flops import flops_vs_context
+from app.core.model.flops import flops_vs_context
 
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
 MEMORY_ORDER = ["weights", "gradients", "optimizer_states", "activations", "recompute_working_set",
@@ -156,7 +156,7 @@ def schedule_figure(pp: int, microbatches: int, bubble: float) -> dict[str, Any]
 
 def page_figures(v: Any) -> dict[str, Any]:
     """The page's figures for a :class:`app.web.view.PlanView` (only those with data)."""
-    from app.core.flops import bubble_fraction
+    from app.core.model.flops import bubble_fraction
 
     ev = v.ev
     figs: dict[str, Any] = {}

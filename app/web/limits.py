@@ -7,7 +7,7 @@ is counted as it streams through to the app; once it passes the limit the client
 one chunk. The ``413`` carries ``Connection: close`` so the server stops reading the rest.
 
 Limits: 2 MiB for the endpoints that take a config, a launcher script or a receipt (a config is
-at most 1 MiB, :data:`app.core.model_config.MAX_CONFIG_BYTES`, and the multipart overhead fits),
+at most 1 MiB, :data:`app.core.model.config.MAX_CONFIG_BYTES`, and the multipart overhead fits),
 64 KiB for everything else. It is a plain ASGI callable, not ``BaseHTTPMiddleware``, which would
 only see the body after the app had buffered it.
 """

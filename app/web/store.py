@@ -1,6 +1,6 @@
 """Content-addressed store of uploaded ``config.json`` files: SQLite (default) or PostgreSQL.
 
-An upload is validated first (:func:`app.core.model_config.load_config_bytes`), then stored under
+An upload is validated first (:func:`app.core.model.config.load_config_bytes`), then stored under
 the SHA-256 of its exact bytes, so ``model=sha256:<hex>`` in a share URL keeps working after a
 restart. Identical uploads are one row, and the first upload's file name is the label for good.
 Nothing from the request ever becomes a path: the database is chosen by the operator.
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.core.model_config import (
+from app.core.model.config import (
     MAX_CONFIG_BYTES,
     ConfigError,
     ModelConfig,

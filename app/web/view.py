@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from app.core.engines.megatron.check import CheckResult
 from app.core.evaluate import Evaluation, evaluate
-from app.core.flops import bubble_fraction
-from app.core.layout_check import CheckResult
-from app.core.model_config import ConfigError, ModelConfig, load_preset, preset_ids
-from app.core.parameters import stage_params
+from app.core.model.config import ConfigError, ModelConfig, load_preset, preset_ids
+from app.core.model.flops import bubble_fraction
+from app.core.model.parameters import stage_params
 from app.core.plan import NEUTRAL_VALUES, SERVING_ENGINES, TABLE, FieldProblem, Plan, applies, format_value, mode_note
 from app.core.reports import gpu_equation, parallel_summary
 from app.core.verdict import Verdict
@@ -145,7 +145,7 @@ class PlanView:
     @property
     def memory_terms(self) -> dict[str, Any]:
         """Every memory term of the largest rank: its label, bytes and how it is counted."""
-        from app.core.memory import TERM_EXPLANATIONS, TERM_LABELS
+        from app.core.model.memory import TERM_EXPLANATIONS, TERM_LABELS
 
         mem = self.ev.memory
         if not mem:
@@ -261,10 +261,10 @@ def _rows(ev: Evaluation) -> list[dict[str, Any]]:
 
 def exports(view: PlanView) -> dict[str, str]:
     """What the page offers to copy, every value shell-quoted: Megatron arguments, slime
-    ``PERF_ARGS``, the layout string and the conversion layout (:mod:`app.core.export`), the
+    ``PERF_ARGS``, the layout string and the conversion layout (:mod:`app.core.engines.megatron.export`), the
     serving env line and command (vLLM / SGLang), and the ``isplan check`` line of the whole plan."""
-    from app.core.export import ExportSettings
-    from app.core.export import exports as core_exports
+    from app.core.engines.megatron.export import ExportSettings
+    from app.core.engines.megatron.export import exports as core_exports
 
     plan, check, ev = view.plan, view.check, view.ev
     out: dict[str, str] = {}

@@ -7,7 +7,7 @@ concurrent searches made ``/healthz`` unavailable for 30-110 s. Two defences, us
 1. **Refuse before starting** (:class:`WorkBudget`): each expensive operation has a cost
    estimator below, an upper bound on its inner-loop steps counted from the algorithm (a *work
    unit*, the optimiser's own unit: one candidate cut examined, about a microsecond in CPython,
-   :data:`app.core.optimiser.RANK_DP_MAX_WORK`). Beyond the budget the request is refused with
+   :data:`app.core.optimise.optimiser.RANK_DP_MAX_WORK`). Beyond the budget the request is refused with
    :class:`TooMuchWork` (a ``ValueError``, 422) naming the limit and what to ask for instead.
 2. **Bound what is started** (:class:`WorkerPool`, :func:`run_bounded`): accepted work runs in
    a small pool of worker *processes* with a deadline, a per-client concurrency limit
@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from app.core import bounds
-from app.core.optimiser import RANK_DP_MAX_DEPTH, RANK_DP_MAX_WORK
+from app.core.optimise.optimiser import RANK_DP_MAX_DEPTH, RANK_DP_MAX_WORK
+from app.core.plan import bounds
 
 #: Default work budget (units): ``ISPLAN_WORK_BUDGET`` overrides it. Measured on one core
 #: (CPython 3.11): Nearest valid runs about 0.6 us per unit (800 layers, 80 stages: 2.1e7 units,
@@ -60,7 +60,7 @@ DEFAULT_WORKER_MEMORY = 2 << 30
 #: CPU niceness added to each worker process (batch work yields to the event loop).
 WORKER_NICE = 10
 #: Modules the forkserver imports once, so a new worker starts warm.
-PRELOAD = ("app.core.plan_search", "app.core.search", "app.core.receipt", "app.core.launcher")
+PRELOAD = ("app.core.optimise.plan_search", "app.core.optimise.search", "app.core.receipt", "app.core.launcher")
 
 
 class TooMuchWork(ValueError):
@@ -103,7 +103,7 @@ def _stage_table(stages: int, w: int) -> int:
 
 
 def estimate_optimiser_work(num_layers: int, pp: int, vpp: int, k: int, *, num_full: int | None = None) -> int:
-    """Upper bound on the work of :func:`app.core.optimiser.k_best_layouts` (``k`` layouts).
+    """Upper bound on the work of :func:`app.core.optimise.optimiser.k_best_layouts` (``k`` layouts).
 
     Counted from the algorithm (``app/core/optimiser.py``, module docstring): with ``S = PP*VPP``
     stages, ``F`` full layers (default: all ``num_layers``, the worst case) and ``W = F - S + 1``,
@@ -124,7 +124,7 @@ def estimate_optimiser_work(num_layers: int, pp: int, vpp: int, k: int, *, num_f
 
 
 def estimate_nearest_work(num_layers: int, num_stages: int, *, num_full: int | None = None) -> int:
-    """Upper bound on :func:`app.core.optimiser.nearest_valid`: its DP has no early exit, so it
+    """Upper bound on :func:`app.core.optimise.optimiser.nearest_valid`: its DP has no early exit, so it
     evaluates exactly ``(S - 1) * W * (W + 1) / 2`` transitions, then reconstructs the path in at
     most ``S * W`` more, plus ``num_layers`` to read the split."""
     f = num_layers if num_full is None else num_full
@@ -147,7 +147,7 @@ def _divisors(n: int, cap: int | None = None) -> list[int]:
 
 def estimate_search_work(gpus: int, top: int, *, num_layers: int, num_heads: int, num_experts: int,
                          num_full: int | None = None) -> int:
-    """Upper bound on :func:`app.core.search.search` for ``gpus`` GPUs.
+    """Upper bound on :func:`app.core.optimise.search.search` for ``gpus`` GPUs.
 
     A shape (PP, TP, CP, EP, ETP, VPP) is evaluated only if its model-parallel groups fit the
     budget (``TP*CP*PP <= gpus`` and ``ETP*EP*PP <= gpus``; the search also needs divisibility,

@@ -1,5 +1,5 @@
 """Engines beside Megatron / slime / HF: vLLM and SGLang (serving) and MaxText (training).
 
 Each engine's layer-placement rule, read from its own source, turned into the planner's
-:class:`app.core.stages.StagePlan` so :func:`app.core.boundary.validate_boundaries` applies unchanged.
+:class:`app.core.layout.stages.StagePlan` so :func:`app.core.layout.boundary.validate_boundaries` applies unchanged.
 """

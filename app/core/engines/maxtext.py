@@ -37,11 +37,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from app.core.boundary import BoundaryReport, validate_boundaries
 from app.core.engines.rules import EngineInputError
-from app.core.layer_roles import PatternError, RoleMap, derive_roles
-from app.core.model_config import ModelConfig
-from app.core.stages import PipelineSpec, PlanError, Stage, StagePlan
+from app.core.layout.boundary import BoundaryReport, validate_boundaries
+from app.core.layout.stages import PipelineSpec, PlanError, Stage, StagePlan
+from app.core.model.config import ModelConfig
+from app.core.model.roles import PatternError, RoleMap, derive_roles
 
 ENGINE = "maxtext"
 SOURCE = "AI-Hypercomputer/maxtext @ e591f30cbbf2: src/maxtext/configs/types.py, src/maxtext/layers/pipeline.py"

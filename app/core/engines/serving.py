@@ -6,10 +6,10 @@ no virtual stages): by its own default rule, or by the comma list in its environ
 rank that starts on a shared layer are in :mod:`app.core.engines.vllm` and
 :mod:`app.core.engines.sglang`, with their sources.
 
-:func:`serving_plan` materialises the partition as an :class:`app.core.stages.StagePlan` (stage
+:func:`serving_plan` materialises the partition as an :class:`app.core.layout.stages.StagePlan` (stage
 ``k`` = pipeline rank ``k``, ``vp_stage`` 0; embedding on rank 0; lm_head, final norm and the MTP
 draft on the last rank, where both engines build them), so
-:func:`app.core.boundary.validate_boundaries` finds the shared starts exactly as for training.
+:func:`app.core.layout.boundary.validate_boundaries` finds the shared starts exactly as for training.
 :func:`serving_check` adds the roles the engine itself derives, the partition checks the engine
 raises at start-up, and whether this engine build blocks on a shared start (vLLM: silently wrong
 attention; SGLang before its fix: crash; SGLang after it: top-k handoff, allowed).
@@ -25,8 +25,6 @@ from datetime import date
 from types import ModuleType
 from typing import Any
 
-from app.core.boundary import BoundaryReport, validate_boundaries
-from app.core.bounds import MAX_PP, MAX_TP
 from app.core.engines import sglang, vllm
 from app.core.engines.rules import (
     EngineInputError,
@@ -34,16 +32,18 @@ from app.core.engines.rules import (
     parse_build_date,
     rule_in_force,
 )
-from app.core.layer_roles import RoleMap, derive_roles
-from app.core.model_config import ModelConfig
-from app.core.optimiser import k_best_layouts
-from app.core.serving_memory import (
+from app.core.layout.boundary import BoundaryReport, validate_boundaries
+from app.core.layout.stages import PipelineSpec, PlanError, Stage, StagePlan
+from app.core.model.config import ModelConfig
+from app.core.model.roles import RoleMap, derive_roles
+from app.core.model.serving_memory import (
     ServingMemoryError,
     ServingMemorySettings,
     serving_layer_costs,
     serving_memory,
 )
-from app.core.stages import PipelineSpec, PlanError, Stage, StagePlan
+from app.core.optimise.optimiser import k_best_layouts
+from app.core.plan.bounds import MAX_PP, MAX_TP
 
 SERVING_ENGINES: dict[str, ModuleType] = {"vllm": vllm, "sglang": sglang}
 OBJECTIVES = ("memory", "layers")
@@ -391,9 +391,9 @@ def best_serving_partition(cfg: ModelConfig, engine: str, pp: int, *, k: int = 1
 
     ``objective="memory"``: cost of a rank = bytes per GPU of its layers' weights (TP/EP sharded)
     + their KV and indexer caches for ``context x concurrency`` tokens
-    (:func:`app.core.serving_memory.serving_layer_costs`), plus the embedding on rank 0 and lm_head,
+    (:func:`app.core.model.serving_memory.serving_layer_costs`), plus the embedding on rank 0 and lm_head,
     final norm and the MTP draft on the last rank. ``objective="layers"``: one per decoder layer
-    (the most even layer counts, what an even default split aims at). The order is :func:`app.core.optimiser.k_best_layouts`' (least largest rank, then the most even,
+    (the most even layer counts, what an even default split aims at). The order is :func:`app.core.optimise.optimiser.k_best_layouts`' (least largest rank, then the most even,
     then the smallest split). Every rank starts on a full layer, also for engines that hand top-k
     over, unless ``allow_shared_starts`` and this engine build does not block on a shared start.
     Empty when no valid partition exists (more ranks than full layers, or a shared layer 1).

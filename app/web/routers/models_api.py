@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request
 
 from app import __version__
 from app.core import reports
-from app.core.model_config import load_manifest
+from app.core.model.config import load_manifest
 from app.web.deps import PlanDep, Store, model_config
 from app.web.schemas import ERRORS, About, Report
 

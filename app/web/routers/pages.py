@@ -20,8 +20,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from app.core import reports
+from app.core.optimise.actions import ACTIONS, apply_action
 from app.core.plan import SLIME_GLM52_PROFILE, FieldProblem, Plan, PlanError, plan_from_query
-from app.core.plan_actions import ACTIONS, apply_action
 from app.web.deps import Store, action_cost, bounded_from_thread, model_config
 from app.web.view import PlanView, build_view, resolve_model
 

@@ -13,8 +13,8 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from app.core import reports
-from app.core.bounds import MAX_CONTEXT, MAX_PLAN_TEXT, MAX_TOP
 from app.core.plan import MAX_GPUS, SLIME_GLM52_PROFILE, parse_sizes, strict_plan
+from app.core.plan.bounds import MAX_CONTEXT, MAX_PLAN_TEXT, MAX_TOP
 from app.core.receipt import ReceiptError, load_receipt_bytes, verify_receipt
 from app.web.deps import (
     BadInput,

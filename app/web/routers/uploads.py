@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile as FormFile  # what a parsed form holds
 
 from app.core.launcher_plan import LauncherImportError, import_launcher
-from app.core.model_config import MAX_CONFIG_BYTES, ConfigError
+from app.core.model.config import MAX_CONFIG_BYTES, ConfigError
 from app.core.plan import FieldProblem, Plan, plan_from_query
 from app.web.deps import Store, bounded, client_of, launcher_cost
 from app.web.routers.pages import render

@@ -47,9 +47,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.layer_roles import RoleMap, derive_roles
-from app.core.model_config import ModelConfig
-from app.core.stages import Stage, StagePlan
+from app.core.layout.stages import Stage, StagePlan
+from app.core.model.config import ModelConfig
+from app.core.model.roles import RoleMap, derive_roles
 
 COMPONENTS = (
     "attention", "indexer", "norms", "dense_ffn", "routed_experts", "shared_expert", "router",

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from app.core.evaluate import pipeline_spec, plan_roles
-from app.core.layer_costs import layer_costs
-from app.core.model_config import ModelConfig
-from app.core.optimiser import k_best_layouts, nearest_valid
+from app.core.layout.stages import materialise
+from app.core.model.config import ModelConfig
+from app.core.model.layer_costs import layer_costs
+from app.core.optimise.optimiser import k_best_layouts, nearest_valid
 from app.core.plan import SERVING_ENGINES, FieldProblem, Plan
-from app.core.stages import materialise
 
 ACTIONS = ("balance", "nearest")
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.layer_roles import RoleMap
-from app.core.stages import Stage, StagePlan
+from app.core.layout.stages import Stage, StagePlan
+from app.core.model.roles import RoleMap
 
 
 @dataclass(frozen=True)

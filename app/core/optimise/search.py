@@ -8,7 +8,7 @@ IndexShare layout), EP (divisors of the expert count), ETP in {1, TP}, VPP in {1
 recompute in {none, selective, full (uniform, 1 layer)}, optimizer CPU offload off/on. DP follows
 from the budget: GPUs / (TP*CP*PP) must be whole, and ETP*EP*PP must divide the world.
 
-Each (PP, VPP) uses the optimal valid layout for memory (:func:`app.core.optimiser.optimal_layout`
+Each (PP, VPP) uses the optimal valid layout for memory (:func:`app.core.optimise.optimiser.optimal_layout`
 over per-layer parameter counts, embedding on the first stage, lm_head + the launch's MTP layers
 (``mtp_layers``, default 0) + their embedding copy on the last), so every physical and virtual stage starts on a full layer.
 
@@ -17,7 +17,7 @@ Ranking model (stated, simple, deterministic): the estimated relative step time 
     time = imbalance * recompute_factor * offload_factor / (1 - bubble)
 
 where ``imbalance`` is the busiest pipeline rank's forward FLOPs over the mean
-(:func:`app.core.flops.stage_flops`), ``bubble`` = (PP-1)/(VPP*m + PP-1) with m micro-batches,
+(:func:`app.core.model.flops.stage_flops`), ``bubble`` = (PP-1)/(VPP*m + PP-1) with m micro-batches,
 ``recompute_factor`` is 1 (none), 1.05 (selective) or 4/3 (full: one more forward on top of
 forward + 2x backward), and ``offload_factor`` 1.10 (host Adam step, partly overlapped). Lower is
 better; ties go to the smaller model-parallel group (TP*CP*PP: more data parallelism, less
@@ -34,15 +34,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.flops import bubble_fraction, stage_flops
-from app.core.layer_costs import memory_costs
-from app.core.layer_roles import derive_roles
-from app.core.memory import rank_activations, rank_totals
-from app.core.model_config import ModelConfig
-from app.core.optimiser import optimal_layout
-from app.core.parallelism import ParallelConfig, check_parallel, divisors, resolve_gpu
-from app.core.parameters import per_rank_params
-from app.core.stages import PipelineSpec, StagePlan, materialise, megatron_flags
+from app.core.layout.stages import PipelineSpec, StagePlan, materialise, megatron_flags
+from app.core.model.config import ModelConfig
+from app.core.model.flops import bubble_fraction, stage_flops
+from app.core.model.layer_costs import memory_costs
+from app.core.model.memory import rank_activations, rank_totals
+from app.core.model.parallelism import ParallelConfig, check_parallel, divisors, resolve_gpu
+from app.core.model.parameters import per_rank_params
+from app.core.model.roles import derive_roles
+from app.core.optimise.optimiser import optimal_layout
 
 RECOMPUTE_FACTOR = {"none": 1.0, "selective": 1.05, "full": 4.0 / 3.0}
 OFFLOAD_FACTOR = 1.10

@@ -7,16 +7,16 @@ iterate without limit (issue 9: a 9-digit stage size expanded per layer passed 4
 Why these values:
 
 * ``MAX_LAYERS`` - the config loader's own limit on ``num_hidden_layers``
-  (:data:`app.core.model_config._LIMITS`); GLM-5.2 has 78, DeepSeek-V3.2 61.
+  (:data:`app.core.model.config._LIMITS`); GLM-5.2 has 78, DeepSeek-V3.2 61.
 * ``MAX_PP`` / ``MAX_VPP`` - far above any published pipeline (slime trains GLM-5.2 with PP 8,
   THUDM/slime ``scripts/run-glm5.2-744B-A40B.sh``); PP x VPP stays within
-  :data:`app.core.pipeline_layout.MAX_STAGES` (16,384).
+  :data:`app.core.layout.pipeline_layout.MAX_STAGES` (16,384).
 * ``MAX_STAGE_LAYERS`` - one stage cannot hold more layers than a model has.
 * ``MAX_STAGES`` - entries of a ``--split`` list (empty virtual stages are allowed, so the count is
   bounded separately from the layer count).
 * ``MAX_MTP_LAYERS`` - GLM-5.2 and DeepSeek-V3.2 ship one MTP layer (``num_nextn_predict_layers``).
 * ``MAX_GPUS``, ``MAX_TOP``, ``MAX_CONTEXT`` - the limits the API routes already declared.
-* ``MAX_LAYOUT_CHARS`` - the layout parser's own limit (:func:`app.core.pipeline_layout.parse_layout`).
+* ``MAX_LAYOUT_CHARS`` - the layout parser's own limit (:func:`app.core.layout.pipeline_layout.parse_layout`).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ from enum import Enum
 from functools import lru_cache
 from typing import Any
 
-from app.core.model_config import ModelConfig
+from app.core.model.config import ModelConfig
 
 
 class Engine(str, Enum):

@@ -2,12 +2,12 @@
 (weights + MLA / indexer KV cache), with Megatron's own estimate beside it.
 
 Everything is in bytes; ``GB`` in messages is 10**9 bytes and ``GiB`` 2**30 (Megatron prints
-"MB" meaning MiB). GPU capacities follow :mod:`app.core.parallelism` (vendor decimal, H100 80GB =
+"MB" meaning MiB). GPU capacities follow :mod:`app.core.model.parallelism` (vendor decimal, H100 80GB =
 80e9 bytes).
 
 Training: weights, gradients, optimizer
 ---------------------------------------
-Parameters per GPU come from :func:`app.core.parameters.per_rank_params` (all virtual stages of a
+Parameters per GPU come from :func:`app.core.model.parameters.per_rank_params` (all virtual stages of a
 pipeline rank; dense params split by TP with the replicated parts whole, routed experts split by
 EP x ETP). Bytes per parameter (FACTS.md section 7, Megatron ``docs/.../dist_optimizer.md``):
 
@@ -145,16 +145,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from app.core.layer_roles import RoleMap, derive_roles
-from app.core.model_config import ModelConfig
-from app.core.parallelism import (
+from app.core.layout.stages import PipelineSpec, Stage, StagePlan, materialise
+from app.core.model.config import ModelConfig
+from app.core.model.parallelism import (
     DTYPE_BYTES,
     ParallelConfig,
     check_parallel,
     resolve_gpu,
 )
-from app.core.parameters import per_rank_params, shapes, stage_params
-from app.core.stages import PipelineSpec, Stage, StagePlan, materialise
+from app.core.model.parameters import per_rank_params, shapes, stage_params
+from app.core.model.roles import RoleMap, derive_roles
 
 GB = 10**9
 GIB = 2**30

@@ -575,7 +575,7 @@ def load_config_bytes(
 
 
 def _preset_dir() -> Path:
-    return Path(__file__).resolve().parent / "presets"
+    return Path(__file__).resolve().parents[1] / "presets"
 
 
 def load_manifest() -> tuple[str, tuple[Preset, ...]]:

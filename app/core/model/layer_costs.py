@@ -1,34 +1,34 @@
 """Per-layer costs for the layout optimiser: the model behind ``isplan plan --objective``.
 
 * ``memory``: parameters each decoder layer holds (attention, its indexer if it owns one, norms,
-  dense FFN or routed + shared experts + router; :mod:`app.core.parameters`). The first stage
+  dense FFN or routed + shared experts + router; :mod:`app.core.model.parameters`). The first stage
   adds the embedding; the last stage adds lm_head, the final norm and the plan's MTP layers
   (``mtp_layers``, the launch's ``--mtp-num-layers``; 0 by default, as slime and Megatron build
   none without the flag) together with the embedding copy Megatron builds for them
   (``mtp_process``).
 * ``compute``: forward FLOPs per token of each decoder layer at the given context
-  (:func:`app.core.flops.per_layer_forward_flops`: linear layers, the indexer where it runs,
+  (:func:`app.core.model.flops.per_layer_forward_flops`: linear layers, the indexer where it runs,
   sparse attention). The first stage adds nothing (an embedding lookup is not a matmul); the last
   adds the lm_head and the plan's MTP layers.
 * ``balanced``: each of the two, divided by its own model total, added: a layer that is 2 % of
   the weights and 1 % of the FLOPs costs 0.03.
 
 Stage cost = sum of its layers' costs + the extra where it applies (see
-:mod:`app.core.optimiser`).
+:mod:`app.core.optimise.optimiser`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.core.flops import (
+from app.core.model.config import ModelConfig
+from app.core.model.flops import (
     head_flops_per_token,
     mtp_layer_forward_flops,
     per_layer_forward_flops,
 )
-from app.core.layer_roles import RoleMap
-from app.core.model_config import ModelConfig
-from app.core.parameters import layer_components, mtp_layer_total, shapes
+from app.core.model.parameters import layer_components, mtp_layer_total, shapes
+from app.core.model.roles import RoleMap
 
 OBJECTIVES = ("compute", "memory", "balanced")
 

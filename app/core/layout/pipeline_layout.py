@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from app.core.bounds import MAX_PIPELINE_STAGES
+from app.core.plan.bounds import MAX_PIPELINE_STAGES
 
 FLAG = "--pipeline-model-parallel-layout"
 MAX_EXPANDED = 1_000_000

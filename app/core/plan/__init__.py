@@ -29,11 +29,11 @@ from typing import Any
 from urllib.parse import urlencode
 
 # one upper bound per count, enforced here before any work (issue 9): app/core/bounds.py
-from app.core.bounds import MAX_CONTEXT as MAX_TOKENS
-from app.core.bounds import MAX_CP, MAX_EP, MAX_GPUS, MAX_LAYERS, MAX_MODEL_ID, MAX_PP, MAX_STAGES, MAX_TP, MAX_VPP
-from app.core.bounds import MAX_MTP_LAYERS as MAX_MTP
-from app.core.bounds import MAX_PLAN_PATTERN as MAX_PATTERN
-from app.core.bounds import MAX_PLAN_TEXT as MAX_TEXT
+from app.core.plan.bounds import MAX_CONTEXT as MAX_TOKENS
+from app.core.plan.bounds import MAX_CP, MAX_EP, MAX_GPUS, MAX_LAYERS, MAX_MODEL_ID, MAX_PP, MAX_STAGES, MAX_TP, MAX_VPP
+from app.core.plan.bounds import MAX_MTP_LAYERS as MAX_MTP
+from app.core.plan.bounds import MAX_PLAN_PATTERN as MAX_PATTERN
+from app.core.plan.bounds import MAX_PLAN_TEXT as MAX_TEXT
 
 LAYOUT_MODES = ("flags", "split", "layout")
 CONVERSION_MODES = ("none", "flags", "split")

@@ -11,7 +11,7 @@ Conventions (FACTS.md section 6; every count is an exact integer):
   sees t positions, so the context-linear terms cost ``S(S+1)/2`` query-key pairs, i.e. an
   average context of ``(S+1)/2``, and sparse attention costs ``sum_t min(k, t)`` pairs.
 * Main model only for per-token figures: the decoder layers, the final norm and the lm_head; no
-  MTP layer (like the activated-parameter count of :mod:`app.core.parameters`). The input
+  MTP layer (like the activated-parameter count of :mod:`app.core.model.parameters`). The input
   embedding is a table look-up and costs nothing. Stage and training figures add the MTP layers.
 
 Terms, with H hidden, h heads, rq / rkv the q / kv LoRA ranks, dn / dr / dv the nope / rope /
@@ -84,10 +84,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from app.core.layer_roles import LayerRole, RoleMap, derive_roles
-from app.core.model_config import ModelConfig
-from app.core.parameters import Shapes, shapes
-from app.core.stages import Stage, StagePlan
+from app.core.layout.stages import Stage, StagePlan
+from app.core.model.config import ModelConfig
+from app.core.model.parameters import Shapes, shapes
+from app.core.model.roles import LayerRole, RoleMap, derive_roles
 
 #: Additive terms of every breakdown (their sum is ``total``).
 TERMS = ("linear", "indexer_projections", "indexer_scoring", "indexer_weighting", "sparse_attention")

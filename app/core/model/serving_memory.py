@@ -2,7 +2,7 @@
 
 Per GPU of pipeline rank ``p`` (every GPU of a rank's TP group holds the same amounts):
 
-* **Weights** of the rank's decoder layers, from :func:`app.core.parameters.stage_params`: TP
+* **Weights** of the rank's decoder layers, from :func:`app.core.model.parameters.stage_params`: TP
   splits the MLA up/out projections, dense FFN, shared expert and vocabulary; routed experts are
   split ``tp`` ways inside each expert (vLLM / SGLang without expert parallelism) or ``ep`` ways by
   expert (``ep > 1``, expert parallelism, experts not TP-split). Rank 0 adds the embedding, the
@@ -32,10 +32,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.layer_roles import RoleMap
-from app.core.model_config import ModelConfig
-from app.core.parameters import stage_params
-from app.core.stages import Stage, StagePlan
+from app.core.layout.stages import Stage, StagePlan
+from app.core.model.config import ModelConfig
+from app.core.model.parameters import stage_params
+from app.core.model.roles import RoleMap
 
 KV_DTYPES = ("bf16", "fp8_ds_mla")
 WEIGHT_BYTES = {"bf16": 2, "fp8": 1}

@@ -28,8 +28,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from app.core.layout_check import CheckResult
-from app.core.parallelism import ParallelConfig
+from app.core.engines.megatron.check import CheckResult
+from app.core.model.parallelism import ParallelConfig
 
 CP_COMM_FLAG = "--cp-comm-type"
 SLIME_ALLGATHER_CP = "--allgather-cp"
@@ -56,7 +56,7 @@ class ExportSettings:
 
     @classmethod
     def from_parallel(cls, par: ParallelConfig) -> ExportSettings:
-        """The export settings of a :class:`~app.core.parallelism.ParallelConfig` (ETP is emitted
+        """The export settings of a :class:`~app.core.model.parallelism.ParallelConfig` (ETP is emitted
         only when it differs from TP, Megatron's default)."""
         return cls(tp=par.tp, cp=par.cp, ep=par.ep, etp=par.etp if par.etp not in (None, par.tp) else None,
                    sp=par.sp, recompute=par.recompute, recompute_method=par.recompute_method,

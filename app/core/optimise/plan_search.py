@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.core.layer_costs import layer_costs
-from app.core.layer_roles import RoleMap
-from app.core.model_config import ModelConfig
-from app.core.optimiser import count_valid_layouts, k_best_layouts, nearest_valid
-from app.core.stages import PipelineSpec, materialise, megatron_flags
+from app.core.layout.stages import PipelineSpec, materialise, megatron_flags
+from app.core.model.config import ModelConfig
+from app.core.model.layer_costs import layer_costs
+from app.core.model.roles import RoleMap
+from app.core.optimise.optimiser import count_valid_layouts, k_best_layouts, nearest_valid
 
 
 def _layout_body(cfg: ModelConfig, lay: Any, vpp: int) -> dict[str, Any]:

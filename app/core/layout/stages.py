@@ -41,14 +41,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.bounds import MAX_PP, MAX_STAGES, MAX_VPP
-from app.core.pipeline_layout import FLAG as LAYOUT_FLAG
-from app.core.pipeline_layout import (
+from app.core.layout.pipeline_layout import FLAG as LAYOUT_FLAG
+from app.core.layout.pipeline_layout import (
     LayoutSyntaxError,
     check_layout,
     encode_layout,
     parse_layout,
 )
+from app.core.plan.bounds import MAX_PP, MAX_STAGES, MAX_VPP
 
 PP_FLAG = "--pipeline-model-parallel-size"
 FIRST_FLAG = "--decoder-first-pipeline-num-layers"

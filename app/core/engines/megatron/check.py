@@ -21,8 +21,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.boundary import BoundaryReport, validate_boundaries
-from app.core.layer_roles import (
+from app.core.layout.boundary import BoundaryReport, validate_boundaries
+from app.core.layout.stages import (
+    PipelineSpec,
+    PlanError,
+    StagePlan,
+    materialise,
+    megatron_flags,
+)
+from app.core.model.config import ModelConfig
+from app.core.model.roles import (
     Engine,
     RoleMap,
     checkpoint_disagreements,
@@ -30,14 +38,6 @@ from app.core.layer_roles import (
     derive_roles,
     describe_disagreements,
     role_disagreements,
-)
-from app.core.model_config import ModelConfig
-from app.core.stages import (
-    PipelineSpec,
-    PlanError,
-    StagePlan,
-    materialise,
-    megatron_flags,
 )
 
 
@@ -143,7 +143,7 @@ def run_check(
 ) -> CheckResult:
     """Materialise ``spec`` over ``cfg`` and validate every stage start (fails closed).
 
-    Raises :class:`app.core.stages.LayoutInputError` / :class:`app.core.layer_roles.PatternError`
+    Raises :class:`app.core.layout.stages.LayoutInputError` / :class:`app.core.model.roles.PatternError`
     for unusable input; every rule violation is returned in the result instead.
     """
     engine = Engine(engine)

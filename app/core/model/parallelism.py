@@ -45,8 +45,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from app.core.model_config import ModelConfig
-from app.core.stages import PipelineSpec, StagePlan
+from app.core.layout.stages import PipelineSpec, StagePlan
+from app.core.model.config import ModelConfig
 
 RECOMPUTE = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("uniform", "block")
