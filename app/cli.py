@@ -23,7 +23,8 @@ from app import __version__
 from app.core.layout.stages import LayoutInputError
 from app.core.model.config import ConfigError, ModelConfig, load_model, preset_ids
 from app.core.model.roles import PatternError
-from app.core.plan import TABLE, Plan, PlanError, add_cli_arguments, add_cli_fields, parse_sizes, plan_from_cli
+from app.core.plan import TABLE, Plan, PlanError, add_cli_arguments, add_cli_fields, parse_sizes
+from app.core.plan import plan_from_cli as _plan_from_cli
 from app.core.reports import Report
 
 EXIT_GO, EXIT_NO_GO, EXIT_USAGE = 0, 1, 2
@@ -80,6 +81,20 @@ def _launcher_arg(p: argparse.ArgumentParser) -> None:
                         "parallel and memory flags given here override the script's")
 
 
+def plan_from_cli(args: argparse.Namespace, model: str) -> Plan:
+    """The plan of the command line: every field strict, including the settings the plan's engine
+    does not read ("does not apply to engine vllm; drop it")."""
+    from app.core.engines import ignored_fields
+
+    return _plan_from_cli(args, model, ignored=ignored_fields)
+
+
+def _aliases() -> dict[str, list[str]]:
+    from app.core.engines import cli_aliases
+
+    return cli_aliases()
+
+
 def _plan(args: argparse.Namespace, cfg: ModelConfig) -> tuple[Plan, dict[str, Any]]:
     """The plan the flags (and a launcher) describe, plus what ``evaluate`` needs from a launcher."""
     plan = plan_from_cli(args, args.model)
@@ -127,7 +142,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     cfg = _load(args)
     plan, extra = _plan(args, cfg)
-    layout_args = ("split", "pp", "layout", "ici_pp", "dcn_pp", "layers_per_stage")
+    layout_args = ("split", "pp", "layout", "ici_pipeline_parallelism", "dcn_pipeline_parallelism",
+                   "layers_per_pipeline_stage")
     if args.launcher is None and not any(getattr(args, n, None) is not None for n in layout_args):
         raise UsageError("give a layout: --split LIST, --pp N [flags], --pp N --layout STR, or --launcher FILE")
     return _emit(args, check_report(plan, cfg, **extra))
@@ -152,26 +168,16 @@ def cmd_params(args: argparse.Namespace) -> int:
 def cmd_memory(args: argparse.Namespace) -> int:
     cfg = _load(args)
     if args.inference:
-        return _inference(args, cfg)
+        from app.core.reports import inference_report
+
+        plan = plan_from_cli(args, args.model)
+        return _emit(args, inference_report(plan, cfg, context=plan.context, batch=plan.concurrency,
+                                            kv_dtype=plan.kv_dtype, weight_dtype=plan.weight_dtype,
+                                            dp_attention=args.dp_attention, include_mtp=args.include_mtp))
     from app.core.reports import memory_report
 
     plan, extra = _plan(args, cfg)
     return _emit(args, memory_report(plan, cfg, **extra))
-
-
-def _inference(args: argparse.Namespace, cfg: ModelConfig) -> int:
-    from app.core.model.memory import inference_memory
-
-    plan = plan_from_cli(args, args.model)
-    try:
-        body = inference_memory(cfg, tp=plan.tp, ep=plan.ep, dp_attention=args.dp_attention,
-                                kv_dtype=args.kv_dtype, context=args.inference_context, batch=args.batch,
-                                gpu=plan.gpu, gpu_capacity_bytes=int(plan.gpu_gb * 1e9) if plan.gpu_gb else None,
-                                weight_dtype=args.weight_dtype, include_mtp=args.include_mtp)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    _out(args.format, body, [json.dumps(body, indent=2)])
-    return EXIT_GO if body.get("fits", True) else EXIT_NO_GO
 
 
 def cmd_flops(args: argparse.Namespace) -> int:
@@ -193,9 +199,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     cfg = _load(args)
     if args.pp is None:
         raise UsageError("isplan plan needs --pp N (the pipeline ranks to plan for)")
-    plan = replace(plan_from_cli(args, args.model), context=args.plan_context)
+    plan = plan_from_cli(args, args.model)
     near = parse_sizes(args.near, "--near") if args.near is not None else None
-    return _emit(args, plan_search_report(plan, cfg, objective=args.objective, top=_top(args), near=near))
+    return _emit(args, plan_search_report(plan, cfg, objective=args.objective, top=_top(args), near=near,
+                                          model_arg=args.model))
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -205,13 +212,13 @@ def cmd_search(args: argparse.Namespace) -> int:
     plan = plan_from_cli(args, args.model)
     if plan.gpus is None:
         raise UsageError("isplan search needs --gpus N (the GPU budget)")
-    return _emit(args, search_report(plan, cfg, gpus=plan.gpus, top=_top(args)))
+    return _emit(args, search_report(plan, cfg, gpus=plan.gpus, top=_top(args), model_arg=args.model))
 
 
 def _also_layouts(args: argparse.Namespace, plan: Plan) -> list[tuple[str, Any]]:
     import shlex
 
-    from app.core.evaluate import pipeline_spec
+    from app.core.engines.megatron import pipeline_spec
 
     out: list[tuple[str, Any]] = []
     for item in args.also or []:
@@ -219,13 +226,14 @@ def _also_layouts(args: argparse.Namespace, plan: Plan) -> list[tuple[str, Any]]
         if not sep or not name.strip():
             raise UsageError(f"--also takes NAME=ARGS, e.g. 'conversion=--pp 2 --last 40'; got {item!r}")
         sub = _Parser(prog=f"isplan receipt --also {name}", add_help=False)
-        add_cli_arguments(sub, ("layout",))
+        add_cli_fields(sub, [n for n, s in TABLE.items() if s.group == "layout" and s.cli], _aliases())
         try:
             sub_args = sub.parse_args(shlex.split(rest))
         except SystemExit:
             raise UsageError(f"--also {name}: cannot parse {rest!r}") from None
         sub_plan = plan_from_cli(sub_args, args.model)
-        out.append((name.strip(), (name.strip(), pipeline_spec(sub_plan), plan.dsa_freq, plan.dsa_offset, ())))
+        out.append((name.strip(), (name.strip(), pipeline_spec(sub_plan), plan.dsa_topk_freq,
+                                   plan.dsa_skip_topk_offset, ())))
     return out
 
 
@@ -265,44 +273,46 @@ def _fmt(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text")
 
 
+def _command(sub: Any, name: str, func: Any, help: str, *, description: str | None = None,
+             model: str = "required", launcher: bool = True) -> argparse.ArgumentParser:
+    """A subcommand that takes the model and every plan field (and, where it reads one, a launcher)."""
+    p: argparse.ArgumentParser = sub.add_parser(name, help=help, description=description or help)
+    if model != "none":
+        _model_arg(p, optional=model == "optional")
+    add_cli_arguments(p, _aliases())
+    if launcher:
+        _launcher_arg(p)
+    p.set_defaults(func=func)
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="isplan",
         description="IndexShare layout planner: validate that every physical and virtual pipeline "
                     "stage of a GLM-5.2-class model starts on a full (index-computing) layer, and that the "
-                    "plan's parallelism, GPU count and memory hold.",
+                    "plan's parallelism, GPU count and memory hold. Every command takes every plan setting; "
+                    "each option's help names its URL key (the page's query string).",
         epilog="Exit codes: 0 go, 1 no-go (the verdict lists each blocking reason), 2 bad input or usage.",
     )
     parser.add_argument("--version", action="version", version=f"isplan {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    plan_groups = ("model", "layout", "parallel", "memory", "flops", "conversion", "serving", "maxtext")
-    p = sub.add_parser("check", help="the plan's verdict: stages, boundary, acceptance (+ parallelism, memory)",
-                       description="Materialise the stages Megatron/slime would build and check each start. "
-                                   "With any parallel/memory flag, --gpu or a launcher, the GPU count, the "
-                                   "parallel constraints and per-rank memory join the verdict.")
-    _model_arg(p)
-    add_cli_arguments(p, plan_groups)
-    _launcher_arg(p)
+    p = _command(sub, "check", cmd_check, "the plan's verdict: stages, boundary, acceptance (+ parallelism, memory)",
+                 description="Materialise the stages the engine would build and check each start. With any "
+                             "parallel/memory flag, --gpu or a launcher, the GPU count, the parallel constraints "
+                             "and per-rank memory join the verdict (serving engines always judge memory).")
     _fmt(p)
-    p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser("roles", help="per-layer full/shared roles, sources and disagreements")
-    _model_arg(p)
-    add_cli_arguments(p, ("model",))
+    p = _command(sub, "roles", cmd_roles, "per-layer full/shared roles, sources and disagreements", launcher=False)
     _fmt(p)
-    p.set_defaults(func=cmd_roles)
 
-    p = sub.add_parser("receipt", help="write a verifiable JSON receipt for the plan's layouts")
-    _model_arg(p)
-    add_cli_arguments(p, plan_groups)
-    _launcher_arg(p)
+    p = _command(sub, "receipt", cmd_receipt, "write a verifiable JSON receipt for the plan's layouts")
     p.add_argument("--name", default="training", help="name of the layout given by the flags (default: training)")
     p.add_argument("--also", action="append", metavar="NAME=ARGS",
                    help="another named layout, e.g. --also 'conversion=--pp 2 --last 40' (repeatable)")
     p.add_argument("--model-revision", metavar="REV", help="immutable model revision (40-hex commit)")
     p.add_argument("--engine-commit", metavar="SHA", help="Megatron/slime commit the job runs (40-hex)")
-    p.set_defaults(func=cmd_receipt)
 
     p = sub.add_parser("verify", help="recompute a receipt and report every difference")
     p.add_argument("receipt", metavar="RECEIPT", help="receipt JSON file (- for stdin)")
@@ -310,63 +320,38 @@ def build_parser() -> argparse.ArgumentParser:
     _fmt(p)
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("params", help="parameter counts: totals, active, per component, per stage and GPU")
-    _model_arg(p)
-    add_cli_arguments(p, ("model", "layout", "parallel"))
-    _launcher_arg(p)
+    p = _command(sub, "params", cmd_params, "parameter counts: totals, active, per component, per stage and GPU")
     p.add_argument("--per-layer", action="store_true", help="include one entry per decoder layer")
     _fmt(p)
-    p.set_defaults(func=cmd_params)
 
-    p = sub.add_parser("memory", help="training memory per GPU per pipeline rank (or --inference)",
-                       description="Training memory per GPU of every pipeline rank, beside Megatron's own "
-                                   "estimate; exit 1 when the verdict is no-go (e.g. a rank overflows the GPU). "
-                                   "--inference: serving memory.")
-    _model_arg(p)
-    add_cli_arguments(p, ("model", "layout", "parallel", "memory"))
-    _launcher_arg(p)
+    p = _command(sub, "memory", cmd_memory, "memory per GPU per pipeline rank (or --inference)",
+                 description="Memory per GPU of every pipeline rank (training: beside Megatron's own estimate; "
+                             "vllm/sglang: weights + KV cache); exit 1 when the verdict is no-go (e.g. a rank "
+                             "overflows the GPU). --inference: the whole model on one TP group, at --context and "
+                             "--concurrency with --kv-dtype / --weight-dtype.")
     g = p.add_argument_group("inference (--inference)")
-    g.add_argument("--inference", action="store_true", help="serving memory: weights + KV cache")
-    g.add_argument("--context", dest="inference_context", type=int, metavar="N", help="tokens per sequence")
-    g.add_argument("--batch", type=int, default=1, help="sequences")
-    g.add_argument("--kv-dtype", choices=("bf16", "fp8"), default="bf16")
-    g.add_argument("--weight-dtype", choices=("bf16", "fp8"), default="bf16")
+    g.add_argument("--inference", action="store_true", help="serving memory of the whole model: weights + KV cache")
     g.add_argument("--dp-attention", action="store_true")
     g.add_argument("--include-mtp", action="store_true", help="serve the MTP layer (its KV and weights)")
     _fmt(p)
-    p.set_defaults(func=cmd_memory)
 
-    p = sub.add_parser("flops", help="per-token forward FLOPs with and without IndexShare")
-    _model_arg(p)
-    add_cli_arguments(p, ("model", "flops"))
-    add_cli_fields(p.add_argument_group("training FLOPs per step (with --global-batch)"),
-                   ("global_batch", "seq_length", "recompute"))
+    p = _command(sub, "flops", cmd_flops, "per-token forward FLOPs with and without IndexShare", launcher=False)
     _fmt(p)
-    p.set_defaults(func=cmd_flops)
 
-    p = sub.add_parser("plan", help="the exact min-max optimal valid layout, alternatives, nearest valid",
-                       description="Megatron/slime: the optimal valid layout for PP x VPP. vLLM/SGLang (--engine): "
-                                   "the best valid serving partition for PP, with the env var and serve command.")
-    _model_arg(p)
-    add_cli_arguments(p, ("model", "serving"))
-    add_cli_fields(p.add_argument_group("serving memory (--engine vllm|sglang)"), ("tp", "ep", "mtp", "gpu", "gpu_gb"))
-    add_cli_fields(p.add_argument_group("pipeline to plan for"), ("pp", "vpp"))
+    p = _command(sub, "plan", cmd_plan, "the best valid layouts for PP (x VPP), each with its verdict",
+                 description="The exact best valid layouts for --pp (x --vpp) as the engine builds them "
+                             "(Megatron/slime: min-max layout; vLLM/SGLang: serving partition), each evaluated "
+                             "like any plan, with its verdict and the isplan check line that reproduces it.",
+                 launcher=False)
     p.add_argument("--objective", choices=("compute", "memory", "balanced"), default="balanced")
-    p.add_argument("--context", dest="plan_context", type=int, default=4096, metavar="N",
-                   help="context for the compute objective (default 4096)")
     p.add_argument("--top", type=int, default=3, metavar="K", help="alternatives after the best (0-100, default 3)")
     p.add_argument("--near", metavar="LIST", help="also give the valid layout closest to this split")
     _fmt(p)
-    p.set_defaults(func=cmd_plan)
 
-    p = sub.add_parser("search", help="rank parallel configurations for a GPU budget")
-    _model_arg(p, optional=True)
-    add_cli_arguments(p, ("model",))
-    add_cli_fields(p.add_argument_group("budget and workload"),
-                   ("gpus", "gpu", "gpu_gb", "seq_length", "tokens_per_gpu", "mbs", "microbatches"))
+    p = _command(sub, "search", cmd_search, "rank parallel configurations for a GPU budget (--gpus)",
+                 model="optional", launcher=False)
     p.add_argument("--top", type=int, default=10, metavar="K", help="configurations to list (0-100, default 10)")
     _fmt(p)
-    p.set_defaults(func=cmd_search)
     return parser
 
 

@@ -49,7 +49,8 @@ def update_seconds(app: object, query: str) -> float:
 
     from starlette.requests import Request
 
-    from app.core.plan import SLIME_GLM52_PROFILE, plan_from_query
+    from app.core.engines.slime import SLIME_GLM52_PROFILE
+    from app.core.plan import plan_from_query
     from app.web.view import build_view
 
     state = app.state  # type: ignore[attr-defined]

@@ -111,6 +111,7 @@ def vs_brute(seed: int = 0, budget_seconds: float = 90.0) -> dict:
 
 
 def dp_alone(repeats: int = 11, seconds: float = 10.0) -> dict:
+    from app.core.engines import role_rule
     from app.core.model.config import load_config_bytes, load_preset
     from app.core.model.layer_costs import layer_costs
     from app.core.model.roles import derive_roles
@@ -118,7 +119,7 @@ def dp_alone(repeats: int = 11, seconds: float = 10.0) -> dict:
     from bench.scaling import full_mask, synthetic_config
 
     glm = load_preset("glm-5.2")
-    roles = derive_roles(glm, "megatron")
+    roles = derive_roles(glm, role_rule("megatron"))
     glm_full = [r.role == "full" for r in roles.layers]
     lc = layer_costs(glm, roles, "balanced")
     big = synthetic_config(1024)

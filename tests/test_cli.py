@@ -289,7 +289,7 @@ def test_launcher_num_layers_mismatch_is_a_blocking_model_reason():
                stdin=SLIME_GLM52 + "\npython x.py --num-layers 61\n")
     assert p.returncode == 1
     reasons = json.loads(p.stdout)["verdict"]["blocking"]
-    assert {"kind": "model", "code": "num_layers_mismatch", "field": "layers",
+    assert {"kind": "model", "code": "num_layers_mismatch", "field": "num_layers",
             "message": "--num-layers 61 does not match the config's num_hidden_layers 78"} in reasons
 
 

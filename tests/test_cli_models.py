@@ -56,7 +56,7 @@ def test_offload_without_precision_aware_optimizer_is_no_go_even_when_every_rank
     assert all(s["fits"] for s in body["stages"])
     assert p.returncode == 1
     assert [(r["kind"], r["code"], r["field"]) for r in body["verdict"]["blocking"]] == [
-        ("parallel", "cpu_offload_flags", "pao")]
+        ("parallel", "cpu_offload_flags", "use_precision_aware_optimizer")]
 
 
 def test_memory_inference_kv_per_token():

@@ -21,8 +21,9 @@ from app.core.engines.megatron.export import (
     slime_argv,
     slime_perf_args,
 )
+from app.core.engines.megatron.placement import materialise
 from app.core.launcher import launcher_request, parse_launcher
-from app.core.layout.stages import PipelineSpec, materialise
+from app.core.layout.stages import PipelineSpec
 from app.core.model.config import load_model
 from app.core.plan import Plan
 from tests.conftest import make_config, tiny_config
@@ -179,7 +180,7 @@ def test_exports_are_inert_in_real_bash(hostile, tmp_path):
 
 
 def test_settings_from_a_parallel_config_match_slimes_glm52_recipe():
-    from app.core.model.parallelism import slime_glm52_training
+    from app.core.engines.megatron.parallel import slime_glm52_training
 
     spec, par = slime_glm52_training()
     check = run_check(load_model("glm-5.2"), spec)

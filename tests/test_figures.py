@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from app.core.plan import SLIME_GLM52_PROFILE
+from app.core.engines.slime import SLIME_GLM52_PROFILE
 from app.web.figures import compute_figure, context_figure, memory_figure, schedule_figure
 from app.web.store import ConfigStore
 from app.web.view import build_view

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.layout.stages import PipelineSpec, materialise
+from app.core.engines.megatron.placement import materialise
+from app.core.layout.stages import PipelineSpec
 from app.core.model.config import load_model
 from app.core.model.flops import (
     CONVENTIONS,

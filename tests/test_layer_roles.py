@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.core.engines import role_rule, role_rules
 from app.core.model.config import load_model
 from app.core.model.roles import (
     PatternError,
@@ -16,7 +17,7 @@ from tests.conftest import GLM52_FULL, make_config, tiny_config
 
 @pytest.mark.parametrize("engine", ["megatron", "slime", "hf"])
 def test_glm52_full_layers_match_seed_000_under_every_engine(engine):
-    rm = derive_roles(load_model("glm-5.2"), engine)
+    rm = derive_roles(load_model("glm-5.2"), role_rule(engine))
     assert list(rm.full_layers) == GLM52_FULL
     assert rm.rule == "indexer_types"
     # a shared layer's source is the nearest preceding full layer (hand-picked cases)
@@ -32,10 +33,10 @@ def test_freq_offset_rule_reproduces_the_glm52_array_for_every_engine():
     raw = tiny_config(78, index_topk_freq=4, index_skip_topk_offset=3)
     cfg = make_config(raw)
     for engine in ("megatron", "slime", "hf"):
-        assert list(derive_roles(cfg, engine).full_layers) == GLM52_FULL
-    assert role_disagreements(cfg) == []
+        assert list(derive_roles(cfg, role_rule(engine)).full_layers) == GLM52_FULL
+    assert role_disagreements(cfg, role_rules()) == []
     # and the preset's array agrees with its own freq/offset for every engine
-    assert role_disagreements(load_model("glm-5.2")) == []
+    assert role_disagreements(load_model("glm-5.2"), role_rules()) == []
 
 
 def test_offset_zero_engines_disagree_exactly_as_each_rule_says():
@@ -44,9 +45,9 @@ def test_offset_zero_engines_disagree_exactly_as_each_rule_says():
     # slime: full iff n % 4 == 0 -> 4, 8, 12; layers 1-3 are shared with no source
     # hf (0-based i): full iff (i + 1) % 4 == 0 -> n = 4, 8, 12 (same as slime)
     cfg = make_config(tiny_config(12, index_topk_freq=4, index_skip_topk_offset=0))
-    meg = derive_roles(cfg, "megatron")
-    slime = derive_roles(cfg, "slime")
-    hf = derive_roles(cfg, "hf")
+    meg = derive_roles(cfg, role_rule("megatron"))
+    slime = derive_roles(cfg, role_rule("slime"))
+    hf = derive_roles(cfg, role_rule("hf"))
     assert list(meg.full_layers) == [1, 5, 9] and not meg.errors
     assert list(slime.full_layers) == [4, 8, 12]
     assert list(hf.full_layers) == [4, 8, 12]
@@ -55,7 +56,7 @@ def test_offset_zero_engines_disagree_exactly_as_each_rule_says():
     # shared too, with no earlier MTP depth to reuse (layer 12 + 1 = 13)
     assert [e.layer for e in slime.errors] == [1, 2, 3, 13]
     assert "no full layer precedes it" in slime.errors[0].message
-    kinds = {(d["a"], d["b"]): d["layers"] for d in role_disagreements(cfg) if d["kind"] == "engines"}
+    kinds = {(d["a"], d["b"]): d["layers"] for d in role_disagreements(cfg, role_rules()) if d["kind"] == "engines"}
     assert kinds[("megatron", "slime")] == [1, 4, 5, 8, 9, 12]
     assert kinds[("megatron", "hf")] == [1, 4, 5, 8, 9, 12]
     assert ("slime", "hf") not in kinds
@@ -65,17 +66,17 @@ def test_engine_defaults_differ_when_offset_is_absent():
     # freq 2 without offset: hf default offset 2 -> full iff max(n - 2, 0) % 2 == 0 -> 1, 2, 4, 6
     # megatron default offset 0 (clamped to 1) -> full iff (n - 1) % 2 == 0 -> 1, 3, 5
     cfg = make_config(tiny_config(6, index_topk_freq=2))
-    assert list(derive_roles(cfg, "hf").full_layers) == [1, 2, 4, 6]
-    assert list(derive_roles(cfg, "megatron").full_layers) == [1, 3, 5]
+    assert list(derive_roles(cfg, role_rule("hf")).full_layers) == [1, 2, 4, 6]
+    assert list(derive_roles(cfg, role_rule("megatron")).full_layers) == [1, 3, 5]
 
 
 def test_indexer_types_wins_and_disagreement_with_the_rule_is_reported():
     types = ["full", "shared", "full", "shared", "shared", "full", "shared", "shared"]
     cfg = make_config(tiny_config(8, indexer_types=types, index_topk_freq=4, index_skip_topk_offset=1))
-    rm = derive_roles(cfg, "megatron")
+    rm = derive_roles(cfg, role_rule("megatron"))
     assert list(rm.full_layers) == [1, 3, 6]
     # rule (megatron, freq 4, offset 1): full at 1, 5 -> differs at 3, 5, 6
-    d = [x for x in role_disagreements(cfg) if x["kind"] == "array_vs_rule" and x["engine"] == "megatron"]
+    d = [x for x in role_disagreements(cfg, role_rules()) if x["kind"] == "array_vs_rule" and x["engine"] == "megatron"]
     assert d and d[0]["layers"] == [3, 5, 6]
 
 
@@ -88,7 +89,8 @@ def test_index_topk_pattern_is_used_when_no_array():
 def test_maxtext_fsss_override_differs_from_the_checkpoint_on_39_layers():
     # FSSS from layer 1: full at 1, 5, ..., 77 (20 layers). Config: 1, 2, 3, 7, ..., 75 (21).
     # Symmetric difference: {2, 3} + {5, 9, ..., 77} (19) + {7, 11, ..., 75} (18) = 39 layers.
-    rep = roles_report(load_model("glm-5.2"), pattern="FSSS")
+    glm = load_model("glm-5.2")
+    rep = roles_report(glm, derive_roles(glm, pattern="FSSS"), role_rules(), pattern="FSSS")
     assert rep["num_full"] == 20
     expected = sorted({2, 3} | set(range(5, 78, 4)) | set(range(7, 76, 4)))
     assert rep["pattern_differences"] == expected and len(expected) == 39

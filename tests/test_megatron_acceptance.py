@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.layout.stages import PipelineSpec, materialise, megatron_flags, spec_from_flags
-from app.core.model.roles import Engine, derive_roles
+from app.core.engines import role_rule
+from app.core.engines.megatron.placement import materialise, megatron_flags, spec_from_flags
+from app.core.layout.stages import PipelineSpec
+from app.core.model.roles import derive_roles
 from tests.conftest import make_config, tiny_config
 
 
@@ -103,10 +105,10 @@ def test_mtp_depths_follow_megatrons_numbering():
     # MultiTokenPredictionLayer: depth k has layer_number k; dsa.is_dsa_skip_topk_layer with
     # freq 4, offset 3: skip iff max(k - 3, 0) % 4 != 0 -> depths 1, 2, 3 compute, depth 4 skips
     cfg = make_config(tiny_config(8, index_topk_freq=4, index_skip_topk_offset=3, num_nextn_predict_layers=4))
-    built = derive_roles(cfg, Engine.MEGATRON, engine_built=True)
+    built = derive_roles(cfg, role_rule("megatron"), engine_built=True)
     assert [r.role for r in built.mtp] == ["full", "full", "full", "shared"]
     assert built.mtp[3].source == 8 + 3 and not built.mtp[3].has_indexer
     # fewer MTP layers when the plan builds fewer
-    assert derive_roles(cfg, Engine.MEGATRON, engine_built=True, mtp_layers=0).mtp == ()
+    assert derive_roles(cfg, role_rule("megatron"), engine_built=True, mtp_layers=0).mtp == ()
     # the HF checkpoint keeps an indexer on every MTP layer
-    assert all(r.has_indexer for r in derive_roles(cfg, Engine.HF).mtp)
+    assert all(r.has_indexer for r in derive_roles(cfg, role_rule("hf")).mtp)

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.layout.stages import PipelineSpec, materialise
+from app.core.engines.megatron.placement import materialise
+from app.core.layout.stages import PipelineSpec
 from app.core.model.config import load_model
 from app.core.model.memory import (
     in_flight_microbatches,
@@ -472,10 +473,10 @@ def test_replace_keeps_config_frozen():
 
 
 def test_rank_totals_fast_path_equals_the_full_report():
-    from app.core.layout.stages import materialise
+    from app.core.engines.megatron.parallel import slime_glm52_training
+    from app.core.engines.megatron.placement import materialise
     from app.core.model.config import load_model
     from app.core.model.memory import rank_totals, training_memory
-    from app.core.model.parallelism import slime_glm52_training
     from app.core.model.roles import derive_roles
 
     cfg = load_model("glm-5.2")

@@ -11,12 +11,15 @@ import json
 
 import pytest
 
+from app.core.engines import role_rules
+from app.core.engines.megatron.parallel import kv_heads_tp_check
+from app.core.engines.megatron.placement import materialise
 from app.core.layout.boundary import validate_boundaries
-from app.core.layout.stages import PipelineSpec, materialise
+from app.core.layout.stages import PipelineSpec
 from app.core.model.config import ConfigError, load_config_bytes, load_model
 from app.core.model.flops import token_flops
 from app.core.model.memory import inference_memory, kv_bytes_per_token_layer, training_memory
-from app.core.model.parallelism import ParallelConfig, kv_heads_tp_check
+from app.core.model.parallelism import ParallelConfig
 from app.core.model.parameters import count_parameters, stage_params
 from app.core.model.roles import derive_roles, ffn_kinds, roles_report
 from app.core.optimise.search import SearchSpace, search
@@ -203,7 +206,7 @@ def test_no_indexer_means_no_boundary_constraint():
     cfg = load_model("llama-3.1-70b")
     roles = derive_roles(cfg)
     assert roles.rule == "no_indexer" and len(roles.full_layers) == 80
-    assert "no DSA indexer" in roles_report(cfg)["notes"][0]
+    assert "no DSA indexer" in roles_report(cfg, derive_roles(cfg), role_rules())["notes"][0]
     plan = materialise(PipelineSpec(split=(7, 13, 11, 9, 10, 10, 10, 10)), 80)
     assert not plan.errors and validate_boundaries(plan, roles).violations == ()
 

@@ -14,7 +14,8 @@ from urllib.parse import parse_qsl, quote
 import pytest
 from conftest import app_client
 
-from app.core.plan import SLIME_GLM52_PROFILE, plan_from_query
+from app.core.engines.slime import SLIME_GLM52_PROFILE
+from app.core.plan import plan_from_query
 from app.web.caching import IMMUTABLE, static_cache_control
 from app.web.view import flag_diff
 

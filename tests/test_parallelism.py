@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.layout.stages import PipelineSpec, materialise
+from app.core.engines.megatron.parallel import check_parallel, parallel_report, slime_glm52_training
+from app.core.engines.megatron.placement import materialise
+from app.core.layout.stages import PipelineSpec
 from app.core.model.config import load_model
-from app.core.model.parallelism import (
-    GPU_PRESETS,
-    ParallelConfig,
-    check_parallel,
-    parallel_report,
-    resolve_gpu,
-    slime_glm52_training,
-)
+from app.core.model.parallelism import GPU_PRESETS, ParallelConfig, resolve_gpu
 from tests.conftest import make_config, slime_par, tiny_config
 
 
@@ -124,7 +119,7 @@ def test_interleaving_needs_pp_above_1_with_default_overlap(glm52):
     c = by_name(check_parallel(glm52, ParallelConfig(pp=2, vpp=2, seq_length=4096)))["interleave_pp"]
     assert c.ok
     c = by_name(check_parallel(glm52, ParallelConfig(pp=1, vpp=2, seq_length=4096)))["interleave_pp"]
-    assert not c.ok and "PP > 1" in c.message and "--overlap-p2p-communication" not in c.message
+    assert not c.ok and "--pipeline-model-parallel-size > 1" in c.message and "--overlap-p2p" not in c.message
 
 
 def test_vpp_must_divide_layers_per_rank():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from app.core.layout.stages import PipelineSpec, materialise
+from app.core.engines.megatron.placement import materialise
+from app.core.layout.stages import PipelineSpec
 from app.core.model.config import load_config_bytes, load_model
 from app.core.model.parameters import count_parameters, per_rank_params
 from app.core.model.roles import derive_roles

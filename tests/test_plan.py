@@ -11,16 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.plan import (
-    BY_URL,
-    TABLE,
-    Plan,
-    PlanError,
-    add_cli_arguments,
-    applies,
-    plan_from_cli,
-    plan_from_query,
-)
+from app.core.plan import BY_URL, TABLE, Plan, PlanError, add_cli_arguments, applies, plan_from_cli, plan_from_query
 
 PROPS = settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 
@@ -101,7 +92,13 @@ def test_cli_round_trip_is_exact(plan):
 
 def test_every_cli_setting_has_a_url_key_and_one_bound():
     urls = [spec.url for spec in TABLE.values()]
-    assert len(urls) == len(set(urls)) == len(BY_URL)
+    aliases = [a for spec in TABLE.values() for a in spec.aliases]
+    assert len(urls) == len(set(urls)) and len(set(urls + aliases)) == len(urls) + len(aliases) == len(BY_URL)
+    # one name per setting: the URL key is the field's name and its CLI flag without the dashes
+    for name, spec in TABLE.items():
+        assert spec.url == name
+        if spec.cli:
+            assert spec.cli[2:].replace("-", "_") == name, (name, spec.cli)
     clis = [spec.cli for spec in TABLE.values() if spec.cli]
     assert len(clis) == len(set(clis))
     for name, spec in TABLE.items():
@@ -113,10 +110,10 @@ def test_every_cli_setting_has_a_url_key_and_one_bound():
     ({"split": "100000000"}, "split", "a stage holds 0 to 4,096 layers"),
     ({"pp": "257"}, "pp", "--pp must be between 1 and 256, got 257"),
     ({"vpp": "65"}, "vpp", "--vpp must be between 1 and 64"),
-    ({"mtp": "1000000000"}, "mtp", "--mtp-layers must be between 0 and 16"),
+    ({"mtp": "1000000000"}, "mtp_layers", "--mtp-layers must be between 0 and 16"),
     ({"gpus": "1048577"}, "gpus", "--gpus must be between 1 and 1,048,576"),
     ({"split": ",".join(["1"] * 10_001)}, "split", "--split is 20,001 characters; the limit is 20,000"),
-    ({"tpg": "1e9"}, "tpg", "must be a whole number"),
+    ({"tpg": "1e9"}, "tokens_per_gpu", "must be a whole number"),
 ])
 def test_bounds_are_enforced_before_any_work(query, field, words):
     plan, problems = plan_from_query(query)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from math import comb
 
-from app.core.layout.stages import PipelineSpec, materialise
+from app.core.engines.megatron.parallel import check_parallel
+from app.core.engines.megatron.placement import materialise
+from app.core.layout.stages import PipelineSpec
 from app.core.model.config import load_model
 from app.core.model.memory import training_memory
-from app.core.model.parallelism import ParallelConfig, check_parallel
+from app.core.model.parallelism import ParallelConfig
 from app.core.model.roles import derive_roles
 from app.core.optimise.search import SearchSpace, search
 from tests.test_cli import isplan
@@ -74,7 +76,11 @@ def test_plan_cli_counts_and_best_is_valid():
 
 
 def test_plan_cli_bad_input():
-    assert isplan("plan", "glm-5.2", "--pp", "2", "--vpp", "2").returncode == 2
+    # validate_args: interleaving needs PP > 1 with p2p overlap on (the default), PP > 2 with it off -
+    # the same rule isplan check applies (issue 16: check accepted PP 2 + VPP 2 that plan refused)
+    assert isplan("plan", "glm-5.2", "--pp", "2", "--vpp", "2").returncode == 0
+    assert isplan("plan", "glm-5.2", "--pp", "2", "--vpp", "2", "--no-overlap-p2p-communication").returncode == 1
+    assert isplan("plan", "glm-5.2", "--pp", "0").returncode == 2
     p = isplan("plan", "glm-5.2", "--pp", "8", "--near", "1,2")
     assert p.returncode == 2 and "--near has 2 stages" in p.stderr
     # more stages than full layers: no valid layout (exit 1)

@@ -175,7 +175,7 @@ def test_a_real_receipt_still_verifies(client):
 
 HOSTILE = ["$(touch PWNED)", "`touch PWNED`", "; touch PWNED", "' ; touch PWNED ; '", '" ; touch PWNED ; "',
            "x\ntouch PWNED", "$(IFS=_;touch${IFS}PWNED)", "a|touch PWNED", "a&&touch PWNED", "a>PWNED"]
-EXPORTS = {"cli", "megatron", "slime", "layout", "conversion", "serve"}
+EXPORTS = {"cli", "megatron", "slime", "layout", "conversion", "serve", "serve_env", "serve_command"}
 
 
 def _hostile_plans():

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from app.core.engines import role_rule
 from app.core.model.config import load_preset
 from app.core.model.roles import derive_roles
 from app.web.workers import (
@@ -163,7 +164,7 @@ def test_estimates_are_monotone():
 def test_issue_examples_are_refused_and_real_requests_accepted():
     budget = WorkBudget()
     glm = load_preset("glm-5.2")
-    f = len(derive_roles(glm, "megatron").full_layers)
+    f = len(derive_roles(glm, role_rule("megatron")).full_layers)
     assert f == 21  # FACTS.md: 21 full layers
     # accepted: every PP x VPP the page offers on GLM-5.2, with the largest top
     for pp in range(1, 22):
@@ -206,7 +207,7 @@ def test_a_real_plan_report_through_the_pool_matches_the_direct_call(pool):
     from app.core.optimise.plan_search import plan_report
 
     cfg = load_preset("glm-5.2")
-    roles = derive_roles(cfg, "megatron")
+    roles = derive_roles(cfg, role_rule("megatron"))
     job = partial(plan_report, cfg, roles, pp=8, vpp=1, top=3, near=(10, 10, 10, 10, 10, 10, 9, 9))
     remote = asyncio.run(run_bounded(job, client="p", deadline=60, pool=pool))
     assert remote == job()

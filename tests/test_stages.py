@@ -7,15 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.core.engines.megatron.placement import materialise, megatron_flags, spec_from_flags
 from app.core.layout.pipeline_layout import LayoutSyntaxError, parse_layout
-from app.core.layout.stages import (
-    LayoutInputError,
-    PipelineSpec,
-    materialise,
-    megatron_flags,
-    parse_split,
-    spec_from_flags,
-)
+from app.core.layout.stages import LayoutInputError, PipelineSpec, parse_split
 
 
 def ranges(plan):

@@ -8,7 +8,7 @@ from urllib.parse import parse_qsl, urlencode
 
 import pytest
 
-from app.core.plan import SLIME_GLM52_PROFILE
+from app.core.engines.slime import SLIME_GLM52_PROFILE
 from app.core.verdict import Reason, Verdict
 from tests.conftest import app_client
 from tests.test_twins import run_cli
@@ -29,10 +29,14 @@ def _with(args: list[str], flag: str, value: str | None) -> list[str]:
 # name, page query, CLI args after the model, expected go, the blocking kinds expected
 CASES = [
     # the seed's valid split, but 744B parameters on 8 ranks of one GPU each cannot fit (issue 8)
-    ("valid-split-no-parallelism", {"mode": "split", "split": "14,8,8,8,8,8,8,16", "pp": "8"},
+    ("valid-split-on-one-gpu-each", {"mode": "split", "split": "14,8,8,8,8,8,8,16", "pp": "8", "gpu": "h100-80gb"},
      ["--split", "14,8,8,8,8,8,8,16", "--pp", "8", "--gpu", "h100-80gb"], False, {"memory"}),
+    # the same split with no parallelism stated: memory is not judged anywhere (issue 16: one rule)
+    ("valid-split-not-judged", {"mode": "split", "split": "14,8,8,8,8,8,8,16", "pp": "8"},
+     ["--split", "14,8,8,8,8,8,8,16", "--pp", "8"], True, set()),
     # the slime profile with CPU offload unticked: rank 7 overflows
-    ("profile-without-offload", {**{k: v for k, v in PROFILE.items() if k not in ("offload", "d2h")}},
+    ("profile-without-offload", {**{k: v for k, v in PROFILE.items()
+                                    if k not in ("optimizer_cpu_offload", "overlap_cpu_optimizer_d2h_h2d")}},
      [a for a in PROFILE_ARGS if a not in ("--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d")],
      False, {"memory"}),
     # a GPU budget that is not TP x CP x PP x DP

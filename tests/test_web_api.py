@@ -10,7 +10,7 @@ from urllib.parse import parse_qsl
 
 import pytest
 
-from app.core.plan import SLIME_GLM52_PROFILE
+from app.core.engines.slime import SLIME_GLM52_PROFILE
 from app.web.store import ConfigStore
 from tests.conftest import app_client
 from tests.test_cli import isplan
@@ -142,7 +142,7 @@ def test_search_api(client):
     ("/api/v1/check", {"split": "1,x"}, "split"),
     ("/api/v1/check", {"pp": "0"}, "pp"),
     ("/api/v1/roles", {"pattern": "FQ"}, None),
-    ("/api/v1/plan-search", {"pp": 2, "vpp": 2}, "pp"),
+    ("/api/v1/plan-search", {"pp": 0}, "pp"),
     ("/api/v1/plan-search", {"near": "1,2"}, "near"),
     ("/api/v1/memory", {"mode": "split", "split": "78", "tp": "0"}, "tp"),
 ])
@@ -301,7 +301,7 @@ def test_a_pasted_launcher_brings_the_files_it_sources(client):
     r = client.post("/launcher", data={"script": script, "query": ""},
                     files=[("files", ("glm5.sh", model.encode(), "text/plain"))], follow_redirects=False)
     assert r.status_code == 303, r.text[:500]
-    assert "mtp=1" in r.headers["location"] and "layers=78" in r.headers["location"]
+    assert "mtp_layers=1" in r.headers["location"] and "num_layers=78" in r.headers["location"]
 
 
 def test_the_benchmark_times_the_real_fragment_render(tmp_path):

@@ -62,8 +62,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.core.engines import flag_vocabulary
 from app.core.layout.stages import PipelineSpec, PlanError
-from app.core.plan import FLAG_FIELDS, TABLE
+from app.core.plan import TABLE
+
+FLAG_FIELDS = flag_vocabulary()  # every training engine's flag -> plan field
 
 MAX_LAUNCHER_BYTES = 1 << 20
 

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from app.core.engines import flag_vocabulary
 from app.core.launcher import (
     LauncherError,
     LauncherParse,
@@ -28,7 +29,9 @@ from app.core.launcher import (
     read_launcher_files,
 )
 from app.core.model.config import ModelConfig
-from app.core.plan import FLAG_FIELDS, Plan, plan_from_flags
+from app.core.plan import Plan, plan_from_flags
+
+FLAG_FIELDS = flag_vocabulary()
 
 _NODES = ("--actor-num-nodes", "--nnodes")
 _PER_NODE = ("--actor-num-gpus-per-node", "--nproc-per-node", "--num-gpus-per-node")
@@ -106,7 +109,8 @@ def import_launcher(text: str | bytes, cfg: ModelConfig, base: Plan, *, path: st
     if req.unresolved:
         raise LauncherImportError("the launcher's pipeline flags cannot be read: " + "; ".join(req.unresolved))
     # a launcher is a real job: its parallelism, GPU count and memory join the verdict
-    plan, problems = plan_from_flags(parsed.values, parsed.switches, replace(base, mode="flags", parallel=True))
+    plan, problems = plan_from_flags(parsed.values, parsed.switches, replace(base, mode="flags", parallel=True),
+                                     FLAG_FIELDS)
     if problems:
         raise LauncherImportError("; ".join(p.message for p in problems))
     gpus = _gpus(parsed)

@@ -54,8 +54,8 @@ from app.core.model.config import (
     load_preset,
     preset_ids,
 )
-from app.core.model.roles import ENGINES, PatternError
-from app.core.plan import bounds
+from app.core.model.roles import PatternError
+from app.core.plan import ENGINES, bounds
 from app.core.plan.bounds import BoundError, check_count
 
 RECEIPT_VERSION = 1
@@ -407,7 +407,7 @@ def _plan_differences(recorded: Any, cfg: ModelConfig) -> list[str]:
         plan = strict_plan(dict(parse_qsl(recorded["query"], keep_blank_values=True)))
     except PlanError as exc:
         return [f"plan: the recorded query no longer parses: {exc}"]
-    ev = evaluate(plan, cfg, parallel=recorded["parallel"])
+    ev = evaluate(plan, cfg)
     fresh = ev.verdict.to_dict()
     if recorded.get("verdict") != fresh:
         return [f"plan verdict: receipt has {_short(recorded.get('verdict'))}, recomputed {_short(fresh)}"]
@@ -428,7 +428,7 @@ def verify_receipt(receipt: Any, *, config_path: str | None = None,
     model = _require(receipt, "model", dict, "")
     layouts = _require(receipt, "layouts", list, "")
     engine = receipt.get("engine", {}).get("semantics") if isinstance(receipt.get("engine"), dict) else None
-    if engine not in ENGINES:
+    if not isinstance(engine, str) or engine not in ENGINES:
         raise ReceiptError(f"receipt field engine.semantics must be one of {list(ENGINES)}, got {_short(engine, 40)}")
     pattern = receipt.get("pattern")
     if pattern is not None and (not isinstance(pattern, str) or len(pattern) > bounds.MAX_PATTERN_CHARS):

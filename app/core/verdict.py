@@ -3,7 +3,8 @@
 ``kind`` says which part of the plan blocks the launch:
 
 * ``boundary`` - a (physical or virtual) stage starts on a shared layer;
-* ``megatron`` - the engine refuses the layout (acceptance, divisibility);
+* ``megatron`` / ``vllm`` / ``sglang`` / ``maxtext`` - that engine refuses the layout (its own
+  acceptance rules; slime and the hf what-if run Megatron's, so theirs are ``megatron``);
 * ``parallel`` - an error-level parallelism constraint fails;
 * ``memory``   - a pipeline rank needs more than the GPU holds;
 * ``gpus``     - the stated GPU budget differs from TP x CP x PP x DP;
@@ -20,7 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-KINDS = ("boundary", "megatron", "parallel", "memory", "gpus", "model")
+#: every kind, in the order the headline lists them (each engine's ``acceptance_kind`` is one of them)
+KINDS = ("boundary", "megatron", "vllm", "sglang", "maxtext", "parallel", "memory", "gpus", "model")
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class Reason:
 class Verdict:
     blocking: tuple[Reason, ...] = ()
     warnings: tuple[Reason, ...] = ()
+    #: what was judged: the layout always; parallelism and memory when the plan states them
+    judged: tuple[str, ...] = ("layout",)
 
     @property
     def go(self) -> bool:
@@ -55,17 +59,19 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         return {"go": self.go, "blocking": [r.to_dict() for r in self.blocking],
-                "warnings": [r.to_dict() for r in self.warnings]}
+                "warnings": [r.to_dict() for r in self.warnings], "judged": list(self.judged)}
 
     def merged(self, other: Verdict) -> Verdict:
-        return Verdict(_unique(self.blocking + other.blocking), _unique(self.warnings + other.warnings))
+        judged = self.judged + tuple(j for j in other.judged if j not in self.judged)
+        return Verdict(_unique(self.blocking + other.blocking), _unique(self.warnings + other.warnings), judged)
 
 
-def verdict_of(blocking: Iterable[Reason], warnings: Iterable[Reason] = ()) -> Verdict:
+def verdict_of(blocking: Iterable[Reason], warnings: Iterable[Reason] = (),
+               judged: tuple[str, ...] = ("layout",)) -> Verdict:
     for r in blocking:
         if r.kind not in KINDS:
             raise ValueError(f"unknown verdict kind {r.kind!r}")
-    return Verdict(_unique(tuple(blocking)), _unique(tuple(warnings)))
+    return Verdict(_unique(tuple(blocking)), _unique(tuple(warnings)), judged)
 
 
 def _unique(reasons: tuple[Reason, ...]) -> tuple[Reason, ...]:
@@ -77,3 +83,14 @@ def _unique(reasons: tuple[Reason, ...]) -> tuple[Reason, ...]:
             seen.add(key)
             out.append(r)
     return tuple(out)
+
+
+def ranges(numbers: list[int]) -> str:
+    """``1, 2, 3, 5, 7, 8`` -> ``1-3, 5, 7-8`` (for reasons that cover many stages or ranks)."""
+    out: list[str] = []
+    for n in sorted(set(numbers)):
+        if out and out[-1].split("-")[-1] == str(n - 1):
+            out[-1] = out[-1].split("-")[0] + f"-{n}"
+        else:
+            out.append(str(n))
+    return ", ".join(out)

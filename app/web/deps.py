@@ -18,7 +18,6 @@ from typing import Annotated, Any
 from fastapi import Depends, Query, Request
 
 from app.core.model.config import ModelConfig, load_preset, preset_ids
-from app.core.model.roles import derive_roles
 from app.core.plan import Plan, PlanError, bounds, strict_plan
 from app.web.schemas import PlanQuery
 from app.web.store import BaseStore
@@ -64,7 +63,9 @@ def get_plan(request: Request, _query: Annotated[PlanQuery, Query()]) -> Plan:  
 
     ``_query`` is the generated model: it publishes every plan field in OpenAPI and pre-validates;
     the plan itself comes from :func:`app.core.plan.strict_plan`, the one parser of a plan."""
-    return strict_plan(request.query_params)
+    from app.core.engines import ignored_fields
+
+    return strict_plan(request.query_params, ignored=ignored_fields)
 
 
 PlanDep = Annotated[Plan, Depends(get_plan)]
@@ -129,8 +130,10 @@ def full_layer_count(plan: Plan, cfg: ModelConfig) -> int | None:
     """Full (index-computing) layers of ``cfg`` under the plan's engine rules; None (the
     estimators then assume every layer is full, the worst case) when the roles cannot be derived
     - the operation itself will report why."""
+    from app.core.engines import engine_for
+
     try:
-        roles = derive_roles(cfg, plan.engine, pattern=plan.pattern, freq=plan.dsa_freq, offset=plan.dsa_offset)
+        roles = engine_for(plan).check_roles(cfg, plan)
     except (ValueError, TypeError):
         return None
     return sum(1 for r in roles.layers if r.role == "full")

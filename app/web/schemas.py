@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from app.core.plan import TABLE
 from app.core.plan import Field as PlanField
+from app.core.verdict import KINDS
 
 
 def _query_field(spec: PlanField) -> tuple[Any, Any]:
@@ -65,7 +66,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 class ReasonModel(BaseModel):
-    kind: Literal["boundary", "megatron", "parallel", "memory", "gpus", "model"]
+    kind: Literal[KINDS]  # type: ignore[valid-type]
     code: str
     message: str
     field: str | None = None
@@ -84,6 +85,7 @@ class VerdictModel(BaseModel):
     go: bool
     blocking: list[ReasonModel]
     warnings: list[WarningModel]
+    judged: list[Literal["layout", "parallelism", "memory"]]
 
 
 class Report(BaseModel):

@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.core.engines.megatron.check import CheckResult
+from app.core.engines import LayoutCheck
 from app.core.evaluate import Evaluation, evaluate
 from app.core.model.config import ConfigError, ModelConfig, load_preset, preset_ids
 from app.core.model.flops import bubble_fraction
 from app.core.model.parameters import stage_params
-from app.core.plan import NEUTRAL_VALUES, SERVING_ENGINES, TABLE, FieldProblem, Plan, applies, format_value, mode_note
+from app.core.plan import NEUTRAL_VALUES, TABLE, FieldProblem, Plan, applies, format_value, mode_note
 from app.core.reports import gpu_equation, parallel_summary
 from app.core.verdict import Verdict
 from app.web.store import BaseStore
@@ -62,7 +62,7 @@ class PlanView:
         return self.ev.check
 
     @property
-    def conversion(self) -> CheckResult | None:
+    def conversion(self) -> LayoutCheck | None:
         return self.ev.conversion
 
     @property
@@ -95,16 +95,7 @@ class PlanView:
     def hidden_keys(self) -> set[str]:
         """URL keys the form does not show for the plan's engine (each engine has its own
         vocabulary)."""
-        engine = self.plan.engine
-        shown = {s.url for s in TABLE.values() if s.group == "model"} | {"mode"}
-        if engine in SERVING_ENGINES:
-            shown |= {"pp", "split", "mtp", "concurrency", "kv_dtype", "weight_dtype", "tp", "ep", "gpu", "gpu_gb",
-                      "ctx"}
-        elif engine == "maxtext":
-            shown |= {s.url for s in TABLE.values() if s.group == "maxtext"} | {"mb"}
-        else:
-            shown |= {s.url for s in TABLE.values() if s.group not in ("serving", "maxtext")}
-        return {s.url for s in TABLE.values()} - shown
+        return set(TABLE) - set(self.ev.engine.fields) - {"mode", "engine", "model"}
 
     @property
     def inactive(self) -> set[str]:
@@ -193,7 +184,7 @@ def build_view(plan: Plan, problems: list[FieldProblem], store: BaseStore) -> Pl
     if model_err:
         errors["model"] = f"{errors['model']}; {model_err}" if "model" in errors else model_err
         plan = replace(plan, model=cfg.id)
-    ev = evaluate(plan, cfg, parallel=True)
+    ev = evaluate(plan, cfg)
     for p in ev.problems:
         errors.setdefault(p.field, p.message)
     view = PlanView(plan, ev, errors)
@@ -204,6 +195,8 @@ def build_view(plan: Plan, problems: list[FieldProblem], store: BaseStore) -> Pl
     note = mode_note(plan)
     if note:
         view.messages.append(note)
+    if ev.not_judged:
+        view.messages.append(ev.not_judged)
     if ev.par is not None and ev.stage_plan is not None:
         m = ev.par.microbatches or 8 * ev.stage_plan.pp
         view.messages.append(f"pipeline bubble {bubble_fraction(ev.stage_plan.pp, ev.stage_plan.vpp, m) * 100:.1f}% "
@@ -211,7 +204,7 @@ def build_view(plan: Plan, problems: list[FieldProblem], store: BaseStore) -> Pl
     return view
 
 
-def _cells(check: CheckResult) -> list[LayerCell]:
+def _cells(check: LayoutCheck) -> list[LayerCell]:
     stage_of: dict[int, int] = {}
     starts: set[int] = set()
     for s in check.plan.stages:
@@ -263,27 +256,8 @@ def exports(view: PlanView) -> dict[str, str]:
     """What the page offers to copy, every value shell-quoted: Megatron arguments, slime
     ``PERF_ARGS``, the layout string and the conversion layout (:mod:`app.core.engines.megatron.export`), the
     serving env line and command (vLLM / SGLang), and the ``isplan check`` line of the whole plan."""
-    from app.core.engines.megatron.export import ExportSettings
-    from app.core.engines.megatron.export import exports as core_exports
-
-    plan, check, ev = view.plan, view.check, view.ev
-    out: dict[str, str] = {}
-    if plan.engine in SERVING_ENGINES and check is not None and check.plan.stages:
-        from app.core.engines.serving import export_partition
-
-        serve = export_partition(view.cfg, plan.engine, check.plan.pp, check.sizes, tp=plan.tp)
-        out["serve"] = serve["script"].rstrip()
-    elif isinstance(check, CheckResult):
-        par = ev.par
-        settings = ExportSettings(
-            tp=plan.tp, cp=plan.cp, ep=plan.ep, etp=plan.etp, sp=plan.sp, recompute=plan.recompute,
-            recompute_method=plan.recompute_method, recompute_num_layers=plan.recompute_num_layers,
-            optimizer_cpu_offload=plan.offload, overlap_cpu_optimizer_d2h_h2d=plan.overlap_cpu_optimizer,
-            use_precision_aware_optimizer=plan.precision_aware,
-            distributed_optimizer=par.distributed_optimizer if par is not None else False,
-            max_tokens_per_gpu=plan.tokens_per_gpu)
-        out.update(core_exports(check, settings, conversion=view.conversion))
-    out["cli"] = plan.cli_command()
+    out = dict(view.ev.exports())
+    out["cli"] = view.plan.cli_command()
     return out
 
 

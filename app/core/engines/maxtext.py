@@ -35,13 +35,16 @@ Not modelled: whether top-k survives between the separate dense / MoE scans outs
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
 from typing import Any
 
-from app.core.engines.rules import EngineInputError
+from app.core.engines.base import Engine, LayoutCheck
+from app.core.engines.rules import EngineInputError, ShareBehaviour
 from app.core.layout.boundary import BoundaryReport, validate_boundaries
 from app.core.layout.stages import PipelineSpec, PlanError, Stage, StagePlan
 from app.core.model.config import ModelConfig
-from app.core.model.roles import PatternError, RoleMap, derive_roles
+from app.core.model.roles import TRANSFORMERS_RULE, PatternError, RoleMap, derive_roles
+from app.core.plan import Plan
 
 ENGINE = "maxtext"
 SOURCE = "AI-Hypercomputer/maxtext @ e591f30cbbf2: src/maxtext/configs/types.py, src/maxtext/layers/pipeline.py"
@@ -195,16 +198,24 @@ def maxtext_roles(cfg: ModelConfig, index_share_pattern: str | None = None) -> t
     layer 0) when given, else the checkpoint's; and every 1-based layer where the pattern and the
     checkpoint's ``indexer_types`` (or its freq/offset rule) disagree."""
     if index_share_pattern is None:
-        return derive_roles(cfg, "hf"), []
+        return derive_roles(cfg, TRANSFORMERS_RULE), []
     try:
-        roles = derive_roles(cfg, "hf", pattern=index_share_pattern)
+        roles = derive_roles(cfg, TRANSFORMERS_RULE, pattern=index_share_pattern)
     except PatternError as exc:
         raise EngineInputError(str(exc).replace("--pattern", "index_share_pattern")) from None
     return roles, list(roles.pattern_differences or ())
 
 
+#: only activations cross a MaxText stage (``pipeline.py``): a (stage, repeat) that starts on a shared
+#: layer has no top-k from its source, so the index-share port cannot run it
+MAXTEXT_SHARED_START = ShareBehaviour(
+    "no_source", True, "MaxText passes only the activations between pipeline stages; a (stage, repeat) that "
+    "starts on a shared layer has no top-k from its source layer. Choose num_layers_per_pipeline_stage and "
+    "pipeline_parallel_layers so every stage of every repeat starts on a full layer", SOURCE)
+
+
 @dataclass(frozen=True)
-class MaxTextCheck:
+class MaxTextCheck(LayoutCheck):
     model: ModelConfig
     pipeline: MaxTextPipeline
     pattern: str | None
@@ -217,8 +228,21 @@ class MaxTextCheck:
     warnings: tuple[str, ...] = field(default=())
 
     @property
-    def valid(self) -> bool:
-        return not self.errors and bool(self.plan.stages) and not self.boundary.violations
+    def share(self) -> ShareBehaviour:
+        return MAXTEXT_SHARED_START
+
+    def text_lines(self) -> list[str]:
+        """``stage k: a-b (role)`` lines per (stage, repeat), then the verdict."""
+        body = self.to_json()
+        lines = [f"model {body['model']['id']}, engine maxtext, {body['pp']} stage(s) x {body['vpp']} repeat(s)"]
+        lines += [f"warning: {w}" for w in body["warnings"]]
+        lines += [f"stage {r['stage']} (stage {r['pp_rank']}, repeat {r['vp_stage']}): {r['first_layer']}-"
+                  f"{r['last_layer']} ({r['start_role']})" for r in body["stages"] if r["num_layers"]]
+        lines += [f"INVALID: {e['message']}" for e in body["errors"]]
+        lines += [f"INVALID: {v['message']}" for v in body["violations"]]
+        if body["valid"]:
+            lines.append("VALID: every stage of every repeat starts on a full indexer layer")
+        return lines
 
     def to_json(self) -> dict[str, Any]:
         stages = []
@@ -286,3 +310,81 @@ def maxtext_check_report(cfg: ModelConfig, index_share_pattern: str | None = Non
         raise EngineInputError(f"unknown MaxText key(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     pipeline = replace(MaxTextPipeline(), **{k: v for k, v in config.items() if v is not None})
     return maxtext_check(cfg, pipeline, index_share_pattern).to_json()
+
+
+#: MaxText's config keys (its messages name them) -> plan fields
+MAXTEXT_FLAGS = {"index_share_pattern": "pattern", "pipeline_parallel_layers": "pipeline_parallel_layers",
+                 "num_layers_per_pipeline_stage": "layers_per_pipeline_stage",
+                 "ici_pipeline_parallelism": "ici_pipeline_parallelism",
+                 "dcn_pipeline_parallelism": "dcn_pipeline_parallelism", "num_pipeline_repeats": "num_pipeline_repeats",
+                 "num_pipeline_microbatches": "num_microbatches"}
+
+
+class MaxTextEngine(Engine):
+    """MaxText's circular pipeline (the rules above) behind the engine protocol."""
+
+    name = ENGINE
+    label = "MaxText"
+    acceptance_kind = "maxtext"
+    source = SOURCE
+    fields = frozenset({"model", "engine", "pattern", *MAXTEXT_FLAGS.values()})
+    judges_parallelism = False   # MaxText's sharding and memory are not modelled: the layout is the verdict
+    flags = MAXTEXT_FLAGS
+
+    def layout_field(self, plan: Plan) -> str:
+        return "layers_per_pipeline_stage"
+
+    @staticmethod
+    def pipeline(plan: Plan) -> MaxTextPipeline:
+        return MaxTextPipeline(
+            ici_pipeline_parallelism=plan.ici_pipeline_parallelism,
+            dcn_pipeline_parallelism=plan.dcn_pipeline_parallelism,
+            num_layers_per_pipeline_stage=plan.layers_per_pipeline_stage,
+            num_pipeline_repeats=plan.num_pipeline_repeats or -1,
+            pipeline_parallel_layers=plan.pipeline_parallel_layers or -1,
+            num_pipeline_microbatches=plan.num_microbatches or -1)
+
+    def roles(self, cfg: ModelConfig, plan: Plan) -> tuple[RoleMap, list[int]]:
+        return maxtext_roles(cfg, plan.pattern)
+
+    def check(self, cfg: ModelConfig, plan: Plan, *, extra_errors: tuple[PlanError, ...] = (),
+              extra_warnings: tuple[str, ...] = (), extra: dict[str, Any] | None = None) -> MaxTextCheck:
+        check = maxtext_check(cfg, self.pipeline(plan), plan.pattern)
+        if extra_errors or extra_warnings:
+            check = replace(check, errors=tuple(extra_errors) + check.errors,
+                            warnings=tuple(extra_warnings) + check.warnings)
+        return check
+
+    def profile(self, cfg: ModelConfig, plan: Plan) -> Plan:
+        """The valid pipeline with the most stages (up to 8), then the fewest repeats, then the most
+        pipelined layers; the single-stage config when none is valid."""
+        return _profile(cfg, plan.model)
+
+
+@lru_cache(maxsize=64)
+def _profile(cfg: ModelConfig, model: str) -> Plan:
+    base = Plan(model=model, engine=ENGINE)
+    n = cfg.num_hidden_layers
+    for stages in (8, 4, 2, 1):
+        valid = []
+        for ppl in range(n, stages - 1, -1):
+            for lps in range(ppl // stages, 0, -1):   # the most layers per stage: the fewest repeats
+                if ppl % (stages * lps):
+                    continue
+                pipe = MaxTextPipeline(ici_pipeline_parallelism=stages, num_layers_per_pipeline_stage=lps,
+                                       pipeline_parallel_layers=ppl)
+                try:
+                    if maxtext_check(cfg, pipe).valid:
+                        valid.append((ppl // (stages * lps), -ppl, lps, ppl))
+                        break
+                except ValueError:
+                    continue
+        if valid:
+            _, _, lps, ppl = min(valid)
+            default = n - cfg.first_k_dense_replace   # MaxText's default for the DeepSeek block: the MoE layers
+            return replace(base, ici_pipeline_parallelism=stages, layers_per_pipeline_stage=lps,
+                           pipeline_parallel_layers=ppl if ppl != default else None)
+    return base
+
+
+ENGINE_OBJECT = MaxTextEngine()

@@ -22,10 +22,10 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
-from types import ModuleType
-from typing import Any
+from functools import lru_cache
+from typing import Any, ClassVar
 
-from app.core.engines import sglang, vllm
+from app.core.engines.base import Engine, Judgement, LayoutCheck
 from app.core.engines.rules import (
     EngineInputError,
     ShareBehaviour,
@@ -35,7 +35,7 @@ from app.core.engines.rules import (
 from app.core.layout.boundary import BoundaryReport, validate_boundaries
 from app.core.layout.stages import PipelineSpec, PlanError, Stage, StagePlan
 from app.core.model.config import ModelConfig
-from app.core.model.roles import RoleMap, derive_roles
+from app.core.model.roles import TRANSFORMERS_RULE, RoleMap, derive_roles
 from app.core.model.serving_memory import (
     ServingMemoryError,
     ServingMemorySettings,
@@ -43,19 +43,25 @@ from app.core.model.serving_memory import (
     serving_memory,
 )
 from app.core.optimise.optimiser import k_best_layouts
+from app.core.plan import FieldProblem, Plan
 from app.core.plan.bounds import MAX_PP, MAX_TP
+from app.core.verdict import Reason, ranges
 
-SERVING_ENGINES: dict[str, ModuleType] = {"vllm": vllm, "sglang": sglang}
 OBJECTIVES = ("memory", "layers")
 _ENTRY = re.compile(r"\s*[+-]?[0-9]+\s*")  # what Python's int() accepts, ASCII digits only
 
 
-def engine_module(engine: str) -> ModuleType:
-    """The rule module of a serving engine; :class:`EngineInputError` naming the choices otherwise."""
-    mod = SERVING_ENGINES.get(str(engine).strip().lower())
-    if mod is None:
-        raise EngineInputError(f"--engine {engine!r} is not a serving engine; use one of {', '.join(SERVING_ENGINES)}")
-    return mod
+def engine_module(engine: str | ServingEngine) -> ServingEngine:
+    """A serving engine by name (from the registry); :class:`EngineInputError` naming the choices otherwise."""
+    if isinstance(engine, ServingEngine):
+        return engine
+    from app.core.engines import ENGINES
+
+    found = ENGINES.get(str(engine).strip().lower())
+    if not isinstance(found, ServingEngine):
+        names = [n for n, e in ENGINES.items() if isinstance(e, ServingEngine)]
+        raise EngineInputError(f"--engine {engine!r} is not a serving engine; use one of {', '.join(names)}")
+    return found
 
 
 def _check_size(value: object, flag: str, limit: int) -> int:
@@ -126,8 +132,8 @@ def parse_partition(text: str, num_layers: int, pp: int, *, engine: str = "vllm"
     when the list has the wrong length or when it does not sum to ``num_layers``.
     """
     mod = engine_module(engine)
-    sizes = read_partition(text, mod.ENV_VAR)
-    errors = partition_errors(sizes, num_layers, _check_size(pp, "--pp", MAX_PP), mod.ENV_VAR)
+    sizes = read_partition(text, mod.env_var)
+    errors = partition_errors(sizes, num_layers, _check_size(pp, "--pp", MAX_PP), mod.env_var)
     if errors:
         raise EngineInputError("; ".join(e.message for e in errors))
     return sizes
@@ -151,10 +157,10 @@ def _sizes_for(cfg: ModelConfig, engine: str, pp: int, partition: str | Sequence
     if partition is None:
         return mod.default_partition(cfg.num_hidden_layers, pp, build), "default"
     if isinstance(partition, str):
-        return read_partition(partition, mod.ENV_VAR), "explicit"
+        return read_partition(partition, mod.env_var), "explicit"
     sizes = [int(x) for x in partition]
     if any(x < 0 for x in sizes):
-        raise EngineInputError(f"{mod.ENV_VAR} cannot contain negative layer counts: {sizes}")
+        raise EngineInputError(f"{mod.env_var} cannot contain negative layer counts: {sizes}")
     return sizes, "explicit"
 
 
@@ -169,7 +175,7 @@ def serving_plan(cfg: ModelConfig, engine: str, pp: int, partition: str | Sequen
     mod = engine_module(engine)
     pp = _check_size(pp, "--pp", MAX_PP)
     sizes, _ = _sizes_for(cfg, engine, pp, partition, parse_build_date(version))
-    errors = partition_errors(sizes, cfg.num_hidden_layers, pp, mod.ENV_VAR)
+    errors = partition_errors(sizes, cfg.num_hidden_layers, pp, mod.env_var)
     n_mtp = cfg.num_nextn_predict_layers if mtp else 0
     stages = serving_stages(sizes, n_mtp) if len(sizes) == pp else ()
     return StagePlan(pp, 1, cfg.num_hidden_layers, n_mtp, stages, tuple(errors),
@@ -185,16 +191,16 @@ def engine_roles(cfg: ModelConfig, engine: str) -> tuple[RoleMap, list[int]]:
     then full iff ``max(i - offset + 1, 0) % freq == 0``, defaults freq 1, offset 2), which vLLM's
     ``deepseek_v2.py`` repeats without the first step."""
     mod = engine_module(engine)
-    if mod.READS_INDEXER_TYPES or cfg.indexer_types is None:
-        return derive_roles(cfg, "hf"), []
-    own = derive_roles(replace(cfg, indexer_types=None), "hf")
+    if mod.reads_indexer_types or cfg.indexer_types is None:
+        return derive_roles(cfg, TRANSFORMERS_RULE), []
+    own = derive_roles(replace(cfg, indexer_types=None), TRANSFORMERS_RULE)
     declared = [t == "full" for t in cfg.indexer_types]
     diffs = [n for n in range(1, cfg.num_hidden_layers + 1) if (own.role(n).role == "full") != declared[n - 1]]
     return own, diffs
 
 
 @dataclass(frozen=True)
-class ServingCheck:
+class ServingCheck(LayoutCheck):
     """The verdict for one serving partition; :meth:`to_json` has the shape of ``isplan check``."""
 
     model: ModelConfig
@@ -213,16 +219,16 @@ class ServingCheck:
     notes: tuple[str, ...] = field(default=())
 
     @property
-    def blocking(self) -> bool:
-        return bool(self.boundary.violations) and self.behaviour.blocking
+    def share(self) -> ShareBehaviour:
+        return self.behaviour
 
     @property
-    def valid(self) -> bool:
-        return not self.errors and bool(self.plan.stages) and not self.blocking
+    def blocking(self) -> bool:
+        return bool(self.blocking_violations)
 
     @property
     def env_var(self) -> str:
-        return str(engine_module(self.engine).ENV_VAR)
+        return str(engine_module(self.engine).env_var)
 
     def text_lines(self) -> list[str]:
         """``isplan check``'s text style: one ``stage k: a-b (role)`` line per rank, then a verdict."""
@@ -265,10 +271,10 @@ class ServingCheck:
             "tp": self.tp,
             "partition": list(self.sizes),
             "partition_source": self.partition_source,
-            "partition_rule": rule_in_force(mod.PARTITION_RULES, self.build).to_dict(),
+            "partition_rule": rule_in_force(mod.partition_rules, self.build).to_dict(),
             "env": {self.env_var: ",".join(str(s) for s in self.sizes)},
             "roles_rule": self.roles.rule,
-            "roles_source": mod.ROLE_RULE,
+            "roles_source": mod.role_source,
             "role_differences": list(self.role_differences),
             "stages": [r.to_dict() for r in self.boundary.records],
             "violations": violations,
@@ -288,7 +294,7 @@ def serving_check(cfg: ModelConfig, engine: str, pp: int, partition: str | Seque
     on a shared layer is a violation, blocking unless this engine build hands the top-k over.
     """
     mod = engine_module(engine)
-    engine = mod.ENGINE
+    engine = mod.name
     tp = _check_size(tp, "--tp", MAX_TP)
     build = parse_build_date(version)
     plan = serving_plan(cfg, engine, pp, partition, mtp=mtp, version=build)
@@ -302,15 +308,15 @@ def serving_check(cfg: ModelConfig, engine: str, pp: int, partition: str | Seque
     return ServingCheck(cfg, engine, build, tp, tuple(plan.spec.split or ()),
                         "default" if partition is None else "explicit", roles, plan, boundary, behaviour,
                         tuple(errors), tuple(warnings), tuple(diffs),
-                        (rule_in_force(mod.PARTITION_RULES, build).summary,))
+                        (rule_in_force(mod.partition_rules, build).summary,))
 
 
-def _warnings(cfg: ModelConfig, mod: ModuleType, plan: StagePlan, diffs: list[int], behaviour: ShareBehaviour,
+def _warnings(cfg: ModelConfig, mod: ServingEngine, plan: StagePlan, diffs: list[int], behaviour: ShareBehaviour,
               shared_start: bool, build: date | None) -> list[str]:
     out = []
     if diffs:
         out.append(
-            f"{mod.ROLE_RULE}: its roles differ from the checkpoint's indexer_types on {len(diffs)} layer(s) "
+            f"{mod.role_source}: its roles differ from the checkpoint's indexer_types on {len(diffs)} layer(s) "
             f"({', '.join(map(str, diffs[:12]))}{', ...' if len(diffs) > 12 else ''}); the engine would build "
             "indexers where the checkpoint has none, or the reverse")
     empty = [s.pp_rank for s in plan.stages if s.num_layers == 0]
@@ -320,15 +326,7 @@ def _warnings(cfg: ModelConfig, mod: ModuleType, plan: StagePlan, diffs: list[in
     if shared_start and not behaviour.blocking:
         out.append(behaviour.message)
     if plan.mtp_layers and plan.pp > 1:
-        if mod is sglang and build is not None and build < sglang.PP_SPEC_SINCE:
-            out.append("SGLang refused speculative decoding (MTP) together with --pp-size > 1 before PR #30775; "
-                       "serve without MTP or upgrade")
-        elif mod is sglang:
-            out.append(f"SGLang runs MTP with PP only with {sglang.PP_SPEC_ENV}=1 (PR #30775); the draft sits on "
-                       "the last stage")
-        else:
-            out.append("vLLM builds the MTP drafter on the last pipeline rank only; MTP with PP > 1 is still being "
-                       "fixed upstream (vllm issues #49355, #52069)")
+        out.append(mod.mtp_with_pp(build))
     return out
 
 
@@ -346,10 +344,10 @@ def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int
     _check_size(tp, "--tp", MAX_TP)
     name = model or cfg.upstream_repo or cfg.id
     value = ",".join(str(int(s)) for s in sizes)
-    env_line = f"{mod.ENV_VAR}={shlex.quote(value)}"
+    env_line = f"{mod.env_var}={shlex.quote(value)}"
     command = " ".join(shlex.quote(a) for a in mod.serve_args(name, tp, pp))
     return {
-        "env_var": mod.ENV_VAR,
+        "env_var": mod.env_var,
         "env_value": value,
         "env_line": env_line,
         "command": command,
@@ -401,7 +399,7 @@ def best_serving_partition(cfg: ModelConfig, engine: str, pp: int, *, k: int = 1
     mod = engine_module(engine)
     pp = _check_size(pp, "--pp", MAX_PP)
     settings = (memory or ServingMemorySettings()).validate()
-    roles, _ = engine_roles(cfg, mod.ENGINE)
+    roles, _ = engine_roles(cfg, mod.name)
     build = parse_build_date(version)
     n_mtp = cfg.num_nextn_predict_layers if mtp else 0
     if objective not in OBJECTIVES:
@@ -416,9 +414,9 @@ def best_serving_partition(cfg: ModelConfig, engine: str, pp: int, *, k: int = 1
     out = []
     for layout in k_best_layouts(costs, full, pp, 1, k, first, last, unit="rank"):
         sizes = tuple(layout.split)
-        check = serving_check(cfg, mod.ENGINE, pp, sizes, tp=settings.tp, mtp=mtp, version=build)
+        check = serving_check(cfg, mod.name, pp, sizes, tp=settings.tp, mtp=mtp, version=build)
         out.append(ServingCandidate(sizes, objective, tuple(layout.rank_costs), layout.max_cost, check,
-                                    export_partition(cfg, mod.ENGINE, pp, sizes, tp=settings.tp, model=model)))
+                                    export_partition(cfg, mod.name, pp, sizes, tp=settings.tp, model=model)))
     return out
 
 
@@ -488,3 +486,163 @@ def serving_plan_report(cfg: ModelConfig, engine: str, pp: int, **settings: Any)
     body["export"] = found[0].export
     body["memory"] = serving_memory(cfg, best.plan, best.roles, ms).to_json()
     return body
+
+
+# --------------------------------------------------------------------------- the engine
+
+
+#: the plan fields a serving engine reads: its partition, TP/EP, the MTP draft and serving memory
+SERVING_FIELDS = frozenset({"model", "engine", "engine_version", "mode", "split", "pp", "tp", "ep", "mtp_layers",
+                            "gpu", "gpu_memory_gb", "context", "concurrency", "kv_dtype", "weight_dtype"})
+#: what the largest term of an overflowing rank asks the user to change
+_FIX_OF_TERM = {"weights_bytes": ("tp", "raise tp or pp (weights are split over TP and PP), or serve FP8 weights"),
+                "kv_latent_bytes": ("context", "lower context or concurrency, serve the KV cache in fp8, or raise pp"),
+                "indexer_cache_bytes": ("context", "lower context or concurrency, or raise pp"),
+                "topk_buffer_bytes": ("tp", "raise tp")}
+
+
+class ServingEngine(Engine):
+    """What vLLM and SGLang share: one stage per pipeline rank from the engine's partition, the
+    roles the engine derives itself, serving memory (weights + KV + indexer cache + top-k buffer).
+    Each engine's module (:mod:`.vllm`, :mod:`.sglang`) sets the rules that differ."""
+
+    workflow = "serving"
+    fields = SERVING_FIELDS
+    judges_memory_always = True
+    env_var: ClassVar[str]
+    tp_flag: ClassVar[str]
+    pp_flag: ClassVar[str]
+    partition_rules: ClassVar[tuple[Any, ...]]
+    role_source: ClassVar[str]
+    reads_indexer_types: ClassVar[bool]
+
+    # the engine's own rules (its module's functions)
+    def default_partition(self, num_layers: int, pp: int, build: date | None = None) -> list[int]:
+        raise NotImplementedError
+
+    def share_behaviour(self, build: date | None = None) -> ShareBehaviour:
+        raise NotImplementedError
+
+    def serve_args(self, model: str, tp: int, pp: int) -> list[str]:
+        raise NotImplementedError
+
+    def mtp_with_pp(self, build: date | None) -> str:
+        """What the engine says about serving the MTP draft with PP > 1."""
+        raise NotImplementedError
+
+    # the protocol
+    def layout_field(self, plan: Plan) -> str:
+        return "split" if plan.mode == "split" else "pp"
+
+    def roles(self, cfg: ModelConfig, plan: Plan) -> tuple[RoleMap, list[int]]:
+        return engine_roles(cfg, self.name)
+
+    def _partition(self, plan: Plan) -> tuple[int, tuple[int, ...] | None]:
+        partition = plan.split if plan.mode == "split" else None
+        return (plan.pp if partition is None else len(partition)), partition
+
+    def check(self, cfg: ModelConfig, plan: Plan, *, extra_errors: tuple[PlanError, ...] = (),
+              extra_warnings: tuple[str, ...] = (), extra: dict[str, Any] | None = None) -> ServingCheck:
+        pp, partition = self._partition(plan)
+        check = serving_check(cfg, self.name, pp, partition, tp=plan.tp, mtp=bool(plan.mtp_layers),
+                              version=plan.engine_version)
+        if extra_errors or extra_warnings:
+            check = replace(check, errors=tuple(extra_errors) + check.errors,
+                            warnings=tuple(extra_warnings) + check.warnings)
+        return check
+
+    def memory_settings(self, plan: Plan) -> ServingMemorySettings:
+        from app.core.model.parallelism import resolve_gpu
+
+        gpu = resolve_gpu(plan.gpu, int(plan.gpu_memory_gb * 1e9) if plan.gpu_memory_gb else None)
+        return ServingMemorySettings(tp=plan.tp, ep=plan.ep, weight_dtype=plan.weight_dtype, kv_dtype=plan.kv_dtype,
+                                     context=plan.context, concurrency=plan.concurrency,
+                                     capacity_gib=gpu.capacity_bytes / 2**30).validate()
+
+    def judge(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck) -> Judgement:
+        out = Judgement()
+        try:
+            settings = self.memory_settings(plan)
+        except (ServingMemoryError, ValueError) as exc:
+            out.problems.append(FieldProblem("context", str(exc)))
+            return out
+        out.serving_memory = serving_memory(cfg, check.plan, check.roles, settings).to_json()
+        out.blocking += serving_memory_reasons(out.serving_memory)
+        return out
+
+    def exports(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck, judgement: Judgement,
+                conversion: LayoutCheck | None = None) -> dict[str, str]:
+        if not check.valid:
+            return {}
+        out = export_partition(cfg, self.name, check.plan.pp, check.plan.sizes, tp=plan.tp)
+        return {"serve": out["script"].rstrip(), "serve_env": out["env_line"], "serve_command": out["command"]}
+
+    def best_layouts(self, cfg: ModelConfig, plan: Plan, *, objective: str = "memory", top: int = 1) -> list[Plan]:
+        """The best valid partitions for ``plan.pp`` ranks (weights + KV per rank, every rank on a
+        full layer), as split plans."""
+        try:
+            settings = self.memory_settings(plan)
+        except (ServingMemoryError, ValueError):
+            settings = ServingMemorySettings(tp=plan.tp, ep=plan.ep)
+        found = best_serving_partition(cfg, self.name, plan.pp, k=top, mtp=bool(plan.mtp_layers),
+                                       version=plan.engine_version, memory=settings,
+                                       objective=objective if objective in OBJECTIVES else "memory")
+        return [replace(plan, mode="split", split=c.sizes, pp=len(c.sizes)) for c in found]
+
+    def nearest(self, cfg: ModelConfig, plan: Plan) -> Plan | None:
+        from app.core.optimise.optimiser import nearest_valid
+
+        pp, sizes = self._partition(plan)
+        if sizes is None:
+            sizes = tuple(default_partition(self.name, cfg.num_hidden_layers, pp, plan.engine_version))
+        if sum(sizes) != cfg.num_hidden_layers or not sizes:
+            return None
+        roles, _ = self.roles(cfg, plan)
+        nv = nearest_valid(list(sizes), [r.role == "full" for r in roles.layers], 1)
+        return None if nv is None else replace(plan, mode="split", split=tuple(nv.split), pp=len(nv.split))
+
+    def profile(self, cfg: ModelConfig, plan: Plan) -> Plan:
+        """The fewest GPUs TP x PP (TP 1-8, PP 1-16) whose best valid partition fits the GPU at the
+        plan's context and concurrency, judged by :func:`app.core.evaluate.evaluate` (the best
+        partition found anyway when none fits)."""
+        return _serving_profile(self.name, cfg, replace(plan, engine=self.name, mode="flags", split=None,
+                                                        parallel=True))
+
+
+@lru_cache(maxsize=64)
+def _serving_profile(engine: str, cfg: ModelConfig, base: Plan) -> Plan:
+    from app.core.engines import engine_for
+    from app.core.evaluate import evaluate
+
+    e = engine_for(engine)
+    shapes = sorted(((tp, pp) for tp in (1, 2, 4, 8) for pp in (1, 2, 4, 8, 16)), key=lambda s: (s[0] * s[1], s[1]))
+    fallback: Plan | None = None
+    for tp, pp in shapes:
+        if pp > cfg.num_hidden_layers:
+            continue
+        for candidate in e.best_layouts(cfg, replace(base, tp=tp, pp=pp), objective="memory", top=1):
+            ev = evaluate(candidate, cfg)
+            if not ev.problems and ev.verdict.go:
+                return candidate
+            fallback = fallback or candidate
+    return fallback or base
+
+
+def serving_memory_reasons(memory: dict[str, Any]) -> list[Reason]:
+    """One reason for every rank over the usable capacity, naming the ranks, the worst one and the
+    setting that fixes its largest term."""
+    over = [r for r in memory.get("ranks", []) if r.get("fits") is False]
+    if not over:
+        return []
+    worst = max(over, key=lambda r: r["total_bytes"])
+    term = max(_FIX_OF_TERM, key=lambda k: worst.get(k, 0))
+    fld, fix = _FIX_OF_TERM[term]
+    if fld == "context" and memory["settings"]["concurrency"] > 1:
+        fld = "concurrency"
+    ranks = ranges([r["pp_rank"] for r in over])
+    return [Reason("memory", "rank_over_capacity",
+                   f"pp rank{'s' * (len(over) > 1)} {ranks} need{'s' * (len(over) == 1)} up to "
+                   f"{worst['total_bytes'] / 2**30:.1f} GiB per GPU for weights, KV cache and the top-k buffer "
+                   f"(pp rank {worst['pp_rank']}: {term.removesuffix('_bytes').replace('_', ' ')} "
+                   f"{worst[term] / 2**30:.1f} GiB); the usable capacity is {worst['usable_bytes'] / 2**30:.1f} GiB: "
+                   f"{fix}", fld)]

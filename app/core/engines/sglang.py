@@ -38,8 +38,10 @@ Read from sgl-project/sglang and its issue tracker (rules re-implemented, never 
 from __future__ import annotations
 
 from datetime import date
+from typing import ClassVar
 
 from app.core.engines.rules import RuleChange, ShareBehaviour
+from app.core.engines.serving import ServingEngine
 
 ENGINE = "sglang"
 ENV_VAR = "SGLANG_PP_LAYER_PARTITION"
@@ -121,3 +123,43 @@ def serve_args(model: str, tp: int, pp: int) -> list[str]:
     (``--tp`` works only through argparse's prefix abbreviation).
     """
     return ["python", "-m", "sglang.launch_server", "--model-path", model, TP_FLAG, str(tp), PP_FLAG, str(pp)]
+
+
+def mtp_with_pp(build: date | None = None) -> str:
+    """SGLang refused MTP with PP before PR #30775; since then it needs ``SGLANG_ENABLE_PP_SPEC=1``."""
+    if build is not None and build < PP_SPEC_SINCE:
+        return ("SGLang refused speculative decoding (MTP) together with --pp-size > 1 before PR #30775; "
+                "serve without MTP or upgrade")
+    return f"SGLang runs MTP with PP only with {PP_SPEC_ENV}=1 (PR #30775); the draft sits on the last stage"
+
+
+class SglangEngine(ServingEngine):
+    """SGLang (``python -m sglang.launch_server``): the rules above, behind the engine protocol."""
+
+    name = ENGINE
+    label = "SGLang"
+    acceptance_kind = "sglang"
+    source = SOURCE
+    env_var = ENV_VAR
+    tp_flag = TP_FLAG
+    pp_flag = PP_FLAG
+    partition_rules = PARTITION_RULES
+    role_source = ROLE_RULE
+    reads_indexer_types = READS_INDEXER_TYPES
+    flags: ClassVar[dict[str, str]] = {TP_FLAG: "tp", "--tp": "tp", "--tensor-parallel-size": "tp", PP_FLAG: "pp", "--pp": "pp",
+             "--pipeline-parallel-size": "pp", ENV_VAR: "split"}
+
+    def default_partition(self, num_layers: int, pp: int, build: date | None = None) -> list[int]:
+        return default_partition(num_layers, pp, build)
+
+    def share_behaviour(self, build: date | None = None) -> ShareBehaviour:
+        return share_behaviour(build)
+
+    def serve_args(self, model: str, tp: int, pp: int) -> list[str]:
+        return serve_args(model, tp, pp)
+
+    def mtp_with_pp(self, build: date | None) -> str:
+        return mtp_with_pp(build)
+
+
+ENGINE_OBJECT = SglangEngine()

@@ -34,8 +34,10 @@ Read from vllm-project/vllm (never copied; re-implemented from the rule):
 from __future__ import annotations
 
 from datetime import date
+from typing import ClassVar
 
 from app.core.engines.rules import RuleChange, ShareBehaviour
+from app.core.engines.serving import ServingEngine
 
 ENGINE = "vllm"
 ENV_VAR = "VLLM_PP_LAYER_PARTITION"
@@ -88,3 +90,40 @@ def share_behaviour(build: date | None = None) -> ShareBehaviour:
 def serve_args(model: str, tp: int, pp: int) -> list[str]:
     """``vllm serve MODEL --tensor-parallel-size TP --pipeline-parallel-size PP``."""
     return ["vllm", "serve", model, TP_FLAG, str(tp), PP_FLAG, str(pp)]
+
+
+def mtp_with_pp(build: date | None = None) -> str:
+    """vLLM builds the MTP drafter on the last rank; MTP with PP > 1 is still being fixed upstream."""
+    return ("vLLM builds the MTP drafter on the last pipeline rank only; MTP with PP > 1 is still being fixed "
+            "upstream (vllm issues #49355, #52069)")
+
+
+class VllmEngine(ServingEngine):
+    """vLLM (``vllm serve``): the rules above, behind the engine protocol."""
+
+    name = ENGINE
+    label = "vLLM"
+    acceptance_kind = "vllm"
+    source = SOURCE
+    env_var = ENV_VAR
+    tp_flag = TP_FLAG
+    pp_flag = PP_FLAG
+    partition_rules = PARTITION_RULES
+    role_source = ROLE_RULE
+    reads_indexer_types = READS_INDEXER_TYPES
+    flags: ClassVar[dict[str, str]] = {TP_FLAG: "tp", "-tp": "tp", PP_FLAG: "pp", "-pp": "pp", ENV_VAR: "split"}
+
+    def default_partition(self, num_layers: int, pp: int, build: date | None = None) -> list[int]:
+        return default_partition(num_layers, pp, build)
+
+    def share_behaviour(self, build: date | None = None) -> ShareBehaviour:
+        return share_behaviour(build)
+
+    def serve_args(self, model: str, tp: int, pp: int) -> list[str]:
+        return serve_args(model, tp, pp)
+
+    def mtp_with_pp(self, build: date | None) -> str:
+        return mtp_with_pp(build)
+
+
+ENGINE_OBJECT = VllmEngine()

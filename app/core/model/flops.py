@@ -237,10 +237,9 @@ def head_flops_per_token(cfg: ModelConfig, sh: Shapes | None = None) -> int:
 
 def every_layer_roles(cfg: ModelConfig, roles: RoleMap | None = None) -> RoleMap:
     """The same model with an indexer on every decoder layer (pattern ``F``)."""
-    engine = roles.engine if roles is not None else "megatron"
     if not cfg.has_indexer:
-        return roles or derive_roles(cfg, engine)
-    return derive_roles(cfg, engine, pattern="F")
+        return roles or derive_roles(cfg)
+    return derive_roles(cfg, pattern="F")   # an override: every engine's rule gives the same roles
 
 
 # --------------------------------------------------------------------------- per token

@@ -145,14 +145,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from app.core.layout.stages import PipelineSpec, Stage, StagePlan, materialise
+from app.core.layout.stages import Stage, StagePlan
 from app.core.model.config import ModelConfig
-from app.core.model.parallelism import (
-    DTYPE_BYTES,
-    ParallelConfig,
-    check_parallel,
-    resolve_gpu,
-)
+from app.core.model.parallelism import DTYPE_BYTES, ParallelConfig, resolve_gpu
 from app.core.model.parameters import per_rank_params, shapes, stage_params
 from app.core.model.roles import RoleMap, derive_roles
 
@@ -729,7 +724,6 @@ def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
     ]
     host = host_memory(par, with_off)
     explanation = _explain(cfg, par, actual, alt, gpu.label, cap)
-    checks = check_parallel(cfg, par, plan)
     notes = [
         (f"capacity convention: {gpu.label}; CUDA context, NCCL buffers and allocator fragmentation are not "
          "itemised and must fit in the headroom"),
@@ -775,7 +769,6 @@ def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
         "host_memory": host,
         "megatron_theoretical": mt,
         "explanation": explanation,
-        "checks": [c.to_dict() for c in checks],
         "notes": notes,
     }
 
@@ -879,9 +872,10 @@ def inference_memory(cfg: ModelConfig, *, tp: int = 1, ep: int = 1, dp_attention
     roles = roles or derive_roles(cfg)
     g = resolve_gpu(gpu, gpu_capacity_bytes)
     n_mtp = cfg.num_nextn_predict_layers if include_mtp else 0
-    plan = materialise(PipelineSpec(pp=1), cfg.num_hidden_layers, default_mtp=n_mtp)
+    whole = Stage(0, 0, 0, 1, cfg.num_hidden_layers, cfg.num_hidden_layers, embedding=True, loss=True,
+                  mtp_layers=n_mtp)   # the whole model on one GPU group (no pipeline)
     etp = 1 if ep > 1 else tp
-    sp = stage_params(cfg, roles, list(plan.stages), tp=tp, ep=ep, etp=etp)
+    sp = stage_params(cfg, roles, [whole], tp=tp, ep=ep, etp=etp)
     sh = shapes(cfg)
     n_attn = cfg.num_hidden_layers + n_mtp
     dense = sp.dense_per_gpu

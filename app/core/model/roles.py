@@ -46,52 +46,62 @@ NVIDIA/Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553 and THUDM/slime
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from enum import Enum
 from functools import lru_cache
 from typing import Any
 
 from app.core.model.config import ModelConfig
 
 
-class Engine(str, Enum):
-    MEGATRON = "megatron"
-    SLIME = "slime"
-    HF = "hf"
+@dataclass(frozen=True)
+class RoleRule:
+    """One engine's reading of a config's IndexShare settings (each engine module defines its own).
+
+    ``full(n, freq, offset)``: whether 1-based decoder layer ``n`` computes its own top-k.
+    ``reads_declared``: the engine reads an explicit ``indexer_types`` / ``index_topk_pattern``
+    (transformers and its readers); otherwise it builds indexers from freq/offset alone (Megatron,
+    slime), so a declared array that disagrees is a checkpoint mismatch. ``mtp_follows_rule``: MTP
+    depth ``k`` applies the same rule to its own number ``k`` (Megatron, slime); otherwise every MTP
+    layer owns an indexer (HF-style checkpoints).
+    """
+
+    engine: str
+    defaults: tuple[int, int]  # (freq, offset) when neither the config nor a flag sets them
+    full: Callable[[int, int, int], bool]
+    reads_declared: bool
+    mtp_follows_rule: bool
+    source: str = ""
+    #: where the engine takes freq/offset from (its messages say so), and the flag that sets them
+    set_by: str = "the config's index_topk_freq / index_skip_topk_offset"
+    flag: str | None = None
+
+    def is_full(self, n: int, freq: int, offset: int) -> bool:
+        if freq < 1:
+            raise ValueError(f"index_topk_freq must be at least 1, got {freq}")
+        if offset < 0:
+            raise ValueError(f"index_skip_topk_offset must not be negative, got {offset}")
+        return self.full(n, freq, offset)
+
+    def layers(self, num_layers: int, freq: int, offset: int) -> tuple[bool, ...]:
+        return tuple(self.is_full(n, freq, offset) for n in range(1, num_layers + 1))
 
 
-ENGINES = tuple(e.value for e in Engine)
-DEFAULT_ENGINE = Engine.MEGATRON
+def _transformers_full(n: int, freq: int, offset: int) -> bool:
+    return max((n - 1) - offset + 1, 0) % freq == 0
 
-#: Defaults each engine uses when the config or launcher does not set freq / offset.
-ENGINE_DEFAULTS: dict[Engine, tuple[int, int]] = {
-    Engine.HF: (1, 2),
-    Engine.MEGATRON: (1, 0),
-    Engine.SLIME: (1, 0),
-}
+
+#: The config's own definition (huggingface/transformers ``models/glm_moe_dsa/configuration_glm_moe_dsa.py``
+#: @ 008e574391258935f3ecc3035c882e73bbcac419): ``indexer_types`` wins, then ``index_topk_pattern``, then
+#: 0-based layer ``i`` is full iff ``max(i - offset + 1, 0) % freq == 0``, defaults freq 1 / offset 2. The
+#: checkpoint's roles are read with it; the hf, vLLM and SGLang engines run it.
+TRANSFORMERS_RULE = RoleRule("hf", (1, 2), _transformers_full, reads_declared=True, mtp_follows_rule=False,
+                             source="huggingface/transformers models/glm_moe_dsa/configuration_glm_moe_dsa.py")
 
 
 class PatternError(ValueError):
     """A role override that cannot be used: a ``--pattern`` that is not F/S letters of a usable
     length, or a freq / offset override out of range."""
-
-
-def formula_is_full(n: int, freq: int, offset: int, engine: Engine) -> bool:
-    """Whether 1-based layer ``n`` computes its own top-k under ``engine``'s freq/offset rule."""
-    if freq < 1:
-        raise ValueError(f"index_topk_freq must be at least 1, got {freq}")
-    if offset < 0:
-        raise ValueError(f"index_skip_topk_offset must not be negative, got {offset}")
-    if engine is Engine.HF:
-        i = n - 1
-        return max(i - offset + 1, 0) % freq == 0
-    if engine is Engine.MEGATRON:
-        return max(n - max(offset, 1), 0) % freq == 0
-    return max(n - offset, 0) % freq == 0
-
-
-def formula_roles(num_layers: int, freq: int, offset: int, engine: Engine) -> tuple[bool, ...]:
-    return tuple(formula_is_full(n, freq, offset, engine) for n in range(1, num_layers + 1))
 
 
 def parse_pattern(pattern: str, num_layers: int) -> tuple[bool, ...]:
@@ -141,7 +151,7 @@ class RoleError:
 class RoleMap:
     """Roles of every decoder layer (``layers``) and the MTP layers after them (``mtp``)."""
 
-    engine: Engine
+    engine: str
     rule: str  # pattern_override | indexer_types | index_topk_pattern | freq_offset | no_indexer
     freq: int | None
     offset: int | None
@@ -178,8 +188,8 @@ def ffn_kinds(cfg: ModelConfig) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _config_freq_offset(cfg: ModelConfig, engine: Engine, freq: int | None, offset: int | None) -> tuple[int, int]:
-    d_freq, d_offset = ENGINE_DEFAULTS[engine]
+def _config_freq_offset(cfg: ModelConfig, rule: RoleRule, freq: int | None, offset: int | None) -> tuple[int, int]:
+    d_freq, d_offset = rule.defaults
     f = freq if freq is not None else cfg.index_topk_freq if cfg.index_topk_freq is not None else d_freq
     o = offset if offset is not None else (
         cfg.index_skip_topk_offset if cfg.index_skip_topk_offset is not None else d_offset
@@ -196,12 +206,12 @@ def config_declared_roles(cfg: ModelConfig) -> tuple[str, tuple[bool, ...]] | No
     return None
 
 
-def mtp_is_full(depths: int, freq: int, offset: int, engine: Engine) -> tuple[bool, ...]:
+def mtp_is_full(depths: int, freq: int, offset: int, rule: RoleRule) -> tuple[bool, ...]:
     """Whether MTP depth ``k`` = 1..depths computes its own top-k: Megatron / slime apply the skip
     rule to the MTP layer's own number ``k``; HF-style checkpoints give every MTP layer an indexer."""
-    if engine is Engine.HF:
+    if not rule.mtp_follows_rule:
         return (True,) * depths
-    return tuple(formula_is_full(k, freq, offset, engine) for k in range(1, depths + 1))
+    return tuple(rule.is_full(k, freq, offset) for k in range(1, depths + 1))
 
 
 def _mtp_roles(cfg: ModelConfig, full: tuple[bool, ...], errors: list[RoleError]) -> tuple[LayerRole, ...]:
@@ -224,7 +234,7 @@ def _mtp_roles(cfg: ModelConfig, full: tuple[bool, ...], errors: list[RoleError]
 
 
 def _build(
-    cfg: ModelConfig, engine: Engine, rule: str, full: tuple[bool, ...], freq: int | None, offset: int | None,
+    cfg: ModelConfig, engine: str, rule: str, full: tuple[bool, ...], freq: int | None, offset: int | None,
     mtp_full: tuple[bool, ...] | None = None,
 ) -> RoleMap:
     ffn = ffn_kinds(cfg)
@@ -255,7 +265,7 @@ def _build(
 @lru_cache(maxsize=256)
 def derive_roles(
     cfg: ModelConfig,
-    engine: Engine | str = DEFAULT_ENGINE,
+    rule: RoleRule = TRANSFORMERS_RULE,
     *,
     pattern: str | None = None,
     freq: int | None = None,
@@ -263,15 +273,15 @@ def derive_roles(
     mtp_layers: int | None = None,
     engine_built: bool = False,
 ) -> RoleMap:
-    """Roles under ``engine``. ``freq``/``offset`` override the config's (launcher flags
+    """Roles under an engine's ``rule``. ``freq``/``offset`` override the config's (launcher flags
     ``--dsa-indexer-topk-freq`` / ``--dsa-indexer-skip-topk-offset``); ``mtp_layers`` overrides
     ``num_nextn_predict_layers``.
 
     By default an explicit ``indexer_types`` / ``index_topk_pattern`` wins: those are the
-    checkpoint's roles. With ``engine_built=True`` and engine ``megatron`` / ``slime`` the result is
-    what the engine builds from freq/offset alone (it never reads the array); MTP depths then
-    follow the engine's numbering (:func:`mtp_is_full`)."""
-    engine = Engine(engine)
+    checkpoint's roles. With ``engine_built=True`` and a rule that does not read them (Megatron,
+    slime) the result is what the engine builds from freq/offset alone; MTP depths then follow the
+    engine's numbering (:func:`mtp_is_full`)."""
+    engine = rule.engine
     n = cfg.num_hidden_layers
     depths = cfg.num_nextn_predict_layers if mtp_layers is None else mtp_layers
     if depths < 0:
@@ -286,17 +296,17 @@ def derive_roles(
         full = (True,) * n
         rm = _build(cfg, engine, "no_indexer", full, None, None, (True,) * depths)
         return replace(rm, notes=("the model has no DSA indexer; every stage start is allowed",))
-    f, o = _config_freq_offset(cfg, engine, freq, offset)
+    f, o = _config_freq_offset(cfg, rule, freq, offset)
     declared = config_declared_roles(cfg)
     if pattern is not None:
         full = parse_pattern(pattern, n)
-        base = declared[1] if declared else formula_roles(n, f, o, engine)
+        base = declared[1] if declared else rule.layers(n, f, o)
         diffs = tuple(i + 1 for i in range(n) if full[i] != base[i])
         rm = _build(cfg, engine, "pattern_override", full, f, o, (True,) * depths)
         return replace(rm, pattern_differences=diffs)
-    if declared is not None and not (engine_built and engine is not Engine.HF):
+    if declared is not None and not (engine_built and not rule.reads_declared):
         return _build(cfg, engine, declared[0], declared[1], f, o, (True,) * depths)
-    return _build(cfg, engine, "freq_offset", formula_roles(n, f, o, engine), f, o, mtp_is_full(depths, f, o, engine))
+    return _build(cfg, engine, "freq_offset", rule.layers(n, f, o), f, o, mtp_is_full(depths, f, o, rule))
 
 
 def checkpoint_disagreements(checkpoint: RoleMap, built: RoleMap) -> list[LayerRole]:
@@ -331,64 +341,48 @@ def _diff(a: tuple[bool, ...], b: tuple[bool, ...]) -> list[int]:
 
 
 def role_disagreements(
-    cfg: ModelConfig, *, freq: int | None = None, offset: int | None = None
+    cfg: ModelConfig, rules: Iterable[RoleRule], *, freq: int | None = None, offset: int | None = None
 ) -> list[dict[str, Any]]:
-    return [dict(d) for d in _role_disagreements(cfg, freq, offset)]
+    """Where the config's array and each engine's freq/offset rule disagree, and where two engines'
+    rules disagree (``rules``: one per engine, e.g. :func:`app.core.engines.role_rules`)."""
+    return [dict(d) for d in _role_disagreements(cfg, tuple(rules), freq, offset)]
 
 
 @lru_cache(maxsize=256)
-def _role_disagreements(cfg: ModelConfig, freq: int | None, offset: int | None) -> tuple[dict[str, Any], ...]:
-    """Where the config's array and the freq/offset rule disagree, and where engines disagree.
-
-    Each entry: ``kind`` (``array_vs_rule`` or ``engines``), the two sides, and ``layers`` (1-based).
-    """
+def _role_disagreements(cfg: ModelConfig, rules: tuple[RoleRule, ...], freq: int | None,
+                        offset: int | None) -> tuple[dict[str, Any], ...]:
+    """Each entry: ``kind`` (``array_vs_rule`` or ``engines``), the two sides, and ``layers`` (1-based)."""
     if not cfg.has_indexer:
         return ()
     n = cfg.num_hidden_layers
     out: list[dict[str, Any]] = []
     declared = config_declared_roles(cfg)
-    rules = {}
-    for e in Engine:
-        f, o = _config_freq_offset(cfg, e, freq, offset)
-        rules[e] = (f, o, formula_roles(n, f, o, e))
+    derived = {}
+    for r in rules:
+        f, o = _config_freq_offset(cfg, r, freq, offset)
+        derived[r.engine] = (f, o, r.layers(n, f, o))
     if declared is not None:
-        for e in Engine:
-            f, o, roles = rules[e]
+        for e, (f, o, roles) in derived.items():
             layers = _diff(declared[1], roles)
             if layers:
-                out.append(
-                    {
-                        "kind": "array_vs_rule",
-                        "a": declared[0],
-                        "b": f"{e.value} rule (freq {f}, offset {o})",
-                        "engine": e.value,
-                        "layers": layers,
-                        "message": (
-                            f"{declared[0]} and the {e.value} freq/offset rule (freq {f}, offset {o}) "
-                            f"disagree on {len(layers)} layer(s): {_fmt_layers(layers)}"
-                        ),
-                    }
-                )
-    engines = list(Engine)
-    for i, a in enumerate(engines):
-        for b in engines[i + 1:]:
-            fa, oa, ra = rules[a]
-            fb, ob, rb = rules[b]
+                out.append({
+                    "kind": "array_vs_rule", "a": declared[0], "b": f"{e} rule (freq {f}, offset {o})",
+                    "engine": e, "layers": layers,
+                    "message": (f"{declared[0]} and the {e} freq/offset rule (freq {f}, offset {o}) "
+                                f"disagree on {len(layers)} layer(s): {_fmt_layers(layers)}"),
+                })
+    names = list(derived)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            (fa, oa, ra), (fb, ob, rb) = derived[a], derived[b]
             layers = _diff(ra, rb)
             if layers:
-                out.append(
-                    {
-                        "kind": "engines",
-                        "a": a.value,
-                        "b": b.value,
-                        "layers": layers,
-                        "message": (
-                            f"the {a.value} rule (freq {fa}, offset {oa}) and the {b.value} rule "
-                            f"(freq {fb}, offset {ob}) disagree on layer(s) {_fmt_layers(layers)}"
-                            + (" (the explicit array in the config takes precedence)" if declared else "")
-                        ),
-                    }
-                )
+                out.append({
+                    "kind": "engines", "a": a, "b": b, "layers": layers,
+                    "message": (f"the {a} rule (freq {fa}, offset {oa}) and the {b} rule (freq {fb}, offset {ob}) "
+                                f"disagree on layer(s) {_fmt_layers(layers)}"
+                                + (" (the explicit array in the config takes precedence)" if declared else "")),
+                })
     return tuple(out)
 
 
@@ -397,20 +391,14 @@ def _fmt_layers(layers: list[int], limit: int = 12) -> str:
     return head + (f", ... ({len(layers)} in all)" if len(layers) > limit else "")
 
 
-def roles_report(
-    cfg: ModelConfig,
-    engine: Engine | str = DEFAULT_ENGINE,
-    *,
-    pattern: str | None = None,
-    freq: int | None = None,
-    offset: int | None = None,
-    roles: RoleMap | None = None,
-) -> dict[str, Any]:
-    """The JSON body of ``isplan roles`` (``roles``: an engine's own, already derived)."""
-    rm = roles if roles is not None else derive_roles(cfg, engine, pattern=pattern, freq=freq, offset=offset)
+def roles_report(cfg: ModelConfig, roles: RoleMap, rules: Iterable[RoleRule], *, pattern: str | None = None,
+                 freq: int | None = None, offset: int | None = None) -> dict[str, Any]:
+    """The JSON body of ``isplan roles``: ``roles`` (an engine's own, already derived) and the
+    disagreements between the config and the engines' ``rules``."""
+    rm = roles
     return {
         "model": cfg.summary(),
-        "engine": engine.value if isinstance(engine, Engine) else str(engine),
+        "engine": rm.engine,
         "rule": rm.rule,
         "index_topk_freq": rm.freq,
         "index_skip_topk_offset": rm.offset,
@@ -423,7 +411,7 @@ def roles_report(
         "mtp_layers": [r.to_dict() for r in rm.mtp],
         "pattern_override": pattern,
         "pattern_differences": list(rm.pattern_differences) if rm.pattern_differences is not None else None,
-        "disagreements": role_disagreements(cfg, freq=freq, offset=offset),
+        "disagreements": role_disagreements(cfg, rules, freq=freq, offset=offset),
         "errors": [{"code": e.code, "message": e.message, "layer": e.layer} for e in rm.errors],
         "notes": list(rm.notes),
     }

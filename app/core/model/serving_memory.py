@@ -37,7 +37,10 @@ from app.core.model.config import ModelConfig
 from app.core.model.parameters import stage_params
 from app.core.model.roles import RoleMap
 
-KV_DTYPES = ("bf16", "fp8_ds_mla")
+#: the plan's KV dtypes (``app.core.plan.KV_DTYPES``); ``fp8_ds_mla`` is vLLM's name of the FP8 layout of
+#: an MLA cache and reads as ``fp8``
+KV_DTYPES = ("bf16", "fp8")
+KV_DTYPE_NAMES = {"bf16": "bf16", "fp8": "fp8", "fp8_ds_mla": "fp8"}
 WEIGHT_BYTES = {"bf16": 2, "fp8": 1}
 GIB = 1 << 30
 MAX_TOKENS = 1 << 40
@@ -69,7 +72,7 @@ class ServingMemorySettings:
             raise ServingMemoryError(f"--context x --concurrency = {self.context * self.concurrency:,} tokens is absurd")
         if self.weight_dtype not in WEIGHT_BYTES:
             raise ServingMemoryError(f"--weight-dtype must be one of {', '.join(WEIGHT_BYTES)}, got {self.weight_dtype!r}")
-        if self.kv_dtype not in KV_DTYPES:
+        if self.kv_dtype not in KV_DTYPE_NAMES:
             raise ServingMemoryError(f"--kv-dtype must be one of {', '.join(KV_DTYPES)}, got {self.kv_dtype!r}")
         if self.capacity_gib is not None and not self.capacity_gib > 0:
             raise ServingMemoryError(f"--gpu-memory must be a positive number of GiB, got {self.capacity_gib!r}")
@@ -79,13 +82,15 @@ class ServingMemorySettings:
         return self
 
 
-def latent_bytes_per_token(cfg: ModelConfig, kv_dtype: str = "bf16") -> int:
-    """MLA latent cache bytes per token per layer (BF16, or vLLM's ``fp8_ds_mla`` layout)."""
-    if kv_dtype == "bf16":
-        return (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * 2
-    if kv_dtype == "fp8_ds_mla":
-        return cfg.kv_lora_rank + -(-cfg.kv_lora_rank // 128) * 4 + cfg.qk_rope_head_dim * 2
-    raise ServingMemoryError(f"--kv-dtype must be one of {', '.join(KV_DTYPES)}, got {kv_dtype!r}")
+def latent_bytes_per_token(cfg: ModelConfig, kv_dtype: str = "bf16", *, tp: int = 1) -> int:
+    """KV cache bytes per token per layer on one GPU: the MLA latent (BF16, or vLLM's
+    ``fp8_ds_mla`` layout), or a GQA model's keys and values of the GPU's heads; one formula for
+    training and serving (:func:`app.core.model.memory.kv_bytes_per_token_layer`)."""
+    from app.core.model.memory import kv_bytes_per_token_layer
+
+    if kv_dtype not in KV_DTYPE_NAMES:
+        raise ServingMemoryError(f"--kv-dtype must be one of {', '.join(KV_DTYPES)}, got {kv_dtype!r}")
+    return kv_bytes_per_token_layer(cfg, KV_DTYPE_NAMES[kv_dtype], tp=tp)
 
 
 def indexer_key_bytes_per_token(cfg: ModelConfig) -> int:
@@ -135,7 +140,7 @@ def _stage_bytes(cfg: ModelConfig, roles: RoleMap, stage: Stage, s: ServingMemor
     owners = sum(1 for n in stage.layers if roles.role(n).has_indexer)
     owners += stage.mtp_layers if cfg.has_indexer else 0
     index_layers = kv_layers if s.indexer_cache_on_all_layers and cfg.has_indexer else owners
-    latent = kv_layers * latent_bytes_per_token(cfg, s.kv_dtype) * tokens
+    latent = kv_layers * latent_bytes_per_token(cfg, s.kv_dtype, tp=s.tp) * tokens
     index = index_layers * indexer_key_bytes_per_token(cfg) * tokens
     return weights, latent, index, index_layers
 

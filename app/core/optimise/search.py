@@ -34,14 +34,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.layout.stages import PipelineSpec, StagePlan, materialise, megatron_flags
+from app.core.engines.megatron.parallel import check_parallel
+from app.core.engines.megatron.placement import materialise, megatron_flags
+from app.core.layout.stages import PipelineSpec, StagePlan
 from app.core.model.config import ModelConfig
 from app.core.model.flops import bubble_fraction, stage_flops
 from app.core.model.layer_costs import memory_costs
 from app.core.model.memory import rank_activations, rank_totals
-from app.core.model.parallelism import ParallelConfig, check_parallel, divisors, resolve_gpu
+from app.core.model.parallelism import ParallelConfig, divisors, resolve_gpu
 from app.core.model.parameters import per_rank_params
-from app.core.model.roles import derive_roles
 from app.core.optimise.optimiser import optimal_layout
 
 RECOMPUTE_FACTOR = {"none": 1.0, "selective": 1.05, "full": 4.0 / 3.0}
@@ -88,7 +89,13 @@ def search(
     capacity = resolve_gpu(gpu, gpu_capacity_bytes).capacity_bytes
     space = space or SearchSpace()
     t0 = time.perf_counter()
-    roles = derive_roles(cfg, engine)
+    from app.core.engines import engine_for
+    from app.core.plan import Plan
+
+    found = engine_for(engine)
+    if not found.budget_search:
+        raise ValueError(f"the GPU-budget search plans Megatron-family training jobs; {found.label} is not one")
+    roles = found.check_roles(cfg, Plan(model=cfg.id, engine=engine, mtp_layers=mtp_layers or None))
     full = [r.role == "full" for r in roles.layers]
     mem = memory_costs(cfg, roles, mtp_layers=mtp_layers)
     costs, first_extra, last_extra = list(mem.costs), mem.first_stage_extra, mem.last_stage_extra

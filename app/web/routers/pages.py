@@ -12,7 +12,6 @@ query>``; it is a page key, never part of the plan.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -20,8 +19,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from app.core import reports
+from app.core.engines import DEFAULT_PLAN, ignored_fields
 from app.core.optimise.actions import ACTIONS, apply_action
-from app.core.plan import SLIME_GLM52_PROFILE, FieldProblem, Plan, PlanError, plan_from_query
+from app.core.plan import FieldProblem, Plan, PlanError, plan_from_query
 from app.web.deps import Store, action_cost, bounded_from_thread, model_config
 from app.web.view import PlanView, build_view, resolve_model
 
@@ -32,7 +32,7 @@ def page_plan(request: Request) -> tuple[Plan, list[FieldProblem]]:
     """The page's plan: lenient (a bad value keeps its default and gets a field message); an
     empty query is the pinned slime GLM-5.2 profile."""
     params = {k: v for k, v in request.query_params.items() if k not in PAGE_KEYS}
-    return plan_from_query(params, empty=SLIME_GLM52_PROFILE)
+    return plan_from_query(params, empty=DEFAULT_PLAN, ignored=ignored_fields)
 
 
 PAGE_KEYS = ("action", "a")  # page-only URL keys: a one-shot action, the pinned compare plan A
@@ -46,7 +46,7 @@ def compare_context(request: Request, b: PlanView, store: Store) -> dict[str, An
     a_query = request.query_params.get("a")
     if not a_query:
         return {"compare": None}
-    a_plan, a_problems = plan_from_query(dict(parse_qsl(a_query[:8000])), empty=SLIME_GLM52_PROFILE)
+    a_plan, a_problems = plan_from_query(dict(parse_qsl(a_query[:8000])), empty=DEFAULT_PLAN, ignored=ignored_fields)
     a = build_view(a_plan, a_problems, store)
     return {"compare": {"a": a, "sa": plan_summary(a), "sb": plan_summary(b), "diff": flag_diff(a.plan, b.plan),
                         "a_query": a.plan.query()}}
@@ -111,24 +111,13 @@ def search_fragment(request: Request, store: Store) -> HTMLResponse:
         except PlanError as exc:
             error = "; ".join(p.message for p in exc.problems)
         else:
-            rows = [dict(r, query=_search_plan(plan, r).query()) for r in body["results"]]
+            rows = body["results"]   # each a plan the search recommends, evaluated: its query and verdict
             if not rows:
                 error = (f"no configuration of {plan.gpus} GPUs passes the constraints, has a valid layout and "
                          "fits in memory")
             error = model_err or error
     return request.app.state.templates.TemplateResponse(
         request, "_search.html", {"rows": rows, "error": error, "gpus": plan.gpus, "model": plan.model})
-
-
-def _search_plan(base: Plan, r: dict[str, Any]) -> Plan:
-    """The plan a search result stands for: the page's model, GPU and sequence settings with the
-    result's parallelism (sequence parallelism included), recompute, optimizer settings and stage
-    sizes."""
-    return replace(base, mode="split", split=tuple(r["split"]), layout=None, first=None, last=None, pp=r["pp"],
-                   vpp=r["vpp"] if r["vpp"] > 1 else None, tp=r["tp"], cp=r["cp"], dp=r["dp"], ep=r["ep"],
-                   etp=r["etp"], sp=r["sp"], recompute=r["recompute"], offload=r["optimizer_cpu_offload"],
-                   precision_aware=r["use_precision_aware_optimizer"],
-                   microbatches=r.get("microbatches") or base.microbatches)
 
 
 @router.get("/receipt")

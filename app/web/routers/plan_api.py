@@ -6,15 +6,15 @@ Each route returns the report of :mod:`app.core.reports` - the same object as
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from app.core import reports
-from app.core.plan import MAX_GPUS, SLIME_GLM52_PROFILE, parse_sizes, strict_plan
-from app.core.plan.bounds import MAX_CONTEXT, MAX_PLAN_TEXT, MAX_TOP
+from app.core.engines import DEFAULT_PLAN, ignored_fields
+from app.core.plan import parse_sizes, strict_plan
+from app.core.plan.bounds import MAX_GPUS, MAX_PLAN_TEXT, MAX_TOP
 from app.core.receipt import ReceiptError, load_receipt_bytes, verify_receipt
 from app.web.deps import (
     BadInput,
@@ -52,7 +52,7 @@ def plan_page(request: Request, _plan: PlanDep, store: Store) -> dict[str, Any]:
     """The page's whole data for a plan URL (same query as ``/``; an empty query is the page's
     pinned slime GLM-5.2 profile): the plan, its verdict, the check, the conversion slot,
     parallelism, per-rank memory, per-stage FLOPs and the exports."""
-    plan = strict_plan(request.query_params, empty=SLIME_GLM52_PROFILE)
+    plan = strict_plan(request.query_params, empty=DEFAULT_PLAN, ignored=ignored_fields)
     model_config(plan.model, store)  # an unknown model is a 422 here, not a fallback
     return build_view(plan, [], store).page_json()
 
@@ -79,7 +79,6 @@ def receipt(plan: PlanDep, store: Store) -> dict[str, Any]:
 @router.get("/plan-search", response_model=Report, responses=BOUNDED)
 async def plan_search(request: Request, plan: PlanDep, store: Store,
                       objective: Literal["compute", "memory", "balanced"] = "balanced",
-                      context: Annotated[int, Query(ge=1, le=MAX_CONTEXT)] = 4096,
                       top: Annotated[int, Query(ge=0, le=MAX_TOP)] = 3,
                       near: Annotated[str | None, Query(max_length=MAX_PLAN_TEXT)] = None) -> dict[str, Any]:
     """``isplan plan --format json``: the optimal valid layout for ``pp`` x ``vpp``, the next best
@@ -91,7 +90,7 @@ async def plan_search(request: Request, plan: PlanDep, store: Store,
         raise BadInput(str(exc), "near") from None
     cfg = await run_in_threadpool(model_config, plan.model, store)
     body: dict[str, Any] = await bounded(request, plan_search_cost(plan, cfg, top), report_body,
-                                         reports.plan_search_report, replace(plan, context=context), cfg,
+                                         reports.plan_search_report, plan, cfg,
                                          objective=objective, top=top, near=near_sizes)
     return body
 

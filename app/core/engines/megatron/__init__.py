@@ -1,0 +1,342 @@
+"""Megatron-Core: its role rule, stage placement, acceptance, parallel constraints, memory
+conventions, flags and exports (NVIDIA/Megatron-LM at commit d98e8a64ddf34856e74b24714e3bedb2f5a39553).
+
+The pieces, each in its own module of this package:
+
+* :mod:`.placement` - the stages Megatron builds from ``--pipeline-model-parallel-size``,
+  first/last, VPP or a layout string, with ``validate_args`` / ``TransformerConfig``'s refusals;
+* :mod:`.check` - the release-gate check of one layout (roles built from freq/offset, the
+  checkpoint comparison, the boundary rule);
+* :mod:`.parallel` - the parallel constraints (world, heads, experts, CP, SP, micro-batches,
+  optimizer flags);
+* :mod:`.export` - Megatron arguments and slime's ``PERF_ARGS``, shell-safe.
+
+Memory per pipeline rank is :func:`app.core.model.memory.training_memory` (Megatron's allocator
+conventions: BF16 params, FP32 main grads, the distributed optimizer's shards). slime
+(:mod:`app.core.engines.slime`) and the transformers-role what-if (:mod:`app.core.engines.hf`) are
+this engine with their own role rule and flags.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+from typing import Any, ClassVar
+
+from app.core.engines.base import Engine, Judgement, LayoutCheck
+from app.core.engines.megatron.check import MEGATRON_SHARED_START, CheckResult, engine_roles, run_check
+from app.core.engines.megatron.export import ExportSettings, exports
+from app.core.engines.megatron.parallel import check_parallel
+from app.core.engines.megatron.placement import interleave_error, materialise
+from app.core.engines.rules import ShareBehaviour
+from app.core.layout.stages import LayoutInputError, PipelineSpec, PlanError, StagePlan
+from app.core.model.config import ModelConfig
+from app.core.model.parallelism import ParallelConfig
+from app.core.model.roles import RoleMap, RoleRule, derive_roles, parse_pattern
+from app.core.plan import TABLE, FieldProblem, Plan
+from app.core.verdict import Reason, ranges
+
+
+def _megatron_full(n: int, freq: int, offset: int) -> bool:
+    return max(n - max(offset, 1), 0) % freq == 0
+
+
+#: ``megatron/core/transformer/experimental_attention_variant/dsa.py: is_dsa_skip_topk_layer``: 1-based
+#: layer ``n`` skips (is shared) iff ``max(n - max(offset, 1), 0) % freq != 0``; flags
+#: ``--dsa-indexer-topk-freq`` (default 1) / ``--dsa-indexer-skip-topk-offset`` (default 0). Megatron never
+#: reads ``indexer_types``; MTP depth ``k`` applies the rule to ``k`` (``multi_token_prediction.py``).
+MEGATRON_RULE = RoleRule(
+    "megatron", (1, 0), _megatron_full, reads_declared=False, mtp_follows_rule=True,
+    source="NVIDIA/Megatron-LM megatron/core/transformer/experimental_attention_variant/dsa.py @ d98e8a64",
+    set_by="--dsa-indexer-topk-freq / --dsa-indexer-skip-topk-offset", flag="--dsa-indexer-topk-freq")
+
+#: Megatron's own spelling of every plan setting it reads (``megatron/training/arguments.py``)
+MEGATRON_FLAGS: dict[str, str] = {
+    "--num-layers": "num_layers", "--hidden-size": "hidden_size", "--num-attention-heads": "num_attention_heads",
+    "--num-experts": "num_experts", "--moe-ffn-hidden-size": "moe_ffn_hidden_size",
+    "--dsa-indexer-topk-freq": "dsa_topk_freq", "--dsa-indexer-skip-topk-offset": "dsa_skip_topk_offset",
+    "--pipeline-model-parallel-size": "pp", "--decoder-first-pipeline-num-layers": "first",
+    "--decoder-last-pipeline-num-layers": "last", "--num-virtual-stages-per-pipeline-rank": "vpp",
+    "--virtual-pipeline-model-parallel-size": "vpp", "--num-layers-per-virtual-pipeline-stage": "layers_per_vstage",
+    "--account-for-embedding-in-pipeline-split": "account_for_embedding",
+    "--account-for-loss-in-pipeline-split": "account_for_loss", "--pipeline-model-parallel-layout": "layout",
+    "--mtp-num-layers": "mtp_layers", "--no-overlap-p2p-communication": "no_overlap_p2p_communication",
+    "--tensor-model-parallel-size": "tp", "--context-parallel-size": "cp", "--expert-model-parallel-size": "ep",
+    "--expert-tensor-parallel-size": "etp", "--sequence-parallel": "sp", "--micro-batch-size": "mbs",
+    "--global-batch-size": "global_batch", "--seq-length": "seq_length", "--recompute-granularity": "recompute",
+    "--recompute-method": "recompute_method", "--recompute-num-layers": "recompute_num_layers",
+    "--optimizer-cpu-offload": "optimizer_cpu_offload",
+    "--overlap-cpu-optimizer-d2h-h2d": "overlap_cpu_optimizer_d2h_h2d",
+    "--use-precision-aware-optimizer": "use_precision_aware_optimizer",
+    "--make-vocab-size-divisible-by": "make_vocab_size_divisible_by",
+}
+
+#: the plan fields a training engine of the Megatron family reads
+TRAINING_FIELDS = frozenset(n for n, s in TABLE.items() if s.group not in ("serving", "maxtext")) - {"engine_version"}
+
+
+def pipeline_spec(plan: Plan) -> PipelineSpec:
+    """The Megatron pipeline description of the plan's layout mode.
+
+    In split mode PP is implied by the sizes; a PP other than the neutral 1 must agree with them.
+    Without ``mtp_layers`` no MTP layer is built: ``--mtp-num-layers`` defaults to None in Megatron
+    and slime (THUDM/slime ``slime/utils/arguments.py``).
+    """
+    common: dict[str, Any] = {"vpp": plan.vpp, "mtp_layers": plan.mtp_layers or 0,
+                              "overlap_p2p": not plan.no_overlap_p2p_communication}
+    if plan.mode == "split":
+        return PipelineSpec(split=plan.split or (), pp=plan.pp if plan.pp != 1 else None, **common)
+    if plan.mode == "layout":   # Megatron refuses a layout with first/last/account_for_* (placement says so)
+        return PipelineSpec(pp=plan.pp, layout=plan.layout or "", first=plan.first, last=plan.last,
+                            layers_per_vstage=plan.layers_per_vstage, account_for_embedding=plan.account_for_embedding,
+                            account_for_loss=plan.account_for_loss, **common)
+    return PipelineSpec(pp=plan.pp, first=plan.first, last=plan.last, layers_per_vstage=plan.layers_per_vstage,
+                        account_for_embedding=plan.account_for_embedding, account_for_loss=plan.account_for_loss,
+                        **common)
+
+
+def conversion_spec(plan: Plan) -> PipelineSpec | None:
+    mtp = plan.mtp_layers or 0
+    if plan.conv == "split" and plan.conv_split:
+        return PipelineSpec(split=plan.conv_split, mtp_layers=mtp)
+    if plan.conv == "flags" and plan.conv_pp:
+        return PipelineSpec(pp=plan.conv_pp, first=plan.conv_first, last=plan.conv_last, mtp_layers=mtp)
+    return None
+
+
+def parallel_config(plan: Plan, stages: StagePlan) -> ParallelConfig:
+    """Megatron's parallel settings for the plan (``ValueError`` names a bad combination)."""
+    return ParallelConfig(
+        tp=plan.tp, cp=plan.cp, pp=stages.pp, dp=plan.dp, gpus=plan.gpus, ep=plan.ep, etp=plan.etp,
+        vpp=stages.vpp if stages.vpp > 1 else None, overlap_p2p_comm=not plan.no_overlap_p2p_communication,
+        sp=plan.sp, mbs=plan.mbs, num_microbatches=plan.num_microbatches, global_batch=plan.global_batch,
+        seq_length=plan.seq_length if (plan.seq_length or plan.tokens_per_gpu) else 4096,
+        tokens_per_gpu=plan.tokens_per_gpu, recompute=plan.recompute, recompute_method=plan.recompute_method,
+        recompute_num_layers=plan.recompute_num_layers, optimizer_cpu_offload=plan.optimizer_cpu_offload,
+        use_precision_aware_optimizer=plan.use_precision_aware_optimizer,
+        distributed_optimizer=not plan.no_distributed_optimizer, gpu=plan.gpu,
+        gpu_capacity_bytes=int(plan.gpu_memory_gb * 1e9) if plan.gpu_memory_gb else None,
+        host_memory_gb=plan.host_memory_gb, gpus_per_node=plan.gpus_per_node,
+        make_vocab_size_divisible_by=plan.make_vocab_size_divisible_by)
+
+
+def memory_reasons(memory: dict[str, Any]) -> list[Reason]:
+    """One reason for every pipeline rank over capacity (naming the ranks and the worst), one for
+    host memory of the offloaded optimizer."""
+    out = []
+    host = memory.get("host_memory") or {}
+    if host.get("offload_on") and not host.get("fits", True):
+        out.append(Reason("memory", "host_over_capacity",
+                          f"a node needs {host['max_node_bytes'] / 1e9:.1f} GB of host memory for the offloaded "
+                          f"optimizer ({host['bytes_per_sharded_param']} B per sharded parameter, "
+                          f"{host['gpus_per_node']} GPUs per node); it has {host['capacity_bytes_per_node'] / 1e9:.0f} GB",
+                          "host_memory_gb"))
+    over = [st for st in memory.get("stages", []) if not st.get("fits", True)]
+    if over:
+        worst = max(over, key=lambda st: st["total_bytes"])
+        label = memory.get("gpu", {}).get("label", "the GPU")
+        ranks = ranges([st["pp_rank"] for st in over])
+        out.append(Reason("memory", "rank_over_capacity",
+                          f"pp rank{'s' * (len(over) > 1)} {ranks} need{'s' * (len(over) == 1)} up to "
+                          f"{worst['total_bytes'] / 1e9:.1f} GB per GPU (pp rank {worst['pp_rank']}); {label} holds "
+                          f"{worst['capacity_bytes'] / 1e9:.0f} GB (largest term: {worst.get('dominant_label', '?')}); "
+                          "recompute, offload the optimizer, or raise tp, pp or ep", "gpu"))
+    return out
+
+
+class MegatronEngine(Engine):
+    """Megatron-Core (``pretrain_gpt.py``)."""
+
+    name = "megatron"
+    label = "Megatron-Core"
+    acceptance_kind = "megatron"
+    role_rule: ClassVar[RoleRule | None] = MEGATRON_RULE
+    fields = TRAINING_FIELDS
+    flags: ClassVar[dict[str, str]] = MEGATRON_FLAGS
+    source = "NVIDIA/Megatron-LM @ d98e8a64ddf34856e74b24714e3bedb2f5a39553"
+    #: what a stage that starts on a shared layer does in this engine
+    shared_start: ClassVar[ShareBehaviour] = MEGATRON_SHARED_START
+    budget_search = True
+
+    def overrides(self, plan: Plan) -> tuple[int | None, int | None]:
+        """The freq/offset the engine is launched with (``None``: the config's)."""
+        return plan.dsa_topk_freq, plan.dsa_skip_topk_offset
+
+    def roles(self, cfg: ModelConfig, plan: Plan) -> tuple[RoleMap, list[int]]:
+        freq, offset = self.overrides(plan)
+        assert self.role_rule is not None
+        return derive_roles(cfg, self.role_rule, pattern=plan.pattern, freq=freq, offset=offset), []
+
+    def check(self, cfg: ModelConfig, plan: Plan, *, extra_errors: tuple[PlanError, ...] = (),
+              extra_warnings: tuple[str, ...] = (), extra: dict[str, Any] | None = None) -> CheckResult:
+        return self._run(cfg, plan, pipeline_spec(plan), extra_errors=extra_errors, extra_warnings=extra_warnings,
+                         extra=extra)
+
+    def conversion(self, cfg: ModelConfig, plan: Plan) -> CheckResult | None:
+        spec = conversion_spec(plan)
+        return None if spec is None else self._run(cfg, plan, spec)
+
+    def _run(self, cfg: ModelConfig, plan: Plan, spec: PipelineSpec, **kw: Any) -> CheckResult:
+        from app.core.engines import role_rules
+
+        if plan.pattern is not None:
+            parse_pattern(plan.pattern, cfg.num_hidden_layers)  # PatternError names --pattern
+        freq, offset = self.overrides(plan)
+        assert self.role_rule is not None
+        return run_check(cfg, spec, self.role_rule, rules=role_rules(), pattern=plan.pattern, freq=freq,
+                         offset=offset, shared_start=self.shared_start, **kw)
+
+    # ------------------------------------------------------------------ parallelism and memory
+    def judge(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck) -> Judgement:
+        from app.core.model.flops import stage_flops
+        from app.core.model.memory import training_memory
+
+        out = Judgement()
+        stages = check.plan
+        try:
+            par = parallel_config(plan, stages)
+        except ValueError as exc:
+            out.problems.append(FieldProblem("tp", f"parallel settings: {exc}"))
+            return out
+        out.parallel = par
+        out.checks = check_parallel(cfg, par, stages)
+        for c in out.checks:
+            if not c.ok and c.level == "error":
+                out.blocking.append(Reason(c.kind, c.name, c.message, c.field))
+            elif c.warning or (not c.ok and c.level == "warning"):
+                out.warnings.append(Reason("parallel", c.name, c.message, c.field))
+        if stages.errors:
+            return out
+        try:
+            out.memory = training_memory(cfg, stages, par, check.roles)
+        except ValueError as exc:
+            out.problems.append(FieldProblem("pp", str(exc)))
+            return out
+        out.blocking += memory_reasons(out.memory)
+        out.stage_flops = stage_flops(cfg, check.roles, stages, seq_length=par.sample_length, mbs=par.mbs)
+        return out
+
+    def exports(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck, judgement: Judgement,
+                conversion: LayoutCheck | None = None) -> dict[str, str]:
+        assert isinstance(check, CheckResult)
+        par = judgement.parallel
+        if par is None:   # not judged: the plan's own settings still make the export
+            try:
+                par = parallel_config(plan, check.plan)
+            except ValueError:
+                return {}
+        conv = conversion if isinstance(conversion, CheckResult) else None
+        return exports(check, ExportSettings.from_parallel(par), conversion=conv)
+
+    # ------------------------------------------------------------------ plans
+    def best_layouts(self, cfg: ModelConfig, plan: Plan, *, objective: str = "balanced", top: int = 1) -> list[Plan]:
+        """The ``top`` best valid layouts for the plan's PP x VPP (every physical and virtual stage
+        starting on a full layer), as split plans; none when Megatron refuses that PP x VPP (the
+        placement's interleave rule)."""
+        from app.core.model.layer_costs import layer_costs
+        from app.core.optimise.optimiser import k_best_layouts
+
+        roles = self.check_roles(cfg, plan)
+        pp, vpp = plan.pp, plan.vpp or 1
+        if interleave_error(pp, vpp, not plan.no_overlap_p2p_communication, "--vpp") is not None:
+            return []
+        # the compute objective weighs layers at the training sequence length
+        lc = layer_costs(cfg, roles, objective, context=plan.seq_length or 4096, mtp_layers=plan.mtp_layers or 0)
+        full = [r.role == "full" for r in roles.layers]
+        found = k_best_layouts(list(lc.costs), full, pp, vpp, k=top, first_stage_extra=lc.first_stage_extra,
+                               last_stage_extra=lc.last_stage_extra)
+        return [self.with_split(plan, tuple(lay.split), pp, vpp) for lay in found]
+
+    def layout_report(self, cfg: ModelConfig, plan: Plan, *, objective: str, top: int) -> tuple[dict[str, Any], list[Plan]]:
+        """The optimiser's body (per-layer costs, the number of valid layouts C(F-1, S-1), each
+        layout's stage costs and Megatron flags) for the plan's PP x VPP."""
+        from app.core.optimise.plan_search import plan_report
+
+        pp, vpp = plan.pp, plan.vpp or 1
+        if interleave_error(pp, vpp, not plan.no_overlap_p2p_communication, "--vpp") is not None:
+            return {"best": None, "alternatives": [], "valid_layout_count": 0}, []
+        body = plan_report(cfg, self.check_roles(cfg, plan), pp=pp, vpp=vpp, objective=objective,
+                           context=plan.seq_length or 4096, top=max(0, top - 1), mtp_layers=plan.mtp_layers or 0)
+        entries = [e for e in [body["best"], *body["alternatives"]] if e]
+        return body, [self.with_split(plan, tuple(e["split"]), pp, vpp) for e in entries]
+
+    def nearest(self, cfg: ModelConfig, plan: Plan) -> Plan | None:
+        from app.core.optimise.optimiser import nearest_valid
+
+        try:
+            stages = materialise(pipeline_spec(plan), cfg.num_hidden_layers)
+        except LayoutInputError:
+            return None
+        if not stages.stages or sum(stages.sizes) != cfg.num_hidden_layers:
+            return None
+        full = [r.role == "full" for r in self.check_roles(cfg, plan).layers]
+        nv = nearest_valid(stages.sizes, full, stages.vpp)
+        return None if nv is None else self.with_split(plan, tuple(nv.split), stages.pp, stages.vpp)
+
+    def check_roles(self, cfg: ModelConfig, plan: Plan) -> RoleMap:
+        """The roles the boundary rule is judged with (what the engine builds)."""
+        freq, offset = self.overrides(plan)
+        assert self.role_rule is not None
+        return engine_roles(cfg, self.role_rule, plan.pattern, freq, offset, plan.mtp_layers or 0)[0]
+
+    @staticmethod
+    def with_split(plan: Plan, split: tuple[int, ...], pp: int, vpp: int) -> Plan:
+        return replace(plan, mode="split", split=split, pp=pp, vpp=vpp if vpp > 1 else None, first=None, last=None,
+                       layers_per_vstage=None, account_for_embedding=False, account_for_loss=False, layout=None)
+
+    def profile(self, cfg: ModelConfig, plan: Plan) -> Plan:
+        """The best plan the GPU-budget search finds on the smallest budget that fits (cached)."""
+        return training_profile(self.name, cfg, plan.gpu, plan.gpu_memory_gb, plan.model)
+
+
+#: GPU budgets the training profile tries, smallest first
+BUDGETS = tuple(2**k for k in range(3, 14))
+SEQ_LENGTH = 4096
+
+
+def _go(plan: Plan, cfg: ModelConfig) -> bool:
+    from app.core.evaluate import evaluate
+
+    ev = evaluate(plan, cfg)
+    return not ev.problems and ev.verdict.go
+
+
+def _training_plan(row: dict[str, Any], engine: str, model: str, gpu: str, gpu_memory_gb: float | None) -> Plan:
+    return Plan(model=model, engine=engine, mode="split", split=tuple(row["split"]), pp=row["pp"],
+                vpp=row["vpp"] if row["vpp"] > 1 else None, tp=row["tp"], cp=row["cp"], ep=row["ep"], etp=row["etp"],
+                dp=row["dp"], sp=row["sp"], recompute=row["recompute"],
+                optimizer_cpu_offload=row["optimizer_cpu_offload"],
+                use_precision_aware_optimizer=row["use_precision_aware_optimizer"], seq_length=SEQ_LENGTH,
+                global_batch=row["dp"] * 8 * row["pp"], gpu=gpu, gpu_memory_gb=gpu_memory_gb, parallel=True)
+
+
+@lru_cache(maxsize=64)
+def training_profile(engine: str, cfg: ModelConfig, gpu: str, gpu_memory_gb: float | None, model: str) -> Plan:
+    """The recommended training plan of ``cfg`` on ``engine``: the GPU-budget search's best
+    configuration (judged by :func:`app.core.evaluate.evaluate`: the first whose verdict is go) on
+    the smallest power-of-two budget from 8 to 8192 GPUs where one fits ``gpu``, at 4096 tokens per
+    sample and 8 micro-batches per pipeline rank; the neutral plan when nothing fits."""
+    from app.core.optimise.search import search
+
+    from app.core.model.parallelism import resolve_gpu
+    from app.core.model.parameters import count_parameters
+
+    capacity = int(gpu_memory_gb * 1e9) if gpu_memory_gb else None
+    # a lower bound: BF16 weights + FP32 main grads (6 B per parameter) stay on the GPUs whatever
+    # is sharded or offloaded, so smaller budgets cannot fit
+    floor = count_parameters(cfg).main_total * 6 / resolve_gpu(gpu, capacity).capacity_bytes
+    fallback: Plan | None = None
+    for gpus in (b for b in BUDGETS if b >= floor):
+        found = search(cfg, gpus, gpu=gpu, gpu_capacity_bytes=capacity, seq_length=SEQ_LENGTH, top=5,
+                       engine=engine)
+        for row in found["results"]:
+            plan = _training_plan(row, engine, model, gpu, gpu_memory_gb)
+            if _go(plan, cfg):
+                return plan
+            fallback = fallback or plan
+    return fallback or Plan(model=model, engine=engine, gpu=gpu, gpu_memory_gb=gpu_memory_gb, parallel=True)
+
+
+
+
+ENGINE = MegatronEngine()

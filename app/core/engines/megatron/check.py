@@ -21,18 +21,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.engines.base import LayoutCheck
+from app.core.engines.megatron.placement import materialise, megatron_flags
+from app.core.engines.rules import ShareBehaviour
 from app.core.layout.boundary import BoundaryReport, validate_boundaries
-from app.core.layout.stages import (
-    PipelineSpec,
-    PlanError,
-    StagePlan,
-    materialise,
-    megatron_flags,
-)
+from app.core.layout.stages import PipelineSpec, PlanError, StagePlan
 from app.core.model.config import ModelConfig
 from app.core.model.roles import (
-    Engine,
+    TRANSFORMERS_RULE,
     RoleMap,
+    RoleRule,
     checkpoint_disagreements,
     config_declared_roles,
     derive_roles,
@@ -40,11 +38,23 @@ from app.core.model.roles import (
     role_disagreements,
 )
 
+#: Megatron at a stage that starts on a shared layer: the model build refuses the split
+#: (NVIDIA/Megatron-LM ``megatron/core/models/gpt/experimental_attention_variant_module_specs.py``:
+#: ``_validate_dsa_index_share_pipeline_split`` raises RuntimeError "DSA index-share pipeline split is
+#: invalid: ... Choose a pipeline layout where each stage starts on a computing layer").
+MEGATRON_SHARED_START = ShareBehaviour(
+    "crash", True, "Megatron refuses the split at model build (RuntimeError: DSA index-share pipeline split is "
+    "invalid); choose a layout where each stage starts on a computing layer",
+    "NVIDIA/Megatron-LM megatron/core/models/gpt/experimental_attention_variant_module_specs.py "
+    "_validate_dsa_index_share_pipeline_split @ d98e8a64")
+
 
 @dataclass(frozen=True)
-class CheckResult:
+class CheckResult(LayoutCheck):
+    """Megatron's check of one layout (the megatron, slime and hf engines)."""
+
     model: ModelConfig
-    engine: Engine
+    engine: str
     pattern: str | None
     spec: PipelineSpec
     roles: RoleMap
@@ -56,10 +66,11 @@ class CheckResult:
     layout_string: str
     extra: dict[str, Any] = field(default_factory=dict)
     checkpoint_roles: RoleMap | None = None   # the checkpoint's roles when they are not ``roles``
+    shared_start: ShareBehaviour = field(default_factory=lambda: MEGATRON_SHARED_START)
 
     @property
-    def valid(self) -> bool:
-        return not self.errors and not self.boundary.violations and bool(self.plan.stages)
+    def share(self) -> ShareBehaviour:
+        return self.shared_start
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -72,7 +83,7 @@ class CheckResult:
                 "mtp_layers": self.plan.mtp_layers,
                 "provenance": self.model.provenance,
             },
-            "engine": self.engine.value,
+            "engine": self.engine,
             "roles_rule": self.roles.rule,
             "roles_built_by_engine": self.checkpoint_roles is not None,
             "pattern": self.pattern,
@@ -92,7 +103,7 @@ class CheckResult:
         """The seed checker's style: one ``stage k: a-b (role)`` line per stage, then a verdict."""
         lines = [
             f"model {self.model.id} ({self.model.num_hidden_layers} layers, sha256 {self.model.sha256[:12]}), "
-            f"engine {self.engine.value}, PP {self.plan.pp}"
+            f"engine {self.engine}, PP {self.plan.pp}"
             + (f" x VPP {self.plan.vpp}" if self.plan.vpp > 1 else "")
         ]
         for w in self.warnings:
@@ -132,23 +143,31 @@ def _quote(arg: str) -> str:
 def run_check(
     cfg: ModelConfig,
     spec: PipelineSpec,
-    engine: Engine | str = Engine.MEGATRON,
+    engine: RoleRule | str = "megatron",
     *,
+    rules: tuple[RoleRule, ...] = (),
     pattern: str | None = None,
     freq: int | None = None,
     offset: int | None = None,
     extra_errors: tuple[PlanError, ...] = (),
     extra_warnings: tuple[str, ...] = (),
     extra: dict[str, Any] | None = None,
+    shared_start: ShareBehaviour = MEGATRON_SHARED_START,
 ) -> CheckResult:
-    """Materialise ``spec`` over ``cfg`` and validate every stage start (fails closed).
+    """Materialise ``spec`` over ``cfg`` with Megatron's placement and validate every stage start
+    under the ``engine``'s role rule (a :class:`RoleRule`, or an engine's name; fails closed). ``rules``: every engine's rule, for the
+    warning that the checkpoint's array and this engine's rule disagree.
 
     Raises :class:`app.core.layout.stages.LayoutInputError` / :class:`app.core.model.roles.PatternError`
     for unusable input; every rule violation is returned in the result instead.
     """
-    engine = Engine(engine)
+    rule = engine
+    if isinstance(rule, str):   # an engine's name: its rule, from the registry
+        from app.core.engines import engine_for, role_rules
+
+        rule, rules = engine_for(rule).role_rule or TRANSFORMERS_RULE, rules or role_rules()
     plan = materialise(spec, cfg.num_hidden_layers, default_mtp=cfg.num_nextn_predict_layers)
-    roles, checkpoint, mismatch = engine_roles(cfg, engine, pattern, freq, offset, plan.mtp_layers)
+    roles, checkpoint, mismatch = engine_roles(cfg, rule, pattern, freq, offset, plan.mtp_layers)
     boundary = validate_boundaries(plan, roles)
     errors = list(extra_errors)
     errors += [PlanError(e.code, e.message, None, kind="model") for e in roles.errors]
@@ -158,46 +177,44 @@ def run_check(
         errors.append(PlanError("no_stages", "the pipeline description produced no stages"))
     warnings = list(extra_warnings)
     if pattern is None and checkpoint is None:
-        for d in role_disagreements(cfg, freq=freq, offset=offset):
-            if d["kind"] == "array_vs_rule" and d["engine"] == engine.value:
+        for d in role_disagreements(cfg, rules or (rule,), freq=freq, offset=offset):
+            if d["kind"] == "array_vs_rule" and d["engine"] == rule.engine:
                 warnings.append(
-                    d["message"] + f"; {engine.value} builds indexers from its freq/offset flags, so the "
+                    d["message"] + f"; {rule.engine} builds indexers from its freq/offset flags, so the "
                     "engine and the checkpoint would disagree on which layers own an indexer"
                 )
     # flags only for a plan Megatron would accept; a boundary violation still gets them (it is the
     # engine's DSA check, not its placement, that would refuse it)
     args, layout = megatron_flags(plan) if plan.stages and not plan.errors else ([], "")
     return CheckResult(
-        cfg, engine, pattern, spec, roles, plan, boundary, tuple(errors), tuple(warnings),
-        tuple(args), layout, extra or {}, checkpoint,
+        cfg, rule.engine, pattern, spec, roles, plan, boundary, tuple(errors), tuple(warnings),
+        tuple(args), layout, extra or {}, checkpoint, shared_start,
     )
 
 
 def engine_roles(
-    cfg: ModelConfig, engine: Engine, pattern: str | None, freq: int | None, offset: int | None, mtp_layers: int
+    cfg: ModelConfig, rule: RoleRule, pattern: str | None, freq: int | None, offset: int | None, mtp_layers: int
 ) -> tuple[RoleMap, RoleMap | None, list[PlanError]]:
     """(roles for the verdict, the checkpoint's roles when they differ in origin, blocking errors).
 
-    HF-style engines and pattern overrides use :func:`derive_roles` as is. Megatron and slime build
-    from freq/offset alone; when the config declares roles (``indexer_types`` /
-    ``index_topk_pattern``) each layer that differs is listed in one ``model`` error.
+    Engines that read the config's array and pattern overrides use :func:`derive_roles` as is.
+    Megatron and slime build from freq/offset alone; when the config declares roles
+    (``indexer_types`` / ``index_topk_pattern``) each layer that differs is listed in one ``model``
+    error.
     """
     declared = config_declared_roles(cfg)
-    if engine is Engine.HF or pattern is not None or declared is None or not cfg.has_indexer:
-        return derive_roles(cfg, engine, pattern=pattern, freq=freq, offset=offset, mtp_layers=mtp_layers), None, []
-    built = derive_roles(cfg, engine, freq=freq, offset=offset, mtp_layers=mtp_layers, engine_built=True)
-    checkpoint = derive_roles(cfg, engine, mtp_layers=mtp_layers)
+    if rule.reads_declared or pattern is not None or declared is None or not cfg.has_indexer:
+        return derive_roles(cfg, rule, pattern=pattern, freq=freq, offset=offset, mtp_layers=mtp_layers), None, []
+    built = derive_roles(cfg, rule, freq=freq, offset=offset, mtp_layers=mtp_layers, engine_built=True)
+    checkpoint = derive_roles(cfg, rule, mtp_layers=mtp_layers)
     diffs = checkpoint_disagreements(checkpoint, built)
     if not diffs:
         return built, checkpoint, []
-    source = ("--dsa-indexer-topk-freq / --dsa-indexer-skip-topk-offset" if engine is Engine.MEGATRON
-              else "the config's index_topk_freq / index_skip_topk_offset")
-    flag = "--dsa-indexer-topk-freq" if engine is Engine.MEGATRON else None
     err = PlanError(
         "roles_disagree_checkpoint",
-        f"{engine.value} builds indexers from freq {built.freq} / offset {built.offset} ({source}), which "
+        f"{rule.engine} builds indexers from freq {built.freq} / offset {built.offset} ({rule.set_by}), which "
         f"disagree with the checkpoint's {declared[0]} on {len(diffs)} layer(s): {describe_disagreements(diffs)}. "
         "Use the checkpoint's freq/offset or a checkpoint converted for these roles",
-        flag, kind="model",
+        rule.flag, kind="model",
     )
     return built, checkpoint, [err]

@@ -1,0 +1,178 @@
+"""The Engine protocol: what every engine module tells the planner, in one shape.
+
+An engine (``megatron``, ``slime``, ``hf``, ``vllm``, ``sglang``, ``maxtext``) owns, in its own
+module, everything that differs between engines: how it derives full/shared roles
+(:class:`~app.core.model.roles.RoleRule`), how it places decoder layers on pipeline stages and
+what it refuses (its :class:`LayoutCheck`, with the engine's own messages and the source each
+rule was read from), what a stage starting on a shared layer does there
+(:class:`~app.core.engines.rules.ShareBehaviour`), its parallel constraints and memory
+conventions (:meth:`Engine.judge`: training memory per pipeline rank, or serving memory), its
+flag vocabulary (import and export), the plan fields its form shows, and its recommended starting
+plan. Nothing outside ``app/core/engines/`` branches on an engine's name: it asks the engine
+(:func:`app.core.engines.engine_for`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from app.core.engines.rules import ShareBehaviour
+from app.core.layout.boundary import BoundaryReport, Violation
+from app.core.layout.stages import PlanError, StagePlan
+from app.core.model.config import ModelConfig
+from app.core.model.roles import RoleMap, RoleRule
+from app.core.plan import NEUTRAL_VALUES, TABLE, FieldProblem, Plan
+from app.core.verdict import Reason
+
+if TYPE_CHECKING:
+    from app.core.model.parallelism import Check, ParallelConfig
+
+
+class LayoutCheck:
+    """What an engine builds for one layout and whether it accepts it (one per engine kind:
+    Megatron's :class:`~app.core.engines.megatron.check.CheckResult`, the serving engines'
+    :class:`~app.core.engines.serving.ServingCheck`, MaxText's
+    :class:`~app.core.engines.maxtext.MaxTextCheck`). Every consumer reads these members only."""
+
+    model: ModelConfig
+    roles: RoleMap
+    plan: StagePlan
+    boundary: BoundaryReport
+    errors: tuple[PlanError, ...]
+    warnings: tuple[str, ...]
+
+    @property
+    def share(self) -> ShareBehaviour:
+        """What a stage starting on a shared layer does in this engine (build)."""
+        raise NotImplementedError
+
+    @property
+    def blocking_violations(self) -> tuple[Violation, ...]:
+        """The shared starts that block: all of them unless this engine hands the top-k over."""
+        return tuple(self.boundary.violations) if self.share.blocking else ()
+
+    @property
+    def valid(self) -> bool:
+        """Boundary + acceptance (``isplan check``'s ``valid``, as seed 000's checker)."""
+        return not self.errors and bool(self.plan.stages) and not self.blocking_violations
+
+    def to_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def text_lines(self) -> list[str]:
+        raise NotImplementedError
+
+
+@dataclass
+class Judgement:
+    """What an engine judges beyond the layout when the plan states its parallelism: the parallel
+    configuration and its constraints, memory per pipeline rank (training or serving), stage FLOPs,
+    and the blocking reasons they give (each naming the field that fixes it)."""
+
+    parallel: ParallelConfig | None = None
+    checks: list[Check] = field(default_factory=list)
+    memory: dict[str, Any] | None = None
+    serving_memory: dict[str, Any] | None = None
+    stage_flops: dict[str, Any] | None = None
+    blocking: list[Reason] = field(default_factory=list)
+    warnings: list[Reason] = field(default_factory=list)
+    problems: list[FieldProblem] = field(default_factory=list)
+
+
+class Engine:
+    """One engine's vocabulary and rules. Subclasses set the class attributes and override the
+    methods that differ; shared behaviour lives in the base (training engines share Megatron's)."""
+
+    name: ClassVar[str]
+    label: ClassVar[str]
+    #: ``training`` or ``serving``: the workflow the page and the exports offer
+    workflow: ClassVar[str] = "training"
+    #: the verdict kind of this engine's own refusals (``megatron`` for the Megatron family)
+    acceptance_kind: ClassVar[str]
+    #: how it derives full/shared roles (``None``: from its own pattern key, MaxText)
+    role_rule: ClassVar[RoleRule | None] = None
+    #: the plan fields this engine reads (its form on the page); the rest do not apply to it
+    fields: ClassVar[frozenset[str]]
+    #: the engine's own flag (or config key / env var) -> plan field: launcher import, the CLI's
+    #: aliases and the names its messages use
+    flags: ClassVar[Mapping[str, str]] = {}
+    source: ClassVar[str] = ""
+    #: whether the GPU-budget search (:mod:`app.core.optimise.search`, Megatron's constraints and
+    #: memory) plans jobs of this engine
+    budget_search: ClassVar[bool] = False
+    #: whether the engine has parallel constraints and a memory model to judge at all (MaxText: not here)
+    judges_parallelism: ClassVar[bool] = True
+    #: whether memory is judged for every plan of this engine (serving: a partition is offered as GO
+    #: only when it fits), beside :attr:`Plan.given_parallelism`
+    judges_memory_always: ClassVar[bool] = False
+
+    # -------------------------------------------------------------------- vocabulary
+    def ignored(self, plan: Plan) -> list[str]:
+        """Fields the plan sets (to a non-neutral value) that this engine does not read."""
+        return [n for n in TABLE if n not in self.fields and getattr(plan, n) != NEUTRAL_VALUES[n]
+                and n not in ("parallel", "mode", "conv")]
+
+    def field_of_flag(self, flag: str | None) -> str | None:
+        """The plan field an engine flag (as an error names it) stands for."""
+        if not flag:
+            return None
+        if flag in self.flags:
+            return self.flags[flag]
+        return next((n for n, s in TABLE.items() if s.cli == flag), None)
+
+    def layout_field(self, plan: Plan) -> str:
+        """The field that describes the layout (where a shared start is fixed)."""
+        return {"split": "split", "layout": "layout"}.get(plan.mode, "pp")
+
+    # -------------------------------------------------------------------- rules
+    def roles(self, cfg: ModelConfig, plan: Plan) -> tuple[RoleMap, list[int]]:
+        """The roles this engine runs for ``plan``, and the layers where they differ from the
+        checkpoint's (``PatternError`` / ``EngineInputError`` for unusable settings)."""
+        raise NotImplementedError
+
+    def check(self, cfg: ModelConfig, plan: Plan, *, extra_errors: tuple[PlanError, ...] = (),
+              extra_warnings: tuple[str, ...] = (), extra: dict[str, Any] | None = None) -> LayoutCheck:
+        """Stage placement, the engine's acceptance rules and the boundary rule for ``plan``
+        (``LayoutInputError`` / ``EngineInputError`` / ``PatternError`` for unusable input)."""
+        raise NotImplementedError
+
+    def check_roles(self, cfg: ModelConfig, plan: Plan) -> RoleMap:
+        """The roles the boundary rule is judged with (what the engine builds and runs)."""
+        return self.roles(cfg, plan)[0]
+
+    def conversion(self, cfg: ModelConfig, plan: Plan) -> LayoutCheck | None:
+        """The plan's second layout slot (checkpoint conversion), where the engine has one."""
+        return None
+
+    def judge(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck) -> Judgement:
+        """Parallel constraints and memory of a plan whose layout was built (``check``)."""
+        return Judgement()
+
+    def exports(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck, judgement: Judgement,
+                conversion: LayoutCheck | None = None) -> dict[str, str]:
+        """Launch text for an accepted plan, by name (every value shell-quoted); ``{}`` otherwise."""
+        return {}
+
+    # -------------------------------------------------------------------- plans
+    def profile(self, cfg: ModelConfig, plan: Plan) -> Plan:
+        """The recommended starting plan for ``cfg`` on this engine (``plan`` carries the model id,
+        the GPU and anything else the caller wants kept); found by the planner unless the engine
+        pins one (slime's GLM-5.2 launcher)."""
+        raise NotImplementedError
+
+    def best_layouts(self, cfg: ModelConfig, plan: Plan, *, objective: str, top: int) -> list[Plan]:
+        """The best valid layouts for the plan's pipeline size, best first, as plans."""
+        raise NotImplementedError
+
+    def layout_report(self, cfg: ModelConfig, plan: Plan, *, objective: str, top: int) -> tuple[dict[str, Any], list[Plan]]:
+        """``isplan plan``'s engine-specific body (the search's costs and counts; ``best`` and
+        ``alternatives`` entries) and the plans those entries stand for, in the same order."""
+        plans = self.best_layouts(cfg, plan, objective=objective, top=top)
+        entries = [{"split": list(p.split or ())} for p in plans]
+        return {"best": entries[0] if entries else None, "alternatives": entries[1:]}, plans
+
+    def nearest(self, cfg: ModelConfig, plan: Plan) -> Plan | None:
+        """The valid layout that moves the fewest layers from the plan's stages, as a plan."""
+        return None

@@ -1,0 +1,73 @@
+"""slime (THUDM/slime at commit 624b824a898ab0ec1fcb4d373004c7f3852bf515): Megatron-Core plus slime's
+own flags and its role rule.
+
+* Roles: ``slime_plugins/models/glm5/glm5.py`` ``is_skip_topk_layer`` - like Megatron's but without
+  clamping the offset to 1, so offset 0 makes layer 1 a shared layer with no source. slime reads
+  ``index_topk_freq`` / ``index_skip_topk_offset`` from the HF config (no ``--dsa-indexer-*`` flags).
+* Flags: ``slime/utils/arguments.py`` adds ``--max-tokens-per-gpu`` (read with
+  ``--use-dynamic-batch-size``), ``--allgather-cp`` (the all-gather CP layout DSA needs); the Megatron
+  flags it forwards keep Megatron's names. A stage that starts on a shared layer fails the build's
+  assertion (and at run time a skip layer whose source did not run in the stage raises).
+* Profile: the pinned GLM-5.2 launcher ``scripts/run-glm5.2-744B-A40B.sh`` (TP4 CP8 PP8 first 14 /
+  last 16, EP32 ETP1 SP, full uniform recompute of 1 layer, 8192 tokens per GPU, optimizer CPU
+  offload with the precision-aware optimizer, no ``--mtp-num-layers``), with its conversion layout
+  (TP8 PP2 last 40) in the second slot.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from app.core.engines.megatron import MEGATRON_FLAGS, MegatronEngine
+from app.core.engines.rules import ShareBehaviour
+from app.core.model.config import ModelConfig
+from app.core.model.roles import RoleRule
+from app.core.plan import Plan
+
+
+def _slime_full(n: int, freq: int, offset: int) -> bool:
+    return max(n - offset, 0) % freq == 0
+
+
+SLIME_RULE = RoleRule("slime", (1, 0), _slime_full, reads_declared=False, mtp_follows_rule=True,
+                      source="THUDM/slime slime_plugins/models/glm5/glm5.py is_skip_topk_layer @ 624b824")
+
+SLIME_FLAGS = {**MEGATRON_FLAGS, "--max-tokens-per-gpu": "tokens_per_gpu"}
+
+SLIME_SHARED_START = ShareBehaviour(
+    "crash", True, "slime's GLM-5 model asserts at build that every pipeline stage starts on a layer that computes "
+    "its top-k (and a skip layer whose source did not run in the stage raises at run time)",
+    "THUDM/slime slime_plugins/models/glm5/glm5.py @ 624b824")
+
+#: The page's plan for an empty query and GLM-5.2's slime profile: ``scripts/run-glm5.2-744B-A40B.sh`` as
+#: launched (THUDM/slime @ 624b824, FACTS.md section 1).
+SLIME_GLM52_PROFILE = Plan(
+    model="glm-5.2", engine="slime", mode="flags", pp=8, first=14, last=16, tp=4, cp=8, ep=32, etp=1, dp=1,
+    sp=True, tokens_per_gpu=8192, recompute="full", recompute_method="uniform", recompute_num_layers=1,
+    optimizer_cpu_offload=True, overlap_cpu_optimizer_d2h_h2d=True, use_precision_aware_optimizer=True,
+    conv="flags", conv_pp=2, conv_last=40,
+)
+#: pinned launchers by the config digest they were written for (the shipped preset's bytes)
+PINNED: dict[str, Plan] = {"glm-5.2": SLIME_GLM52_PROFILE}
+
+
+class SlimeEngine(MegatronEngine):
+    """slime: Megatron's placement, acceptance and memory, slime's role rule and flags."""
+
+    name = "slime"
+    label = "slime"
+    role_rule: ClassVar[RoleRule | None] = SLIME_RULE
+    flags: ClassVar[dict[str, str]] = SLIME_FLAGS
+    shared_start: ClassVar[ShareBehaviour] = SLIME_SHARED_START
+    source = "THUDM/slime @ 624b824a898ab0ec1fcb4d373004c7f3852bf515"
+
+
+    def profile(self, cfg: ModelConfig, plan: Plan) -> Plan:
+        """The pinned launcher where slime ships one for this preset (same GPU), else the planner's."""
+        pinned = PINNED.get(cfg.id)
+        if pinned is not None and plan.gpu == pinned.gpu and plan.gpu_memory_gb is None:
+            return pinned
+        return super().profile(cfg, plan)
+
+
+ENGINE = SlimeEngine()

@@ -1,0 +1,84 @@
+"""The ``isplan`` options of a plan, generated from the plan table: one option per field.
+
+Each option is the field's CLI flag; the names the engines use for the same setting
+(``--tensor-model-parallel-size``, ``--max-tokens-per-gpu`` ...) are accepted too, as launchers
+spell them (the caller hands them in from ``app.core.engines``: the plan package is below the
+engines). ``--help`` shows each option's URL key, so a command line and a share URL translate one
+to one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from app.core.plan.query import IgnoredFields
+from app.core.plan.table import (
+    TABLE,
+    FieldProblem,
+    Plan,
+    PlanError,
+    build_plan,
+    parse_values,
+    plan_conflicts,
+)
+
+GROUP_TITLES = {
+    "model": "model and roles",
+    "layout": "layout (one of: --split, --pp with flags, --pp with --layout, --launcher)",
+    "parallel": "parallelism (a --launcher supplies them)",
+    "memory": "memory",
+    "flops": "FLOPs",
+    "conversion": "conversion layout (a second slot, e.g. --conv-pp 2 --conv-last 40)",
+    "serving": "serving (--engine vllm|sglang: --pp N [--split PARTITION] is the engine's PP layer partition)",
+    "maxtext": "MaxText pipeline (--engine maxtext)",
+}
+
+_METAVARS = {"int": "N", "float": "GB", "text": "TEXT", "sizes": "LIST"}
+
+
+def add_cli_arguments(parser: Any, aliases: Mapping[str, Iterable[str]] | None = None) -> None:
+    """argparse options for every plan field, grouped as the table groups them (default None:
+    given vs absent is known). ``aliases``: field -> the engines' own flags for it."""
+    for group, title in GROUP_TITLES.items():
+        names = [n for n, s in TABLE.items() if s.group == group and s.cli is not None]
+        add_cli_fields(parser.add_argument_group(title), names, aliases)
+
+
+def add_cli_fields(group: Any, names: Iterable[str], aliases: Mapping[str, Iterable[str]] | None = None) -> None:
+    """One argparse option per named plan field, from the table (flag, type, bounds, help)."""
+    for name in names:
+        spec = TABLE[name]
+        assert spec.cli is not None, name
+        extra = [f for f in (aliases or {}).get(name, ()) if f != spec.cli]
+        text = spec.help + f" [URL key: {name}" + (f"; also {', '.join(extra)}" if extra else "") + "]"
+        flags = [spec.cli, *extra]
+        if spec.kind == "bool":
+            group.add_argument(*flags, dest=name, action="store_true", default=None, help=text)
+        elif spec.kind == "choice":
+            group.add_argument(*flags, dest=name, choices=spec.choices, default=None, help=text)
+        else:
+            group.add_argument(*flags, dest=name, default=None, metavar=spec.metavar or _METAVARS[spec.kind],
+                               help=text + (f" ({spec.bounds_text()})" if spec.bounds_text() else ""))
+
+
+def given_fields(namespace: Any) -> list[str]:
+    """The plan fields given on the command line."""
+    return [n for n, s in TABLE.items() if s.cli is not None and getattr(namespace, n, None) is not None]
+
+
+def plan_from_cli(namespace: Any, model: str, *, ignored: IgnoredFields | None = None) -> Plan:
+    """The plan the CLI flags describe; every problem is a :class:`PlanError` (exit 2), and so is
+    a setting that does not apply (to the layout mode, or to the engine: ``ignored``)."""
+    given = {n: getattr(namespace, n) for n in given_fields(namespace)}
+    values, problems = parse_values(given)
+    if problems:
+        raise PlanError(problems)
+    plan = build_plan({"model": model, **values})
+    problems = plan_conflicts(plan, strict=True, ignored=ignored(plan) if ignored else ())
+    if problems:
+        raise PlanError(problems)
+    return plan
+
+
+__all__ = ["GROUP_TITLES", "FieldProblem", "add_cli_arguments", "add_cli_fields", "given_fields", "plan_from_cli"]
