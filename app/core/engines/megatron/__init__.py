@@ -316,10 +316,9 @@ def training_profile(engine: str, cfg: ModelConfig, gpu: str, gpu_memory_gb: flo
     configuration (judged by :func:`app.core.evaluate.evaluate`: the first whose verdict is go) on
     the smallest power-of-two budget from 8 to 8192 GPUs where one fits ``gpu``, at 4096 tokens per
     sample and 8 micro-batches per pipeline rank; the neutral plan when nothing fits."""
-    from app.core.optimise.search import search
-
     from app.core.model.parallelism import resolve_gpu
     from app.core.model.parameters import count_parameters
+    from app.core.optimise.search import search
 
     capacity = int(gpu_memory_gb * 1e9) if gpu_memory_gb else None
     # a lower bound: BF16 weights + FP32 main grads (6 B per parameter) stay on the GPUs whatever
