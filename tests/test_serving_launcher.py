@@ -6,7 +6,7 @@ import pytest
 
 from app.core.engines.serving import best_serving_partition, export_partition
 from app.core.model_config import load_model
-from app.core.serve_launcher import (
+from app.core.launcher import (
     ServeLauncherError,
     parse_serve_launcher,
     serve_launcher_report,

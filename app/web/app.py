@@ -28,7 +28,7 @@ from starlette.middleware.gzip import GZipMiddleware
 
 from app import __version__
 from app.core.bounds import BoundError
-from app.core.launcher_plan import LauncherImportError
+from app.core.launcher import LauncherImportError
 from app.core.layer_roles import PatternError
 from app.core.model_config import ConfigError, load_manifest, load_preset, preset_ids
 from app.core.plan import GPUS, TABLE, PlanError
