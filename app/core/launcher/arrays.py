@@ -22,8 +22,9 @@ class ArrayRules(ShellState):
         return self.arrays.get(name, [self.scalars[name]] if name in self.scalars else [])
 
     def assign_array(self, item: Token) -> None:
-        _, val, _ = item
-        prefix, elems = val  # type: ignore[misc]
+        prefix: str
+        elems: list[tuple[str, int]]
+        prefix, elems = item[1]  # type: ignore[misc]
         name, append = prefix.rstrip("+="), prefix.endswith("+=")
         items = self.arrays.get(name) if append else None
         if items is None:

@@ -55,6 +55,8 @@ class LauncherImport:
     errors: tuple[Any, ...] = field(default_factory=tuple)
     #: a config.json at the launcher's --hf-checkpoint / --load path (read from disk only: the CLI)
     candidate_config: str | None = None
+    #: work units the reading charged (:func:`app.core.launcher.cost.import_work_estimate` bounds it)
+    work: int = 0
 
 
 def _read(text: str | bytes, path: str | None, files: Mapping[str, str | bytes] | None,
@@ -92,7 +94,7 @@ def import_serve_launcher(text: str | bytes, base: Plan, *, path: str | None = N
     values = {k: {"value": v.value, "file": v.file, "line": v.line} for k, v in launch.provenance.items()}
     report = {"engine": guess.to_json(), "values": values, "serve": launch.to_json(),
               "warnings": list(launch.warnings)}
-    return LauncherImport(plan, report, tuple(launch.warnings))
+    return LauncherImport(plan, report, tuple(launch.warnings), work=launch.work + (parsed.work if parsed else 0))
 
 
 def import_launcher(text: str | bytes, cfg: ModelConfig, base: Plan, *, path: str | None = None,
@@ -144,4 +146,4 @@ def _training_import(parsed: LauncherParse, cfg: ModelConfig, base: Plan, path: 
     report = {**req.report, "engine": guess.to_json(), "warnings": warnings,
               "trainer": {"file": parsed.trainer[0], "line": parsed.trainer[1],
                           "at": where(*parsed.trainer)} if parsed.trainer else None}
-    return LauncherImport(plan, report, tuple(warnings), errors, candidate)
+    return LauncherImport(plan, report, tuple(warnings), errors, candidate, parsed.work)

@@ -9,7 +9,7 @@ import re
 from app.core.launcher.arith import Unresolved
 from app.core.launcher.lexer import NAME
 from app.core.launcher.state import ShellState, Value
-from app.core.launcher.text import TOO_COMPLEX, TOO_LONG, MAX_VALUE, short
+from app.core.launcher.text import MAX_VALUE, TOO_COMPLEX, TOO_LONG, short
 from app.core.launcher.words import NAME_RE
 
 _LENGTH_RE = re.compile(rf"#({NAME})(\[[@*]\])?")

@@ -51,7 +51,7 @@ def format_printf(fmt: str, args: list[str]) -> str:
 class PrintfRules(ShellState):
     def printf_v(self, name: str, words: list[str]) -> None:
         """Set NAME to what ``printf -v NAME FORMAT ARGS...`` prints (unresolved if any part is)."""
-        if not self.spend(16 * len(words)):
+        if not self.spend(8 * len(words)):
             self.set_scalar(name, ("", TOO_COMPLEX))
             self.var_occ[name] = []
             return

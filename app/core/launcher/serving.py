@@ -21,6 +21,7 @@ completely (an unterminated quote, a sourced file it cannot read), two different
 
 from __future__ import annotations
 
+import itertools
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -72,6 +73,7 @@ class ServeLaunch:
     partition: tuple[int, ...] | None
     provenance: dict[str, Provenance]
     warnings: tuple[str, ...] = field(default=())
+    work: int = 0   # work units the reading charged (see app.core.launcher.cost)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -87,7 +89,7 @@ def _env(v: EnvValue, how: str | None = None) -> Provenance:
 
 
 def _commands(text: str, name: str, loader: Loader | None,
-              parsed: LauncherParse | None) -> tuple[list[Command], dict[str, Provenance], dict[str, Provenance]]:
+              parsed: LauncherParse | None) -> tuple[list[Command], dict[str, Provenance], dict[str, Provenance], int]:
     """Every command naming vLLM / SGLang (shell and spec), the spec's env and the shell's variables.
     ``parsed``: the text already read (reused when the text holds no Kubernetes-style parts)."""
     spec = read_spec(text)
@@ -99,6 +101,7 @@ def _commands(text: str, name: str, loader: Loader | None,
     elif words:
         commands.append(Command(tuple(Arg(w, None, w, name, n) for w, n in spec.words), {}, name, spec.words[0][1]))
     shell: dict[str, Provenance] = {}
+    work = 0
     for script in scripts:
         read = parse_launcher(script, name=name, loader=loader) if isinstance(script, str) else script
         if read.missing:
@@ -106,10 +109,11 @@ def _commands(text: str, name: str, loader: Loader | None,
         if read.fatal:
             raise LauncherError("; ".join(read.fatal) + "; the serve command cannot be read")
         commands += read.commands
+        work += read.work if isinstance(script, str) else 0
         shell.update({k: _env(v) for k, v in read.environment.items()})
     k8s = {k: Provenance(v if v is not None else "", line, "k8s_env", name,
                          None if v is not None else "valueFrom") for k, (v, line) in spec.env.items()}
-    return commands, k8s, shell
+    return commands, k8s, shell, work
 
 
 def _command_env(cmd: Command, start: int) -> dict[str, Provenance]:
@@ -120,7 +124,7 @@ def _command_env(cmd: Command, start: int) -> dict[str, Provenance]:
     while k < len(args) and (m := _ASSIGN.fullmatch(args[k].text)):
         env[m.group(1)] = Provenance(m.group(2), args[k].line, "prefix", args[k].file, args[k].reason)
         k += 1
-    for a, b in zip(args, args[1:]):
+    for a, b in itertools.pairwise(args):
         if a.text in ("-e", "--env") and (m := _ASSIGN.fullmatch(b.text)):
             env[m.group(1)] = Provenance(m.group(2), b.line, "docker_env", b.file, b.reason)
     return env
@@ -128,7 +132,7 @@ def _command_env(cmd: Command, start: int) -> dict[str, Provenance]:
 
 def _flag(args: tuple[Arg, ...], names: tuple[str, ...]) -> tuple[str, Arg | None, Arg] | None:
     """The last ``--flag value`` / ``--flag=value`` of ``names``: (flag, value argument or None, flag argument)."""
-    found = None
+    found: tuple[str, Arg | None, Arg] | None = None
     for k, a in enumerate(args):
         flag, eq, value = a.text.partition("=")
         if flag not in names:
@@ -201,7 +205,7 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
     :class:`ServeLauncherError` when it cannot be read completely."""
     try:
         body = decode(text, name or "(pasted)")
-        commands, k8s, shell = _commands(body, name, loader, parsed)
+        commands, k8s, shell, work = _commands(body, name, loader, parsed)
     except LauncherError as exc:
         raise ServeLauncherError(str(exc)) from None
     found = [(c, s) for c in commands if (s := serve_start([a.text for a in c.argv])) is not None]
@@ -230,7 +234,7 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
         except ValueError:
             raise ServeLauncherError(f"{where(part.file, part.line)}: {ENV_VARS_BY_ENGINE[engine]} is "
                                      f"{part.value!r}, not a comma list of whole numbers") from None
-    return ServeLaunch(engine, model.value, tp, pp, sizes, got, tuple(warnings))
+    return ServeLaunch(engine, model.value, tp, pp, sizes, got, tuple(warnings), work)
 
 
 def serve_launcher_report(cfg: Any, text: str | bytes, **settings: Any) -> dict[str, Any]:

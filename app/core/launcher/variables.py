@@ -25,8 +25,7 @@ class VariableRules(ShellState):
         if kind == "array":
             self.assign_array(item)
             return True
-        m = ASSIGN_RE.match(val) if kind == "word" and isinstance(val, str) else None
-        if not m:
+        if kind != "word" or not isinstance(val, str) or not (m := ASSIGN_RE.match(val)):
             return False
         name, vraw, append = m.group(1), val[m.end():], bool(m.group(2))
         first = len(self.occurrences)
