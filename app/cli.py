@@ -77,7 +77,8 @@ def _model_arg(p: argparse.ArgumentParser, optional: bool = False) -> None:
 def _launcher_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--launcher", metavar="FILE",
                    help="a bash launcher script (- for stdin): its flags become the plan (never executed); "
-                        "parallel and memory flags given here override the script's")
+                        "parallel and memory flags given here override the script's, and its engine (slime, megatron, "
+                        "vllm, sglang) is the plan's unless --engine is given")
 
 
 def _plan(args: argparse.Namespace, cfg: ModelConfig) -> tuple[Plan, dict[str, Any]]:

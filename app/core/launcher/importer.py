@@ -25,6 +25,7 @@ Fails closed: a script that cannot be read, or whose pipeline flags cannot be re
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -79,7 +80,7 @@ def import_serve_launcher(text: str | bytes, base: Plan, *, path: str | None = N
     if path is not None:
         loader, name = disk_loader(), os.path.abspath(path)
     elif files:
-        loader, name = files_loader(files), main
+        loader, name = files_loader({posixpath.normpath(k.replace("\\", "/")): v for k, v in files.items()}), main
     else:
         loader, name = None, ""
     try:
@@ -106,8 +107,9 @@ def import_launcher(text: str | bytes, cfg: ModelConfig, base: Plan, *, path: st
     cannot be followed and fails closed)."""
     kwargs: dict[str, Any] = {"path": path, "files": files, "main": main, "keep_engine": keep_engine}
     try:
-        spec = read_spec(decode(text, "the launcher script"))
-        if spec.env or spec.words:   # a Kubernetes-style spec: a serving launch
+        body = decode(text, "the launcher script")
+        spec = read_spec(body)
+        if spec.words or (spec.env and ("vllm" in body or "sglang" in body)):   # a Kubernetes-style serve spec
             return import_serve_launcher(text, base, **kwargs)
         parsed, body, name = _read(text, path, files, main)
         if is_serving_launch(parsed):
