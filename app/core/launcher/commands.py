@@ -20,6 +20,7 @@ from app.core.launcher.lexer import NAME, REDIRECTS, Token, lex, opener
 from app.core.launcher.results import Arg, Command, EnvValue, FlagOccurrence
 from app.core.launcher.state import ShellState
 from app.core.launcher.text import SPLICE_COST, TOO_COMPLEX, short, where
+from app.core.launcher.variables import ASSIGN_RE
 from app.core.launcher.words import NAME_RE
 
 #: A word that makes a command the trainer invocation: a Python entry point or a launcher of one.
@@ -130,7 +131,7 @@ class CommandRules(ShellState):
         if words and any(name in raw for raw, _ in words for name in _SERVING_WORDS):
             env = {}
             for item in prefix:
-                m = re.match(rf"({NAME})\+?=", str(item[1])) if item[0] == "word" else None
+                m = ASSIGN_RE.match(str(item[1])) if item[0] == "word" else None
                 if m and m.group(1) in self.scalars:
                     text, reason = self.scalars[m.group(1)]
                     env[m.group(1)] = EnvValue(text, reason, self.file, self.line(item[2]), "prefix")
