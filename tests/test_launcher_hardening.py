@@ -299,3 +299,17 @@ def test_create_app_serves_the_refusal_without_a_500(tmp_path):
     with TestClient(create_app(store=ConfigStore(tmp_path / "configs.sqlite3"))) as c:
         r = c.post("/launcher", data={"script": AMPLIFIED, "query": "model=glm-5.2"}, follow_redirects=False)
     assert r.status_code == 422
+
+
+def test_a_memory_error_while_reading_is_a_refusal_naming_the_limit(monkeypatch):
+    """Finding 6: a worker's MemoryError must come back as the launcher's refusal (a 422), not a 500."""
+    from app.core.launcher import LauncherImportError, import_launcher, importer
+    from app.core.model_config import load_preset
+    from app.core.plan import Plan
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(importer, "parse_launcher", exhausted)
+    with pytest.raises(LauncherImportError, match="too complex.*more memory than the import allows"):
+        import_launcher("python3 train.py --num-layers 78\n", load_preset("glm-5.2"), Plan(model="glm-5.2"))

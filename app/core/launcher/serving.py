@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.engines import sglang, vllm
-from app.core.engines.serving import serving_check_report
 from app.core.launcher.engine import serve_start
 from app.core.launcher.kubernetes import read_spec
 from app.core.launcher.reader import parse_launcher
@@ -242,6 +241,8 @@ def serve_launcher_report(cfg: Any, text: str | bytes, **settings: Any) -> dict[
     numbers) and the serving check of that partition (the engine default when the launch sets
     none). ``settings`` as for :func:`app.core.engines.serving.serving_check_report` (``tp`` and
     ``model`` come from the launch)."""
+    from app.core.engines.serving import serving_check_report
+
     launch = parse_serve_launcher(text)
     body = serving_check_report(cfg, launch.engine, launch.pp, launch.partition,
                                 **{**settings, "tp": launch.tp, "model": launch.model})
