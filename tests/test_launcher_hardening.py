@@ -311,5 +311,5 @@ def test_a_memory_error_while_reading_is_a_refusal_naming_the_limit(monkeypatch)
         raise MemoryError
 
     monkeypatch.setattr(importer, "parse_launcher", exhausted)
-    with pytest.raises(LauncherImportError, match="too complex.*more memory than the import allows"):
+    with pytest.raises(LauncherImportError, match=r"too complex.*more memory than the import allows"):
         import_launcher("python3 train.py --num-layers 78\n", load_preset("glm-5.2"), Plan(model="glm-5.2"))
