@@ -78,7 +78,8 @@ def _model_arg(p: argparse.ArgumentParser, optional: bool = False) -> None:
 def _launcher_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--launcher", metavar="FILE",
                    help="a bash launcher script (- for stdin): its flags become the plan (never executed); "
-                        "parallel and memory flags given here override the script's")
+                        "parallel and memory flags given here override the script's, and its engine (slime, megatron, "
+                        "vllm, sglang) is the plan's unless --engine is given")
 
 
 def plan_from_cli(args: argparse.Namespace, model: str) -> Plan:
@@ -101,18 +102,19 @@ def _plan(args: argparse.Namespace, cfg: ModelConfig) -> tuple[Plan, dict[str, A
     launcher = getattr(args, "launcher", None)
     if launcher is None:
         return plan, {}
-    from app.core.launcher_plan import LauncherImportError, import_launcher
+    from app.core.launcher import LauncherImportError, import_launcher
 
     layout_given = [TABLE[n].cli for n, s in TABLE.items()
                     if s.group == "layout" and s.cli and getattr(args, n, None) is not None]
     if layout_given:
         raise UsageError(f"--launcher reads every pipeline flag from the script; drop {', '.join(map(str, layout_given))}")
     base = Plan(model=plan.model, engine=plan.engine, pattern=plan.pattern)
+    keep = getattr(args, "engine", None) is not None  # the script's engine unless --engine is given
     try:
         if launcher == "-":
-            imported = import_launcher(_read_text(launcher), cfg, base)
+            imported = import_launcher(_read_text(launcher), cfg, base, keep_engine=keep)
         else:  # read from disk with the files it sources beside it
-            imported = import_launcher(_read_text(launcher), cfg, base, path=launcher)
+            imported = import_launcher(_read_text(launcher), cfg, base, path=launcher, keep_engine=keep)
     except LauncherImportError as exc:
         raise UsageError(str(exc)) from None
     overrides = {n: getattr(plan, n) for n, s in TABLE.items()

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.launcher_plan import import_launcher
+from app.core.launcher import import_launcher
 from app.core.model.config import load_preset
 from app.core.plan import Plan
 from tests.conftest import app_client

@@ -27,7 +27,7 @@ from jinja2 import StrictUndefined
 from starlette.middleware.gzip import GZipMiddleware
 
 from app import __version__
-from app.core.launcher_plan import LauncherImportError
+from app.core.launcher import LauncherImportError
 from app.core.layout.stages import LayoutInputError
 from app.core.model.config import ConfigError, load_manifest, load_preset, preset_ids
 from app.core.model.roles import PatternError

@@ -190,8 +190,9 @@ def _count_or(value: Any, bound: int) -> int:
 
 
 def launcher_cost(script: str, cfg: ModelConfig, sourced_chars: int = 0) -> Cost:
-    """The launcher import tokenises the script and the files it sources once (linear in their
-    characters) and evaluates one plan (linear in layers and stages, bounded by :mod:`app.core.plan.bounds`)."""
+    """The launcher import's own upper bound of its work (:func:`app.core.launcher.import_work_estimate`)."""
+    from app.core.launcher import import_work_estimate
+
     chars = len(script) + sourced_chars
-    estimate = chars + 4 * (cfg.num_hidden_layers + bounds.MAX_PP * bounds.MAX_VPP)
+    estimate = import_work_estimate(len(script), sourced_chars, cfg.num_hidden_layers)
     return Cost(estimate, f"importing a {chars:,}-character launcher", "launcher", "paste a shorter script")

@@ -30,6 +30,28 @@ if TYPE_CHECKING:
     from app.core.model.parallelism import Check, ParallelConfig
 
 
+@dataclass(frozen=True)
+class LaunchSyntax:
+    """How a launch of this engine looks in a shell script (the launcher reader asks the registry):
+    serve programs (``vllm serve``), ``python -m`` modules, training entry points, the flags only
+    this engine has, the flags naming the model (and whether it may follow the program
+    positionally), and the environment variable of its layer partition."""
+
+    programs: tuple[tuple[str, str], ...] = ()   # (program, subcommand)
+    modules: tuple[str, ...] = ()
+    entry_points: tuple[str, ...] = ()   # glob-style names, e.g. pretrain_*.py
+    entry_needs_array: str | None = None   # an array the script must define beside the entry point
+    only_flags: tuple[str, ...] = ()
+    model_flags: tuple[str, ...] = ()
+    positional_model: bool = False
+    partition_env: str | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Words that mark a command as this engine's launch (programs and module roots)."""
+        return tuple(dict.fromkeys([p for p, _ in self.programs] + [m.split(".")[0] for m in self.modules]))
+
+
 class LayoutCheck:
     """What an engine builds for one layout and whether it accepts it (one per engine kind:
     Megatron's :class:`~app.core.engines.megatron.check.CheckResult`, the serving engines'
@@ -98,6 +120,8 @@ class Engine:
     #: the engine's own flag (or config key / env var) -> plan field: launcher import, the CLI's
     #: aliases and the names its messages use
     flags: ClassVar[Mapping[str, str]] = {}
+    #: how a launch of this engine looks in a script (launcher import: the engine a script is written for)
+    launch: ClassVar[LaunchSyntax] = LaunchSyntax()
     source: ClassVar[str] = ""
     #: whether the GPU-budget search (:mod:`app.core.optimise.search`, Megatron's constraints and
     #: memory) plans jobs of this engine

@@ -40,6 +40,7 @@ from __future__ import annotations
 from datetime import date
 from typing import ClassVar
 
+from app.core.engines.base import LaunchSyntax
 from app.core.engines.rules import RuleChange, ShareBehaviour
 from app.core.engines.serving import ServingEngine
 
@@ -148,6 +149,11 @@ class SglangEngine(ServingEngine):
     reads_indexer_types = READS_INDEXER_TYPES
     flags: ClassVar[dict[str, str]] = {TP_FLAG: "tp", "--tp": "tp", "--tensor-parallel-size": "tp", PP_FLAG: "pp", "--pp": "pp",
              "--pipeline-parallel-size": "pp", ENV_VAR: "split"}
+    #: ``python -m sglang.launch_server --model-path M`` or ``sglang serve`` (``python/sglang/cli/serve.py``
+    #: @ c6f80cf9)
+    launch: ClassVar[LaunchSyntax] = LaunchSyntax(
+        programs=(("sglang", "serve"),), modules=("sglang.launch_server",), model_flags=("--model-path", "--model"),
+        partition_env=ENV_VAR)
 
     def default_partition(self, num_layers: int, pp: int, build: date | None = None) -> list[int]:
         return default_partition(num_layers, pp, build)

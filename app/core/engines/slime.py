@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from app.core.engines.base import LaunchSyntax
 from app.core.engines.megatron import MEGATRON_FLAGS, MegatronEngine
 from app.core.engines.rules import ShareBehaviour
 from app.core.model.config import ModelConfig
@@ -59,6 +60,13 @@ class SlimeEngine(MegatronEngine):
     role_rule: ClassVar[RoleRule | None] = SLIME_RULE
     flags: ClassVar[dict[str, str]] = SLIME_FLAGS
     shared_start: ClassVar[ShareBehaviour] = SLIME_SHARED_START
+    #: slime's entry points with the ``PERF_ARGS`` array its scripts use, and its own flags
+    #: (``slime/utils/arguments.py`` @ 624b824a: ``--actor-num-nodes`` line 39, ``--actor-num-gpus-per-node``
+    #: 41, ``--allgather-cp`` 297, ``--hf-checkpoint`` 307, ``--max-tokens-per-gpu`` 758)
+    launch: ClassVar[LaunchSyntax] = LaunchSyntax(
+        entry_points=("train.py", "train_async.py"), entry_needs_array="PERF_ARGS",
+        only_flags=("--actor-num-nodes", "--actor-num-gpus-per-node", "--hf-checkpoint", "--allgather-cp",
+                    "--max-tokens-per-gpu"))
     source = "THUDM/slime @ 624b824a898ab0ec1fcb4d373004c7f3852bf515"
 
 

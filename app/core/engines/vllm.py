@@ -36,6 +36,7 @@ from __future__ import annotations
 from datetime import date
 from typing import ClassVar
 
+from app.core.engines.base import LaunchSyntax
 from app.core.engines.rules import RuleChange, ShareBehaviour
 from app.core.engines.serving import ServingEngine
 
@@ -112,6 +113,10 @@ class VllmEngine(ServingEngine):
     role_source = ROLE_RULE
     reads_indexer_types = READS_INDEXER_TYPES
     flags: ClassVar[dict[str, str]] = {TP_FLAG: "tp", "-tp": "tp", PP_FLAG: "pp", "-pp": "pp", ENV_VAR: "split"}
+    #: ``vllm serve MODEL`` (``vllm/entrypoints/cli/serve.py`` @ 78265ccd) or the OpenAI server module
+    launch: ClassVar[LaunchSyntax] = LaunchSyntax(
+        programs=(("vllm", "serve"),), modules=("vllm.entrypoints.openai.api_server",), model_flags=("--model",),
+        positional_model=True, partition_env=ENV_VAR)
 
     def default_partition(self, num_layers: int, pp: int, build: date | None = None) -> list[int]:
         return default_partition(num_layers, pp, build)

@@ -15,7 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile as FormFile  # what a parsed form holds
 
-from app.core.launcher_plan import LauncherImportError, import_launcher
+from app.core.launcher import LauncherImportError, import_launcher
 from app.core.model.config import MAX_CONFIG_BYTES, ConfigError
 from app.core.plan import FieldProblem, Plan, plan_from_query
 from app.web.deps import Store, bounded, client_of, launcher_cost
@@ -99,7 +99,7 @@ async def launcher(request: Request, store: Store, script: str = Form(""), query
         imported = await bounded(request, launcher_cost(script, cfg, sum(len(v) for v in sourced.values())),
                                  import_launcher, script, cfg,
                                  Plan(model=plan.model, engine=plan.engine, pattern=plan.pattern),
-                                 files=sourced or None)
+                                 files=sourced or None, keep_engine="engine" in dict(parse_qsl(query)))
     except LauncherImportError as exc:
         problems.append(FieldProblem("launcher", f"launcher: {exc}"))
         return render(request, "index.html", build_view(plan, problems, store), status_code=422)

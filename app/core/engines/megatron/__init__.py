@@ -23,7 +23,7 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Any, ClassVar
 
-from app.core.engines.base import Engine, Judgement, LayoutCheck
+from app.core.engines.base import Engine, Judgement, LaunchSyntax, LayoutCheck
 from app.core.engines.megatron.check import MEGATRON_SHARED_START, CheckResult, engine_roles, run_check
 from app.core.engines.megatron.export import ExportSettings, exports
 from app.core.engines.megatron.parallel import check_parallel
@@ -148,7 +148,7 @@ class MegatronEngine(Engine):
     """Megatron-Core (``pretrain_gpt.py``)."""
 
     name = "megatron"
-    label = "Megatron-Core"
+    label = "Megatron-LM"
     acceptance_kind = "megatron"
     role_rule: ClassVar[RoleRule | None] = MEGATRON_RULE
     fields = TRAINING_FIELDS
@@ -157,6 +157,8 @@ class MegatronEngine(Engine):
     #: what a stage that starts on a shared layer does in this engine
     shared_start: ClassVar[ShareBehaviour] = MEGATRON_SHARED_START
     budget_search = True
+    #: Megatron-LM's entry points are ``pretrain_*.py`` at the repository's root (``pretrain_gpt.py``, ...)
+    launch: ClassVar[LaunchSyntax] = LaunchSyntax(entry_points=("pretrain_*.py",))
 
     def overrides(self, plan: Plan) -> tuple[int | None, int | None]:
         """The freq/offset the engine is launched with (``None``: the config's)."""

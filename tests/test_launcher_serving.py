@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from app.core.engines.serving import best_serving_partition, export_partition
-from app.core.model.config import load_model
-from app.core.serve_launcher import (
+from app.core.launcher import (
     ServeLauncherError,
     parse_serve_launcher,
     serve_launcher_report,
 )
+from app.core.model.config import load_model
 
 GLM52 = load_model("glm-5.2")
 

@@ -1,4 +1,4 @@
-"""Tests for app.core.launcher: static reading of bash launcher scripts (nothing is executed).
+"""Tests for the reader of app.core.launcher (lexer, words, parameters, arithmetic, arrays, flags): static reading of bash launcher scripts (nothing is executed).
 
 Every expected value below was worked out by hand from the script text, not copied from output.
 """
@@ -25,7 +25,7 @@ from app.core.launcher import parse_launcher as _parse_launcher
 
 def parse_launcher(text):
     """These tests exercise the lexer and interpreter on fragments, so the lenient mode: the
-    fail-closed rules of a whole launcher are tested in tests/test_launcher_import.py."""
+    fail-closed rules of a whole launcher are tested in tests/test_launcher_training.py."""
     return _parse_launcher(text, strict=False)
 
 # A GLM-5.2 SFT launcher in the style of THUDM/slime scripts/run-glm5-744B-A40B-sft.sh.

@@ -1,0 +1,78 @@
+"""Which engine a launcher is written for, read from the command that matters (issue 16 item 4).
+
+Each engine says how its launch looks (``Engine.launch``, an
+:class:`~app.core.engines.base.LaunchSyntax`, with its sources): serve programs and ``python -m``
+modules (vLLM, SGLang: :func:`serve_start`), training entry points (Megatron-LM's ``pretrain_*.py``;
+slime's ``train.py`` / ``train_async.py`` with its ``PERF_ARGS`` array) and flags only it has
+(slime's ``--actor-num-nodes``, ``--max-tokens-per-gpu`` ...). In order: an entry point that needs
+nothing else, then an engine-only flag on the trainer line, then an entry point with its array.
+Anything else is None: the plan keeps the engine it had.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.engines import ENGINES
+from app.core.launcher.results import LauncherParse
+from app.core.launcher.text import where
+from app.core.launcher.vocabulary import only_flags
+
+#: ``python -m`` module -> engine, (program, subcommand) -> engine: from every engine's launch syntax
+SERVE_MODULES = {m: e.name for e in ENGINES.values() for m in e.launch.modules}
+SERVE_PROGRAMS = {p: e.name for e in ENGINES.values() for p in e.launch.programs}
+#: words that make a command a serving launch (a serve program or the root of a serve module)
+SERVING_WORDS = tuple(dict.fromkeys(w for e in ENGINES.values() for w in e.launch.names))
+_PYTHON = re.compile(r"python[0-9.]*")
+
+
+@dataclass(frozen=True)
+class EngineGuess:
+    """The engine a launcher is written for and why (None: the script does not say)."""
+
+    engine: str | None
+    reason: str
+    file: str = ""
+    line: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.engine, "reason": self.reason, "file": self.file, "line": self.line}
+
+
+def serve_start(words: list[str]) -> tuple[int, str, int] | None:
+    """(index of the program word, engine, index of its first argument) of a serve command in
+    ``words``, or None."""
+    for k, w in enumerate(words):
+        base = posixpath.basename(w)
+        nxt = words[k + 1] if k + 1 < len(words) else ""
+        if (base, nxt) in SERVE_PROGRAMS:
+            return k, SERVE_PROGRAMS[(base, nxt)], k + 2
+        if _PYTHON.fullmatch(base) and nxt == "-m" and k + 2 < len(words) and words[k + 2] in SERVE_MODULES:
+            return k, SERVE_MODULES[words[k + 2]], k + 3
+    return None
+
+
+def training_engine(parsed: LauncherParse) -> EngineGuess:
+    """Megatron, slime or None for a training launcher (see the module docstring)."""
+    file, line = parsed.trainer or ("", 0)
+    program = posixpath.basename(parsed.program or "")
+    entries = [e for e in ENGINES.values() if any(fnmatch.fnmatchcase(program, p) for p in e.launch.entry_points)]
+    for e in entries:
+        if e.launch.entry_needs_array is None:
+            return EngineGuess(e.name, f"{program} is a {e.label} entry point", file, line)
+    owned = only_flags()
+    flags = sorted(o.flag for o in parsed.final if o.flag in owned)
+    if flags:
+        name = owned[flags[0]]
+        return EngineGuess(name, f"{flags[0]} is a {ENGINES[name].label}-only flag (on the trainer line at "
+                           f"{where(file, line)})", file, line)
+    for e in entries:
+        if e.launch.entry_needs_array in parsed.arrays:
+            return EngineGuess(e.name, f"{program} with {e.launch.entry_needs_array} is how {e.label}'s launchers "
+                               "start training", file, line)
+    return EngineGuess(None, "the trainer line names no engine (no known entry point, no engine-only flag)",
+                       file, line)

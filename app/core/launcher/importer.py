@@ -1,0 +1,153 @@
+"""Launcher import: a bash launcher -> a :class:`~app.core.plan.Plan` that loses nothing, and a
+report for the CLI and the page.
+
+One reader (:mod:`app.core.launcher.reader`) reads the script; the command that matters decides the
+consumer: a ``vllm serve`` / ``sglang`` launch (:mod:`app.core.launcher.serving`) or a training
+launcher (:mod:`app.core.launcher.training`), whose final command line maps onto the plan table's
+Megatron/slime flag names (:func:`app.core.plan.plan_from_flags`). The engine the script is
+written for (:mod:`app.core.launcher.engine`) becomes the plan's engine unless the caller keeps its
+own (``keep_engine``: the user gave one explicitly).
+
+The report (:attr:`LauncherImport.report`, the CLI's ``launcher`` JSON key) holds:
+
+* ``engine``: ``{name, reason, file, line}`` - what the script is written for (name None: unknown);
+* ``values``: ``{flag: {value, file, line}}`` - every value and switch read, where it was set;
+* ``files``, ``trainer`` (``{file, line}``), ``switches``, ``unresolved`` (``[{flag, file, line,
+  raw, reason}]``);
+* ``warnings``: every warning of the import (duplicate flags, unresolved ``--hf-checkpoint`` /
+  ``--load``, no MTP layer built, options Megatron would refuse, ...);
+* ``serve`` (serving launches): engine, model, TP, PP, partition and each one's provenance.
+
+Fails closed: a script that cannot be read, or whose pipeline flags cannot be resolved, raises
+:class:`LauncherImportError` naming each flag and line (exit 2 / a 422), never a verdict.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from app.core.engines import engine_for, flag_vocabulary
+from app.core.launcher.engine import SERVING_WORDS, EngineGuess, training_engine
+from app.core.launcher.kubernetes import read_spec
+from app.core.launcher.reader import candidate_config, fail_closed, parse_launcher, read_launcher, read_launcher_files
+from app.core.launcher.results import LauncherParse
+from app.core.launcher.serving import ServeLauncherError, is_serving_launch, parse_serve_launcher
+from app.core.launcher.source import disk_loader, files_loader
+from app.core.launcher.text import TOO_COMPLEX, LauncherError, decode, where
+from app.core.launcher.training import launcher_gpus, launcher_request
+from app.core.model.config import ModelConfig
+from app.core.plan import Plan, plan_from_flags
+
+
+class LauncherImportError(ValueError):
+    """The launcher cannot be read completely; the message names what is missing."""
+
+    field = "launcher"
+
+
+@dataclass
+class LauncherImport:
+    plan: Plan
+    report: dict[str, Any]
+    warnings: tuple[str, ...] = ()
+    errors: tuple[Any, ...] = field(default_factory=tuple)
+    #: a config.json at the launcher's --hf-checkpoint / --load path (read from disk only: the CLI)
+    candidate_config: str | None = None
+    #: work units the reading charged (:func:`app.core.launcher.cost.import_work_estimate` bounds it)
+    work: int = 0
+
+
+def _read(text: str | bytes, path: str | None, files: Mapping[str, str | bytes] | None,
+          main: str) -> tuple[LauncherParse, str, str]:
+    """One lenient read (the file from disk, the pasted files, or the text): (parse, text, name)."""
+    if path is not None:
+        name = os.path.abspath(path)
+        return read_launcher(path, strict=False), decode(text, name), name
+    if files:
+        return read_launcher_files({main: text, **files}, main, strict=False), decode(text, main), main
+    body = decode(text, "the launcher script")
+    return parse_launcher(body), body, ""
+
+
+def import_serve_launcher(text: str | bytes, base: Plan, *, path: str | None = None,
+                          files: Mapping[str, str | bytes] | None = None, main: str = "launcher.sh",
+                          keep_engine: bool = False, parsed: LauncherParse | None = None) -> LauncherImport:
+    """A ``vllm serve`` / ``sglang`` launch: engine, TP, PP and the ``*_PP_LAYER_PARTITION``
+    partition (as ``split``) become the plan."""
+    if path is not None:
+        loader, name = disk_loader(), os.path.abspath(path)
+    elif files:
+        loader, name = files_loader({posixpath.normpath(k.replace("\\", "/")): v for k, v in files.items()}), main
+    else:
+        loader, name = None, ""
+    try:
+        launch = parse_serve_launcher(text, name=name, loader=loader, parsed=parsed)
+    except ServeLauncherError as exc:
+        raise LauncherImportError(str(exc)) from None
+    engine = base.engine if keep_engine else launch.engine
+    plan = replace(base, engine=engine, tp=launch.tp, pp=launch.pp, parallel=True,
+                   mode="split" if launch.partition is not None else "flags", split=launch.partition)
+    at = launch.provenance["engine"]
+    guess = EngineGuess(launch.engine, f"`{at.value}` serve command", at.file, at.line)
+    values = {k: {"value": v.value, "file": v.file, "line": v.line} for k, v in launch.provenance.items()}
+    report = {"engine": guess.to_json(), "values": values, "serve": launch.to_json(),
+              "warnings": list(launch.warnings)}
+    return LauncherImport(plan, report, tuple(launch.warnings), work=launch.work + (parsed.work if parsed else 0))
+
+
+def import_launcher(text: str | bytes, cfg: ModelConfig, base: Plan, *, path: str | None = None,
+                    files: Mapping[str, str | bytes] | None = None, main: str = "launcher.sh",
+                    keep_engine: bool = False) -> LauncherImport:
+    """The plan a launcher describes on top of ``base`` (model, engine and page settings): read
+    from ``path`` with the files it sources beside it (the CLI), from pasted ``files`` (name ->
+    text, ``main`` the launcher; the page), or from ``text`` alone (stdin, where a ``source``
+    cannot be followed and fails closed)."""
+    kwargs: dict[str, Any] = {"path": path, "files": files, "main": main, "keep_engine": keep_engine}
+    try:
+        body = decode(text, "the launcher script")
+        spec = read_spec(body)
+        if spec.words or (spec.env and any(w in body for w in SERVING_WORDS)):   # a Kubernetes-style serve spec
+            return import_serve_launcher(text, base, **kwargs)
+        parsed, body, name = _read(text, path, files, main)
+        if is_serving_launch(parsed):
+            return import_serve_launcher(text, base, parsed=parsed, **kwargs)
+        fail_closed(parsed, body, name)
+        return _training_import(parsed, cfg, base, path, keep_engine)
+    except LauncherError as exc:
+        raise LauncherImportError(str(exc)) from None
+    except MemoryError:   # never a 500: the limit, by name (issue 20 finding 6)
+        raise LauncherImportError(f"{TOO_COMPLEX}: the reading needed more memory than the import allows") from None
+
+
+def _training_import(parsed: LauncherParse, cfg: ModelConfig, base: Plan, path: str | None,
+                     keep_engine: bool) -> LauncherImport:
+    req = launcher_request(parsed, cfg)
+    if req.unresolved:
+        raise LauncherImportError("the launcher's pipeline flags cannot be read: " + "; ".join(req.unresolved))
+    guess = training_engine(parsed)
+    engine = base.engine if keep_engine or guess.engine is None else guess.engine
+    warnings = list(req.warnings)
+    if keep_engine and guess.engine is not None and guess.engine != base.engine:
+        warnings.append(f"the script is written for {guess.engine} ({guess.reason}); checked as {base.engine}, "
+                        "the engine given")
+    # a launcher is a real job: its parallelism, GPU count and memory join the verdict
+    plan, problems = plan_from_flags(parsed.values, parsed.switches,
+                                     replace(base, engine=engine, mode="flags", parallel=True),
+                                     engine_for(engine).flags)
+    if problems:
+        raise LauncherImportError("; ".join(p.message for p in problems))
+    gpus = launcher_gpus(parsed)
+    if gpus is not None and plan.gpus is None and plan.dp is None:
+        plan = replace(plan, gpus=gpus)
+    # a model flag with a plan field is compared with the config by the verdict (its URL key keeps
+    # it); the launcher report keeps each value's file and line
+    errors = tuple(e for e in req.errors if not (e.kind == "model" and e.flag in flag_vocabulary()))
+    candidate = candidate_config(parsed, os.path.dirname(os.path.abspath(path))) if path is not None else None
+    report = {**req.report, "engine": guess.to_json(), "warnings": warnings,
+              "trainer": {"file": parsed.trainer[0], "line": parsed.trainer[1],
+                          "at": where(*parsed.trainer)} if parsed.trainer else None}
+    return LauncherImport(plan, report, tuple(warnings), errors, candidate, parsed.work)

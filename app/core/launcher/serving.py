@@ -1,0 +1,258 @@
+"""The serving consumer: a ``vllm serve`` / ``python -m sglang.launch_server`` launch -> engine,
+model, TP, PP and the layer partition (``VLLM_PP_LAYER_PARTITION`` / ``SGLANG_PP_LAYER_PARTITION``),
+each with the file and line it came from.
+
+Input is a shell script (read by the one bash reader, :mod:`app.core.launcher.commands`: variables,
+arrays, ``source``, ``$((...))``; ``NAME=value cmd`` and ``env NAME=value cmd`` set a variable for
+that command only, ``docker run -e NAME=value`` too), a Kubernetes-style spec (:mod:`app.core.launcher.kubernetes`),
+or both. The engine sees a variable only when it is exported, assigned for its command, or in the
+spec's ``env:`` list.
+
+Flags read: vLLM ``--tensor-parallel-size`` / ``-tp``, ``--pipeline-parallel-size`` / ``-pp``,
+the model as ``vllm serve MODEL`` or ``--model``; SGLang ``--tp-size`` / ``--tp`` /
+``--tensor-parallel-size``, ``--pp-size`` / ``--pp`` / ``--pipeline-parallel-size``,
+``--model-path`` / ``--model``; ``--flag value`` and ``--flag=value``; the last occurrence wins
+(argparse). Missing TP / PP mean the engines' default 1.
+
+Fails closed (:class:`ServeLauncherError`, naming the field and line): no serve command, more
+than one, an unknown or non-integer TP/PP/model/partition value, anything the reader cannot read
+completely (an unterminated quote, a sourced file it cannot read), two different partition values.
+"""
+
+from __future__ import annotations
+
+import itertools
+import posixpath
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.core.engines import ENGINES
+from app.core.launcher.engine import serve_start
+from app.core.launcher.kubernetes import read_spec
+from app.core.launcher.reader import parse_launcher
+from app.core.launcher.results import Arg, Command, EnvValue, LauncherParse
+from app.core.launcher.state import Loader
+from app.core.launcher.text import LauncherError, decode, where
+
+#: each serving engine's partition variable (``Engine.launch.partition_env``) -> the engine
+ENV_VARS = {e.launch.partition_env: e.name for e in ENGINES.values() if e.launch.partition_env}
+ENV_VARS_BY_ENGINE = {v: k for k, v in ENV_VARS.items()}
+
+
+def _flags(engine: str) -> dict[str, tuple[str, ...]]:
+    """The engine's own spellings of TP, PP (its flag vocabulary) and of the model (its launch syntax)."""
+    e = ENGINES[engine]
+    return {"tp": tuple(f for f, n in e.flags.items() if n == "tp" and f.startswith("-")),
+            "pp": tuple(f for f, n in e.flags.items() if n == "pp" and f.startswith("-")),
+            "model": e.launch.model_flags}
+_ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
+_UNRESOLVED = "(a variable not assigned in the text, or a command substitution)"
+
+
+class ServeLauncherError(ValueError):
+    """The launch cannot be read completely; the message names what is missing and where."""
+
+
+@dataclass(frozen=True)
+class Provenance:
+    value: str
+    line: int  # 1-based line
+    how: str  # command | assignment | export | prefix | docker_env | k8s_env
+    file: str = ""
+    reason: str | None = None   # why the value cannot be known
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "line": self.line, "how": self.how, "file": self.file}
+
+
+@dataclass(frozen=True)
+class ServeLaunch:
+    engine: str
+    model: str
+    tp: int
+    pp: int
+    partition: tuple[int, ...] | None
+    provenance: dict[str, Provenance]
+    warnings: tuple[str, ...] = field(default=())
+    work: int = 0   # work units the reading charged (see app.core.launcher.cost)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine, "model": self.model, "tp": self.tp, "pp": self.pp,
+            "partition": list(self.partition) if self.partition is not None else None,
+            "provenance": {k: v.to_dict() for k, v in self.provenance.items()},
+            "warnings": list(self.warnings),
+        }
+
+
+def _env(v: EnvValue, how: str | None = None) -> Provenance:
+    return Provenance(v.value, v.line, how or v.how, v.file, v.reason)
+
+
+def _commands(text: str, name: str, loader: Loader | None,
+              parsed: LauncherParse | None) -> tuple[list[Command], dict[str, Provenance], dict[str, Provenance], int]:
+    """Every command naming vLLM / SGLang (shell and spec), the spec's env and the shell's variables.
+    ``parsed``: the text already read (reused when the text holds no Kubernetes-style parts)."""
+    spec = read_spec(text)
+    scripts: list[str | LauncherParse] = [parsed if parsed is not None and not (spec.env or spec.words) else spec.shell]
+    words = [w for w, _ in spec.words]
+    commands: list[Command] = []
+    if len(words) >= 3 and posixpath.basename(words[0]) in ("sh", "bash") and words[1] == "-c":
+        scripts.append("\n" * (spec.words[2][1] - 1) + words[2])   # the script keeps its line number
+    elif words:
+        commands.append(Command(tuple(Arg(w, None, w, name, n) for w, n in spec.words), {}, name, spec.words[0][1]))
+    shell: dict[str, Provenance] = {}
+    work = 0
+    for script in scripts:
+        read = parse_launcher(script, name=name, loader=loader) if isinstance(script, str) else script
+        if read.missing:
+            raise LauncherError("cannot read the sourced file(s) " + "; ".join(read.missing))
+        if read.fatal:
+            raise LauncherError("; ".join(read.fatal) + "; the serve command cannot be read")
+        commands += read.commands
+        work += read.work if isinstance(script, str) else 0
+        shell.update({k: _env(v) for k, v in read.environment.items()})
+    k8s = {k: Provenance(v if v is not None else "", line, "k8s_env", name,
+                         None if v is not None else "valueFrom") for k, (v, line) in spec.env.items()}
+    return commands, k8s, shell, work
+
+
+def _command_env(cmd: Command, start: int) -> dict[str, Provenance]:
+    """Variables set for this command alone: prefix ``VAR=x``, ``env VAR=x``, ``docker run -e VAR=x``."""
+    env = {k: _env(v) for k, v in cmd.env.items()}
+    args = cmd.argv[:start]
+    k = 1 if args and posixpath.basename(args[0].text) == "env" else len(args)
+    while k < len(args) and (m := _ASSIGN.fullmatch(args[k].text)):
+        env[m.group(1)] = Provenance(m.group(2), args[k].line, "prefix", args[k].file, args[k].reason)
+        k += 1
+    for a, b in itertools.pairwise(args):
+        if a.text in ("-e", "--env") and (m := _ASSIGN.fullmatch(b.text)):
+            env[m.group(1)] = Provenance(m.group(2), b.line, "docker_env", b.file, b.reason)
+    return env
+
+
+def _flag(args: tuple[Arg, ...], names: tuple[str, ...]) -> tuple[str, Arg | None, Arg] | None:
+    """The last ``--flag value`` / ``--flag=value`` of ``names``: (flag, value argument or None, flag argument)."""
+    found: tuple[str, Arg | None, Arg] | None = None
+    for k, a in enumerate(args):
+        flag, eq, value = a.text.partition("=")
+        if flag not in names:
+            continue
+        if eq:
+            found = (flag, Arg(value, a.reason, a.raw.partition("=")[2] or a.raw, a.file, a.line), a)
+        elif k + 1 < len(args) and not args[k + 1].text.startswith("-"):
+            found = (flag, args[k + 1], a)
+        else:
+            found = (flag, None, a)
+    return found
+
+
+def _read(cmd: Command, engine: str, first: int) -> dict[str, Provenance]:
+    args = cmd.argv[first:]
+    got: dict[str, Provenance] = {"engine": Provenance(engine, cmd.argv[first - 1].line, "command", cmd.file)}
+    if ENGINES[engine].launch.positional_model and cmd.argv[first - 1].text == "serve" and args \
+            and not args[0].text.startswith("-"):
+        got["model"] = Provenance(args[0].text, args[0].line, "command", args[0].file, args[0].reason)
+    for key, names in _flags(engine).items():
+        found = _flag(args, names)
+        if found is None or (key == "model" and "model" in got):
+            continue
+        flag, value, at = found
+        if value is None:
+            raise ServeLauncherError(f"{where(at.file, at.line)}: {flag} has no value")
+        if value.reason is not None:
+            raise ServeLauncherError(f"{where(value.file, value.line)}: {flag} {value.raw} cannot be resolved "
+                                     f"{_UNRESOLVED}")
+        got[key] = Provenance(value.text, value.line, "command", value.file)
+    return got
+
+
+def _partition(engine: str, env: dict[str, Provenance], k8s: dict[str, Provenance],
+               shell: dict[str, Provenance], warnings: list[str]) -> Provenance | None:
+    var = ENV_VARS_BY_ENGINE[engine]
+    others = [v for v in ENV_VARS if v != var]
+    mine = env.get(var) or shell.get(var)
+    if mine is not None and mine.how == "assignment":
+        warnings.append(f"{var} is assigned on {where(mine.file, mine.line)} but never exported, so {engine} does "
+                        f"not see it and uses its default partition (write `export {var}=...`)")
+        mine = None
+    seen = [p for p in (k8s.get(var), mine) if p is not None]
+    for other in others:
+        if k8s.get(other) or env.get(other) or shell.get(other):
+            warnings.append(f"{other} is set but {engine} reads {var}; it is ignored")
+    for p in seen:
+        if p.reason is not None:
+            raise ServeLauncherError(f"{where(p.file, p.line)}: {var} cannot be resolved (unknown variable, command "
+                                     "substitution or valueFrom)")
+    if len({p.value.strip() for p in seen}) > 1:
+        lines = ", ".join(f"{p.value!r} ({where(p.file, p.line)})" for p in seen)
+        raise ServeLauncherError(f"{var} has two different values: {lines}; keep one")
+    return seen[-1] if seen else None
+
+
+def _as_int(p: Provenance, name: str) -> int:
+    if not re.fullmatch(r"\s*[0-9]{1,6}\s*", p.value) or int(p.value) < 1:
+        raise ServeLauncherError(f"{where(p.file, p.line)}: {name} is {p.value!r}; it must be a whole number >= 1")
+    return int(p.value)
+
+
+def is_serving_launch(parsed: LauncherParse) -> bool:
+    """Whether the read script launches vLLM or SGLang (a command naming one with a serve start)."""
+    return any(serve_start([a.text for a in c.argv]) is not None for c in parsed.commands)
+
+
+def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | None = None,
+                         parsed: LauncherParse | None = None) -> ServeLaunch:
+    """Read one serve launch from ``text`` (shell, Kubernetes-style YAML, or both); see the module
+    docstring. ``parsed``: the reader's result on ``text``, if the caller has it. Raises
+    :class:`ServeLauncherError` when it cannot be read completely."""
+    try:
+        body = decode(text, name or "(pasted)")
+        commands, k8s, shell, work = _commands(body, name, loader, parsed)
+    except LauncherError as exc:
+        raise ServeLauncherError(str(exc)) from None
+    found = [(c, s) for c in commands if (s := serve_start([a.text for a in c.argv])) is not None]
+    if not found:
+        raise ServeLauncherError("no serve command found: expected `vllm serve MODEL ...`, "
+                                 "`python -m sglang.launch_server --model-path MODEL ...` or `sglang serve ...`")
+    if len(found) > 1:
+        lines = ", ".join(str(c.argv[s[0]].line) for c, s in found)
+        raise ServeLauncherError(f"{len(found)} serve commands (lines {lines}); paste one launch at a time")
+    cmd, (start, engine, first) = found[0]
+    got = _read(cmd, engine, first)
+    model = got.get("model")
+    if model is None or model.reason is not None:
+        syntax = ENGINES[engine].launch
+        flag = (f"MODEL after `{syntax.programs[0][0]} serve`" if syntax.positional_model
+                else syntax.model_flags[0])
+        at = cmd.argv[start]
+        raise ServeLauncherError(f"{where(at.file, at.line)}: the model is missing or cannot be resolved ({flag})")
+    tp = _as_int(got["tp"], "the tensor parallel size") if "tp" in got else 1
+    pp = _as_int(got["pp"], "the pipeline parallel size") if "pp" in got else 1
+    warnings: list[str] = []
+    part = _partition(engine, _command_env(cmd, start), k8s, shell, warnings)
+    sizes = None
+    if part is not None:
+        got["partition"] = part
+        try:
+            sizes = tuple(int(x) for x in part.value.split(","))
+        except ValueError:
+            raise ServeLauncherError(f"{where(part.file, part.line)}: {ENV_VARS_BY_ENGINE[engine]} is "
+                                     f"{part.value!r}, not a comma list of whole numbers") from None
+    return ServeLaunch(engine, model.value, tp, pp, sizes, got, tuple(warnings), work)
+
+
+def serve_launcher_report(cfg: Any, text: str | bytes, **settings: Any) -> dict[str, Any]:
+    """The JSON body of a serving launch check: what the launch says (``launch``, with line
+    numbers) and the serving check of that partition (the engine default when the launch sets
+    none). ``settings`` as for :func:`app.core.engines.serving.serving_check_report` (``tp`` and
+    ``model`` come from the launch)."""
+    from app.core.engines.serving import serving_check_report
+
+    launch = parse_serve_launcher(text)
+    body = serving_check_report(cfg, launch.engine, launch.pp, launch.partition,
+                                **{**settings, "tp": launch.tp, "model": launch.model})
+    body["launch"] = launch.to_json()
+    body["warnings"] = list(launch.warnings) + body["warnings"]
+    return body

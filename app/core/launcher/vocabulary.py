@@ -1,0 +1,61 @@
+"""The flags a launcher reader understands: the training engines' own vocabularies, plus one
+documented list of the rest.
+
+Every Megatron / slime flag that has a plan field comes from its engine's vocabulary
+(``app.core.engines.<name>.flags`` through :func:`app.core.engines.flag_vocabulary`) via
+:func:`plan_flags`; nothing here repeats them. :data:`READER_ONLY_FLAGS` lists the flags with no
+plan field that an import still needs, each with why.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from app.core.engines import ENGINES, flag_vocabulary
+from app.core.plan import TABLE
+
+#: Flags with no plan field that the reader reads anyway: flag -> (takes a value?, why).
+#: Sources: THUDM/slime ``slime/utils/arguments.py`` at 624b824a898ab0ec1fcb4d373004c7f3852bf515
+#: (``--actor-num-nodes`` line 39, ``--actor-num-gpus-per-node`` 41, ``--num-gpus-per-node`` 62,
+#: ``--allgather-cp`` 297, ``--hf-checkpoint`` 307); NVIDIA/Megatron-LM ``megatron/training/arguments.py``
+#: (``--load``, ``--cp-comm-type``, ``--use-distributed-optimizer``); torchrun's ``--nnodes`` /
+#: ``--nproc-per-node``.
+READER_ONLY_FLAGS: dict[str, tuple[bool, str]] = {
+    "--actor-num-nodes": (True, "slime: training nodes; x --actor-num-gpus-per-node is the GPU count"),
+    "--actor-num-gpus-per-node": (True, "slime: GPUs per training node"),
+    "--num-gpus-per-node": (True, "slime: GPUs per node (the GPU count when --actor-num-gpus-per-node is absent)"),
+    "--nnodes": (True, "torchrun: nodes; x --nproc-per-node is the GPU count"),
+    "--nproc-per-node": (True, "torchrun: processes (GPUs) per node"),
+    "--hf-checkpoint": (True, "slime: the HF checkpoint; its config.json is offered as the model (CLI)"),
+    "--load": (True, "Megatron: the checkpoint to load; its config.json is offered as the model (CLI)"),
+    "--cp-comm-type": (True, "Megatron: the CP layout (allgather is what DSA with CP needs), reported"),
+    "--allgather-cp": (False, "slime: the all-gather CP layout (Megatron's --cp-comm-type allgather), reported"),
+    "--use-distributed-optimizer": (False, "Megatron: the distributed optimizer (the planner's default), reported"),
+    "--overlap-p2p-communication": (False, "not a Megatron option (overlap is the default): read to warn about it"),
+}
+
+
+
+@cache
+def plan_flags() -> dict[str, bool]:
+    """Every engine flag of the plan table -> whether it is a switch (a ``bool`` field)."""
+    return {flag: TABLE[name].kind == "bool" for flag, name in flag_vocabulary().items()}
+
+
+@cache
+def value_flags() -> frozenset[str]:
+    """Flags the reader reads a value for: the table's non-boolean flags and the reader-only ones."""
+    return frozenset({f for f, switch in plan_flags().items() if not switch}
+                     | {f for f, (takes, _) in READER_ONLY_FLAGS.items() if takes})
+
+
+@cache
+def switch_flags() -> frozenset[str]:
+    """Flags the reader records as present or absent (no value)."""
+    return frozenset({f for f, switch in plan_flags().items() if switch}
+                     | {f for f, (takes, _) in READER_ONLY_FLAGS.items() if not takes})
+
+
+def only_flags() -> dict[str, str]:
+    """Flag -> the engine it belongs to alone (any of them on the trainer line names the engine)."""
+    return {f: e.name for e in ENGINES.values() for f in e.launch.only_flags}
