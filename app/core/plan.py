@@ -34,12 +34,13 @@ from app.core.bounds import MAX_CP, MAX_EP, MAX_GPUS, MAX_LAYERS, MAX_MODEL_ID, 
 from app.core.bounds import MAX_MTP_LAYERS as MAX_MTP
 from app.core.bounds import MAX_PLAN_PATTERN as MAX_PATTERN
 from app.core.bounds import MAX_PLAN_TEXT as MAX_TEXT
+from app.core.model.hardware import CATALOGUE
 
 LAYOUT_MODES = ("flags", "split", "layout")
 CONVERSION_MODES = ("none", "flags", "split")
 RECOMPUTE = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("uniform", "block")
-GPUS = ("h100-80gb", "h200-141gb", "b200-180gb", "mi300x-192gb", "custom")
+GPUS = (*CATALOGUE, "custom")  # the GPU catalogue (app/core/model/hardware.py) + a custom capacity
 TRAINING_ENGINES = ("megatron", "slime", "hf", "maxtext")
 SERVING_ENGINES = ("vllm", "sglang")
 ENGINES = ("megatron", "slime", "hf", "vllm", "sglang", "maxtext")
