@@ -16,8 +16,7 @@ from app.core.model.hardware import get_hardware, with_overrides
 from app.core.model_config import load_model
 from app.core.parameters import shapes
 from app.core.stages import PipelineSpec, materialise
-from app.core.time import TimeInputError, TimeSettings, step_time
-from app.core.time import comm
+from app.core.time import TimeInputError, TimeSettings, comm, step_time
 from app.core.time.efficiency import CONSTANTS, Efficiency
 from app.core.time.model_flops import model_flops_per_token, padded_vocab
 from app.core.time.ops import OpContext, layer_gemms

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from itertools import pairwise
 
 import pytest
 from hypothesis import given, settings
@@ -88,7 +89,7 @@ def test_dependencies_and_rank_streams_hold_for_any_costs(data: st.DataObject, p
                 assert a >= end[(stage + 1, i, True)][1] + send - 1e-9
     for r in range(pp):  # one compute stream per rank: its steps never overlap
         steps = sorted((a, e) for rr, a, e in zip(s.rank, s.start, s.end) if rr == r)
-        assert all(x[1] <= y[0] + 1e-9 for x, y in zip(steps, steps[1:]))
+        assert all(x[1] <= y[0] + 1e-9 for x, y in pairwise(steps))
     assert s.makespan >= max(s.busy)
 
 
