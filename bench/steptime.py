@@ -81,6 +81,7 @@ def normalise(row: dict[str, Any]) -> dict[str, Any]:
                      "overlap_param_gather": bool(ov.get("overlap_param_gather")),
                      "ep_comm_overlap": bool(ov.get("moe_expert_parallel_comm_overlap"))},
         "distributed_optimizer": bool(row["distributed_optimizer"]), "layout": "auto",
+        "moe_dispatcher": (row.get("dispatcher") or {}).get("type") or "flex",
         "measured": row["measured"],
     }
 
@@ -139,6 +140,7 @@ def settings_for(row: dict[str, Any]) -> TimeSettings:
         tp_comm_overlap=bool(ov.get("tp_comm_overlap")), overlap_grad_reduce=bool(ov.get("overlap_grad_reduce")),
         overlap_param_gather=bool(ov.get("overlap_param_gather")), ep_comm_overlap=bool(ov.get("ep_comm_overlap")),
         distributed_optimizer=bool(row.get("distributed_optimizer", True)),
+        moe_dispatcher=row.get("moe_dispatcher") or "flex",
     )
 
 

@@ -315,11 +315,12 @@ def test_calibration_rows_within_their_stated_bound() -> None:
 
 def test_holdout_errors_stay_within_their_stated_bounds() -> None:
     """The held-out rows (never fitted on), at the figures docs/MODELS.md states: mean |error|
-    <= 14 %, 85 % of runs within 25 %, same order within a model in >= 80 % of pairs."""
+    <= 15 %, 85 % of runs within 25 %, same order within a model in >= 80 % of pairs (measured: 13.7 %,
+    138 / 160, 85 %)."""
     from bench.steptime import HOLDOUT, evaluate, load_rows, summary
 
     s = summary(evaluate(load_rows(HOLDOUT)))
     assert s["failed"] == 0
-    assert s["mean_abs_err"] <= 0.14
+    assert s["mean_abs_err"] <= 0.15
     assert s["within_25pct"] >= 0.85 * s["predicted"]
     assert s["concordance"] >= 0.80

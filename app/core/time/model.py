@@ -406,7 +406,8 @@ def step_time(cfg: ModelConfig, roles: RoleMap, stage_plan: StagePlan, settings:
     }
     tokens = s.gbs * s.seq_length
     world = s.world
-    per_token = model_flops_per_token(cfg, roles, seq_length=s.seq_length, tp=s.tp, mtp_layers=s.mtp_layers)
+    per_token = model_flops_per_token(cfg, roles, seq_length=s.seq_length, tp=s.tp, mtp_layers=s.mtp_layers,
+                                      vocab_divisible_by=s.vocab_divisible_by)
     tflops = per_token * tokens / (step * world) / 1e12
     notes = []
     if s.tp > 1 and not s.sp and cfg.n_routed_experts:

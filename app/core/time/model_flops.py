@@ -36,7 +36,7 @@ def padded_vocab(vocab: int, tp: int, divisible_by: int = 128) -> int:
 
 
 def model_flops_per_token(cfg: ModelConfig, roles: RoleMap | None = None, *, seq_length: int, tp: int = 1,
-                          mtp_layers: int = 0, indexer_loss: bool = True) -> float:
+                          mtp_layers: int = 0, indexer_loss: bool = True, vocab_divisible_by: int = 128) -> float:
     """Megatron-Bridge model FLOPs (forward + backward) per token of a ``seq_length`` batch."""
     H, h, s = cfg.hidden_size, cfg.num_attention_heads, seq_length
     kinds = ffn_kinds(cfg)
@@ -66,7 +66,7 @@ def model_flops_per_token(cfg: ModelConfig, roles: RoleMap | None = None, *, seq
             core = s * h * (dn + dr) / 2 + s * h * dv / 2
             attn = 6 * layers * (q_term + kv_term + o_term + core)
     mtp = 6 * mtp_layers * (3 * H + 2 * H * H)
-    logits = 6 * H * padded_vocab(cfg.vocab_size, tp) * (mtp_layers + 1)
+    logits = 6 * H * padded_vocab(cfg.vocab_size, tp, vocab_divisible_by) * (mtp_layers + 1)
     return mlp + attn + mtp + logits
 
 

@@ -42,7 +42,8 @@ elementwise kernels (twelve more with MoE).
 Communication per layer (bytes per GPU, timed in :mod:`app.core.time.comm`): TP with SP two
 all-gathers and two reduce-scatters of the ``t x H`` BF16 activation forward and backward (an MoE
 layer with ETP = 1 only the attention's two), without SP two all-reduces; EP an all-to-all
-dispatch and combine of ``t_moe * topk * H`` BF16 forward and again backward; CP the key/value
+dispatch and combine of ``t_moe * topk * H`` BF16 forward and again backward (sent once per remote
+NVLink domain with the ``flex`` dispatcher, :func:`app.core.time.comm.all_to_all`); CP the key/value
 chunks ``(CP - 1)`` times around the ring forward and twice that backward (``p2p``), or an
 all-gather forward and a reduce-scatter backward (``allgather``, which DSA requires).
 """
@@ -57,6 +58,7 @@ from app.core.model.hardware import Hardware
 from app.core.model_config import ModelConfig
 from app.core.parameters import Shapes
 from app.core.time.efficiency import Efficiency
+from app.core.time.model_flops import padded_vocab
 from app.core.time.precision import Precision
 from app.core.time.settings import TimeSettings
 
@@ -347,8 +349,10 @@ def layer_cost(ctx: OpContext, role: LayerRole) -> LayerCost:
             per = comm.all_reduce(gr["tp"], act, hw, eff)
         lc.tp_fwd = lc.tp_bwd = n_coll * per
     if role.ffn == "moe" and s.ep > 1:
+        dedup = s.moe_dispatcher == "flex"
         a2a = comm.all_to_all(gr["ep"], ctx.t_moe * cfg.num_experts_per_tok * cfg.hidden_size * ACT_BYTES, hw, eff,
-                              topk=cfg.num_experts_per_tok, experts=cfg.n_routed_experts)
+                              topk=cfg.num_experts_per_tok if dedup else 0,
+                              experts=cfg.n_routed_experts if dedup else 0)
         lc.ep_fwd = lc.ep_bwd = 2 * a2a
     if s.cp > 1:
         kv = _kv_bytes_per_token(ctx) * ctx.t
@@ -382,7 +386,7 @@ def head_cost(ctx: OpContext, mtp_layers: int) -> LayerCost:
     stage; see :mod:`app.core.flops`)."""
     cfg, s = ctx.cfg, ctx.s
     lc = LayerCost()
-    v = _padded_vocab(cfg.vocab_size, s.tp) / s.tp
+    v = padded_vocab(cfg.vocab_size, s.tp, s.vocab_divisible_by) / s.tp
     for _ in range(1 + mtp_layers):
         f = gemm_seconds(ctx, ctx.t, v, cfg.hidden_size, low=False)
         b = (gemm_seconds(ctx, cfg.hidden_size, v, ctx.t, low=False, out_bytes=4)
@@ -422,9 +426,3 @@ def embedding_cost(ctx: OpContext) -> LayerCost:
         lc.tp_fwd = lc.tp_bwd = per
     return lc
 
-
-def _padded_vocab(vocab: int, tp: int, divisible_by: int = 128) -> int:
-    """Megatron pads the vocabulary to a multiple of ``make_vocab_size_divisible_by * TP``
-    (default 128; ``megatron/training/tokenizer`` ``_vocab_size_with_padding``)."""
-    multiple = divisible_by * tp
-    return -(-vocab // multiple) * multiple

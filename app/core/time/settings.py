@@ -7,7 +7,10 @@ off (``model_parallel_config.py``), ``--overlap-moe-expert-parallel-comm`` off, 
 optimizer on (isplan's memory model assumes it, as every recipe it models uses it),
 ``recompute_modules`` ``["core_attn"]`` when the granularity is ``selective``
 (``transformer_config.py`` ``__post_init__``), ``--cp-comm-type p2p`` (``arguments.py``),
-``microbatch_group_size_per_vp_stage`` = PP. ``grad_reduce_in_fp32`` follows Megatron-Bridge's
+``microbatch_group_size_per_vp_stage`` = PP. ``moe_dispatcher`` defaults to ``flex`` (DeepEP /
+HybridEP), which Megatron-Bridge's v0.6.0 performance recipes use for cross-node expert parallelism
+(``src/megatron/bridge/perf_recipes/deepseek/common.py``, ``kimi/*``, ``qwen/b300``; Megatron-LM's own
+default is ``allgather``). ``grad_reduce_in_fp32`` follows Megatron-Bridge's
 ``bf16_mixed`` preset (True; Megatron-LM's own default is False): every measured run the model
 is checked against used it.
 """
@@ -25,6 +28,9 @@ RECOMPUTE_METHODS = ("uniform", "block")
 #: GatedDeltaProduct / mHC modules belong to model families isplan does not load).
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 CP_COMM_TYPES = ("p2p", "allgather", "a2a")
+#: ``--moe-token-dispatcher-type``: ``flex`` (DeepEP / HybridEP: a token crosses to a remote NVLink
+#: domain once) or ``alltoall`` / ``allgather`` (NCCL: every expert copy crosses).
+MOE_DISPATCHERS = ("flex", "alltoall", "allgather")
 
 
 class TimeInputError(ValueError):
@@ -61,8 +67,10 @@ class TimeSettings:
     optimizer_cpu_offload: bool = False
     cp_comm_type: str = "p2p"
     ep_comm_overlap: bool = False  # --overlap-moe-expert-parallel-comm
+    moe_dispatcher: str = "flex"  # --moe-token-dispatcher-type; flex = Megatron-Bridge's current recipes
     grad_reduce_in_fp32: bool = True
     microbatch_group: int | None = None  # --microbatch-group-size-per-virtual-pipeline-stage
+    vocab_divisible_by: int = 128  # --make-vocab-size-divisible-by (Megatron's default 128)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     # ------------------------------------------------------------------ derived
@@ -99,7 +107,7 @@ class TimeSettings:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise TimeInputError(f"{name} must be a whole number >= 1, got {v!r}", name)
-        for name in ("etp", "global_batch", "recompute_num_layers", "microbatch_group"):
+        for name in ("etp", "global_batch", "recompute_num_layers", "microbatch_group", "vocab_divisible_by"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise TimeInputError(f"{name} must be a whole number >= 1, got {v!r}", name)
@@ -118,6 +126,8 @@ class TimeSettings:
         if bad:
             raise TimeInputError(f"recompute_modules {bad} are not modules the time model knows; "
                                  f"use {', '.join(RECOMPUTE_MODULES)}", "recompute_modules")
+        if self.moe_dispatcher not in MOE_DISPATCHERS:
+            raise TimeInputError(f"moe_dispatcher must be one of {', '.join(MOE_DISPATCHERS)}", "moe_dispatcher")
         if self.cp_comm_type not in CP_COMM_TYPES:
             raise TimeInputError(f"cp_comm_type must be one of {', '.join(CP_COMM_TYPES)}", "cp_comm_type")
         if self.gbs % (self.mbs * self.dp):
