@@ -152,15 +152,18 @@ CATALOGUE: dict[str, Hardware] = {
     ),
     "gb200-186gb": Hardware(
         "gb200-186gb", "NVIDIA GB200 186GB", "NVIDIA GB200 NVL72 (Blackwell, 1,200 W, 186 GB)", "blackwell",
-        bf16_flops=2500 * TERA, fp8_flops=5000 * TERA, fp4_flops=10000 * TERA,
+        bf16_flops=2250 * TERA, fp8_flops=4500 * TERA, fp4_flops=9000 * TERA,
         hbm_bytes=186 * GB, hbm_bw=8.0e12, nvlink_bw=900e9, nvlink_domain=72, net_bw=50e9,
         host_bw=250e9, h2d_bw=450e9,
         sources={
-            "flops": "GB200 (1,200 W): BF16 2,500 / FP8 5,000 / FP4 10,000 TFLOPS dense: "
-                     "https://glennklockwood.com/garden/processors/B200 (GB200 variant table); NVIDIA GB200 NVL72 sheet "
-                     "(per GPU 20 / 10 / 5 PFLOPS FP4 / FP8 / BF16 with sparsity) at "
-                     "https://zdszero.github.io/Computer/Artificial_Intelligence/Hardware.html. "
-                     "(hardware.json's 2.25 / 4.5 from the verda table are the HGX B200 figures; not used)",
+            "flops": "BF16 2,250 / FP8 4,500 / FP4 9,000 TFLOPS dense per GPU: https://verda.com/blog/gb300-nvl72-architecture "
+                     "(per-GPU table 'without sparsity', GB200 column; the value hardware.json cites). NVIDIA's GB200 NVL72 "
+                     "sheet implies 2,500 / 5,000 / 10,000 at 1,200 W (20 / 10 / 5 PFLOPS FP4 / FP8 / BF16 with sparsity, "
+                     "https://zdszero.github.io/Computer/Artificial_Intelligence/Hardware.html; "
+                     "https://glennklockwood.com/garden/processors/B200): the sources disagree by 11 %. The operator's "
+                     "per-GPU figures are used: measured GB200 throughput equals HGX B200's on identical launches "
+                     "(Megatron-Bridge 25.11 Llama-3 8B FP8: 31,508 vs 30,624 tokens/s/GPU), which the sheet's 11 % "
+                     "higher peak would contradict",
             "hbm": "186 GB HBM3E, 8 TB/s per GPU: NVIDIA GB200 NVL72 sheet at the zdszero page",
             "nvlink": "72-GPU NVLink 5 domain, 1.8 TB/s per GPU: "
                       "https://docs.nvidia.com/multi-node-nvlink-systems/multi-node-tuning-guide/system.html; "
