@@ -16,7 +16,11 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   ``DeepseekV3Config``;
 * ``gqa`` (grouped-query / multi-head attention with ``num_key_value_heads`` and ``head_dim``):
   ``llama``, ``mistral``, ``qwen2``, ``qwen3`` (dense) and ``qwen3_moe``, ``mixtral``,
-  ``glm4_moe`` (MoE).
+  ``glm4_moe`` (MoE), and ``gpt2`` (the dense GPT of GPT-2 / GPT-3 / Megatron's ``GPTModel``:
+  multi-head attention, a 2-matrix GELU MLP of ``n_inner`` (default 4H), LayerNorms with biases,
+  biases on every linear layer, learned position embeddings of ``n_positions`` rows and tied
+  embeddings by default; transformers ``models/gpt2/configuration_gpt2.py`` ``GPT2Config`` and
+  ``modeling_gpt2.py`` ``GPT2Attention`` / ``GPT2MLP``).
 
 Each family spells its fields its own way; they are read into one set of fields
 (huggingface/transformers ``models/<family>/configuration_<family>.py`` and the module shapes
@@ -107,7 +111,7 @@ _POSITIVE = {
 }
 
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
-GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe")
+GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt2")
 KNOWN_MODEL_TYPES = MLA_MODEL_TYPES + GQA_MODEL_TYPES
 #: model types whose MoE router has a score-correction bias (``e_score_correction_bias``)
 _ROUTER_BIAS_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2", "glm4_moe")
@@ -179,6 +183,11 @@ class ModelConfig:
     o_bias: bool = False  # bias on the output projection
     qk_norm: bool = False  # RMSNorm(head_dim) on q and on k
     moe_router_bias: bool = True  # router score-correction bias in the checkpoint
+    gated_mlp: bool = True  # SwiGLU-style 3-matrix MLP; False: 2 matrices (GPT-2 GELU, H -> I -> H)
+    mlp_bias: bool = False  # biases on the MLP's linear layers (GPT-2: c_fc I, c_proj H)
+    norm_bias: bool = False  # LayerNorm with a bias (2 vectors of H) instead of RMSNorm (1)
+    position_embeddings: int = 0  # rows of a learned absolute position table (GPT-2: n_positions)
+    activation: str = "silu"  # the MLP activation as the config names it
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -368,6 +377,9 @@ _NEEDED = (
 )
 
 
+_GPT2_EXTRA = ("n_layer", "n_embd", "n_head", "n_positions", "n_inner", "activation_function")
+
+
 def _bool_field(raw: dict[str, Any], name: str, default: bool) -> bool:
     value = raw.get(name, default)
     if value is None:
@@ -375,6 +387,39 @@ def _bool_field(raw: dict[str, Any], name: str, default: bool) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"{name} must be true or false, got {json.dumps(value)[:40]}", name)
     return value
+
+
+#: GPT-2 field names -> the planner's (``GPT2Config.attribute_map`` in transformers).
+_GPT2_NAMES = (("n_layer", "num_hidden_layers"), ("n_embd", "hidden_size"), ("n_head", "num_attention_heads"),
+               ("n_positions", "max_position_embeddings"))
+
+
+def _gpt2_aliases(raw: dict[str, Any]) -> dict[str, Any]:
+    """A GPT-2 config read under the planner's field names: ``n_layer`` / ``n_embd`` / ``n_head`` /
+    ``n_positions``, ``n_inner`` (``None`` = 4 x ``n_embd``, ``GPT2MLP``), embeddings tied unless
+    the file says otherwise (``GPT2Config`` default ``tie_word_embeddings=True``)."""
+    out = dict(raw)
+    for gpt2, name in _GPT2_NAMES:
+        if raw.get(gpt2) is None and raw.get(name) is None and name != "max_position_embeddings":
+            raise ConfigError(f"config.json has no {gpt2}; a gpt2 config needs it", gpt2)
+        if raw.get(gpt2) is not None:
+            out[name] = raw[gpt2]
+    hidden = _int_field(out, "hidden_size", None, required=True)
+    out["intermediate_size"] = raw.get("n_inner") if raw.get("n_inner") is not None else 4 * (hidden or 0)
+    out.setdefault("tie_word_embeddings", True)
+    return out
+
+
+def _gpt2_family(raw: dict[str, Any]) -> dict[str, Any]:
+    """The GPT-2 block's shapes (``GPT2Attention``: one ``c_attn`` of 3H with bias, ``c_proj`` H
+    with bias; ``GPT2MLP``: ``c_fc`` H -> I and ``c_proj`` I -> H, both with biases; LayerNorm
+    ``ln_1`` / ``ln_2`` / ``ln_f`` with biases; ``wpe`` of ``n_positions`` x H)."""
+    act = raw.get("activation_function", "gelu_new")
+    if not isinstance(act, str):
+        raise ConfigError("activation_function must be a string", "activation_function")
+    positions = _int_field(raw, "max_position_embeddings", 1024)
+    return {"gated_mlp": False, "mlp_bias": True, "norm_bias": True, "activation": act,
+            "position_embeddings": positions, "qkv_bias": True, "o_bias": True, "qk_norm": False}
 
 
 def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads: int) -> dict[str, Any]:
@@ -418,6 +463,8 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
     elif model_type != "glm4_moe":  # dense families
         out.update(n_routed_experts=0, n_shared_experts=0, num_experts_per_tok=0, moe_intermediate_size=0,
                    num_nextn_predict_layers=0)
+    if model_type == "gpt2":
+        out.update(_gpt2_family(raw))
     return out
 
 
@@ -447,6 +494,9 @@ def config_from_dict(
     label: str | None = None,
 ) -> ModelConfig:
     """Validate a parsed config and build a :class:`ModelConfig`; ``data`` are the exact bytes."""
+    original = raw
+    if raw.get("model_type") == "gpt2":
+        raw = _gpt2_aliases(raw)
     model_type = raw.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
         raise ConfigError("model_type must be a string", "model_type")
@@ -505,7 +555,7 @@ def config_from_dict(
         "id": id,
         "source": source,
         "sha256": hashlib.sha256(data).hexdigest(),
-        "canonical_sha256": canonical_digest(raw),
+        "canonical_sha256": canonical_digest(original),
         "provenance": provenance,
         "upstream_repo": upstream_repo,
         "label": label or id,
@@ -537,8 +587,8 @@ def config_from_dict(
         "num_nextn_predict_layers": mtp,
         "tie_word_embeddings": tie,
         "max_position_embeddings": _int_field(raw, "max_position_embeddings", None),
-        "extra": {k: v for k, v in raw.items() if k not in _NEEDED},
-        "raw": raw,
+        "extra": {k: v for k, v in original.items() if k not in _NEEDED and k not in _GPT2_EXTRA},
+        "raw": original,
     }
     fields.update(family)
     cfg = ModelConfig(**fields)

@@ -380,6 +380,19 @@ def _sequence_layer_terms(cfg: ModelConfig, sh: Shapes, role: LayerRole, seq_len
     return {t: v * mbs for t, v in terms.items()}
 
 
+def sequence_layer_flops(cfg: ModelConfig, role: LayerRole, *, seq_length: int, mbs: int = 1) -> dict[str, int]:
+    """Forward FLOPs of one layer (``role``: a decoder or MTP layer) on ``mbs`` causal sequences of
+    ``seq_length`` tokens, by term (the per-layer terms the step-time model times)."""
+    _check_int("seq_length", seq_length)
+    _check_int("mbs", mbs)
+    return _sequence_layer_terms(cfg, shapes(cfg), role, seq_length, mbs)
+
+
+def mtp_role(cfg: ModelConfig, roles: RoleMap, k: int) -> LayerRole:
+    """The role of the ``k``-th MTP layer (1-based), built like Megatron's when ``roles`` has fewer."""
+    return _mtp_role(cfg, roles, k)
+
+
 def _mtp_role(cfg: ModelConfig, roles: RoleMap, k: int) -> LayerRole:
     """The k-th MTP layer (1-based); built like Megatron's when the RoleMap has fewer."""
     if k <= len(roles.mtp):
@@ -548,6 +561,7 @@ __all__ = [
     "CONVENTIONS", "DEFAULT_CONVENTION", "PUBLISHED_CONVENTION", "TERMS",
     "bubble_fraction", "causal_pairs", "causal_selected_pairs", "convention_total", "every_layer_roles",
     "flops_report", "flops_vs_context", "forward_flops", "head_flops_per_token", "layer_flops",
-    "mtp_layer_forward_flops", "per_layer_forward_flops", "sparse_attention_per_position", "stage_flops", "token_flops",
+    "mtp_layer_forward_flops", "mtp_role", "per_layer_forward_flops", "sequence_layer_flops",
+    "sparse_attention_per_position", "stage_flops", "token_flops",
     "topk_positions", "training_flops",
 ]

@@ -45,6 +45,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from app.core.model.hardware import ALIASES as HARDWARE_ALIASES
+from app.core.model.hardware import CATALOGUE
+
 RECOMPUTE = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("uniform", "block")
 #: bytes per element of the optimizer dtypes Megatron's precision-aware optimizer accepts
@@ -65,14 +68,12 @@ class GpuPreset:
                 "capacity_gb": self.capacity_bytes / 1e9, "capacity_gib": self.capacity_bytes / 2**30}
 
 
-#: Vendor decimal capacities (see the module docstring).
+#: Vendor decimal capacities (see the module docstring), read from the one GPU catalogue
+#: (:mod:`app.core.model.hardware`).
 GPU_PRESETS: dict[str, GpuPreset] = {
-    "h100-80gb": GpuPreset("h100-80gb", "NVIDIA H100 80GB (80e9 bytes)", 80 * 10**9),
-    "h200-141gb": GpuPreset("h200-141gb", "NVIDIA H200 141GB (141e9 bytes)", 141 * 10**9),
-    "b200-180gb": GpuPreset("b200-180gb", "NVIDIA B200 180GB (180e9 bytes)", 180 * 10**9),
-    "mi300x-192gb": GpuPreset("mi300x-192gb", "AMD MI300X 192GB (192e9 bytes)", 192 * 10**9),
+    hw.id: GpuPreset(hw.id, f"{hw.name} ({hw.hbm_bytes // 10**9}e9 bytes)", hw.hbm_bytes) for hw in CATALOGUE.values()
 }
-GPU_ALIASES = {"h100": "h100-80gb", "h200": "h200-141gb", "b200": "b200-180gb", "mi300x": "mi300x-192gb"}
+GPU_ALIASES = dict(HARDWARE_ALIASES)
 
 
 def resolve_gpu(gpu: str, capacity_bytes: int | None = None) -> GpuPreset:

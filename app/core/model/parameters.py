@@ -13,9 +13,12 @@ widths, V the vocabulary:
   when the family has them (TP-sharded with their projection), an o_proj bias ``H`` (replicated:
   a row-parallel bias is added after the reduction), QK-norm ``2*d`` (replicated)
   (transformers ``LlamaAttention`` / ``Qwen2Attention`` / ``Qwen3Attention`` / ``Glm4MoeAttention``);
-* layer norms ``2H``; indexer ``rq*Hi*di + H*di + H*Hi + 2*di`` (wq_b, wk, weights_proj, k_norm),
+* layer norms ``2H`` (RMSNorm gains; LayerNorm with biases, ``norm_bias``: ``4H``, and the final
+  norm ``2H``); learned position embeddings (``position_embeddings`` rows, GPT-2 ``wpe``) add
+  ``P*H`` (replicated) to the embedding component, not to a tied head; indexer ``rq*Hi*di + H*di + H*Hi + 2*di`` (wq_b, wk, weights_proj, k_norm),
   **only on layers that own an indexer** (full layers and MTP layers);
-* dense FFN ``3*H*I``; one expert ``3*H*i``; routed experts ``E*3*H*i``; shared ``S*3*H*i``;
+* dense FFN ``3*H*I`` (gated SwiGLU); a 2-matrix MLP (GPT-2's GELU ``c_fc`` / ``c_proj``,
+  ``gated_mlp=False``) ``2*H*I`` plus its biases ``I + H`` when ``mlp_bias``; one expert ``3*H*i``; routed experts ``E*3*H*i``; shared ``S*3*H*i``;
   router ``E*H``; router score-correction bias ``E`` (DeepSeek / GLM ``e_score_correction_bias``;
   checkpoint only, not a trained weight; none for Qwen3-MoE and Mixtral);
 * embedding and lm_head ``V*H`` each (one when tied); final norm ``H``;
@@ -76,6 +79,7 @@ class Shapes:
     final_norm: int
     mtp_extra: int  # enorm + hnorm + eh_proj + shared-head norm
     kv_proj: int = 0  # GQA: the k and v projections (+ biases), part of attn_sharded
+    position_embedding: int = 0  # learned position table P*H (GPT-2 wpe; replicated, first stage)
 
     @property
     def attention(self) -> int:
@@ -116,9 +120,10 @@ def shapes(cfg: ModelConfig) -> Shapes:
     return Shapes(
         attn_sharded=attn_sh,
         attn_replicated=attn_rep,
-        norms=2 * H,
+        norms=(4 if cfg.norm_bias else 2) * H,
         indexer=indexer,
-        dense_ffn=3 * H * cfg.intermediate_size,
+        dense_ffn=(3 if cfg.gated_mlp else 2) * H * cfg.intermediate_size
+        + ((cfg.intermediate_size + H) if cfg.mlp_bias else 0),
         expert=expert,
         routed_experts=E * expert,
         shared_expert=cfg.n_shared_experts * expert,
@@ -126,10 +131,11 @@ def shapes(cfg: ModelConfig) -> Shapes:
         router_bias=E if cfg.moe_router_bias else 0,
         embedding=cfg.vocab_size * H,
         lm_head=0 if cfg.tie_word_embeddings else cfg.vocab_size * H,
-        final_norm=H,
+        final_norm=(2 if cfg.norm_bias else 1) * H,
         mtp_extra=2 * H + 2 * H * H + H,
         kv_proj=(2 * H * cfg.num_key_value_heads * cfg.head_dim
                  + (2 * cfg.num_key_value_heads * cfg.head_dim if cfg.qkv_bias else 0)) if cfg.attention == "gqa" else 0,
+        position_embedding=cfg.position_embeddings * H,
     )
 
 
@@ -193,7 +199,7 @@ def count_parameters(cfg: ModelConfig, roles: RoleMap | None = None) -> ParamRep
             breakdown[k] += v
         per_layer.append({"layer": n, "role": roles.role(n).role, "ffn": roles.role(n).ffn,
                           "total": _layer_total(c, with_bias=False), **c})
-    breakdown["embedding"] = sh.embedding
+    breakdown["embedding"] = sh.embedding + sh.position_embedding
     breakdown["lm_head"] = sh.lm_head
     breakdown["final_norm"] = sh.final_norm
     n_mtp = cfg.num_nextn_predict_layers
@@ -287,8 +293,9 @@ def stage_params(cfg: ModelConfig, roles: RoleMap, stages: list[Stage], *, tp: i
                 dense_repl += sh.router
         has_embedding = s.embedding or s.mtp_layers > 0
         if has_embedding:
-            comp["embedding"] += sh.embedding
+            comp["embedding"] += sh.embedding + sh.position_embedding
             dense_sharded += sh.embedding
+            dense_repl += sh.position_embedding
         if s.loss:
             comp["lm_head"] += sh.lm_head
             comp["final_norm"] += sh.final_norm

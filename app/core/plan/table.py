@@ -24,6 +24,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlencode
 
+from app.core.model.hardware import CATALOGUE
+
 # one upper bound per count, enforced before any work (issue 9): app/core/plan/bounds.py
 from app.core.plan.bounds import MAX_CONTEXT as MAX_TOKENS
 from app.core.plan.bounds import MAX_CP, MAX_EP, MAX_GPUS, MAX_LAYERS, MAX_MODEL_ID, MAX_PP, MAX_STAGES, MAX_TP, MAX_VPP
@@ -35,7 +37,7 @@ LAYOUT_MODES = ("flags", "split", "layout")
 CONVERSION_MODES = ("none", "flags", "split")
 RECOMPUTE = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("uniform", "block")
-GPUS = ("h100-80gb", "h200-141gb", "b200-180gb", "mi300x-192gb", "custom")
+GPUS = (*CATALOGUE, "custom")  # the GPU catalogue (app/core/model/hardware.py) + a custom capacity
 #: every engine isplan models; each has its module under ``app/core/engines/`` (the registry there
 #: is built from this tuple and a test checks that they agree)
 ENGINES = ("megatron", "slime", "hf", "vllm", "sglang", "maxtext")

@@ -1,0 +1,103 @@
+"""The time model's physical constants: achieved fractions of peak, per GPU generation.
+
+Every op's time is its work over a rate (:mod:`app.core.time.ops`, :mod:`app.core.time.comm`):
+
+* GEMM ``t = 2MNK / (peak[dtype] * gemm[dtype]) + bytes / (hbm_bw * mem) + kernel``: the tensor
+  rate reaches the fraction ``gemm[dtype]`` of the dense peak on large GEMMs; the operand and
+  result traffic (``(MK + KN) * in_bytes + MN * out_bytes``) is added, so a small or skinny GEMM
+  (an expert with few tokens, a LoRA-rank projection) runs at its arithmetic intensity's rate,
+  below the ceiling. ``kernel`` is a fixed cost per kernel launch on the GPU stream.
+* flash attention forward / backward: kernel FLOPs (backward = 2.5 x forward: five GEMMs against
+  two) over ``peak[bf16] * attn_fwd`` / ``attn_bwd``.
+* memory-bound kernels (norms, residual adds, activations, RoPE, quantisation casts, MoE
+  permutation, cross-entropy, optimizer): bytes over ``hbm_bw * mem``.
+* collectives: bytes over the link's bandwidth times ``nvlink`` / ``net`` (ring collectives) or
+  ``a2a_nvlink`` / ``a2a_net`` (all-to-all), plus a latency per collective.
+
+Fitted vs stated: see :data:`FITTED` (which constants were fitted, on which calibration rows of
+``bench/steptime_calibration.json``, by ``python -m bench steptime --fit``); every other value is
+stated from public kernel measurements and is not tuned per model or per run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Achieved fractions of peak for one GPU generation (module docstring)."""
+
+    generation: str
+    gemm: dict[str, float] = field(default_factory=dict)  # by GEMM dtype: bf16 | fp8 | fp4
+    attn_fwd: float = 0.6
+    attn_bwd: float = 0.45
+    mem: float = 0.75
+    kernel: float = 2e-6  # seconds of GPU-side gap per kernel (launch latency, tail)
+    host_op: float = 20e-6  # seconds the host spends issuing one operation (eager mode)
+    nvlink: float = 0.75
+    net: float = 0.8
+    a2a_nvlink: float = 0.8
+    a2a_net: float = 0.85
+    lat_nvlink: float = 10e-6
+    lat_net: float = 25e-6
+
+    def gemm_ceiling(self, dtype: str) -> float:
+        return self.gemm[dtype]
+
+
+#: All-to-all: DeepEP's dispatch / combine reach 726-740 GB/s "logical" NVLink bandwidth of 900 on
+#: SM100 (EP 8) and 43-58 GB/s RDMA per 50 GB/s CX7 NIC on H800 (deepseek-ai/DeepEP README.md and
+#: docs/legacy.md @ dd758caf): stated as 0.8 and 0.85 of the link.
+#: Per generation. Stated values: flash attention forward ~60-70 % and backward ~45-50 % of the
+#: BF16 peak on Hopper / Blackwell (FlashAttention-3 on H100: 740 TFLOPS fwd of 989, Dao et al. 2024,
+#: arXiv 2407.08608; backward ~1.5-1.75x slower per FLOP), NCCL ring bus bandwidth ~75-80 % of the
+#: NVLink line rate and ~80-90 % of the NIC rate (nccl-tests on DGX systems), memory-bound kernels
+#: ~75 % of HBM bandwidth (STREAM-like copies on H100 / B200).
+#: Fitted by ``python -m bench.steptime --fit`` on the six calibration rows (see :data:`FITTED`).
+_HOST_OP = 5.0e-05
+_BW_GEMM, _BW_FP4 = 0.566, 0.529
+_HOPPER_GEMM = 0.711
+_AMPERE_GEMM = 0.773
+
+CONSTANTS: dict[str, Efficiency] = {
+    "ampere": Efficiency("ampere", gemm={"bf16": _AMPERE_GEMM}, attn_fwd=0.55, attn_bwd=0.40, host_op=_HOST_OP),
+    "hopper": Efficiency("hopper", gemm={"bf16": _HOPPER_GEMM, "fp8": _HOPPER_GEMM}, attn_fwd=0.60, attn_bwd=0.45,
+                         host_op=_HOST_OP),
+    "blackwell": Efficiency("blackwell", gemm={"bf16": _BW_GEMM, "fp8": _BW_GEMM, "fp4": _BW_FP4}, attn_fwd=0.60,
+                            attn_bwd=0.45, host_op=_HOST_OP),
+    # Blackwell Ultra doubles the SFU (MUFU.EX2) throughput that bounds the softmax of attention on
+    # Blackwell (NVIDIA, "Making Softmax More Efficient with NVIDIA Blackwell Ultra"; verda GB300 table:
+    # 10.7 vs 5 TeraExponentials/s); FlashAttention-4 reports the exponentials taking 25-60 % longer
+    # than the matmuls on B200: stated as 1.25 x Blackwell's attention efficiency.
+    "blackwell_ultra": Efficiency("blackwell_ultra", gemm={"bf16": _BW_GEMM, "fp8": _BW_GEMM, "fp4": _BW_FP4},
+                                  attn_fwd=0.75, attn_bwd=0.5625, host_op=_HOST_OP),
+    # no calibration row: Hopper's fractions (stated, unvalidated)
+    "cdna3": Efficiency("cdna3", gemm={"bf16": _HOPPER_GEMM, "fp8": _HOPPER_GEMM}, attn_fwd=0.45, attn_bwd=0.35,
+                        host_op=_HOST_OP),
+}
+
+#: Which constants were fitted, on what (docs/MODELS.md "Step time" lists the rest with sources).
+FITTED: dict[str, str] = {
+    "blackwell / blackwell_ultra gemm fp8 (= bf16)": "B200 Qwen3-235B MXFP8, GB200 DeepSeek-V3 MXFP8, GB300 Qwen3-30B "
+                                                     "MXFP8 calibration rows (one value for both generations; BF16 "
+                                                     "takes the same fraction of its peak: no BF16 row)",
+    "blackwell / blackwell_ultra gemm fp4": "GB200 Llama-3.1-70B NVFP4 calibration row",
+    "hopper gemm fp8 (= bf16)": "H100 Llama-3.1-70B FP8 calibration row",
+    "ampere gemm bf16": "A100 GPT-3 175B (Korthikanti Table 5, full recompute) calibration row",
+    "host_op (every generation)": "all six calibration rows (only the B200 Qwen3-235B micro-batch-1 run is host-bound)",
+}
+
+
+def efficiency_for(generation: str, overrides: dict[str, float] | None = None) -> Efficiency:
+    eff = CONSTANTS[generation]
+    if overrides:
+        gemm = dict(eff.gemm)
+        plain: dict[str, float] = {}
+        for k, v in overrides.items():
+            if k.startswith("gemm_"):
+                gemm[k[5:]] = v
+            else:
+                plain[k] = v
+        eff = replace(eff, gemm=gemm, **plain)  # type: ignore[arg-type]
+    return eff

@@ -1,0 +1,428 @@
+"""Per-layer operation costs: the forward and backward time of every op class of one layer, for
+one micro-batch on one GPU, and the bytes each parallel dimension moves for it.
+
+Per GPU and micro-batch, ``t = mbs * seq / CP`` tokens go through the GEMMs (each TP rank holds a
+``1/TP`` slice of every TP-sharded weight), ``t_sp = t / TP`` through the sequence-parallel
+elementwise ops when SP is on, and ``t_moe`` (= ``t_sp`` with TP > 1, MoE needs SP) into the MoE
+layer. The GEMMs of one layer, as (M, N, K) per GPU (Megatron-Core module shapes,
+``megatron/core/transformer/`` ``attention.py``, ``multi_latent_attention.py``, ``mlp.py``,
+``moe/experts.py``; TP sharding as :mod:`app.core.model.parameters`):
+
+* GQA / MHA: ``qkv (t, (h/TP + 2 g') d, H)`` with ``g' = g/TP`` key-value heads per GPU (one whole
+  group when TP > g), ``proj (t, H, h d / TP)``;
+* MLA: ``q_a (t_sp, rq, H)`` and ``kv_a (t_sp, rkv + dr, H)`` (the down projections run on the
+  sequence-parallel shard and their small outputs are gathered), ``q_b (t, h (dn+dr) / TP, rq)``,
+  ``kv_b (t, h (dn+dv) / TP, rkv)``, ``o (t, H, h dv / TP)``; the DSA indexer (on layers that own
+  one, duplicated over TP) ``wq_b (t, Hi di, rq)``, ``wk (t, di, H)``, ``weights (t, Hi, H)``;
+* dense MLP ``fc1 (t, 2I/TP, H)`` (gated; ``I/TP`` for a 2-matrix GELU MLP), ``fc2 (t, H, I/TP)``;
+* MoE: router ``(t_moe, E, H)``; routed experts as grouped GEMMs over the ``E/EP`` local experts,
+  each getting ``M_e = t_moe * topk * EP * ETP / E`` tokens (force-balanced routing, the measured
+  runs' setting), ``fc1 (M_e, 2i/ETP, H)``, ``fc2 (M_e, H, i/ETP)``; shared experts as a TP-sharded
+  dense MLP of width ``S * i``;
+* the loss stage's output layer ``(t, V/TP, H)`` in BF16 (Megatron's ``output_layer`` is not a
+  Transformer Engine module) and each MTP layer's ``eh_proj (t, H/TP, 2H)`` and its logits.
+
+Backward: a data-gradient and a weight-gradient GEMM per forward GEMM, each with the forward's
+FLOPs (shapes ``(M, K, N)`` and ``(K, N, M)``). The total of the GEMM FLOPs times TP equals
+:func:`app.core.model.flops.sequence_layer_flops`' ``linear`` term less the norm gains
+(``tests/test_time_model.py``); the attention core and the indexer scoring take that module's
+``sparse_attention`` / ``indexer_*`` terms (divided by TP * CP; the indexer is duplicated over TP,
+so by CP only). Flash-attention backward is 2.5 x its forward FLOPs (five GEMMs against two);
+the indexer's backward runs over the selected top-k pairs only (as ``training_flops``).
+
+Memory-bound work per token (elements of 2 B; ``t_sp`` tokens for norms and residual adds): two
+norms ``2 x 2H``, two residual adds ``2 x 3H``, RoPE ``2 x (q + k rope dims)``, the MLA latent
+norms ``2 (rq + rkv)``, the activation (``3 x width`` gated, ``2 x`` GELU), the MoE router
+softmax / top-k ``4E`` and the fused permutation and un-permutation ``2 (topk + 1) H``, plus the
+quantisation of every GEMM input (``Precision.quant_bytes`` per element) and, on DSA layers, the
+FP32 indexer logits written and read for the top-k. Backward moves twice the forward's bytes.
+Every GEMM is two kernels (quantise + GEMM) forward and three backward, every layer eight more
+elementwise kernels (twelve more with MoE).
+
+Communication per layer (bytes per GPU, timed in :mod:`app.core.time.comm`): TP with SP two
+all-gathers and two reduce-scatters of the ``t x H`` BF16 activation forward and backward (an MoE
+layer with ETP = 1 only the attention's two), without SP two all-reduces; EP an all-to-all
+dispatch and combine of ``t_moe * topk * H`` BF16 forward and again backward (sent once per remote
+NVLink domain with the ``flex`` dispatcher, :func:`app.core.time.comm.all_to_all`); CP the key/value
+chunks ``(CP - 1)`` times around the ring forward and twice that backward (``p2p``), or an
+all-gather forward and a reduce-scatter backward (``allgather``, which DSA requires).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from app.core.model.config import ModelConfig
+from app.core.model.flops import sequence_layer_flops
+from app.core.model.hardware import Hardware
+from app.core.model.parameters import Shapes
+from app.core.model.roles import LayerRole
+from app.core.time.efficiency import Efficiency
+from app.core.time.model_flops import padded_vocab
+from app.core.time.precision import Precision
+from app.core.time.settings import TimeSettings
+
+ACT_BYTES = 2  # BF16 activations
+FA_BWD_FLOPS = 2.5  # flash-attention backward / forward kernel FLOPs (5 GEMMs vs 2)
+
+
+@dataclass(frozen=True)
+class Gemm:
+    name: str
+    m: float
+    n: float
+    k: float
+    count: float = 1.0  # grouped GEMMs: the number of equal problems in one kernel
+    low_precision: bool = True  # runs in the plan's precision (else BF16)
+    module: str = ""  # recompute module it belongs to
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.count
+
+
+@dataclass
+class Cost:
+    """Seconds by op class (one direction of one micro-batch)."""
+
+    gemm: float = 0.0
+    attention: float = 0.0
+    memory: float = 0.0
+    kernel: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.gemm + self.attention + self.memory + self.kernel
+
+    def add(self, other: Cost, scale: float = 1.0) -> Cost:
+        self.gemm += other.gemm * scale
+        self.attention += other.attention * scale
+        self.memory += other.memory * scale
+        self.kernel += other.kernel * scale
+        return self
+
+
+@dataclass
+class LayerCost:
+    """One layer, one micro-batch, one GPU: compute per direction, recomputable parts, and the
+    raw communication seconds per dimension (before any overlap)."""
+
+    fwd: Cost = field(default_factory=Cost)
+    bwd: Cost = field(default_factory=Cost)
+    modules: dict[str, float] = field(default_factory=dict)  # recompute module -> forward seconds
+    tp_fwd: float = 0.0
+    tp_bwd: float = 0.0
+    tp_gemm_fwd: float = 0.0  # GEMM time a TP overlap can hide communication under
+    tp_gemm_bwd: float = 0.0
+    ep_fwd: float = 0.0
+    ep_bwd: float = 0.0
+    cp_fwd: float = 0.0
+    cp_bwd: float = 0.0
+    cp_overlappable: bool = True
+    attn_fwd: float = 0.0
+    attn_bwd: float = 0.0
+    flops_fwd: float = 0.0  # executed forward FLOPs on this GPU (GEMMs + attention)
+    host_fwd: float = 0.0  # seconds the host needs to issue the layer's kernels (eager mode)
+    host_bwd: float = 0.0
+
+
+@dataclass(frozen=True)
+class OpContext:
+    cfg: ModelConfig
+    sh: Shapes
+    s: TimeSettings
+    hw: Hardware
+    eff: Efficiency
+    prec: Precision
+    groups: dict  # dim -> comm.Group
+
+    @property
+    def t(self) -> float:
+        return self.s.mbs * self.s.seq_length / self.s.cp
+
+    @property
+    def t_sp(self) -> float:
+        return self.t / self.s.tp if (self.s.sp and self.s.tp > 1) else self.t
+
+    @property
+    def t_moe(self) -> float:
+        return self.t / self.s.tp if self.s.tp > 1 else self.t
+
+
+def gemm_seconds(ctx: OpContext, m: float, n: float, k: float, *, low: bool, count: float = 1.0,
+                 out_bytes: float = ACT_BYTES) -> float:
+    """One GEMM kernel (``count`` equal problems): tensor time at the ceiling plus operand traffic
+    plus the launch (:mod:`app.core.time.efficiency`)."""
+    if m <= 0 or n <= 0 or k <= 0 or count <= 0:
+        return 0.0
+    dtype = ctx.prec.gemm_dtype if low else "bf16"
+    in_b = ctx.prec.gemm_bytes if low else ACT_BYTES
+    flops = 2.0 * m * n * k * count
+    nbytes = ((m * k + k * n) * in_b + m * n * out_bytes) * count
+    return (flops / (ctx.hw.peak_flops(dtype) * ctx.eff.gemm_ceiling(dtype))
+            + nbytes / (ctx.hw.hbm_bw * ctx.eff.mem) + ctx.eff.kernel)
+
+
+def mem_seconds(ctx: OpContext, nbytes: float) -> float:
+    return nbytes / (ctx.hw.hbm_bw * ctx.eff.mem) if nbytes > 0 else 0.0
+
+
+def layer_gemms(ctx: OpContext, role: LayerRole) -> list[Gemm]:
+    """The forward GEMMs of one layer per GPU (module docstring)."""
+    cfg, s = ctx.cfg, ctx.s
+    H, h, tp = cfg.hidden_size, cfg.num_attention_heads, s.tp
+    t, t_sp, t_moe = ctx.t, ctx.t_sp, ctx.t_moe
+    out: list[Gemm] = []
+    if cfg.attention == "gqa":
+        d, g = cfg.head_dim, cfg.num_key_value_heads
+        g_gpu = g / tp if g >= tp else 1
+        out.append(Gemm("qkv", t, (h / tp + 2 * g_gpu) * d, H, module="attn_proj"))
+        out.append(Gemm("proj", t, H, h * d / tp, module="attn_proj"))
+    else:
+        rq, rkv = cfg.q_lora_rank, cfg.kv_lora_rank
+        dn, dr, dv = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+        if rq:
+            out.append(Gemm("q_a", t_sp, rq, H, module="attn_proj"))
+            out.append(Gemm("q_b", t, h * (dn + dr) / tp, rq, module="mla_up_proj"))
+        else:
+            out.append(Gemm("q", t, h * (dn + dr) / tp, H, module="attn_proj"))
+        out.append(Gemm("kv_a", t_sp, rkv + dr, H, module="attn_proj"))
+        out.append(Gemm("kv_b", t, h * (dn + dv) / tp, rkv, module="mla_up_proj"))
+        out.append(Gemm("o", t, H, h * dv / tp, module="attn_proj"))
+        if role.has_indexer:
+            hi, di = cfg.index_n_heads, cfg.index_head_dim
+            out.append(Gemm("idx_wq_b", t, hi * di, rq or H, module="indexer"))
+            out.append(Gemm("idx_wk", t, di, H, module="indexer"))
+            out.append(Gemm("idx_weights", t, hi, H, module="indexer"))
+    if role.mtp:
+        out.append(Gemm("eh_proj", t, H / tp, 2 * H, module="mtp"))
+    if role.ffn == "dense":
+        width = cfg.intermediate_size
+        out.append(Gemm("fc1", t, (2 if cfg.gated_mlp else 1) * width / tp, H, module="mlp"))
+        out.append(Gemm("fc2", t, H, width / tp, module="mlp"))
+    else:
+        E, topk, i = cfg.n_routed_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size
+        ep, etp = s.ep, s.etp_
+        local = -(-E // ep)
+        m_e = t_moe * topk * ep * etp / E
+        out.append(Gemm("router", t_moe, E, H, low_precision=False, module="moe"))
+        out.append(Gemm("experts_fc1", m_e, 2 * i / etp, H, count=local, module="moe"))
+        out.append(Gemm("experts_fc2", m_e, H, i / etp, count=local, module="moe"))
+        if cfg.n_shared_experts:
+            width = cfg.n_shared_experts * i
+            out.append(Gemm("shared_fc1", t, 2 * width / tp, H, module="shared_experts"))
+            out.append(Gemm("shared_fc2", t, H, width / tp, module="shared_experts"))
+    return out
+
+
+def _elementwise(ctx: OpContext, role: LayerRole, gemms: list[Gemm]) -> dict[str, float]:
+    """Forward HBM bytes of the memory-bound work by recompute module (module docstring)."""
+    cfg, s = ctx.cfg, ctx.s
+    H, h, tp = cfg.hidden_size, cfg.num_attention_heads, s.tp
+    t, t_sp, t_moe = ctx.t, ctx.t_sp, ctx.t_moe
+    b = ACT_BYTES
+    out = {"layernorm": 2 * 2 * H * t_sp * b, "residual": 2 * 3 * H * t_sp * b}
+    if cfg.attention == "gqa":
+        d, g = cfg.head_dim, cfg.num_key_value_heads
+        g_gpu = g / tp if g >= tp else 1
+        out["mla_up_proj"] = 0.0
+        out["rope"] = 2 * (h / tp + g_gpu) * d * t * b
+    else:
+        dr = cfg.qk_rope_head_dim
+        out["rope"] = 2 * (h / tp * dr + dr) * t * b
+        out["mla_up_proj"] = 2 * ((cfg.q_lora_rank or 0) + cfg.kv_lora_rank) * t_sp * b
+    if role.ffn == "dense":
+        out["mlp"] = (3 if cfg.gated_mlp else 2) * cfg.intermediate_size / tp * t * b
+    else:
+        E, topk, i = cfg.n_routed_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size
+        out["moe_act"] = 3 * i * t_moe * topk * b
+        out["moe"] = (4 * E + 2 * topk * H + 2 * H) * t_moe * b
+        if cfg.n_shared_experts:
+            out["shared_experts"] = 3 * cfg.n_shared_experts * i / tp * t * b
+    if role.has_indexer:
+        pairs = _pairs(ctx)
+        out["indexer"] = 2 * 4 * pairs / s.cp
+    quant = ctx.prec.quant_bytes
+    if quant:
+        for g_ in gemms:
+            if g_.low_precision:
+                key = g_.module if g_.module in out else "quant"
+                out[key] = out.get(key, 0.0) + g_.m * g_.k * g_.count * quant
+    return out
+
+
+def _pairs(ctx: OpContext) -> float:
+    from app.core.model.flops import causal_pairs
+
+    return ctx.s.mbs * causal_pairs(ctx.s.seq_length)
+
+
+#: Host-issued operations per layer (eager PyTorch + Transformer Engine, no CUDA graphs): each
+#: linear layer quantises its input, updates its scale and launches its GEMM (3 ops forward, 4
+#: backward; BF16: 1 and 2); a grouped expert GEMM quantises once and launches one GEMM per local
+#: expert (Transformer Engine ``GroupedLinear`` / ``general_grouped_gemm``), twice as many
+#: backward; every layer has ~12 / 18 other ops (norms, residual adds, RoPE, attention, activation);
+#: an MoE layer ~30 / 20 more (router, top-k, auxiliary loss, permutation, the token-count exchange
+#: and its host synchronisation, un-permutation); each collective is one op.
+HOST_LAYER_OPS = (12, 18)
+HOST_MOE_OPS = (30, 20)
+
+
+def host_ops(ctx: OpContext, role: LayerRole, gemms: list[Gemm]) -> tuple[float, float]:
+    """(forward, backward) host-issued operations of one layer (:data:`HOST_LAYER_OPS`)."""
+    low = ctx.prec.gemm_dtype != "bf16"
+    fwd, bwd = float(HOST_LAYER_OPS[0]), float(HOST_LAYER_OPS[1])
+    for g in gemms:
+        if g.count > 1:
+            fwd += 2 + g.count
+            bwd += 2 + 2 * g.count
+        elif g.low_precision and low:
+            fwd, bwd = fwd + 3, bwd + 4
+        else:
+            fwd, bwd = fwd + 1, bwd + 2
+    if role.ffn == "moe":
+        fwd, bwd = fwd + HOST_MOE_OPS[0], bwd + HOST_MOE_OPS[1]
+    if ctx.s.tp > 1:
+        fwd, bwd = fwd + 4, bwd + 4
+    return fwd, bwd
+
+
+def layer_cost(ctx: OpContext, role: LayerRole) -> LayerCost:
+    """Every op of one layer (decoder or MTP) for one micro-batch on one GPU."""
+    from app.core.time import comm
+
+    cfg, s, eff, hw = ctx.cfg, ctx.s, ctx.eff, ctx.hw
+    lc = LayerCost()
+    gemms = layer_gemms(ctx, role)
+    for g in gemms:
+        f = gemm_seconds(ctx, g.m, g.n, g.k, low=g.low_precision, count=g.count)
+        # backward: dgrad (M, K, N) and wgrad (K, N, M) with an FP32 main-grad accumulation;
+        # the indexer's projections get a weight gradient only (its input is detached)
+        wgrad = gemm_seconds(ctx, g.k, g.n, g.m, low=g.low_precision, count=g.count, out_bytes=4)
+        dgrad = 0.0 if g.module == "indexer" else gemm_seconds(ctx, g.m, g.k, g.n, low=g.low_precision,
+                                                                count=g.count)
+        b = wgrad + dgrad
+        lc.fwd.gemm += f - eff.kernel
+        lc.bwd.gemm += b - (2 if dgrad else 1) * eff.kernel
+        lc.modules[g.module] = lc.modules.get(g.module, 0.0) + f
+        if g.module in ("attn_proj", "mla_up_proj", "mlp", "shared_experts", "mtp") and s.tp > 1:
+            lc.tp_gemm_fwd += f
+            lc.tp_gemm_bwd += b
+        lc.flops_fwd += g.flops
+    terms = sequence_layer_flops(cfg, role, seq_length=s.seq_length, mbs=s.mbs)
+    attn_flops = terms["sparse_attention"] / (s.tp * s.cp)
+    peak16 = hw.peak_flops("bf16")
+    lc.attn_fwd = attn_flops / (peak16 * eff.attn_fwd)
+    lc.attn_bwd = FA_BWD_FLOPS * attn_flops / (peak16 * eff.attn_bwd)
+    lc.flops_fwd += attn_flops
+    idx = (terms["indexer_scoring"] + terms["indexer_weighting"]) / s.cp
+    if idx:
+        from app.core.model.flops import causal_selected_pairs
+
+        sel = causal_selected_pairs(cfg, s.seq_length) / max(1, _pairs(ctx) / s.mbs)
+        lc.attn_fwd += idx / (peak16 * eff.attn_fwd)
+        lc.attn_bwd += 2 * idx * sel / (peak16 * eff.attn_bwd)
+        lc.flops_fwd += idx
+    lc.fwd.attention += lc.attn_fwd
+    lc.bwd.attention += lc.attn_bwd
+    lc.modules["core_attn"] = lc.attn_fwd
+    mem = _elementwise(ctx, role, gemms)
+    for key, nbytes in mem.items():
+        sec = mem_seconds(ctx, nbytes)
+        lc.fwd.memory += sec
+        lc.bwd.memory += 2 * sec
+        lc.modules[key] = lc.modules.get(key, 0.0) + sec
+    n_kernels = 2 * len(gemms) + 8 + (12 if role.ffn == "moe" else 0)
+    lc.fwd.kernel += n_kernels * eff.kernel
+    lc.bwd.kernel += 2 * n_kernels * eff.kernel
+    ops_f, ops_b = host_ops(ctx, role, gemms)
+    lc.host_fwd, lc.host_bwd = ops_f * eff.host_op, ops_b * eff.host_op
+    # ---- communication (raw seconds)
+    gr = ctx.groups
+    act = ctx.t * cfg.hidden_size * ACT_BYTES
+    if s.tp > 1:
+        if s.sp:
+            n_coll = 2 + (2 if (role.ffn == "dense" or s.etp_ > 1) else 0)
+            per = comm.reduce_scatter(gr["tp"], act, hw, eff)
+        else:
+            n_coll = 2
+            per = comm.all_reduce(gr["tp"], act, hw, eff)
+        lc.tp_fwd = lc.tp_bwd = n_coll * per
+    if role.ffn == "moe" and s.ep > 1:
+        dedup = s.moe_dispatcher == "flex"
+        a2a = comm.all_to_all(gr["ep"], ctx.t_moe * cfg.num_experts_per_tok * cfg.hidden_size * ACT_BYTES, hw, eff,
+                              topk=cfg.num_experts_per_tok if dedup else 0,
+                              experts=cfg.n_routed_experts if dedup else 0)
+        lc.ep_fwd = lc.ep_bwd = 2 * a2a
+    if s.cp > 1:
+        kv = _kv_bytes_per_token(ctx) * ctx.t
+        if s.cp_comm_type == "allgather" or cfg.has_indexer:
+            lc.cp_fwd = comm.all_gather(gr["cp"], kv * s.cp, hw, eff)
+            lc.cp_bwd = comm.reduce_scatter(gr["cp"], kv * s.cp, hw, eff)
+            lc.cp_overlappable = False
+        else:
+            step = comm.p2p(gr["cp"], kv, hw, eff)
+            lc.cp_fwd = (s.cp - 1) * step
+            lc.cp_bwd = 2 * (s.cp - 1) * step
+    return lc
+
+
+def _kv_bytes_per_token(ctx: OpContext) -> float:
+    """Key + value bytes per token one GPU holds for attention (what CP moves)."""
+    cfg, tp = ctx.cfg, ctx.s.tp
+    if cfg.attention == "gqa":
+        g = cfg.num_key_value_heads
+        g_gpu = g / tp if g >= tp else 1
+        return 2 * g_gpu * cfg.head_dim * ACT_BYTES
+    if cfg.has_indexer:  # absorbed: the shared latent + rope key, and the indexer key
+        return (cfg.kv_lora_rank + cfg.qk_rope_head_dim + cfg.index_head_dim) * ACT_BYTES
+    h = cfg.num_attention_heads / tp
+    return h * (cfg.qk_nope_head_dim + cfg.qk_rope_head_dim + cfg.v_head_dim) * ACT_BYTES
+
+
+def head_cost(ctx: OpContext, mtp_layers: int) -> LayerCost:
+    """The loss stage's final norm, output layer (BF16) and cross-entropy, and the logits of each
+    MTP layer through the shared output layer (Megatron computes them on the ``post_process``
+    stage; see :mod:`app.core.model.flops`)."""
+    cfg, s = ctx.cfg, ctx.s
+    lc = LayerCost()
+    v = padded_vocab(cfg.vocab_size, s.tp, s.vocab_divisible_by) / s.tp
+    for _ in range(1 + mtp_layers):
+        f = gemm_seconds(ctx, ctx.t, v, cfg.hidden_size, low=False)
+        b = (gemm_seconds(ctx, cfg.hidden_size, v, ctx.t, low=False, out_bytes=4)
+             + gemm_seconds(ctx, ctx.t, cfg.hidden_size, v, low=False))
+        lc.fwd.gemm += f
+        lc.bwd.gemm += b
+        lc.flops_fwd += 2 * ctx.t * v * cfg.hidden_size
+        # logits (BF16 write), FP32 softmax read/write, loss; the same again backward
+        ce = mem_seconds(ctx, ctx.t * v * (2 + 4 + 4))
+        norm = mem_seconds(ctx, 2 * cfg.hidden_size * ctx.t_sp * ACT_BYTES)
+        lc.fwd.memory += ce + norm
+        lc.bwd.memory += 2 * (ce + norm)
+        lc.fwd.kernel += 6 * ctx.eff.kernel
+        lc.bwd.kernel += 12 * ctx.eff.kernel
+    if s.tp > 1:
+        from app.core.time import comm
+
+        act = ctx.t * cfg.hidden_size * ACT_BYTES
+        per = comm.reduce_scatter(ctx.groups["tp"], act, ctx.hw, ctx.eff)
+        lc.tp_fwd = lc.tp_bwd = (1 + mtp_layers) * per
+    return lc
+
+
+def embedding_cost(ctx: OpContext) -> LayerCost:
+    """Embedding look-up (and the position table) forward, its gradient scatter backward."""
+    lc = LayerCost()
+    sec = mem_seconds(ctx, ctx.t * ctx.cfg.hidden_size * ACT_BYTES * 2)
+    lc.fwd.memory += sec
+    lc.bwd.memory += 2 * sec
+    lc.fwd.kernel += 2 * ctx.eff.kernel
+    lc.bwd.kernel += 4 * ctx.eff.kernel
+    if ctx.s.tp > 1:
+        from app.core.time import comm
+
+        act = ctx.t * ctx.cfg.hidden_size * ACT_BYTES
+        per = comm.reduce_scatter(ctx.groups["tp"], act, ctx.hw, ctx.eff)
+        lc.tp_fwd = lc.tp_bwd = per
+    return lc
+

@@ -1,0 +1,119 @@
+"""The pipeline-schedule simulator: closed forms, hand-computed cases, Megatron's order, refusals."""
+
+from __future__ import annotations
+
+import time
+from itertools import pairwise
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.core.time.schedule import ScheduleError, closed_form_bubble, rank_order, schedule_table, simulate
+
+
+@settings(max_examples=60, deadline=None)
+@given(pp=st.integers(1, 8), m=st.integers(1, 24), f=st.integers(1, 5), b=st.integers(1, 9))
+def test_1f1b_uniform_costs_reproduce_the_closed_form(pp: int, m: int, f: int, b: int) -> None:
+    # integer durations: every sum is exact in floating point
+    s = simulate(pp, 1, m, [f] * pp, [b] * pp)
+    assert s.makespan == (m + pp - 1) * (f + b)
+    assert s.bubble_fraction == pytest.approx(closed_form_bubble(pp, 1, m), abs=1e-12)
+    assert s.bubble_fraction == pytest.approx((pp - 1) / (m + pp - 1), abs=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(pp=st.integers(2, 6), v=st.integers(2, 4), groups=st.integers(1, 6), f=st.integers(1, 5), b=st.integers(1, 9))
+def test_interleaved_uniform_costs_reproduce_the_closed_form(pp: int, v: int, groups: int, f: int, b: int) -> None:
+    m = pp * groups  # Megatron needs a multiple of PP micro-batches (default group size PP)
+    s = simulate(pp, v, m, [f] * (pp * v), [b] * (pp * v))
+    # per chunk f and b: a rank's micro-batch costs v * (f + b); the bubble is (pp - 1) chunk steps
+    assert s.makespan == (v * m + pp - 1) * (f + b)
+    assert s.bubble_fraction == pytest.approx((pp - 1) / (v * m + pp - 1), abs=1e-12)
+
+
+def test_two_ranks_three_microbatches_by_hand() -> None:
+    """Stage 0: F 1, B 2; stage 1: F 2, B 3. Rank 0 runs F0 F1 B0 F2 B1 B2 (one warm-up forward),
+    rank 1 runs F0 B0 F1 B1 F2 B2. By hand: r0 F0 0-1, F1 1-2; r1 F0 1-3, B0 3-6; r0 B0 6-8;
+    r1 F1 6-8; r0 F2 8-9; r1 B1 8-11; r0 B1 11-13; r1 F2 11-13, B2 13-16; r0 B2 16-18."""
+    s = simulate(2, 1, 3, [1, 2], [2, 3])
+    assert s.makespan == 18
+    assert s.busy == (9, 15)
+    assert s.bubble_fraction == pytest.approx(1 - 24 / 36)
+    got = {(r, "B" if bw else "F", i): (a, e) for r, bw, i, a, e in
+           zip(s.rank, s.backward, s.microbatch, s.start, s.end)}
+    assert got[(0, "B", 0)] == (6, 8)
+    assert got[(1, "F", 2)] == (11, 13)
+    assert got[(0, "B", 2)] == (16, 18)
+
+
+def test_two_ranks_with_send_time_by_hand() -> None:
+    """The same with 1 s for every send: r0 F0 0-1; r1 F0 2-4, B0 4-7; r0 B0 8-10 (gradient at
+    7 + 1); r1 F1 7-9; r0 F2 10-11; r1 B1 9-12; r0 B1 13-15; r1 F2 12-14, B2 14-17; r0 B2 18-20."""
+    s = simulate(2, 1, 3, [1, 2], [2, 3], send_fwd=1.0, send_bwd=1.0)
+    assert s.makespan == 20
+
+
+def test_megatron_interleaved_order() -> None:
+    # get_schedule_table for M=4, VPP=2, group 2 (PP): (mb, chunk) per virtual micro-batch
+    assert schedule_table(4, 2, 2) == [(0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (3, 0), (2, 1), (3, 1)]
+    order = rank_order(2, 2, 4, 0)
+    # rank 0 warm-up: (PP - 0 - 1) * 2 + (VPP - 1) * PP = 4 forwards, then forward / backward pairs
+    assert order[:4] == [(False, 0, 0), (False, 0, 1), (False, 1, 0), (False, 1, 1)]
+    assert order[4:6] == [(False, 0, 2), (True, 1, 0)]  # backward runs the last chunk first
+    assert len(order) == 2 * 4 * 2
+    assert rank_order(2, 2, 4, 1)[:2] == [(False, 0, 0), (False, 0, 1)]  # rank 1 warm-up: 2
+    # plain 1F1B: PP - rank - 1 warm-up forwards
+    assert rank_order(4, 1, 6, 0)[:4] == [(False, 0, 0), (False, 0, 1), (False, 0, 2), (False, 0, 3)]
+    assert rank_order(4, 1, 6, 3)[:2] == [(False, 0, 0), (True, 0, 0)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), pp=st.integers(2, 5), v=st.integers(1, 3), groups=st.integers(1, 4))
+def test_dependencies_and_rank_streams_hold_for_any_costs(data: st.DataObject, pp: int, v: int, groups: int) -> None:
+    n = pp * v
+    m = pp * groups
+    fwd = data.draw(st.lists(st.floats(0.1, 5.0), min_size=n, max_size=n))
+    bwd = data.draw(st.lists(st.floats(0.1, 9.0), min_size=n, max_size=n))
+    send = data.draw(st.floats(0.0, 2.0))
+    s = simulate(pp, v, m, fwd, bwd, send_fwd=send, send_bwd=send)
+    end = {}
+    for r, c, i, bw, a, e in zip(s.rank, s.chunk, s.microbatch, s.backward, s.start, s.end):
+        end[(c * pp + r, i, bw)] = (a, e)
+    for (stage, i, bw), (a, _) in end.items():
+        if not bw and stage > 0:
+            assert a >= end[(stage - 1, i, False)][1] + send - 1e-9
+        if bw:
+            assert a >= end[(stage, i, False)][1] - 1e-9
+            if stage < n - 1:
+                assert a >= end[(stage + 1, i, True)][1] + send - 1e-9
+    for r in range(pp):  # one compute stream per rank: its steps never overlap
+        steps = sorted((a, e) for rr, a, e in zip(s.rank, s.start, s.end) if rr == r)
+        assert all(x[1] <= y[0] + 1e-9 for x, y in pairwise(steps))
+    assert s.makespan >= max(s.busy)
+
+
+def test_parameters_ready_delays_the_first_forward() -> None:
+    s = simulate(2, 1, 2, [1, 1], [1, 1], ready=[[5.0], [0.0]])
+    assert min(a for r, a in zip(s.rank, s.start) if r == 0) == 5.0
+
+
+def test_megatron_refusals() -> None:
+    with pytest.raises(ScheduleError, match="remainder"):
+        simulate(4, 2, 6, [1] * 8, [1] * 8)  # 6 % 4 = 2 < PP
+    with pytest.raises(ScheduleError, match="range"):
+        simulate(4, 2, 2, [1] * 8, [1] * 8)  # fewer micro-batches than PP
+    with pytest.raises(ScheduleError, match="one per stage"):
+        simulate(2, 1, 2, [1], [1, 1])
+    with pytest.raises(ScheduleError):
+        simulate(0, 1, 2, [], [])
+
+
+def test_large_schedule_is_fast() -> None:
+    """512 micro-batches x PP 16 x VPP 4 = 65,536 steps (the bench figure is ~45 ms; this bound is
+    loose so a busy machine does not fail it)."""
+    t0 = time.perf_counter()
+    s = simulate(16, 4, 512, [1.0] * 64, [2.0] * 64)
+    assert time.perf_counter() - t0 < 1.0
+    assert len(s.rank) == 2 * 512 * 64
+    assert s.bubble_fraction == pytest.approx(closed_form_bubble(16, 4, 512))
