@@ -582,6 +582,9 @@ def _valid(key: str, raw: str) -> bool:
             return bool((spec.lo or 0) <= float(raw) <= (spec.hi or 0))
         except ValueError:
             return False
+    if spec.kind == "choices":   # a comma list of the choices, each once at most
+        parts = [p.strip() for p in raw.split(",") if p.strip()]
+        return bool(parts) and all(p in spec.choices for p in parts) and len(parts) <= len(spec.choices)
     if spec.kind == "sizes":
         parts = raw.split(",")
         return len(raw) <= spec.max_len and all(

@@ -73,7 +73,7 @@ def test_flag_diff_names_cli_flags():
     a, _ = plan_from_query({}, empty=SLIME_GLM52_PROFILE)
     b, _ = plan_from_query({"tp": "8", "first": "14", "last": "16", "pp": "8", "cp": "8", "ep": "32", "etp": "1",
                             "dp": "1", "sp": "1", "tpg": "8192", "recompute": "full", "offload": "1", "d2h": "1",
-                            "pao": "1", "engine": "slime", "conv_pp": "2", "conv_last": "40"})
+                            "pao": "1", "engine": "slime", "conv_pp": "2", "conv_last": "40", "cp_comm_type": "allgather"})
     assert flag_diff(a, b) == [("--tp", "4", "8")]
     assert flag_diff(a, a) == []
 

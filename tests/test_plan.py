@@ -25,6 +25,8 @@ def _value(spec) -> st.SearchStrategy:
         return st.booleans()
     if spec.kind == "choice":
         return st.sampled_from(spec.choices)
+    if spec.kind == "choices":   # distinct choices in any order
+        return st.lists(st.sampled_from(spec.choices), min_size=1, max_size=len(spec.choices), unique=True).map(tuple)
     if spec.kind == "sizes":
         return st.lists(st.integers(0, 200), min_size=1, max_size=12).map(tuple)
     alphabet = st.characters(codec="utf-8", exclude_categories=("Cs", "Cc"))

@@ -45,6 +45,7 @@ SLIME_SHARED_START = ShareBehaviour(
 SLIME_GLM52_PROFILE = Plan(
     model="glm-5.2", engine="slime", mode="flags", pp=8, first=14, last=16, tp=4, cp=8, ep=32, etp=1, dp=1,
     sp=True, tokens_per_gpu=8192, recompute="full", recompute_method="uniform", recompute_num_layers=1,
+    cp_comm_type="allgather",   # the script's --allgather-cp
     optimizer_cpu_offload=True, overlap_cpu_optimizer_d2h_h2d=True, use_precision_aware_optimizer=True,
     conv="flags", conv_pp=2, conv_last=40,
 )

@@ -28,6 +28,7 @@ GROUP_TITLES = {
     "layout": "layout (one of: --split, --pp with flags, --pp with --layout, --launcher)",
     "parallel": "parallelism (a --launcher supplies them)",
     "memory": "memory",
+    "time": "step time (isplan time; the GPU's peaks and links come from --gpu)",
     "flops": "FLOPs",
     "conversion": "conversion layout (a second slot, e.g. --conv-pp 2 --conv-last 40)",
     "serving": "serving (--engine vllm|sglang: --pp N [--split PARTITION] is the engine's PP layer partition)",
@@ -57,6 +58,9 @@ def add_cli_fields(group: Any, names: Iterable[str], aliases: Mapping[str, Itera
             group.add_argument(*flags, dest=name, action="store_true", default=None, help=text)
         elif spec.kind == "choice":
             group.add_argument(*flags, dest=name, choices=spec.choices, default=None, help=text)
+        elif spec.kind == "choices":
+            group.add_argument(*flags, dest=name, nargs="+", choices=spec.choices, default=None, metavar=spec.metavar,
+                               help=text + f" (one or more of {', '.join(spec.choices)})")
         else:
             group.add_argument(*flags, dest=name, default=None, metavar=spec.metavar or _METAVARS[spec.kind],
                                help=text + (f" ({spec.bounds_text()})" if spec.bounds_text() else ""))

@@ -43,6 +43,13 @@ GPUS = (*CATALOGUE, "custom")  # the GPU catalogue (app/core/model/hardware.py) 
 ENGINES = ("megatron", "slime", "hf", "vllm", "sglang", "maxtext")
 KV_DTYPES = ("bf16", "fp8")
 WEIGHT_DTYPES = ("bf16", "fp8")
+#: GEMM precision (app/core/time/precision.py: the Megatron flags each one exports)
+PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
+#: ``--recompute-modules`` (NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py @ d98e8a64)
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+#: ``--cp-comm-type`` (megatron/training/arguments.py @ d98e8a64)
+CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
+
 
 _WHOLE = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: str.isdigit() also accepts superscripts
 
@@ -52,7 +59,7 @@ class Field:
     """How one plan setting is typed, bounded and documented everywhere. ``url`` is the field's
     name (set when the table is built); ``aliases`` are URL keys of earlier versions, still read."""
 
-    kind: str  # int | float | bool | choice | text | sizes
+    kind: str  # int | float | bool | choice | choices (a list of choices) | text | sizes
     cli: str | None  # isplan flag; None: positional (model) or derived (the layout modes)
     help: str
     group: str  # model | layout | parallel | memory | conversion | flops | serving | maxtext
@@ -170,6 +177,10 @@ class Plan:
     # memory ----------------------------------------------------------------------------
     recompute: str = _f("choice", "none", "--recompute", "activation recompute granularity", "memory",
                         choices=RECOMPUTE)
+    recompute_modules: tuple[str, ...] | None = _f("choices", None, "--recompute-modules",
+                                                   "modules recomputed under --recompute selective (Megatron's "
+                                                   "default: core_attn)", "memory", choices=RECOMPUTE_MODULES,
+                                                   metavar="M")
     recompute_method: str = _f("choice", "uniform", "--recompute-method", "full recompute method", "memory",
                                choices=RECOMPUTE_METHODS, aliases=("rmethod",))
     recompute_num_layers: int = _f("int", 1, "--recompute-num-layers", "layers per recompute unit", "memory",
@@ -195,6 +206,24 @@ class Plan:
     make_vocab_size_divisible_by: int = _f("int", 128, "--make-vocab-size-divisible-by",
                                            "Megatron pads the vocabulary to a multiple of this (times TP)", "memory",
                                            lo=1, hi=1 << 16, aliases=("vocab_div",))
+    # time (issue 18: how fast the plan trains) ---------------------------------------------
+    precision: str = _f("choice", "bf16", "--precision",
+                        "GEMM precision (attention and the rest stay BF16): bf16, fp8 (current scaling), mxfp8, nvfp4",
+                        "time", choices=PRECISIONS)
+    tp_comm_overlap: bool = _f("bool", False, "--tp-comm-overlap", "overlap TP communication with the GEMMs "
+                               "(Transformer Engine userbuffers)", "time")
+    overlap_grad_reduce: bool = _f("bool", False, "--overlap-grad-reduce",
+                                   "overlap the gradient reduce-scatter with backward", "time")
+    overlap_param_gather: bool = _f("bool", False, "--overlap-param-gather",
+                                    "overlap the parameter all-gather with forward", "time")
+    cp_comm_type: str = _f("choice", "p2p", "--cp-comm-type",
+                           "context-parallel communication (DSA needs allgather)", "time", choices=CP_COMM_TYPES)
+    nvlink_domain: int | None = _f("int", None, "--nvlink-domain",
+                                   "GPUs per NVLink domain (default: the GPU's system: 8, or 72 on NVL72)", "time",
+                                   lo=1, hi=MAX_GPUS)
+    network_gbps: float | None = _f("float", None, "--network-gbps",
+                                    "network bandwidth per GPU in Gb/s (default: the GPU's system)", "time", lo=1,
+                                    hi=100_000)
     # FLOPs -----------------------------------------------------------------------------
     context: int = _f("int", 1_048_576, "--context",
                       "context length (tokens per sequence): per-token FLOPs and the serving KV cache", "flops",
@@ -277,6 +306,8 @@ class Plan:
             text = format_value(spec, value)
             if spec.kind == "bool":
                 args.append(spec.cli)
+            elif spec.kind == "choices":
+                args += [spec.cli, *value]
             elif text.startswith("-"):  # argparse would read it as an option
                 args.append(f"{spec.cli}={text}")
             else:
@@ -307,7 +338,7 @@ NEUTRAL_VALUES: dict[str, Any] = {f.name: f.default for f in fields(Plan)}
 BY_URL: dict[str, str] = {**{alias: name for name, spec in TABLE.items() for alias in spec.aliases},
                           **{name: name for name in TABLE}}
 
-_PARALLEL_GROUPS = ("parallel", "memory")
+_PARALLEL_GROUPS = ("parallel", "memory", "time")
 
 
 def _implied_parallel(plan: Plan) -> bool:
@@ -339,7 +370,7 @@ def applies(spec: Field, mode: str) -> bool:
 def format_value(spec: Field, value: Any) -> str:
     if spec.kind == "bool":
         return "1" if value else "0"
-    if spec.kind == "sizes":
+    if spec.kind in ("sizes", "choices"):
         return ",".join(map(str, value))
     if spec.kind == "float":
         return f"{value:.15g}"
@@ -382,6 +413,13 @@ def parse_value(spec: Field, raw: object) -> Any:
         if raw not in spec.choices:
             raise ValueError(f"{name} must be one of {', '.join(spec.choices)}, got {str(raw)[:40]!r}")
         return raw
+    if spec.kind == "choices":   # a comma list (URL) or a list (CLI nargs, JSON)
+        parts = [str(p).strip() for p in raw] if isinstance(raw, (list, tuple)) else str(raw).split(",")
+        parts = [p for p in (x.strip() for x in parts) if p]
+        bad = [p for p in parts if p not in spec.choices]
+        if not parts or bad or len(parts) > len(spec.choices):
+            raise ValueError(f"{name} takes one or more of {', '.join(spec.choices)}, got {str(raw)[:60]!r}")
+        return tuple(dict.fromkeys(parts))
     if spec.kind == "text":
         text = str(raw)
         if len(text) > spec.max_len:

@@ -69,6 +69,9 @@ MEGATRON_FLAGS: dict[str, str] = {
     "--overlap-cpu-optimizer-d2h-h2d": "overlap_cpu_optimizer_d2h_h2d",
     "--use-precision-aware-optimizer": "use_precision_aware_optimizer",
     "--make-vocab-size-divisible-by": "make_vocab_size_divisible_by",
+    "--recompute-modules": "recompute_modules", "--tp-comm-overlap": "tp_comm_overlap",
+    "--overlap-grad-reduce": "overlap_grad_reduce", "--overlap-param-gather": "overlap_param_gather",
+    "--cp-comm-type": "cp_comm_type",
 }
 
 #: the plan fields a training engine of the Megatron family reads
