@@ -182,6 +182,14 @@ def cmd_memory(args: argparse.Namespace) -> int:
     return _emit(args, memory_report(plan, cfg, **extra))
 
 
+def cmd_time(args: argparse.Namespace) -> int:
+    from app.core.reports import time_report
+
+    cfg = _load(args)
+    plan, extra = _plan(args, cfg)
+    return _emit(args, time_report(plan, cfg, timeline=args.timeline, **extra))
+
+
 def cmd_flops(args: argparse.Namespace) -> int:
     from app.core.reports import flops_command_report
 
@@ -335,6 +343,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--inference", action="store_true", help="serving memory of the whole model: weights + KV cache")
     g.add_argument("--dp-attention", action="store_true")
     g.add_argument("--include-mtp", action="store_true", help="serve the MTP layer (its KV and weights)")
+    _fmt(p)
+
+    p = _command(sub, "time", cmd_time, "how fast the plan trains: step time, tokens/s/GPU, MFU, breakdown",
+                 description="The step time of the plan on --gpu at --precision: per-layer op costs, communication "
+                             "on the link it uses (NVLink inside the domain, the network across), the 1F1B / "
+                             "interleaved schedule simulated from each stage's own costs, the data-parallel "
+                             "reduce-scatter / all-gather and the optimizer step (docs/MODELS.md, 'Step time').")
+    p.add_argument("--timeline", action="store_true", help="include the simulated schedule (every micro-batch)")
     _fmt(p)
 
     p = _command(sub, "flops", cmd_flops, "per-token forward FLOPs with and without IndexShare", launcher=False)

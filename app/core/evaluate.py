@@ -86,6 +86,17 @@ class Evaluation:
     def stage_flops(self) -> dict[str, Any] | None:
         return self.judgement.stage_flops
 
+    @property
+    def time(self) -> dict[str, Any] | None:
+        """How fast the plan trains (step time, tokens/s/GPU, MFU, breakdown), when judged."""
+        return self.judgement.time
+
+    def timeline(self) -> dict[str, Any]:
+        """The simulated schedule (recomputed on demand: it has an entry per micro-batch and stage)."""
+        if self.check is None:
+            return {}
+        return self.engine.timeline(self.cfg, self.plan, self.check, self.judgement)
+
     def exports(self) -> dict[str, str]:
         """The engine's launch text for the plan (empty unless the engine accepts the layout)."""
         if self.check is None:
@@ -112,7 +123,7 @@ def evaluate(plan: Plan, cfg: ModelConfig, *, extra_errors: tuple[PlanError, ...
             ev.conversion = engine.conversion(cfg, plan)
         except (LayoutInputError, ValueError) as exc:
             ev.problems.append(FieldProblem("conv_split" if plan.conv == "split" else "conv_pp", str(exc)))
-    if ev.judged and ev.check is not None and ev.check.plan.stages:
+    if ev.judged and ev.check is not None:
         ev.judgement = engine.judge(cfg, plan, ev.check)
         ev.problems += ev.judgement.problems
     ev.verdict = build_verdict(ev)

@@ -234,6 +234,38 @@ def json_bytes(value: Any) -> str:
     return f"{value / 1e9:.1f} GB" if isinstance(value, (int, float)) else "?"
 
 
+# ----------------------------------------------------------------------------- time
+def time_report(plan: Plan, cfg: ModelConfig, *, timeline: bool = False, **kw: Any) -> Report:
+    """``isplan time``: how fast the plan trains - step time, tokens/s/GPU, model TFLOP/s/GPU
+    (Megatron-Bridge's model-FLOPs convention), MFU, the measured pipeline bubble, the breakdown
+    (exposed and total seconds per item) and per-stage costs - with the plan's verdict. The command
+    asks for time, so the plan it judges states its parallelism (its check line carries
+    ``--parallel``). Exit 2 when the plan cannot be timed (the field to change is named)."""
+    plan = replace(plan, parallel=True)
+    ev = evaluated(plan, cfg, **kw)
+    t = ev.engine.full_time(cfg, plan, ev.check, ev.judgement) if ev.check is not None else None
+    if t is None and ev.engine.judges_parallelism and ev.engine.workflow == "training":
+        t = {"unavailable": "no step time: the layout is not one the engine can build", "field": "pp"}
+    if t is None:
+        raise PlanError([FieldProblem("engine", f"isplan time times training steps; {ev.engine.label} has no time "
+                                                "model here")])
+    if "unavailable" in t:
+        raise PlanError([FieldProblem(t.get("field") or ev.engine.layout_field(plan), t["unavailable"])])
+    body: dict[str, Any] = {"model": cfg.summary(), "engine": plan.engine, "query": plan.query(),
+                            "check_command": plan.cli_command("time"), "time": dict(t),
+                            "parallel": parallel_summary(ev)}
+    if timeline:
+        body["time"]["timeline"] = ev.timeline()
+    b = t["breakdown"]
+    lines = [f"{cfg.id} on {t['settings']['world']} x {t['gpu']} ({t['precision']}): step {t['step_seconds']:.3f} s, "
+             f"{t['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU, {t['model_tflops_per_gpu']:.0f} model TFLOP/s/GPU, "
+             f"MFU {t['mfu']:.1%}, bubble {t['bubble_fraction']:.1%} ({t['num_microbatches']} micro-batches)"]
+    lines += [f"  {k:<10} exposed {v['exposed']:9.3f} s   total {v['total']:9.3f} s" for k, v in b.items()]
+    lines += [f"  assumed: {a}" for a in t.get("assumed", [])]
+    lines += [f"  note: {n}" for n in t.get("notes", [])]
+    return _finish(body, lines, ev.verdict, ev)
+
+
 # ----------------------------------------------------------------------------- flops
 def flops_command_report(plan: Plan, cfg: ModelConfig, *, global_batch: int | None = None) -> Report:
     """``isplan flops``: per-token forward FLOPs with and without IndexShare at ``plan.context``;

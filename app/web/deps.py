@@ -170,6 +170,21 @@ def action_cost(plan: Plan, cfg: ModelConfig, action: str) -> Cost:
                 f"{n:,} layers", "split", "use fewer stages")
 
 
+def time_cost(plan: Plan, cfg: ModelConfig) -> Cost:
+    """``isplan time``: one evaluation plus the schedule simulation, a forward and a backward per
+    micro-batch per (pp_rank, vp_stage); the simulation refuses itself beyond
+    :data:`app.core.engines.megatron.timing.MAX_EVENTS`, so this bounds it by that."""
+    from app.core.engines.megatron.timing import ASSUMED_MICROBATCHES_PER_RANK, MAX_EVENTS
+
+    stages = len(plan.split or ()) if plan.mode == "split" and plan.split else plan.pp * (plan.vpp or 1)
+    dp = plan.dp or (plan.gpus // max(1, plan.tp * plan.cp * plan.pp) if plan.gpus else 1) or 1
+    m = (plan.num_microbatches or (plan.global_batch // max(1, plan.mbs * dp) if plan.global_batch else 0)
+         or ASSUMED_MICROBATCHES_PER_RANK * max(1, plan.pp))
+    events = min(MAX_EVENTS, 2 * stages * m)
+    return Cost(4 * events + 50 * (cfg.num_hidden_layers + stages), f"timing {m:,} micro-batches over {stages:,} stages",
+                "global_batch", "time fewer micro-batches (global_batch, num_microbatches) or fewer stages")
+
+
 def verify_cost(receipt: Any, cfg: ModelConfig | None) -> Cost:
     """Each recorded layout materialised once; ``pp``/``vpp`` that are not small whole numbers
     count at their bound (``verify_receipt`` refuses them itself)."""

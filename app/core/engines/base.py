@@ -98,6 +98,9 @@ class Judgement:
     memory: dict[str, Any] | None = None
     serving_memory: dict[str, Any] | None = None
     stage_flops: dict[str, Any] | None = None
+    #: how fast the plan trains (issue 18's ``time``: step_seconds, tokens/s/GPU, MFU, breakdown,
+    #: per_stage), or ``{"unavailable": reason}``; None where the engine has no time model
+    time: dict[str, Any] | None = None
     blocking: list[Reason] = field(default_factory=list)
     warnings: list[Reason] = field(default_factory=list)
     problems: list[FieldProblem] = field(default_factory=list)
@@ -178,6 +181,17 @@ class Engine:
                 conversion: LayoutCheck | None = None) -> dict[str, str]:
         """Launch text for an accepted plan, by name (every value shell-quoted); ``{}`` otherwise."""
         return {}
+
+    def timeline(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck, judgement: Judgement) -> dict[str, Any]:
+        """The simulated pipeline schedule of a judged plan: columns rank, chunk, microbatch, kind
+        (F/B), start, end - every micro-batch's forward and backward on every (pp_rank, vp_stage), for
+        the schedule figure; ``{}`` without a time model."""
+        return {}
+
+    def full_time(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck, judgement: Judgement) -> dict[str, Any] | None:
+        """The step time when asked for it (``isplan time``): it may simulate more than the time
+        computed with every verdict."""
+        return judgement.time
 
     # -------------------------------------------------------------------- plans
     def profile(self, cfg: ModelConfig, plan: Plan) -> Plan:

@@ -561,6 +561,8 @@ class ServingEngine(Engine):
 
     def judge(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck) -> Judgement:
         out = Judgement()
+        if not check.plan.stages:   # the partition is refused: nothing to place in memory
+            return out
         try:
             settings = self.memory_settings(plan)
         except (ServingMemoryError, ValueError) as exc:

@@ -25,6 +25,7 @@ from app.web.deps import (
     plan_search_cost,
     report_body,
     search_cost,
+    time_cost,
     verify_cost,
 )
 from app.web.schemas import ERRORS, CheckReport, ErrorBody, PlanPage, ReceiptReport, Report, VerifyReport
@@ -68,6 +69,17 @@ def check(plan: PlanDep, store: Store) -> dict[str, Any]:
 def memory(plan: PlanDep, store: Store) -> dict[str, Any]:
     """``isplan memory --format json``: training memory per GPU of every pipeline rank."""
     return reports.memory_report(plan, model_config(plan.model, store)).body
+
+
+@router.get("/time", response_model=Report, responses=BOUNDED)
+async def time(request: Request, plan: PlanDep, store: Store, timeline: bool = False) -> dict[str, Any]:
+    """``isplan time --format json``: how fast the plan trains - ``time: {step_seconds,
+    tokens_per_second_per_gpu, model_tflops_per_gpu, mfu, bubble_fraction, breakdown, per_stage}``
+    with the verdict (``timeline=1`` adds the simulated schedule). Run in the worker pool."""
+    cfg = await run_in_threadpool(model_config, plan.model, store)
+    body: dict[str, Any] = await bounded(request, time_cost(plan, cfg), report_body, reports.time_report, plan, cfg,
+                                         timeline=timeline)
+    return body
 
 
 @router.get("/receipt", response_model=ReceiptReport)

@@ -28,6 +28,7 @@ from app.core.engines.megatron.check import MEGATRON_SHARED_START, CheckResult, 
 from app.core.engines.megatron.export import ExportSettings, exports
 from app.core.engines.megatron.parallel import check_parallel
 from app.core.engines.megatron.placement import interleave_error, materialise
+from app.core.engines.megatron.timing import MAX_EVENTS, MAX_LIVE_EVENTS, plan_time, recipe_stages
 from app.core.engines.rules import ShareBehaviour
 from app.core.layout.stages import LayoutInputError, PipelineSpec, PlanError, StagePlan
 from app.core.model.config import ModelConfig
@@ -160,6 +161,8 @@ class MegatronEngine(Engine):
     #: what a stage that starts on a shared layer does in this engine
     shared_start: ClassVar[ShareBehaviour] = MEGATRON_SHARED_START
     budget_search = True
+    #: the schedule simulation's bound for time computed with every verdict (timing.MAX_LIVE_EVENTS)
+    max_time_events: ClassVar[int] = MAX_LIVE_EVENTS
     #: Megatron-LM's entry points are ``pretrain_*.py`` at the repository's root (``pretrain_gpt.py``, ...)
     launch: ClassVar[LaunchSyntax] = LaunchSyntax(entry_points=("pretrain_*.py",))
 
@@ -204,13 +207,17 @@ class MegatronEngine(Engine):
             out.problems.append(FieldProblem("tp", f"parallel settings: {exc}"))
             return out
         out.parallel = par
+        if not stages.stages:   # the placement refused: its errors are the verdict; time as the recipes place it
+            out.time = self._refused_time(cfg, plan, check, par)
+            return out
         out.checks = check_parallel(cfg, par, stages)
         for c in out.checks:
             if not c.ok and c.level == "error":
                 out.blocking.append(Reason(c.kind, c.name, c.message, c.field))
             elif c.warning or (not c.ok and c.level == "warning"):
                 out.warnings.append(Reason("parallel", c.name, c.message, c.field))
-        if stages.errors:
+        if stages.errors:   # Megatron refuses the stages: no memory; time as its recipes would place them
+            out.time = self._refused_time(cfg, plan, check, par)
             return out
         try:
             out.memory = training_memory(cfg, stages, par, check.roles)
@@ -219,7 +226,35 @@ class MegatronEngine(Engine):
             return out
         out.blocking += memory_reasons(out.memory)
         out.stage_flops = stage_flops(cfg, check.roles, stages, seq_length=par.sample_length, mbs=par.mbs)
+        out.time = plan_time(cfg, plan, stages, check.roles, par, timeline=False, max_events=self.max_time_events)
         return out
+
+    def _refused_time(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck, par: ParallelConfig) -> dict[str, Any]:
+        found = recipe_stages(cfg, plan)
+        if found is None:
+            return {"unavailable": "no step time: Megatron refuses these stages (the verdict says why)",
+                    "field": self.layout_field(plan)}
+        stages, how = found
+        body = plan_time(cfg, plan, stages, check.roles, replace(par, pp=stages.pp), timeline=False,
+                         max_events=self.max_time_events)
+        body.setdefault("assumed", []).insert(0, f"Megatron refuses the stages as given; timed as Megatron-Bridge's "
+                                                 f"recipes place them ({how})")
+        return body
+
+    def timeline(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck, judgement: Judgement) -> dict[str, Any]:
+        if judgement.parallel is None or not judgement.time or "unavailable" in judgement.time:
+            return {}
+        return dict(plan_time(cfg, plan, check.plan, check.roles, judgement.parallel,
+                              max_events=MAX_LIVE_EVENTS).get("timeline", {}))
+
+    def full_time(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck, judgement: Judgement) -> dict[str, Any] | None:
+        """The step time with ``isplan time``'s larger simulation bound (the live one may have declined)."""
+        if judgement.parallel is None or judgement.time is None or "unavailable" not in judgement.time:
+            return judgement.time
+        stages = check.plan
+        if not stages.stages or stages.errors:
+            return judgement.time
+        return plan_time(cfg, plan, stages, check.roles, judgement.parallel, timeline=False, max_events=MAX_EVENTS)
 
     def exports(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck, judgement: Judgement,
                 conversion: LayoutCheck | None = None) -> dict[str, str]:

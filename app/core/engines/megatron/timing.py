@@ -1,0 +1,149 @@
+"""How fast a Megatron-family plan trains: the plan's settings as the time model's
+:class:`~app.core.time.settings.TimeSettings`, its GPU from the catalogue, and
+:func:`app.core.time.model.step_time` over the stages Megatron builds.
+
+Where the plan leaves something to Megatron's defaults the time model uses Megatron's (its
+settings module cites them). Two things a plan may not say, and what is assumed then (each is a
+note in the answer):
+
+* the micro-batches per step: ``--global-batch`` / ``--num-microbatches``, else 8 per pipeline
+  rank (enough to fill the pipeline; the bubble then is what 8 x PP gives);
+* the sample length: ``--seq-length``, else slime's ``--max-tokens-per-gpu`` x CP (one packed
+  sample per micro-batch), else 4096.
+
+A plan the time model cannot time (a custom GPU without peak rates, settings it refuses) has no
+time; the reason is the answer's ``unavailable`` (the verdict is unchanged: it does not depend on
+the time model).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.core.layout.stages import StagePlan
+from app.core.model.config import ModelConfig
+from app.core.model.parallelism import ParallelConfig
+from app.core.model.roles import RoleMap
+from app.core.plan import Plan
+
+#: micro-batches per pipeline rank assumed when the plan gives no global batch
+ASSUMED_MICROBATCHES_PER_RANK = 8
+#: the schedule simulation has a forward and a backward per micro-batch per stage: bounded before any
+#: work, tighter for an answer computed with every plan (the page's live update, every command's
+#: verdict) than for ``isplan time`` / ``/api/v1/time``, which ask for it (~1 us per event)
+MAX_LIVE_EVENTS = 100_000
+MAX_EVENTS = 4_000_000
+#: --cp-comm-type -> the CP form the time model costs (a2a+p2p: all-to-all inside, ring across)
+_CP_FORM = {"p2p": "p2p", "allgather": "allgather", "a2a": "a2a", "a2a+p2p": "a2a"}
+
+
+def time_settings(plan: Plan, stages: StagePlan, par: ParallelConfig) -> tuple[Any, list[str]]:
+    """The plan as the time model's settings, and what had to be assumed."""
+    from app.core.time.settings import TimeSettings
+
+    notes = []
+    dp = par.data_parallel
+    if plan.seq_length:
+        seq = plan.seq_length
+    elif plan.tokens_per_gpu:
+        seq = plan.tokens_per_gpu * plan.cp
+        notes.append(f"sample length = --tokens-per-gpu x CP = {plan.tokens_per_gpu} x {plan.cp} = {seq} tokens "
+                     "(one packed sample per micro-batch)")
+    else:
+        seq = 4096
+        notes.append("no --seq-length: 4096 tokens per sample assumed")
+    mbs = 1 if plan.tokens_per_gpu and not plan.seq_length else plan.mbs
+    if plan.global_batch:
+        gbs = plan.global_batch
+    elif plan.num_microbatches:
+        gbs = plan.num_microbatches * mbs * dp
+    else:
+        gbs = ASSUMED_MICROBATCHES_PER_RANK * stages.pp * mbs * dp
+        notes.append(f"no --global-batch: {ASSUMED_MICROBATCHES_PER_RANK} micro-batches per pipeline rank assumed "
+                     f"({ASSUMED_MICROBATCHES_PER_RANK * stages.pp} per step)")
+    settings = TimeSettings(
+        tp=plan.tp, cp=plan.cp, pp=stages.pp, vpp=stages.vpp, ep=plan.ep, etp=plan.etp, dp=dp, mbs=mbs,
+        global_batch=gbs, seq_length=seq, sp=plan.sp, recompute=plan.recompute,
+        recompute_method=plan.recompute_method if plan.recompute == "full" else None,
+        recompute_num_layers=plan.recompute_num_layers if plan.recompute == "full" else None,
+        recompute_modules=plan.recompute_modules, mtp_layers=stages.mtp_layers, precision=plan.precision,
+        tp_comm_overlap=plan.tp_comm_overlap, overlap_grad_reduce=plan.overlap_grad_reduce,
+        overlap_param_gather=plan.overlap_param_gather, distributed_optimizer=not plan.no_distributed_optimizer,
+        optimizer_cpu_offload=plan.optimizer_cpu_offload, cp_comm_type=_CP_FORM[plan.cp_comm_type],
+        vocab_divisible_by=plan.make_vocab_size_divisible_by)
+    return settings, notes
+
+
+def hardware_of(plan: Plan) -> Any:
+    """The plan's GPU from the catalogue, with its ``--nvlink-domain`` / ``--network-gbps`` overrides."""
+    from app.core.model.hardware import get_hardware, with_overrides
+
+    return with_overrides(get_hardware(plan.gpu), network_gbps=plan.network_gbps, nvlink_domain=plan.nvlink_domain)
+
+
+def recipe_layout(num_layers: int, stages: int, mtp: int) -> str:
+    """Megatron-Bridge's layout for layer counts no even split fits (``set_deepseek_v3_pipeline_model_parallel_layout``,
+    ``_get_kimi_k2_pipeline_layout`` @ v0.6.0): ``K = ceil((n + 3) / stages)`` decoder layers per stage,
+    the embedding on the first, the last stage ``n - K (stages - 1)`` layers with the MTP layers and
+    the loss; spread evenly when that does not fit."""
+    k = -(-(num_layers + 3) // stages)
+    sizes = [k] * stages
+    last = num_layers - k * (stages - 1)
+    if last >= 0:
+        sizes[-1] = last
+    else:
+        sizes = [num_layers // stages + (1 if i < num_layers % stages else 0) for i in range(stages)]
+    return "|".join(("E" if i == 0 else "") + "t" * s + (("m" * mtp + "L") if i == stages - 1 else "")
+                    for i, s in enumerate(sizes))
+
+
+def recipe_stages(cfg: ModelConfig, plan: Plan) -> tuple[StagePlan, str] | None:
+    """Stages for timing a plan whose PP x VPP Megatron refuses as given (an uneven layer count
+    with plain ``--pp`` / ``--vpp``): as Megatron-Bridge's recipes place them - the embedding and
+    the loss each taking a layer slot when that splits evenly, else :func:`recipe_layout`. Only
+    for plans given by PP (and VPP) alone; the verdict still says what Megatron refuses."""
+    from app.core.engines.megatron.placement import materialise
+    from app.core.layout.stages import PipelineSpec
+
+    if plan.mode != "flags" or plan.first or plan.last or plan.layers_per_vstage or plan.account_for_embedding \
+            or plan.account_for_loss:
+        return None
+    n, pp, vpp, mtp = cfg.num_hidden_layers, plan.pp, plan.vpp or 1, plan.mtp_layers or 0
+    tries = [(PipelineSpec(pp=pp, vpp=plan.vpp, account_for_embedding=True, account_for_loss=True, mtp_layers=mtp),
+              "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split")]
+    if vpp == 1 or pp > 1:
+        layout = recipe_layout(n, pp * vpp, mtp)
+        tries.append((PipelineSpec(pp=pp, layout=layout, mtp_layers=mtp), f"--pipeline-model-parallel-layout {layout}"))
+    for spec, how in tries:
+        stages = materialise(spec, n)
+        if stages.stages and not stages.errors:
+            return stages, how
+    return None
+
+
+def plan_time(cfg: ModelConfig, plan: Plan, stages: StagePlan, roles: RoleMap, par: ParallelConfig,
+              *, timeline: bool = True, max_events: int = MAX_EVENTS) -> dict[str, Any]:
+    """The step time of the plan (``time`` of issue 18's JSON), or ``{"unavailable": reason,
+    "field": ...}`` when the time model cannot time it (or the simulation is over ``max_events``)."""
+    from app.core.time.model import step_time
+    from app.core.time.settings import TimeInputError
+
+    try:
+        hw = hardware_of(plan)
+    except ValueError as exc:
+        return {"unavailable": f"no step time for --gpu {plan.gpu}: {exc}", "field": "gpu"}
+    settings, notes = time_settings(plan, stages, par)
+    events = 2 * len(stages.stages) * max(1, settings.gbs // (settings.mbs * settings.dp))
+    if events > max_events:
+        return {"unavailable": f"no step time here: simulating {events:,} forward and backward steps is over the "
+                               f"limit of {max_events:,}" + ("; isplan time simulates up to "
+                                                              f"{MAX_EVENTS:,}" if max_events < MAX_EVENTS else ""),
+                "field": "global_batch"}
+    try:
+        result = step_time(cfg, roles, stages, settings.validate(cfg.num_attention_heads, cfg.n_routed_experts), hw)
+    except TimeInputError as exc:
+        return {"unavailable": f"no step time: {exc}", "field": exc.field}
+    body = result.to_json(timeline=timeline)
+    body["assumed"] = notes
+    body["settings"] = settings.to_dict()
+    return body
