@@ -222,7 +222,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     plan = plan_from_cli(args, args.model)
     if plan.gpus is None:
         raise UsageError("isplan search needs --gpus N (the GPU budget)")
-    return _emit(args, search_report(plan, cfg, gpus=plan.gpus, top=_top(args), model_arg=args.model))
+    return _emit(args, search_report(plan, cfg, gpus=plan.gpus, top=_top(args), model_arg=args.model,
+                                     pareto=args.pareto))
 
 
 def _also_layouts(args: argparse.Namespace, plan: Plan) -> list[tuple[str, Any]]:
@@ -361,7 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "(Megatron/slime: min-max layout; vLLM/SGLang: serving partition), each evaluated "
                              "like any plan, with its verdict and the isplan check line that reproduces it.",
                  launcher=False)
-    p.add_argument("--objective", choices=("compute", "memory", "balanced"), default="balanced")
+    p.add_argument("--objective", choices=("compute", "memory", "balanced", "time"), default="balanced",
+                   help="what the best layout minimises: the busiest stage's compute, parameters, both, or the "
+                        "simulated step time (time: with the plan's parallel settings and --gpu)")
     p.add_argument("--top", type=int, default=3, metavar="K", help="alternatives after the best (0-100, default 3)")
     p.add_argument("--near", metavar="LIST", help="also give the valid layout closest to this split")
     _fmt(p)
@@ -369,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(sub, "search", cmd_search, "rank parallel configurations for a GPU budget (--gpus)",
                  model="optional", launcher=False)
     p.add_argument("--top", type=int, default=10, metavar="K", help="configurations to list (0-100, default 10)")
+    p.add_argument("--pareto", action="store_true",
+                   help="also the Pareto frontier of GPUs x tokens/s/GPU x memory headroom (this budget and each "
+                        "smaller power of two)")
     _fmt(p)
     return parser
 

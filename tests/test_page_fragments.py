@@ -36,7 +36,7 @@ def test_search_fragment_rows_multiply_to_the_budget_and_load_as_go(client):
     for (tp, cp, pp, dp), query in zip(rows, links, strict=True):
         assert int(tp) * int(cp) * int(pp) * int(dp) == 256
         params = dict(parse_qsl(query))
-        assert (params["tp"], params.get("cp", "1"), params["dp"], params["gpus"]) == (tp, cp, dp, "256")
+        assert (params.get("tp", "1"), params.get("cp", "1"), params["dp"], params["gpus"]) == (tp, cp, dp, "256")
         # one click loads a plan the whole app calls GO (the CLI's twin route, not the page)
         check = client.get("/api/v1/check?" + query).json()
         assert check["verdict"]["go"] is True, (query, check["verdict"])

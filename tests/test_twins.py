@@ -45,6 +45,9 @@ CASES = [
     ("plan", ["--engine", "vllm", "--pp", "4"], "/api/v1/plan-search", {"engine": "vllm", "pp": "4"}),
     ("search", ["--gpus", "256", "--tokens-per-gpu", "8192", "--top", "2"], "/api/v1/search",
      {"gpus": "256", "tpg": "8192", "top": "2"}),
+    ("time", PROFILE_ARGS + ["--global-batch", "64"], "/api/v1/time", {**PROFILE_QUERY, "global_batch": "64"}),
+    ("search", ["--gpus", "64", "--seq-length", "4096", "--top", "2", "--pareto"], "/api/v1/search",
+     {"gpus": "64", "seq_length": "4096", "top": "2", "pareto": "1"}),
     ("receipt", ["--pp", "8", "--first", "14", "--last", "16", "--conv-pp", "2", "--conv-last", "40"],
      "/api/v1/receipt", {"pp": "8", "first": "14", "last": "16", "conv_pp": "2", "conv_last": "40"}),
 ]

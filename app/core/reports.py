@@ -59,11 +59,16 @@ def verdict_lines(verdict: Verdict) -> list[str]:
 
 def recommended(plan: Plan, cfg: ModelConfig, model_arg: str | None = None) -> dict[str, Any]:
     """A plan a command recommends, judged by :func:`evaluate` like any other: its URL query, its
-    verdict and the ``isplan check`` line that reproduces that verdict."""
+    verdict, the ``isplan check`` line that reproduces that verdict and, where it is timed, how
+    fast it trains."""
     ev = evaluate(plan, cfg)
     verdict = ev.verdict if not ev.problems else verdict_of(
         [Reason("model", "unusable", p.message, p.field) for p in ev.problems])
-    return {"query": plan.query(), "verdict": verdict.to_dict(), "check_command": plan.cli_command(model=model_arg)}
+    out = {"query": plan.query(), "verdict": verdict.to_dict(), "check_command": plan.cli_command(model=model_arg)}
+    if ev.time and "unavailable" not in ev.time:
+        out["time"] = {k: ev.time[k] for k in ("step_seconds", "tokens_per_second_per_gpu", "model_tflops_per_gpu",
+                                                "mfu", "bubble_fraction")}
+    return out
 
 
 def parallel_summary(ev: Evaluation) -> dict[str, Any] | None:
@@ -333,7 +338,8 @@ def plan_search_report(plan: Plan, cfg: ModelConfig, *, objective: str = "balanc
         return _finish(body, lines, verdict_of([Reason("boundary", "no_valid_layout", msg, "pp")]))
     for k, c in enumerate(candidates, start=1):
         go = "GO" if c["verdict"]["go"] else "NO-GO"
-        lines.append(f"{'best' if k == 1 else f'#{k}  '}: --split {','.join(map(str, c['split']))}  [{go}]")
+        speed = f", {c['time']['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU" if "time" in c else ""
+        lines.append(f"{'best' if k == 1 else f'#{k}  '}: --split {','.join(map(str, c['split']))}  [{go}{speed}]")
         lines.append(f"      {c['check_command']}")
     best = found[0]
     ev = evaluate(best, cfg)
@@ -363,54 +369,109 @@ def moved_layers(a: tuple[int, ...], b: tuple[int, ...]) -> int:
 
 
 # ----------------------------------------------------------------------------- GPU budget search
-def search_report(plan: Plan, cfg: ModelConfig, *, gpus: int, top: int = 10, model_arg: str | None = None) -> Report:
-    """``isplan search``: parallel configurations for a GPU budget, ranked; every result is a
-    plan evaluated like any other (only those whose verdict is go are listed)."""
-    from app.core.optimise.search import search
+def search_report(plan: Plan, cfg: ModelConfig, *, gpus: int, top: int = 10, model_arg: str | None = None,
+                  pareto: bool = False) -> Report:
+    """``isplan search``: parallel configurations for a GPU budget, ranked by predicted tokens/s/GPU;
+    every result is a plan evaluated like any other (only those whose verdict is go are listed, in
+    the order of their timed tokens/s/GPU). ``pareto``: the frontier of GPUs x tokens/s/GPU x memory
+    headroom over this budget and each smaller power of two down to the smallest that fits."""
+    from app.core.optimise.search import row_plan
 
-    try:
-        body = search(cfg, gpus, gpu=plan.gpu,
-                      gpu_capacity_bytes=int(plan.gpu_memory_gb * 1e9) if plan.gpu_memory_gb else None,
-                      seq_length=plan.seq_length, tokens_per_gpu=plan.tokens_per_gpu, mbs=plan.mbs,
-                      num_microbatches=plan.num_microbatches, top=top, engine=plan.engine,
-                      mtp_layers=plan.mtp_layers or 0)
-    except ValueError as exc:
-        raise PlanError([FieldProblem("gpus", str(exc))]) from None
-    kept = []
-    for row in body["results"]:
-        candidate = search_plan(plan, row, gpus)
-        row.update(recommended(candidate, cfg, model_arg))
-        if row["verdict"]["go"]:
-            kept.append(row)
+    body = _search(plan, cfg, gpus, top)
+    kept = _evaluated_rows(plan, cfg, body["results"], gpus, model_arg)
     body["counts"]["refused_by_verdict"] = len(body["results"]) - len(kept)
     body["results"] = kept
+    if pareto:
+        body["pareto"] = pareto_frontier(plan, cfg, gpus, model_arg)
+    if plan.states_layout and plan.given_parallelism:   # where the plan asked about sits in the ranking
+        body["current"] = _current_rank(plan, cfg, kept)
     c = body["counts"]
     lines = [f"{cfg.id} on {gpus} x {body['gpu']['label']}: {c['combinations']:,} combinations in "
              f"{body['seconds']:.2f} s; dropped {c['constraint']:,} (constraints), {c['no_layout']:,} (no valid "
              f"layout), {c['memory']:,} (memory); {c['feasible']:,} feasible (+{c['dominated']:,} dominated)",
              "ranking: " + body["ranking_model"]]
     for k, r in enumerate(kept, start=1):
+        speed = f"{r['time']['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU" if "time" in r else "not timed"
         lines.append(f"#{k} TP{r['tp']} CP{r['cp']} PP{r['pp']} DP{r['dp']} EP{r['ep']} ETP{r['etp']} VPP{r['vpp']} "
                      f"recompute={r['recompute']} offload={'on' if r['optimizer_cpu_offload'] else 'off'}: "
-                     f"{r['max_rank_bytes'] / 1e9:.1f} GB peak, time x{r['relative_step_time']:.3f}")
+                     f"{speed}, {r['max_rank_bytes'] / 1e9:.1f} GB peak")
         lines.append(f"    {r['check_command']}")
+    if body.get("current"):
+        c = body["current"]
+        lines.append(f"your plan: {c['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU, rank {c['rank']} of "
+                     f"{len(kept) + 1}" if c.get("tokens_per_second_per_gpu") else "your plan is not timed")
+    for p in body.get("pareto", []):
+        lines.append(f"pareto: {p['gpus']} GPUs, {p['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU, "
+                     f"{p['headroom_bytes'] / 1e9:.1f} GB headroom: {p['check_command']}")
     if kept:
-        ev = evaluate(search_plan(plan, kept[0], gpus), cfg)
+        ev = evaluate(row_plan(plan, kept[0], gpus), cfg)
         return _finish(body, lines, ev.verdict, ev)
     blocking = [Reason("parallel", "no_feasible_configuration", f"no configuration of {gpus} GPUs passes the "
                        "constraints, has a valid layout and fits in memory", "gpus")]
     return _finish(body, lines, verdict_of(blocking, judged=("layout", "parallelism", "memory")))
 
 
-def search_plan(plan: Plan, row: dict[str, Any], gpus: int) -> Plan:
-    """The plan of one search result: the plan's own workload settings with the result's parallelism
-    and layout (the search ran them with the distributed optimizer and SP whenever TP > 1)."""
-    return replace(plan, mode="split", split=tuple(row["split"]), pp=row["pp"], vpp=row["vpp"] if row["vpp"] > 1 else None,
-                   first=None, last=None, layout=None, layers_per_vstage=None, tp=row["tp"], cp=row["cp"],
-                   ep=row["ep"], etp=row["etp"], dp=row["dp"], gpus=gpus, sp=row["sp"], recompute=row["recompute"],
-                   recompute_method="uniform", recompute_num_layers=1,
-                   optimizer_cpu_offload=row["optimizer_cpu_offload"],
-                   use_precision_aware_optimizer=row["use_precision_aware_optimizer"], parallel=True)
+def _search(plan: Plan, cfg: ModelConfig, gpus: int, top: int) -> dict[str, Any]:
+    from app.core.optimise.search import search
+
+    try:
+        return search(cfg, gpus, gpu=plan.gpu,
+                      gpu_capacity_bytes=int(plan.gpu_memory_gb * 1e9) if plan.gpu_memory_gb else None,
+                      seq_length=plan.seq_length, tokens_per_gpu=plan.tokens_per_gpu, mbs=plan.mbs,
+                      num_microbatches=plan.num_microbatches, top=top, engine=plan.engine,
+                      mtp_layers=plan.mtp_layers or 0, base=plan)
+    except ValueError as exc:
+        raise PlanError([FieldProblem("gpus", str(exc))]) from None
+
+
+def _speed(row: dict[str, Any]) -> float:
+    return float(row.get("time", {}).get("tokens_per_second_per_gpu") or 0.0)
+
+
+def _evaluated_rows(plan: Plan, cfg: ModelConfig, rows: list[dict[str, Any]], gpus: int,
+                    model_arg: str | None) -> list[dict[str, Any]]:
+    """The search's rows that evaluate GO, each with its verdict, check line and timed speed, fastest first."""
+    from app.core.optimise.search import row_plan
+
+    kept = []
+    for row in rows:
+        row.update(recommended(row_plan(plan, row, gpus), cfg, model_arg))
+        if row["verdict"]["go"]:
+            kept.append(row)
+    return sorted(kept, key=lambda r: -_speed(r))
+
+
+def pareto_frontier(plan: Plan, cfg: ModelConfig, gpus: int, model_arg: str | None = None) -> list[dict[str, Any]]:
+    """The plans no other plan beats on all three of: fewer GPUs, more tokens/s/GPU, more memory
+    headroom - over the search's best GO plans at ``gpus`` and each smaller power of two that fits."""
+    points: list[dict[str, Any]] = []
+    budget = gpus
+    while budget >= 1:
+        try:
+            body = _search(plan, cfg, budget, 10)
+        except PlanError:
+            break
+        rows = _evaluated_rows(plan, cfg, body["results"], budget, model_arg)
+        if not rows:
+            break
+        points += [{"gpus": budget, "tokens_per_second_per_gpu": _speed(r), "headroom_bytes": r["headroom_bytes"],
+                    "query": r["query"], "check_command": r["check_command"]} for r in rows if "time" in r]
+        budget = budget // 2 if budget % 2 == 0 else 0
+
+    def beaten(p: dict[str, Any]) -> bool:
+        return any(q is not p and q["gpus"] <= p["gpus"] and q["tokens_per_second_per_gpu"] >= p["tokens_per_second_per_gpu"]
+                   and q["headroom_bytes"] >= p["headroom_bytes"] and (q["gpus"], q["tokens_per_second_per_gpu"],
+                   q["headroom_bytes"]) != (p["gpus"], p["tokens_per_second_per_gpu"], p["headroom_bytes"])
+                   for q in points)
+    return sorted((p for p in points if not beaten(p)), key=lambda p: (p["gpus"], -p["tokens_per_second_per_gpu"]))
+
+
+def _current_rank(plan: Plan, cfg: ModelConfig, kept: list[dict[str, Any]]) -> dict[str, Any]:
+    """The asked-about plan's own timed speed and where it would rank among the results."""
+    ev = evaluate(plan, cfg)
+    speed = ev.time.get("tokens_per_second_per_gpu") if ev.time and "unavailable" not in ev.time else None
+    rank = 1 + sum(1 for r in kept if speed is not None and _speed(r) > speed)
+    return {"query": plan.query(), "go": ev.verdict.go, "tokens_per_second_per_gpu": speed, "rank": rank}
 
 
 # ----------------------------------------------------------------------------- receipt

@@ -9,7 +9,7 @@ from typing import Any
 from app.core.engines.megatron.placement import materialise, megatron_flags
 from app.core.layout.stages import PipelineSpec
 from app.core.model.config import ModelConfig
-from app.core.model.layer_costs import layer_costs
+from app.core.model.layer_costs import LayerCosts, layer_costs
 from app.core.model.roles import RoleMap
 from app.core.optimise.optimiser import count_valid_layouts, k_best_layouts, nearest_valid
 
@@ -25,14 +25,15 @@ def _layout_body(cfg: ModelConfig, lay: Any, vpp: int, mtp_layers: int) -> dict[
 
 def plan_report(cfg: ModelConfig, roles: RoleMap, *, pp: int, vpp: int = 1, objective: str = "balanced",
                 context: int = 4096, top: int = 3, near: tuple[int, ...] | None = None,
-                mtp_layers: int = 0) -> dict[str, Any]:
+                mtp_layers: int = 0, costs: LayerCosts | None = None) -> dict[str, Any]:
     """Raises ValueError (with a message naming the option) for unusable input. Whether Megatron
-    interleaves at this PP x VPP is the placement's rule (the caller asks it first)."""
+    interleaves at this PP x VPP is the placement's rule (the caller asks it first). ``costs``:
+    per-layer costs the caller computed (the time objective's, from the time model)."""
     if pp < 1 or vpp < 1:
         raise ValueError("--pp and --vpp must be at least 1")
     if not 0 <= top <= 100:
         raise ValueError(f"--top must be between 0 and 100, got {top}")
-    lc = layer_costs(cfg, roles, objective, context=context, mtp_layers=mtp_layers)
+    lc = costs or layer_costs(cfg, roles, objective, context=context, mtp_layers=mtp_layers)
     full = [r.role == "full" for r in roles.layers]
     stages = pp * vpp
     best = k_best_layouts(list(lc.costs), full, pp, vpp, k=top + 1,

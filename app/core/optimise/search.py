@@ -31,7 +31,7 @@ walked from the cheapest option up; the options costlier than the first that fit
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.core.engines.megatron.parallel import check_parallel
@@ -43,7 +43,9 @@ from app.core.model.layer_costs import memory_costs
 from app.core.model.memory import rank_activations, rank_totals
 from app.core.model.parallelism import ParallelConfig, divisors, resolve_gpu
 from app.core.model.parameters import per_rank_params
+from app.core.model.roles import RoleMap
 from app.core.optimise.optimiser import optimal_layout
+from app.core.plan import Plan
 
 RECOMPUTE_FACTOR = {"none": 1.0, "selective": 1.05, "full": 4.0 / 3.0}
 OFFLOAD_FACTOR = 1.10
@@ -76,6 +78,7 @@ def search(
     top: int = 10,
     engine: str = "megatron",
     mtp_layers: int = 0,
+    base: Any = None,
 ) -> dict[str, Any]:
     """Evaluate every combination in ``space`` for ``gpus`` GPUs; JSON-ready result.
     ``mtp_layers`` is the launch's ``--mtp-num-layers`` (0: slime and Megatron build no MTP layer
@@ -90,12 +93,13 @@ def search(
     space = space or SearchSpace()
     t0 = time.perf_counter()
     from app.core.engines import engine_for
-    from app.core.plan import Plan
 
     found = engine_for(engine)
     if not found.budget_search:
         raise ValueError(f"the GPU-budget search plans Megatron-family training jobs; {found.label} is not one")
     roles = found.check_roles(cfg, Plan(model=cfg.id, engine=engine, mtp_layers=mtp_layers or None))
+    timer = _timer(cfg, roles, gpus, engine, base, gpu=gpu, seq_length=seq_length, tokens_per_gpu=tokens_per_gpu,
+                   mbs=mbs, num_microbatches=num_microbatches, mtp_layers=mtp_layers)
     full = [r.role == "full" for r in roles.layers]
     mem = memory_costs(cfg, roles, mtp_layers=mtp_layers)
     costs, first_extra, last_extra = list(mem.costs), mem.first_stage_extra, mem.last_stage_extra
@@ -208,7 +212,7 @@ def search(
                                 bubble = bubble_fraction(pp, vpp, m)
                                 score = (imbalance[(pp, vpp)] * RECOMPUTE_FACTOR[rc]
                                          * (OFFLOAD_FACTOR if off else 1.0) / (1 - bubble))
-                                feasible.append({
+                                row = {
                                     "tp": tp, "cp": cp, "pp": pp, "dp": par.data_parallel, "ep": ep, "etp": etp,
                                     "vpp": vpp, "edp": par.edp, "sp": par.sp, "recompute": rc,
                                     "optimizer_cpu_offload": off, "use_precision_aware_optimizer": off,
@@ -216,9 +220,12 @@ def search(
                                     "max_rank_bytes": max(totals), "headroom_bytes": capacity - max(totals),
                                     "imbalance": imbalance[(pp, vpp)], "bubble": bubble,
                                     "microbatches": m, "relative_step_time": score,
-                                })
+                                }
+                                row["predicted_tokens_per_second_per_gpu"] = timer(row, plan, par)
+                                feasible.append(row)
                                 break  # the costlier options of this shape also fit but are dominated
-    feasible.sort(key=lambda r: (round(r["relative_step_time"], 9), r["tp"] * r["cp"] * r["pp"], -r["headroom_bytes"]))
+    feasible.sort(key=lambda r: (-(r["predicted_tokens_per_second_per_gpu"] or 0.0), round(r["relative_step_time"], 9),
+                                 r["tp"] * r["cp"] * r["pp"], -r["headroom_bytes"]))
     elapsed = time.perf_counter() - t0
     return {
         "model": cfg.id,
@@ -229,7 +236,52 @@ def search(
         "counts": counts,
         "evaluated_per_second": counts["combinations"] / elapsed if elapsed > 0 else None,
         "seconds": elapsed,
-        "ranking_model": ("relative step time = imbalance x recompute factor (none 1, selective 1.05, full 4/3) x "
-                          "offload factor (1.10) / (1 - pipeline bubble); ties: smaller TP*CP*PP, then more headroom"),
+        "ranking_model": ("predicted tokens/s/GPU (app/core/time: per-stage op costs and communication, the pipeline "
+                          "in closed form; each listed plan is then timed with the simulated schedule); ties: the "
+                          "relative step time (imbalance x recompute x offload / (1 - bubble)), a smaller TP*CP*PP, "
+                          "more headroom"),
         "results": feasible[:top],
     }
+
+
+def row_plan(base: Plan, row: dict[str, Any], gpus: int) -> Plan:
+    """The plan one search result stands for: ``base``'s workload settings (model, GPU, sequence,
+    batch, precision, overlaps) with the result's parallelism and layout (the search runs them with
+    the distributed optimizer, SP whenever TP > 1, and full recompute as uniform over 1 layer)."""
+    return replace(base, mode="split", split=tuple(row["split"]), pp=row["pp"], vpp=row["vpp"] if row["vpp"] > 1 else None,
+                   first=None, last=None, layout=None, layers_per_vstage=None, account_for_embedding=False,
+                   account_for_loss=False, tp=row["tp"], cp=row["cp"], ep=row["ep"], etp=row["etp"], dp=row["dp"],
+                   gpus=gpus, sp=row["sp"], recompute=row["recompute"], recompute_method="uniform",
+                   recompute_num_layers=1, optimizer_cpu_offload=row["optimizer_cpu_offload"],
+                   use_precision_aware_optimizer=row["use_precision_aware_optimizer"], parallel=True)
+
+
+def _timer(cfg: ModelConfig, roles: RoleMap, gpus: int, engine: str, base: Plan | None, **workload: Any) -> Any:
+    """``timer(row, stages, par)`` -> the predicted tokens/s/GPU of a search result
+    (:func:`app.core.time.model.quick_step_seconds`, layer costs shared across results), or None
+    when the time model cannot time it (a custom GPU, settings it refuses)."""
+    from app.core.engines.megatron.timing import hardware_of, time_settings
+    from app.core.time.model import quick_step_seconds
+    from app.core.time.settings import TimeInputError
+
+    if base is None:
+        base = Plan(model=cfg.id, engine=engine, gpu=workload["gpu"], seq_length=workload["seq_length"],
+                    tokens_per_gpu=workload["tokens_per_gpu"], mbs=workload["mbs"],
+                    num_microbatches=workload["num_microbatches"], mtp_layers=workload["mtp_layers"] or None)
+    try:
+        hw = hardware_of(base)
+    except ValueError:
+        return lambda row, stages, par: None
+    cache: dict[Any, Any] = {}
+
+    def timer(row: dict[str, Any], stages: StagePlan, par: ParallelConfig) -> float | None:
+        plan = row_plan(base, row, gpus)
+        settings, _ = time_settings(plan, stages, par)
+        try:
+            settings.validate(cfg.num_attention_heads, cfg.n_routed_experts)
+        except TimeInputError:
+            return None
+        step = quick_step_seconds(cfg, roles, stages, settings, hw, cache)
+        return settings.gbs * settings.seq_length / (step * settings.world) if step > 0 else None
+
+    return timer

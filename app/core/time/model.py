@@ -241,10 +241,11 @@ def _check(cfg: ModelConfig, plan: StagePlan, s: TimeSettings) -> None:
         raise TimeInputError("the stage plan has no stages", "layout")
 
 
-def stage_costs(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: TimeSettings, ctx: OpContext
-                ) -> list[_StageCost]:
-    """Forward / backward seconds per micro-batch of every stage (vp-major)."""
-    cache: dict[tuple[str, bool, bool], tuple[LayerCost, dict[str, float]]] = {}
+def stage_costs(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: TimeSettings, ctx: OpContext,
+                cache: dict[Any, tuple[LayerCost, dict[str, float]]] | None = None) -> list[_StageCost]:
+    """Forward / backward seconds per micro-batch of every stage (vp-major). ``cache``: layer costs
+    by layer kind, reusable across plans whose per-layer settings agree (:func:`quick_step_seconds`)."""
+    cache = {} if cache is None else cache
 
     def cost(role: LayerRole) -> tuple[LayerCost, dict[str, float]]:
         key = _layer_key(role)
@@ -310,6 +311,39 @@ def _dp_times(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: TimeSettings
         else:
             opt[r] += shard * ADAM_BYTES_PER_PARAM / (hw.hbm_bw * eff.mem)
     return rs, ag, npar, opt
+
+
+def layer_settings_key(s: TimeSettings, hw: Hardware) -> tuple[Any, ...]:
+    """What one layer's cost depends on: its TP / CP / EP / ETP groups and their placement, the
+    micro-batch's tokens, recompute, precision, overlaps - not PP, VPP, DP or the layout."""
+    return (hw, s.tp, s.cp, s.ep, s.etp_, s.sp, s.mbs, s.seq_length, s.recompute, s.recompute_method,
+            s.recompute_num_layers, s.modules, s.precision, s.tp_comm_overlap, s.ep_comm_overlap, s.cp_comm_type,
+            s.moe_dispatcher)
+
+
+def quick_step_seconds(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: TimeSettings, hw: Hardware,
+                       cache: dict[Any, Any]) -> float:
+    """A fast estimate of :func:`step_time`'s ``step_seconds`` for ranking many plans (the GPU-budget
+    search): the same per-stage costs, but the pipeline by its closed form instead of the
+    simulation - ``m x max_r T_r + (PP - 1) x max_r T_r / VPP`` with ``T_r`` a rank's forward +
+    backward per micro-batch (exact for equal stages: ``(V m + P - 1) c``) - and the gradient
+    reduce-scatter / parameter all-gather exposed unless overlapped. ``cache`` maps
+    :func:`layer_settings_key` to layer costs shared across plans."""
+    prec = get_precision(s.precision)
+    eff = efficiency_for(hw.generation)
+    gr = comm.groups(tp=s.tp, cp=s.cp, dp=s.dp, pp=s.pp, ep=s.ep, etp=s.etp_, domain=hw.nvlink_domain)
+    ctx = OpContext(cfg, shapes(cfg), s, hw, eff, prec, gr)
+    costs = stage_costs(cfg, roles, plan, s, ctx, cache.setdefault(layer_settings_key(s, hw), {}))
+    per_rank = [0.0] * s.pp
+    for c in costs:
+        per_rank[c.stage.pp_rank] += c.fwd + c.bwd
+    slowest = max(per_rank)
+    pipeline = s.num_microbatches * slowest + (s.pp - 1) * slowest / s.vpp
+    rs, ag, _, opt = _dp_times(cfg, roles, plan, s, ctx)
+    dp = 0.0 if s.overlap_grad_reduce else max(sum(row) for row in rs)
+    if s.distributed_optimizer and not s.overlap_param_gather:
+        dp += max(sum(row) for row in ag)
+    return pipeline + dp + max(opt)
 
 
 def step_time(cfg: ModelConfig, roles: RoleMap, stage_plan: StagePlan, settings: TimeSettings, hardware: Hardware,

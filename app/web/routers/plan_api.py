@@ -6,6 +6,7 @@ Each route returns the report of :mod:`app.core.reports` - the same object as
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -90,7 +91,7 @@ def receipt(plan: PlanDep, store: Store) -> dict[str, Any]:
 
 @router.get("/plan-search", response_model=Report, responses=BOUNDED)
 async def plan_search(request: Request, plan: PlanDep, store: Store,
-                      objective: Literal["compute", "memory", "balanced"] = "balanced",
+                      objective: Literal["compute", "memory", "balanced", "time"] = "balanced",
                       top: Annotated[int, Query(ge=0, le=MAX_TOP)] = 3,
                       near: Annotated[str | None, Query(max_length=MAX_PLAN_TEXT)] = None) -> dict[str, Any]:
     """``isplan plan --format json``: the optimal valid layout for ``pp`` x ``vpp``, the next best
@@ -109,14 +110,17 @@ async def plan_search(request: Request, plan: PlanDep, store: Store,
 
 @router.get("/search", response_model=Report, responses=BOUNDED)
 async def search(request: Request, plan: PlanDep, store: Store,
-                 top: Annotated[int, Query(ge=0, le=MAX_TOP)] = 10) -> dict[str, Any]:
+                 top: Annotated[int, Query(ge=0, le=MAX_TOP)] = 10, pareto: bool = False) -> dict[str, Any]:
     """``isplan search --format json``: parallel configurations for the GPU budget ``gpus``.
     Refused (422) beyond the work budget; run in the worker pool."""
     if plan.gpus is None:
         raise BadInput(f"give gpus=N (1 to {MAX_GPUS:,}): the GPU budget to search", "gpus")
     cfg = await run_in_threadpool(model_config, plan.model, store)
-    body: dict[str, Any] = await bounded(request, search_cost(plan, cfg, plan.gpus, top), report_body,
-                                         reports.search_report, plan, cfg, gpus=plan.gpus, top=top)
+    cost = search_cost(plan, cfg, plan.gpus, top)
+    if pareto:   # the budget and each smaller power of two: at most twice the budget's own work
+        cost = replace(cost, estimate=2 * cost.estimate)
+    body: dict[str, Any] = await bounded(request, cost, report_body, reports.search_report, plan, cfg,
+                                         gpus=plan.gpus, top=top, pareto=pareto)
     return body
 
 

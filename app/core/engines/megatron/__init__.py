@@ -28,7 +28,7 @@ from app.core.engines.megatron.check import MEGATRON_SHARED_START, CheckResult, 
 from app.core.engines.megatron.export import ExportSettings, exports
 from app.core.engines.megatron.parallel import check_parallel
 from app.core.engines.megatron.placement import interleave_error, materialise
-from app.core.engines.megatron.timing import MAX_EVENTS, MAX_LIVE_EVENTS, plan_time, recipe_stages
+from app.core.engines.megatron.timing import MAX_EVENTS, MAX_LIVE_EVENTS, plan_time, recipe_stages, time_layer_costs
 from app.core.engines.rules import ShareBehaviour
 from app.core.layout.stages import LayoutInputError, PipelineSpec, PlanError, StagePlan
 from app.core.model.config import ModelConfig
@@ -74,6 +74,9 @@ MEGATRON_FLAGS: dict[str, str] = {
     "--overlap-grad-reduce": "overlap_grad_reduce", "--overlap-param-gather": "overlap_param_gather",
     "--cp-comm-type": "cp_comm_type",
 }
+
+#: layouts the time objective simulates (the min-max best ones by per-layer time)
+TIME_CANDIDATES = 8
 
 #: the plan fields a training engine of the Megatron family reads
 TRAINING_FIELDS = frozenset(n for n, s in TABLE.items() if s.group not in ("serving", "maxtext")) - {"engine_version"}
@@ -272,33 +275,49 @@ class MegatronEngine(Engine):
     def best_layouts(self, cfg: ModelConfig, plan: Plan, *, objective: str = "balanced", top: int = 1) -> list[Plan]:
         """The ``top`` best valid layouts for the plan's PP x VPP (every physical and virtual stage
         starting on a full layer), as split plans; none when Megatron refuses that PP x VPP (the
-        placement's interleave rule)."""
-        from app.core.model.layer_costs import layer_costs
-        from app.core.optimise.optimiser import k_best_layouts
-
-        roles = self.check_roles(cfg, plan)
-        pp, vpp = plan.pp, plan.vpp or 1
-        if interleave_error(pp, vpp, not plan.no_overlap_p2p_communication, "--vpp") is not None:
-            return []
-        # the compute objective weighs layers at the training sequence length
-        lc = layer_costs(cfg, roles, objective, context=plan.seq_length or 4096, mtp_layers=plan.mtp_layers or 0)
-        full = [r.role == "full" for r in roles.layers]
-        found = k_best_layouts(list(lc.costs), full, pp, vpp, k=top, first_stage_extra=lc.first_stage_extra,
-                               last_stage_extra=lc.last_stage_extra)
-        return [self.with_split(plan, tuple(lay.split), pp, vpp) for lay in found]
+        placement's interleave rule). ``objective="time"``: by simulated step time (see
+        :meth:`layout_report`)."""
+        return self.layout_report(cfg, plan, objective=objective, top=top)[1]
 
     def layout_report(self, cfg: ModelConfig, plan: Plan, *, objective: str, top: int) -> tuple[dict[str, Any], list[Plan]]:
         """The optimiser's body (per-layer costs, the number of valid layouts C(F-1, S-1), each
-        layout's stage costs and Megatron flags) for the plan's PP x VPP."""
+        layout's stage costs and Megatron flags) for the plan's PP x VPP. The compute objective
+        weighs layers at the training sequence length. ``time``: the min-max layouts of each layer's
+        forward + backward seconds (the time model, the plan's settings), the best
+        ``max(top, TIME_CANDIDATES)`` of them then simulated and ranked by step time."""
         from app.core.optimise.plan_search import plan_report
 
         pp, vpp = plan.pp, plan.vpp or 1
         if interleave_error(pp, vpp, not plan.no_overlap_p2p_communication, "--vpp") is not None:
             return {"best": None, "alternatives": [], "valid_layout_count": 0}, []
-        body = plan_report(cfg, self.check_roles(cfg, plan), pp=pp, vpp=vpp, objective=objective,
-                           context=plan.seq_length or 4096, top=max(0, top - 1), mtp_layers=plan.mtp_layers or 0)
+        roles = self.check_roles(cfg, plan)
+        costs = time_layer_costs(cfg, plan, roles) if objective == "time" else None
+        if objective == "time" and costs is None:
+            raise ValueError("--objective time needs a plan the time model can time (a catalogue --gpu, valid "
+                             "parallel settings)")
+        wanted = max(top, TIME_CANDIDATES) if costs is not None else top
+        body = plan_report(cfg, roles, pp=pp, vpp=vpp, objective=objective if costs is None else "balanced",
+                           context=plan.seq_length or 4096, top=max(0, wanted - 1), mtp_layers=plan.mtp_layers or 0,
+                           costs=costs)
         entries = [e for e in [body["best"], *body["alternatives"]] if e]
-        return body, [self.with_split(plan, tuple(e["split"]), pp, vpp) for e in entries]
+        plans = [self.with_split(plan, tuple(e["split"]), pp, vpp) for e in entries]
+        if costs is not None:
+            entries, plans = self._by_simulated_time(cfg, plan, entries, plans, top)
+            body["best"], body["alternatives"] = (entries[0] if entries else None), entries[1:]
+        return body, plans
+
+    def _by_simulated_time(self, cfg: ModelConfig, plan: Plan, entries: list[dict[str, Any]], plans: list[Plan],
+                           top: int) -> tuple[list[dict[str, Any]], list[Plan]]:
+        from app.core.evaluate import evaluate
+
+        timed = []
+        for entry, candidate in zip(entries, plans):
+            t = evaluate(replace(candidate, parallel=True), cfg).time or {}
+            seconds = t.get("step_seconds")
+            timed.append((seconds if seconds is not None else float("inf"), {**entry, "step_seconds": seconds},
+                          candidate))
+        timed.sort(key=lambda x: x[0])
+        return [e for _, e, _ in timed[:top]], [p for _, _, p in timed[:top]]
 
     def nearest(self, cfg: ModelConfig, plan: Plan) -> Plan | None:
         from app.core.optimise.optimiser import nearest_valid

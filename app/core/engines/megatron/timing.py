@@ -81,6 +81,38 @@ def hardware_of(plan: Plan) -> Any:
     return with_overrides(get_hardware(plan.gpu), network_gbps=plan.network_gbps, nvlink_domain=plan.nvlink_domain)
 
 
+def time_layer_costs(cfg: ModelConfig, plan: Plan, roles: RoleMap) -> Any:
+    """Per-layer forward + backward seconds of one micro-batch under the plan's settings (the
+    optimiser's ``--objective time``): what one layer adds to its stage, the embedding on the first
+    stage and the output layer (+ MTP) on the last; ``None`` when the time model cannot time it."""
+    from app.core.engines.megatron import parallel_config
+    from app.core.layout.stages import Stage
+    from app.core.model.layer_costs import LayerCosts
+    from app.core.model.parameters import shapes
+    from app.core.time import comm
+    from app.core.time.efficiency import efficiency_for
+    from app.core.time.model import stage_costs
+    from app.core.time.ops import OpContext
+    from app.core.time.precision import get_precision
+    from app.core.time.settings import TimeInputError
+
+    n, mtp = cfg.num_hidden_layers, plan.mtp_layers or 0
+    shell = StagePlan(plan.pp, plan.vpp or 1, n, mtp, ())
+    try:
+        hw = hardware_of(plan)
+        s, _ = time_settings(plan, shell, parallel_config(plan, shell))
+        s.validate(cfg.num_attention_heads, cfg.n_routed_experts)
+    except (ValueError, TimeInputError):
+        return None
+    gr = comm.groups(tp=s.tp, cp=s.cp, dp=s.dp, pp=s.pp, ep=s.ep, etp=s.etp_, domain=hw.nvlink_domain)
+    ctx = OpContext(cfg, shapes(cfg), s, hw, efficiency_for(hw.generation), get_precision(s.precision), gr)
+    singles = tuple(Stage(k - 1, 0, 0, k, k, 1) for k in range(1, n + 1))
+    ends = (Stage(n, 0, 0, None, None, 0, embedding=True), Stage(n + 1, 0, 0, None, None, 0, loss=True, mtp_layers=mtp))
+    costs = stage_costs(cfg, roles, StagePlan(1, 1, n, mtp, singles + ends), s, ctx)
+    per = [c.fwd + c.bwd for c in costs]
+    return LayerCosts("time", "seconds per micro-batch (forward + backward)", tuple(per[:n]), per[n], per[n + 1])
+
+
 def recipe_layout(num_layers: int, stages: int, mtp: int) -> str:
     """Megatron-Bridge's layout for layer counts no even split fits (``set_deepseek_v3_pipeline_model_parallel_layout``,
     ``_get_kimi_k2_pipeline_layout`` @ v0.6.0): ``K = ceil((n + 3) / stages)`` decoder layers per stage,
