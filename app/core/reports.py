@@ -215,7 +215,8 @@ def memory_report(plan: Plan, cfg: ModelConfig, **kw: Any) -> Report:
 def inference_report(plan: Plan, cfg: ModelConfig, *, context: int | None, batch: int, kv_dtype: str,
                      weight_dtype: str, dp_attention: bool, include_mtp: bool) -> Report:
     """``isplan memory --inference``: weights + KV cache of the whole model on one TP group, with
-    a verdict (memory blocks when it does not fit the GPU)."""
+    a verdict: the plan's layout reasons and whether that memory fits the GPU (a training job's
+    parallel constraints and memory are not this question)."""
     from app.core.model.memory import inference_memory
 
     ev = evaluated(plan, cfg)
@@ -228,11 +229,14 @@ def inference_report(plan: Plan, cfg: ModelConfig, *, context: int | None, batch
         raise PlanError([FieldProblem("context", str(exc))]) from None
     lines = [f"{cfg.id} served on TP {plan.tp} x EP {plan.ep}: {json_bytes(body.get('total_bytes_per_gpu'))} per GPU "
              f"of {json_bytes(body.get('capacity_bytes'))}: " + ("fits" if body.get("fits", True) else "OVERFLOWS")]
+    if body.get("context"):
+        lines.append(f"  KV cache: {body['kv_bytes_per_sequence'] // body['context']:,} B/token ({body['kv_dtype']})")
     lines += [f"  {k}: {v}" for k, v in body.items() if isinstance(v, (int, float, str)) and k != "fits"]
     blocking = [] if body.get("fits", True) else [Reason(
         "memory", "over_capacity", f"the model needs {json_bytes(body.get('total_bytes_per_gpu'))} per GPU for weights "
         f"and KV cache; the GPU holds {json_bytes(body.get('capacity_bytes'))}: raise tp or lower the context", "tp")]
-    return _finish(body, lines, ev.verdict.merged(verdict_of(blocking)), ev)
+    layout = [r for r in ev.verdict.blocking if r.kind not in ("parallel", "memory", "gpus")]
+    return _finish(body, lines, verdict_of(layout + blocking, judged=("layout", "memory")))
 
 
 def json_bytes(value: Any) -> str:
