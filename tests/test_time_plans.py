@@ -73,7 +73,7 @@ def test_a_split_megatron_refuses_is_no_go_but_still_timed_as_the_recipes_place_
     assert p.returncode == 1, p.stderr
     body = json.loads(p.stdout)
     assert body["verdict"]["go"] is False and body["time"]["tokens_per_second_per_gpu"] > 0
-    assert "Megatron refuses the stages as given" in body["time"]["assumed"][0]
+    assert body["time"]["assumed"][0].startswith("Megatron refuses the stages as given; timed as Megatron-Bridge")
 
 
 def test_a_gpu_without_peak_rates_cannot_be_timed_exit_2_naming_gpu():

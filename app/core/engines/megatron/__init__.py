@@ -219,7 +219,7 @@ class MegatronEngine(Engine):
                 out.blocking.append(Reason(c.kind, c.name, c.message, c.field))
             elif c.warning or (not c.ok and c.level == "warning"):
                 out.warnings.append(Reason("parallel", c.name, c.message, c.field))
-        if stages.errors:   # Megatron refuses the stages: no memory; time as its recipes would place them
+        if stages.errors:   # Megatron refuses the stages: no memory; the time of what was described
             out.time = self._refused_time(cfg, plan, check, par)
             return out
         try:
@@ -233,15 +233,22 @@ class MegatronEngine(Engine):
         return out
 
     def _refused_time(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck, par: ParallelConfig) -> dict[str, Any]:
-        found = recipe_stages(cfg, plan)
+        """The time of a plan Megatron refuses as given (the verdict says why): the stages it
+        describes when they place every layer (e.g. a layout string beside a VPP flag), else the
+        stages Megatron-Bridge's recipes would build for its PP x VPP."""
+        built = check.plan
+        if built.stages and sum(built.sizes) == cfg.num_hidden_layers:
+            found: tuple[StagePlan, str] | None = (replace(built, errors=()), "as described")
+        else:
+            recipe = recipe_stages(cfg, plan)
+            found = (recipe[0], f"as Megatron-Bridge's recipes place them ({recipe[1]})") if recipe else None
         if found is None:
             return {"unavailable": "no step time: Megatron refuses these stages (the verdict says why)",
                     "field": self.layout_field(plan)}
         stages, how = found
         body = plan_time(cfg, plan, stages, check.roles, replace(par, pp=stages.pp), timeline=False,
                          max_events=self.max_time_events)
-        body.setdefault("assumed", []).insert(0, f"Megatron refuses the stages as given; timed as Megatron-Bridge's "
-                                                 f"recipes place them ({how})")
+        body.setdefault("assumed", []).insert(0, f"Megatron refuses the stages as given; timed {how}")
         return body
 
     def timeline(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck, judgement: Judgement) -> dict[str, Any]:
