@@ -116,3 +116,15 @@ def test_search_lists_go_plans_fastest_first_and_the_pareto_frontier_is_not_domi
     for pt in points[:3]:
         args = pt["check_command"].split()[2:]
         assert isplan("check", *args).returncode == 0
+
+
+def test_memory_follows_the_precision_for_the_routed_experts():
+    """--precision fp8 keeps the FP8 copy of each routed-expert weight (1 B) instead of BF16 (2 B):
+    the expert-weight term halves, nothing else moves."""
+    base = dict(model="glm-5.2", mode="split", split=(14, 8, 8, 8, 8, 8, 8, 16), pp=8, tp=4, cp=8, ep=32, etp=1,
+                dp=1, sp=True, tokens_per_gpu=8192, recompute="full", optimizer_cpu_offload=True,
+                use_precision_aware_optimizer=True, cp_comm_type="allgather")
+    bf16, fp8 = (evaluate(Plan(**base, precision=p), GLM52).memory["stages"] for p in ("bf16", "fp8"))
+    for a, b in zip(bf16, fp8):
+        assert a["breakdown_detail"]["weights_expert"] == 2 * b["breakdown_detail"]["weights_expert"]
+        assert a["breakdown_detail"]["weights_dense"] == b["breakdown_detail"]["weights_dense"]

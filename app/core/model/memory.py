@@ -161,7 +161,7 @@ ACTIVATION_TERMS = ("activations", "recompute_working_set", "topk_indices", "ind
 
 TERM_LABELS = {
     "weights_dense": "BF16 dense weights",
-    "weights_expert": "BF16 expert weights",
+    "weights_expert": "expert weights (BF16, or the FP8 / FP4 copy of the low-precision recipes)",
     "gradients_dense": "dense FP32 gradients",
     "gradients_expert": "expert FP32 gradients",
     "optimizer_dense": "dense optimizer state (master weights + Adam m, v)",
@@ -176,7 +176,8 @@ TERM_LABELS = {
 #: How each term is counted, in words for the page (the formulas are in docs/MODELS.md).
 TERM_EXPLANATIONS = {
     "weights_dense": "2 B per parameter of the rank's attention, norms, dense FFN and shared experts, sharded by TP",
-    "weights_expert": "2 B per routed-expert parameter of the rank's MoE layers, sharded by EP x ETP",
+    "weights_expert": "2 B per routed-expert parameter of the rank's MoE layers (1 B with --precision fp8, "
+                      "1.03 B mxfp8, 0.56 B nvfp4: the recipes' FP8 / FP4 parameter copy), sharded by EP x ETP",
     "gradients_dense": "Megatron's FP32 main gradients: 4 B per dense parameter",
     "gradients_expert": "FP32 main gradients: 4 B per routed-expert parameter",
     "optimizer_dense": "distributed optimizer: FP32 master + Adam m, v = 12 B per parameter (10 B with the "
@@ -389,7 +390,7 @@ def _state_bytes(dense: int, expert: int, par: ParallelConfig, offload: bool) ->
     frac = par.optimizer_offload_fraction if offload else 0.0
     return {
         "weights_dense": float(dense * wb),
-        "weights_expert": float(expert * wb),
+        "weights_expert": float(expert * par.expert_weight_bytes),
         "gradients_dense": float(dense * gb),
         "gradients_expert": float(expert * gb),
         "optimizer_dense": shard_dense * ob * (1 - frac),

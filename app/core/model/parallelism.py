@@ -134,6 +134,11 @@ class ParallelConfig:
     host_memory_gb: float = 2048.0
     #: Megatron ``--make-vocab-size-divisible-by`` (``megatron/training/arguments.py``, default 128).
     make_vocab_size_divisible_by: int = 128
+    #: bytes per routed-expert weight on the GPU: 2 (BF16), or the low-precision copy the FP8 / FP4
+    #: recipes keep instead with ``--fp8-param-gather`` / ``--fp4-param-gather`` (Megatron-Bridge's
+    #: presets; ``app/core/time/precision.py``). Dense weights, norms and embeddings stay at 2 B here
+    #: (conservative: TE keeps some of them in BF16).
+    expert_weight_bytes: float = 2.0
 
     def __post_init__(self) -> None:
         for name in ("tp", "cp", "pp", "ep", "mbs", "recompute_num_layers", "gpus_per_node",

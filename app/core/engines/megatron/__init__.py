@@ -35,6 +35,7 @@ from app.core.model.config import ModelConfig
 from app.core.model.parallelism import ParallelConfig
 from app.core.model.roles import RoleMap, RoleRule, derive_roles, parse_pattern
 from app.core.plan import TABLE, FieldProblem, Plan
+from app.core.time.precision import get_precision
 from app.core.verdict import Reason, ranges
 
 
@@ -124,7 +125,8 @@ def parallel_config(plan: Plan, stages: StagePlan) -> ParallelConfig:
         distributed_optimizer=not plan.no_distributed_optimizer, gpu=plan.gpu,
         gpu_capacity_bytes=int(plan.gpu_memory_gb * 1e9) if plan.gpu_memory_gb else None,
         host_memory_gb=plan.host_memory_gb, gpus_per_node=plan.gpus_per_node,
-        make_vocab_size_divisible_by=plan.make_vocab_size_divisible_by)
+        make_vocab_size_divisible_by=plan.make_vocab_size_divisible_by,
+        expert_weight_bytes=get_precision(plan.precision).param_gather_bytes)
 
 
 def memory_reasons(memory: dict[str, Any]) -> list[Reason]:
@@ -276,7 +278,7 @@ class MegatronEngine(Engine):
             except ValueError:
                 return {}
         conv = conversion if isinstance(conversion, CheckResult) else None
-        return exports(check, ExportSettings.from_parallel(par), conversion=conv)
+        return exports(check, ExportSettings.from_parallel(par).with_precision(plan.precision), conversion=conv)
 
     # ------------------------------------------------------------------ plans
     def best_layouts(self, cfg: ModelConfig, plan: Plan, *, objective: str = "balanced", top: int = 1) -> list[Plan]:

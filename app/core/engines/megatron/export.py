@@ -53,6 +53,7 @@ class ExportSettings:
     use_precision_aware_optimizer: bool = False
     distributed_optimizer: bool = False        # --use-distributed-optimizer
     max_tokens_per_gpu: int | None = None      # slime only
+    precision: str = "bf16"                    # --bf16 [--fp8-format/--fp8-recipe | --fp4-format/--fp4-recipe]
 
     @classmethod
     def from_parallel(cls, par: ParallelConfig) -> ExportSettings:
@@ -64,6 +65,11 @@ class ExportSettings:
                    overlap_cpu_optimizer_d2h_h2d=par.optimizer_cpu_offload,
                    use_precision_aware_optimizer=par.use_precision_aware_optimizer,
                    distributed_optimizer=par.distributed_optimizer, max_tokens_per_gpu=par.tokens_per_gpu)
+
+    def with_precision(self, precision: str) -> ExportSettings:
+        from dataclasses import replace
+
+        return replace(self, precision=precision)
 
 
 def shell_join(argv: list[str] | tuple[str, ...]) -> str:
@@ -113,9 +119,15 @@ def _pipeline_argv(check: CheckResult) -> list[str]:
 
 
 def _shared_argv(check: CheckResult, s: ExportSettings) -> list[str]:
-    """The pipeline and parallel flags both exports begin with; ``[]`` for a plan Megatron refuses."""
+    """The pipeline, parallel and precision flags both exports begin with; ``[]`` for a plan Megatron
+    refuses. Precision as Megatron-Bridge's mixed-precision presets spell it (``app/core/time/precision.py``:
+    ``--bf16`` and, for FP8 / FP4, the format, recipe and parameter gather)."""
+    from app.core.time.precision import megatron_flags as precision_flags
+
     pipeline = _pipeline_argv(check)
-    return pipeline + _parallel_argv(s) if pipeline else []
+    if not pipeline:
+        return []
+    return pipeline + _parallel_argv(s) + precision_flags(s.precision, distributed_optimizer=s.distributed_optimizer)
 
 
 def megatron_argv(check: CheckResult, settings: ExportSettings | None = None) -> list[str]:
