@@ -42,7 +42,6 @@ from app.core.model.serving_memory import (
     serving_layer_costs,
     serving_memory,
 )
-from app.core.optimise.optimiser import k_best_layouts
 from app.core.plan import FieldProblem, Plan
 from app.core.plan.bounds import MAX_PP, MAX_TP
 from app.core.verdict import Reason, ranges
@@ -412,6 +411,8 @@ def best_serving_partition(cfg: ModelConfig, engine: str, pp: int, *, k: int = 1
     full = [True] * cfg.num_hidden_layers if allow_shared_starts and handoff else [
         r.role == "full" for r in roles.layers]
     out = []
+    from app.core.optimise.optimiser import k_best_layouts
+
     for layout in k_best_layouts(costs, full, pp, 1, k, first, last, unit="rank"):
         sizes = tuple(layout.split)
         check = serving_check(cfg, mod.name, pp, sizes, tp=settings.tp, mtp=mtp, version=build)

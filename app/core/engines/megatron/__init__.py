@@ -190,13 +190,11 @@ class MegatronEngine(Engine):
         return None if spec is None else self._run(cfg, plan, spec)
 
     def _run(self, cfg: ModelConfig, plan: Plan, spec: PipelineSpec, **kw: Any) -> CheckResult:
-        from app.core.engines import role_rules
-
         if plan.pattern is not None:
             parse_pattern(plan.pattern, cfg.num_hidden_layers)  # PatternError names --pattern
         freq, offset = self.overrides(plan)
         assert self.role_rule is not None
-        return run_check(cfg, spec, self.role_rule, rules=role_rules(), pattern=plan.pattern, freq=freq,
+        return run_check(cfg, spec, self.role_rule, rules=(self.role_rule,), pattern=plan.pattern, freq=freq,
                          offset=offset, shared_start=self.shared_start, **kw)
 
     # ------------------------------------------------------------------ parallelism and memory
