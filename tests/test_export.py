@@ -105,7 +105,7 @@ def test_every_exported_flag_is_a_megatron_option(plan, s):
 
 def test_cp_allgather_and_dsa_spellings_differ_between_megatron_and_slime():
     check = run_check(load_model("glm-5.2"), PipelineSpec(pp=8, first=14, last=16))
-    s = ExportSettings(tp=4, cp=8, ep=32, etp=1, sp=True)
+    s = ExportSettings(tp=4, cp=8, ep=32, etp=1, sp=True, cp_comm_type="allgather")
     meg = megatron_argv(check, s)
     assert meg[meg.index("--cp-comm-type") + 1] == "allgather" and "--allgather-cp" not in meg
     assert meg[meg.index("--dsa-indexer-topk-freq") + 1] == "4"

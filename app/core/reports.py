@@ -408,7 +408,8 @@ def search_plan(plan: Plan, row: dict[str, Any], gpus: int) -> Plan:
     return replace(plan, mode="split", split=tuple(row["split"]), pp=row["pp"], vpp=row["vpp"] if row["vpp"] > 1 else None,
                    first=None, last=None, layout=None, layers_per_vstage=None, tp=row["tp"], cp=row["cp"],
                    ep=row["ep"], etp=row["etp"], dp=row["dp"], gpus=gpus, sp=row["sp"], recompute=row["recompute"],
-                   recompute_method="uniform", recompute_num_layers=1,
+                   recompute_method=row.get("recompute_method"), recompute_num_layers=row.get("recompute_num_layers"),
+                   cp_comm_type=row["cp_comm_type"] if row.get("cp_comm_type") == "allgather" else plan.cp_comm_type,
                    optimizer_cpu_offload=row["optimizer_cpu_offload"],
                    use_precision_aware_optimizer=row["use_precision_aware_optimizer"], parallel=True)
 

@@ -16,10 +16,10 @@ own flags and its role rule.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from app.core.engines.base import LaunchSyntax
-from app.core.engines.megatron import MEGATRON_FLAGS, MegatronEngine
+from app.core.engines.megatron import MEGATRON_FLAG_SETTINGS, MEGATRON_FLAGS, MegatronEngine
 from app.core.engines.rules import ShareBehaviour
 from app.core.model.config import ModelConfig
 from app.core.model.roles import RoleRule
@@ -34,6 +34,9 @@ SLIME_RULE = RoleRule("slime", (1, 0), _slime_full, reads_declared=False, mtp_fo
                       source="THUDM/slime slime_plugins/models/glm5/glm5.py is_skip_topk_layer @ 624b824")
 
 SLIME_FLAGS = {**MEGATRON_FLAGS, "--max-tokens-per-gpu": "tokens_per_gpu"}
+#: slime's ``--allgather-cp`` (``slime/utils/arguments.py`` line 297) is the all-gather CP layout DSA with
+#: CP needs: Megatron's ``--cp-comm-type allgather``
+SLIME_FLAG_SETTINGS: dict[str, tuple[str, Any]] = {**MEGATRON_FLAG_SETTINGS, "--allgather-cp": ("cp_comm_type", "allgather")}
 
 SLIME_SHARED_START = ShareBehaviour(
     "crash", True, "slime's GLM-5 model asserts at build that every pipeline stage starts on a layer that computes "
@@ -60,6 +63,11 @@ class SlimeEngine(MegatronEngine):
     label = "slime"
     role_rule: ClassVar[RoleRule | None] = SLIME_RULE
     flags: ClassVar[dict[str, str]] = SLIME_FLAGS
+    flag_settings: ClassVar[dict[str, tuple[str, Any]]] = SLIME_FLAG_SETTINGS
+    #: slime always builds Megatron's distributed optimizer ("always use zero optimizer":
+    #: ``slime/backends/megatron_utils/arguments.py:151-153`` sets ``args.use_distributed_optimizer = True``),
+    #: so a slime launcher without ``--use-distributed-optimizer`` has one
+    absent_defaults: ClassVar[dict[str, Any]] = {}
     shared_start: ClassVar[ShareBehaviour] = SLIME_SHARED_START
     #: slime's entry points with the ``PERF_ARGS`` array its scripts use, and its own flags
     #: (``slime/utils/arguments.py`` @ 624b824a: ``--actor-num-nodes`` line 39, ``--actor-num-gpus-per-node``

@@ -39,6 +39,7 @@ _CP_FORM = {"p2p": "p2p", "allgather": "allgather", "a2a": "a2a", "a2a+p2p": "a2
 
 def time_settings(plan: Plan, stages: StagePlan, par: ParallelConfig) -> tuple[Any, list[str]]:
     """The plan as the time model's settings, and what had to be assumed."""
+    from app.core.time.settings import RECOMPUTE_MODULES as TIME_RECOMPUTE_MODULES
     from app.core.time.settings import TimeSettings
 
     notes = []
@@ -66,7 +67,10 @@ def time_settings(plan: Plan, stages: StagePlan, par: ParallelConfig) -> tuple[A
         global_batch=gbs, seq_length=seq, sp=plan.sp, recompute=plan.recompute,
         recompute_method=plan.recompute_method if plan.recompute == "full" else None,
         recompute_num_layers=plan.recompute_num_layers if plan.recompute == "full" else None,
-        recompute_modules=plan.recompute_modules, mtp_layers=stages.mtp_layers, precision=plan.precision,
+        # the GatedDeltaNet / mHC modules (refused for every model isplan loads) take no time here
+        recompute_modules=None if plan.recompute_modules is None else
+        tuple(m for m in plan.recompute_modules if m in TIME_RECOMPUTE_MODULES),
+        mtp_layers=stages.mtp_layers, precision=plan.precision,
         tp_comm_overlap=plan.tp_comm_overlap, overlap_grad_reduce=plan.overlap_grad_reduce,
         overlap_param_gather=plan.overlap_param_gather, distributed_optimizer=not plan.no_distributed_optimizer,
         optimizer_cpu_offload=plan.optimizer_cpu_offload, cp_comm_type=_CP_FORM[plan.cp_comm_type],
