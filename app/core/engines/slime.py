@@ -20,8 +20,11 @@ from typing import Any, ClassVar
 
 from app.core.engines.base import LaunchSyntax
 from app.core.engines.megatron import MEGATRON_FLAG_SETTINGS, MEGATRON_FLAGS, MegatronEngine
+from app.core.engines.megatron.parallel import RULES, Rule
 from app.core.engines.rules import ShareBehaviour
+from app.core.layout.stages import StagePlan
 from app.core.model.config import ModelConfig
+from app.core.model.parallelism import Check, ParallelConfig
 from app.core.model.roles import RoleRule
 from app.core.plan import Plan
 
@@ -37,6 +40,17 @@ SLIME_FLAGS = {**MEGATRON_FLAGS, "--max-tokens-per-gpu": "tokens_per_gpu"}
 #: slime's ``--allgather-cp`` (``slime/utils/arguments.py`` line 297) is the all-gather CP layout DSA with
 #: CP needs: Megatron's ``--cp-comm-type allgather``
 SLIME_FLAG_SETTINGS: dict[str, tuple[str, Any]] = {**MEGATRON_FLAG_SETTINGS, "--allgather-cp": ("cp_comm_type", "allgather")}
+
+def allgather_cp_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None) -> list[Check]:
+    """``slime/backends/megatron_utils/arguments.py:32-44`` (``_validate_allgather_cp_supported``):
+    "--allgather-cp with --context-parallel-size > 1 is currently only supported for DSA attention
+    models (DeepSeek-V3.2 and GLM-5.1)" - a non-DSA model would scramble token order."""
+    if par.cp == 1 or par.cp_comm_type != "allgather" or cfg.has_indexer:
+        return []
+    return [Check("allgather_cp_non_dsa", False, "--allgather-cp with --context-parallel-size > 1 is currently only "
+                  "supported for DSA attention models; non-DSA models still use the zigzag CP layout and would "
+                  "silently scramble token order under allgather CP: drop --allgather-cp")]
+
 
 SLIME_SHARED_START = ShareBehaviour(
     "crash", True, "slime's GLM-5 model asserts at build that every pipeline stage starts on a layer that computes "
@@ -68,6 +82,7 @@ class SlimeEngine(MegatronEngine):
     #: ``slime/backends/megatron_utils/arguments.py:151-153`` sets ``args.use_distributed_optimizer = True``),
     #: so a slime launcher without ``--use-distributed-optimizer`` has one
     absent_defaults: ClassVar[dict[str, Any]] = {}
+    rules: ClassVar[tuple[Rule, ...]] = (*RULES, allgather_cp_rule)
     shared_start: ClassVar[ShareBehaviour] = SLIME_SHARED_START
     #: slime's entry points with the ``PERF_ARGS`` array its scripts use, and its own flags
     #: (``slime/utils/arguments.py`` @ 624b824a: ``--actor-num-nodes`` line 39, ``--actor-num-gpus-per-node``

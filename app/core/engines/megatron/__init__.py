@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 from app.core.engines.base import Engine, Judgement, LaunchSyntax, LayoutCheck
 from app.core.engines.megatron.check import MEGATRON_SHARED_START, CheckResult, engine_roles, run_check
 from app.core.engines.megatron.export import ExportSettings, exports
-from app.core.engines.megatron.parallel import check_parallel
+from app.core.engines.megatron.parallel import RULES, Rule, check_parallel
 from app.core.engines.megatron.placement import interleave_error, materialise
 from app.core.engines.megatron.timing import MAX_EVENTS, MAX_LIVE_EVENTS, plan_time, recipe_stages
 from app.core.engines.rules import ShareBehaviour
@@ -209,6 +209,8 @@ class MegatronEngine(Engine):
     flags: ClassVar[dict[str, str]] = MEGATRON_FLAGS
     flag_settings: ClassVar[dict[str, tuple[str, Any]]] = MEGATRON_FLAG_SETTINGS
     absent_defaults: ClassVar[dict[str, Any]] = MEGATRON_ABSENT_DEFAULTS
+    #: the parallel and training-setting rules the engine judges (engines/megatron/parallel.py)
+    rules: ClassVar[tuple[Rule, ...]] = RULES
     source = "NVIDIA/Megatron-LM @ d98e8a64ddf34856e74b24714e3bedb2f5a39553"
     #: what a stage that starts on a shared layer does in this engine
     shared_start: ClassVar[ShareBehaviour] = MEGATRON_SHARED_START
@@ -293,7 +295,7 @@ class MegatronEngine(Engine):
         if not stages.stages:   # the placement refused: its errors are the verdict; time as the recipes place it
             out.time = self._refused_time(cfg, plan, check, par)
             return out
-        out.checks = check_parallel(cfg, par, stages)
+        out.checks = check_parallel(cfg, par, stages, self.rules)
         for c in out.checks:
             if not c.ok and c.level == "error":
                 out.blocking.append(Reason(c.kind, c.name, c.message, c.field))

@@ -36,7 +36,7 @@ CHECK_FIELD = {
     "distribute_saved_activations_sp": "distribute_saved_activations", "recompute_moe_act": "moe_grouped_gemm",
     "recompute_mla_up_proj": "recompute_modules", "recompute_gdn_norm_out": "recompute_modules",
     "recompute_mhc": "recompute_modules", "mtp_recompute_layers": "recompute_num_layers",
-    "mtp_block_recompute": "recompute_method",
+    "mtp_block_recompute": "recompute_method", "allgather_cp_non_dsa": "cp_comm_type",
 }
 #: checks whose failure is about the GPU budget, not a constraint between sizes
 GPU_CHECKS = ("world_size",)
@@ -439,10 +439,11 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def check_parallel(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None = None) -> list[Check]:
-    """Every rule of :data:`RULES` for ``par`` (and the stage plan, when there is one), each check
-    carrying the plan field that fixes it."""
-    return _placed([c for rule in RULES for c in rule(cfg, par, plan)])
+def check_parallel(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None = None,
+                   rules: tuple[Rule, ...] = RULES) -> list[Check]:
+    """Every rule of ``rules`` (Megatron's :data:`RULES`; an engine built on Megatron adds its own)
+    for ``par`` (and the stage plan, when there is one), each check carrying the plan field that fixes it."""
+    return _placed([c for rule in rules for c in rule(cfg, par, plan)])
 
 
 def parallel_report(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None = None) -> dict[str, Any]:
