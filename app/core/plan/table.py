@@ -50,8 +50,10 @@ PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
 #: GatedDeltaProduct / mHC ones belong to model families isplan does not load (the engine's rules say so)
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts",
                      "gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc")
-#: ``--cp-comm-type`` (megatron/training/arguments.py @ d98e8a64)
-CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
+#: ``--cp-comm-type`` (megatron/training/arguments.py:3221-3226 @ d98e8a64): Transformer Engine's attention
+#: takes p2p, all_gather, a2a, a2a+p2p; Megatron's DSA attention normalises allgather / all_gather
+#: (``dsa_layout.py:115-119``); slime's ``--allgather-cp`` is ``allgather``
+CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p", "all_gather")
 
 
 _WHOLE = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: str.isdigit() also accepts superscripts

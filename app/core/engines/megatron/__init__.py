@@ -136,9 +136,11 @@ MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim
 
 
 def states_attention(plan: Plan) -> bool:
-    """Whether the plan gives any of Megatron's attention flags (a launcher's model arguments)."""
+    """Whether the plan defines the job's attention: any of Megatron's attention flags, or
+    ``--num-attention-heads`` (a launcher's model arguments: without ``--group-query-attention`` or
+    ``--multi-latent-attention`` beside it Megatron builds multi-head attention)."""
     return (plan.group_query_attention or plan.multi_latent_attention or plan.num_query_groups is not None
-            or any(getattr(plan, n) is not None for n in MLA_FIELDS))
+            or plan.num_attention_heads is not None or any(getattr(plan, n) is not None for n in MLA_FIELDS))
 
 
 def built_query_groups(plan: Plan, heads: int) -> int:
@@ -155,7 +157,7 @@ def parallel_config(plan: Plan, stages: StagePlan, cfg: ModelConfig | None = Non
     if cfg is not None and states_attention(plan):
         heads = plan.num_attention_heads or cfg.num_attention_heads
         attention = {"multi_latent_attention": plan.multi_latent_attention,
-                     "query_groups": None if plan.multi_latent_attention else built_query_groups(plan, heads)}
+                     "query_groups": built_query_groups(plan, heads)}
     return ParallelConfig(**attention,
         tp=plan.tp, cp=plan.cp, pp=stages.pp, dp=plan.dp, gpus=plan.gpus, ep=plan.ep, etp=plan.etp,
         vpp=stages.vpp if stages.vpp > 1 else None, overlap_p2p_comm=not plan.no_overlap_p2p_communication,

@@ -37,6 +37,7 @@ CHECK_FIELD = {
     "recompute_mla_up_proj": "recompute_modules", "recompute_gdn_norm_out": "recompute_modules",
     "recompute_mhc": "recompute_modules", "mtp_recompute_layers": "recompute_num_layers",
     "mtp_block_recompute": "recompute_method", "allgather_cp_non_dsa": "cp_comm_type",
+    "te_cp_comm_type": "cp_comm_type",
 }
 #: checks whose failure is about the GPU budget, not a constraint between sizes
 GPU_CHECKS = ("world_size",)
@@ -175,17 +176,36 @@ def cp_seq_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None) -
     return [Check("cp_seq", True, f"sequence length {s} divides by 2*CP = {2 * cp}")]
 
 
+#: the all-gather CP communication as Megatron's DSA attention reads it (``cp_comm_type.replace("_",
+#: "").lower() == "allgather"``, transformer_config.py:3170-3173)
+ALLGATHER = ("allgather", "all_gather")
+
+
 def dsa_cp_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None) -> list[Check]:
     """``transformer_config.py:3162-3177``: with ``experimental_attention_variant == "dsa"`` and CP > 1
     every layer's ``cp_comm_type`` must be allgather: "DSAttention context parallelism currently
     supports cp_comm_type=allgather only." (slime's GLM-5 model: ``--allgather-cp``)."""
     if par.cp == 1 or not cfg.has_indexer:
         return []
-    if par.cp_comm_type != "allgather":
+    if par.cp_comm_type not in ALLGATHER:
         return [Check("dsa_cp", False, f"DSAttention context parallelism currently supports cp_comm_type=allgather "
                                        f"only (CP={par.cp}, --cp-comm-type {par.cp_comm_type}); use --cp-comm-type "
                                        "allgather (slime: --allgather-cp)")]
     return [Check("dsa_cp", True, f"DSA with CP={par.cp}: the all-gather CP layout (--cp-comm-type allgather)")]
+
+
+def te_cp_comm_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None) -> list[Check]:
+    """Attention other than DSA runs context parallelism in Transformer Engine, whose dispatcher knows
+    p2p, a2a+p2p, all_gather and a2a and raises "Unsupported communication type: allgather!" for the
+    unspelled form at the first forward (NVIDIA/TransformerEngine
+    ``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py:5096-5139`` @
+    d0067d0da6cb01811b8072a7d304f0e00344ce2b; Megatron passes the type through,
+    ``megatron/core/extensions/transformer_engine.py:2140-2153``)."""
+    if par.cp == 1 or cfg.has_indexer or par.cp_comm_type != "allgather":
+        return []
+    return [Check("te_cp_comm_type", False, "Transformer Engine's attention raises 'Unsupported communication type: "
+                                            "allgather!' (it spells it all_gather; only DSA attention reads both); "
+                                            "use --cp-comm-type all_gather")]
 
 
 def hierarchical_cp_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None) -> list[Check]:
@@ -357,12 +377,15 @@ def distribute_saved_activations_rule(cfg: ModelConfig, par: ParallelConfig, pla
         why = "for distributed recompute activations to work you need to use a recompute method"
     else:
         why = None
-    if why:
-        return [Check("distribute_saved_activations", False, f"{why}; drop --distribute-saved-activations or fix it")]
-    if par.sp:
-        return [Check("distribute_saved_activations_sp", False, "distribute_saved_activations: True must be false when "
-                                                                "sequence parallel is enabled: True; drop one of them")]
-    return [Check("distribute_saved_activations", True, f"full-recompute checkpoints split over TP={par.tp}")]
+    out = [Check("distribute_saved_activations", why is None,
+                 f"{why}; drop --distribute-saved-activations or fix it" if why else
+                 f"full-recompute checkpoints split over TP={par.tp}")]
+    # TransformerConfig checks it whenever a granularity is set, with SP as validate_args left it (off at TP 1)
+    if par.recompute != "none" and par.sp and par.tp > 1:
+        out.append(Check("distribute_saved_activations_sp", False, "distribute_saved_activations: True must be false "
+                                                                   "when sequence parallel is enabled: True; drop one "
+                                                                   "of them"))
+    return out
 
 
 def recompute_modules_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None) -> list[Check]:
@@ -396,10 +419,11 @@ def mtp_recompute_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | 
     mtp = _mtp(cfg, plan)
     if not mtp or par.recompute != "full":
         return []
-    if par.recompute_method == "uniform" and par.recompute_num_layers not in (None, 1):
+    if par.recompute_method == "uniform" and par.recompute_num_layers != 1:
+        given = par.recompute_num_layers if par.recompute_num_layers is not None else "not given"
         return [Check("mtp_recompute_layers", False, f"recompute_num_layers must be 1 for MTP recompute "
-                                                     f"({mtp} MTP layer(s), --recompute-method uniform "
-                                                     f"--recompute-num-layers {par.recompute_num_layers}); use 1")]
+                                                     f"({mtp} MTP layer(s), --recompute-method uniform, "
+                                                     f"--recompute-num-layers {given}); use 1")]
     if par.recompute_method == "block":
         return [Check("mtp_block_recompute", True, "recompute_method == 'block' is not supported for MTP yet. "
                                                    "Skipping recompute (the MTP layer keeps all its activations)",
@@ -433,8 +457,8 @@ def optimizer_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None
 #: TransformerConfig, the optimizer, the first training forward)
 RULES: tuple[Rule, ...] = (
     world_rule, heads_rule, kv_heads_rule, ffn_width_rule, experts_rule, expert_grid_rule, cp_seq_rule,
-    dsa_cp_rule, hierarchical_cp_rule, seq_positions_rule, sequence_parallel_rule, mtp_cp_rule, pipeline_rule,
-    microbatch_rule, recompute_method_rule, recompute_layers_rule, distribute_saved_activations_rule,
+    dsa_cp_rule, te_cp_comm_rule, hierarchical_cp_rule, seq_positions_rule, sequence_parallel_rule, mtp_cp_rule,
+    pipeline_rule, microbatch_rule, recompute_method_rule, recompute_layers_rule, distribute_saved_activations_rule,
     recompute_modules_rule, mtp_recompute_rule, optimizer_rule,
 )
 

@@ -34,7 +34,7 @@ ASSUMED_MICROBATCHES_PER_RANK = 8
 MAX_LIVE_EVENTS = 100_000
 MAX_EVENTS = 4_000_000
 #: --cp-comm-type -> the CP form the time model costs (a2a+p2p: all-to-all inside, ring across)
-_CP_FORM = {"p2p": "p2p", "allgather": "allgather", "a2a": "a2a", "a2a+p2p": "a2a"}
+_CP_FORM = {"p2p": "p2p", "allgather": "allgather", "all_gather": "allgather", "a2a": "a2a", "a2a+p2p": "a2a"}
 
 
 def time_settings(plan: Plan, stages: StagePlan, par: ParallelConfig) -> tuple[Any, list[str]]:
