@@ -233,13 +233,39 @@ def test_recompute_activations_is_selective_and_wins_over_a_granularity():
 
 def test_nargs_flags_are_read_whole():
     p = imported("--recompute-granularity selective --recompute-modules core_attn mla_up_proj moe_act "
-                 "--hierarchical-context-parallel-sizes 2 4 --cp-comm-type allgather allgather").plan
+                 "--hierarchical-context-parallel-sizes 2 4 --cp-comm-type allgather").plan
     assert p.recompute_modules == ("core_attn", "mla_up_proj", "moe_act")
     assert p.hierarchical_context_parallel_sizes == (2, 4)
     assert p.cp_comm_type == "allgather"
-    # one type per layer is what isplan plans: different types fail closed, naming the flag
+    # two entries stay a list of two (argument_utils.py:343-344), which 78 layers overrun
+    p = imported("--cp-comm-type allgather allgather").plan
+    assert p.cp_comm_type == "allgather,allgather"
+    assert blocking(replace(p, gpu="custom", gpu_memory_gb=10_000)).keys() >= {"per_layer_cp_comm_type"}
+    # a per-layer list (argument_utils.py:343-344 keeps a list of more than one) stays one, layer 1 first
+    p = imported("--cp-comm-type " + " ".join(["allgather", "a2a"] * 39)).plan
+    assert p.cp_comm_type == ",".join(["allgather", "a2a"] * 39)
+    # a value that is no type at all fails closed, naming the flag
     with pytest.raises(LauncherImportError, match="--cp-comm-type"):
-        imported("--cp-comm-type p2p a2a")
+        imported("--cp-comm-type ring")
+
+
+def test_per_layer_cp_comm_types():
+    # transformer_layer.py:378-385 indexes the list by the global layer number: 78 entries for GLM-5.2
+    every = ["allgather"] * 77 + ["all_gather"]
+    assert blocking(replace(PROFILE, cp_comm_type=",".join(every))) == {}
+    # DSA needs every layer's type to be allgather (transformer_config.py:3170-3173: all(...))
+    assert blocking(replace(PROFILE, cp_comm_type=",".join(["allgather"] * 77 + ["p2p"]))) == {"dsa_cp": "cp_comm_type"}
+    assert blocking(replace(PROFILE, cp_comm_type="allgather,all_gather")) == {"per_layer_cp_comm_type": "cp_comm_type"}
+    # a2a+p2p anywhere needs the hierarchical sizes (arguments.py:583: '"a2a+p2p" in args.cp_comm_type')
+    llama = Plan(model="llama-3.1-70b", pp=2, tp=8, cp=8, seq_length=8192, gpu="custom", gpu_memory_gb=10_000,
+                 cp_comm_type=",".join(["p2p"] * 79 + ["a2a+p2p"]))
+    assert blocking(llama, LLAMA) == {"a2a_p2p_hierarchical": "hierarchical_context_parallel_sizes"}
+    ev = evaluate(replace(llama, hierarchical_context_parallel_sizes=(2, 4)), LLAMA)
+    assert ev.verdict.go
+    assert ev.exports()["megatron"].count("a2a+p2p") == 1   # the export keeps the list
+    timed = evaluate(replace(llama, hierarchical_context_parallel_sizes=(2, 4), gpu="h100-80gb", gpu_memory_gb=None),
+                     LLAMA).time
+    assert any("per-layer --cp-comm-type timed as p2p, the type of 79 of 80 layers" in n for n in timed["assumed"])
 
 
 def test_slime_allgather_cp_is_the_all_gather_layout():
@@ -280,6 +306,13 @@ def test_url_keys_round_trip_and_old_keys_keep_meaning():
                    distribute_saved_activations=True, group_query_attention=True, num_query_groups=8)
     again, problems = plan_from_query(dict(parse_qsl(plan.query())))
     assert problems == [] and again == plan
+    # the CLI line rebuilds it too, a per-layer list and the sizes as one word per value
+    per_layer = replace(plan, cp_comm_type=",".join(["allgather"] * 78), recompute_modules=("core_attn",))
+    args = per_layer.cli_args()
+    assert args[args.index("--cp-comm-type") + 1:args.index("--cp-comm-type") + 79] == ["allgather"] * 78
+    assert args[args.index("--hierarchical-context-parallel-sizes") + 1:][:2] == ["2", "4"]
+    code, body = run_cli(["check", *args, "--format", "json"])
+    assert code in (0, 1) and "problems" not in body
     # old keys: rmethod / rnl still name the method and layer count; no_distributed_optimizer still opts out
     old, _ = plan_from_query({"recompute": "full", "rmethod": "block", "rnl": "2", "no_dist_opt": "1"})
     assert (old.recompute_method, old.recompute_num_layers, old.no_distributed_optimizer) == ("block", 2, True)

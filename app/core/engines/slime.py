@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from app.core.engines.base import LaunchSyntax
 from app.core.engines.megatron import MEGATRON_FLAG_SETTINGS, MEGATRON_FLAGS, MegatronEngine
-from app.core.engines.megatron.parallel import RULES, Rule, dsa_cp_rule, te_cp_comm_rule
+from app.core.engines.megatron.parallel import RULES, Rule, comm_types, dsa_cp_rule, te_cp_comm_rule
 from app.core.engines.rules import ShareBehaviour
 from app.core.layout.stages import StagePlan
 from app.core.model.config import ModelConfig
@@ -47,7 +47,7 @@ def allgather_cp_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | N
     """``slime/backends/megatron_utils/arguments.py:32-44`` (``_validate_allgather_cp_supported``):
     "--allgather-cp with --context-parallel-size > 1 is currently only supported for DSA attention
     models (DeepSeek-V3.2 and GLM-5.1)" - a non-DSA model would scramble token order."""
-    if par.cp == 1 or par.cp_comm_type != "allgather" or cfg.has_indexer:
+    if par.cp == 1 or "allgather" not in comm_types(par) or cfg.has_indexer:
         return []
     return [Check("allgather_cp_non_dsa", False, "--allgather-cp with --context-parallel-size > 1 is currently only "
                   "supported for DSA attention models; non-DSA models still use the zigzag CP layout and would "
@@ -63,7 +63,7 @@ def dsa_allgather_cp_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan
     ``--cp-comm-type`` does not select it."""
     if par.cp == 1 or not cfg.has_indexer:
         return []
-    if par.cp_comm_type != "allgather":
+    if set(comm_types(par)) != {"allgather"}:
         return [Check("dsa_cp", False, f"DSA with CP={par.cp} uses the sequential allgather-CP layout (not zigzag) in "
                                        "slime; add --allgather-cp")]
     return [Check("dsa_cp", True, f"DSA with CP={par.cp}: --allgather-cp")]

@@ -264,8 +264,9 @@ class Plan:
     overlap_param_gather: bool = _f("bool", False, "--overlap-param-gather",
                                     "overlap the parameter all-gather with forward", "time")
     cp_comm_type: str = _f("choice", "p2p", "--cp-comm-type",
-                           "context-parallel communication, one type for every layer (DSA with CP > 1 needs "
-                           "allgather; a2a+p2p needs --hierarchical-context-parallel-sizes)", "time",
+                           "context-parallel communication, one type for every layer or a comma list of one per "
+                           "layer (DSA with CP > 1 needs allgather; a2a+p2p needs "
+                           "--hierarchical-context-parallel-sizes)", "time",
                            choices=CP_COMM_TYPES, nargs=True)
     nvlink_domain: int | None = _f("int", None, "--nvlink-domain",
                                    "GPUs per NVLink domain (default: the GPU's system: 8, or 72 on NVL72)", "time",
@@ -355,8 +356,8 @@ class Plan:
             text = format_value(spec, value)
             if spec.kind == "bool":
                 args.append(spec.cli)
-            elif spec.kind == "choices":
-                args += [spec.cli, *value]
+            elif spec.kind == "choices" or spec.nargs:   # one word per value, as the engine's flag takes them
+                args += [spec.cli, *text.split(",")]
             elif text.startswith("-"):  # argparse would read it as an option
                 args.append(f"{spec.cli}={text}")
             else:
@@ -492,17 +493,16 @@ def parse_value(spec: Field, raw: object) -> Any:
 
 
 def _one_choice(spec: Field, raw: str, name: str) -> str:
-    """A choice a flag may repeat per layer (``--cp-comm-type p2p p2p``): every entry the same is that
-    one value; different entries per layer are not modelled, and say so (never silently one of them)."""
+    """A choice a flag may give per layer (``--cp-comm-type p2p p2p a2a ...``): one entry is that value
+    for every layer; more stay the per-layer list, comma-joined (layer 1 first), as Megatron keeps a
+    list of more than one (``megatron/training/argument_utils.py:343-344``)."""
     parts = [p.strip() for p in raw.split(",") if p.strip()]
     bad = [p for p in parts if p not in spec.choices]
     if not parts or bad:
-        raise ValueError(f"{name} must be one of {', '.join(spec.choices)}, got {raw[:40]!r}")
-    distinct = list(dict.fromkeys(parts))
-    if len(distinct) > 1:
-        raise ValueError(f"{name} gives different types per layer ({', '.join(distinct)}); isplan plans one type for "
-                         f"every layer: give one of them")
-    return distinct[0]
+        raise ValueError(f"{name} takes one of {', '.join(spec.choices)}, or one per layer; got {raw[:40]!r}")
+    if len(parts) > MAX_LAYERS:
+        raise ValueError(f"{name} gives {len(parts):,} per-layer values; the limit is {MAX_LAYERS:,}")
+    return ",".join(parts)
 
 
 def parse_int(raw: object, label: str, lo: int, hi: int) -> int:

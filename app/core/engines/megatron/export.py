@@ -185,7 +185,7 @@ def megatron_argv(check: CheckResult, settings: ExportSettings | None = None) ->
     if not argv:
         return []
     if s.cp > 1 or s.cp_comm_type != "p2p":   # the plan's type (DSA with CP > 1 must be allgather: the verdict)
-        argv += [CP_COMM_FLAG, s.cp_comm_type]
+        argv += [CP_COMM_FLAG, *s.cp_comm_type.split(",")]   # one type, or one per layer
     roles = check.roles
     if check.model.has_indexer and roles.rule != "pattern_override" and roles.freq is not None:
         argv += ["--dsa-indexer-topk-freq", str(roles.freq), "--dsa-indexer-skip-topk-offset", str(roles.offset)]
@@ -203,10 +203,10 @@ def slime_argv(check: CheckResult, settings: ExportSettings | None = None) -> li
     argv = _shared_argv(check, s)
     if not argv:
         return []
-    if s.cp_comm_type == "allgather":
+    if set(s.cp_comm_type.split(",")) == {"allgather"}:
         argv.append(SLIME_ALLGATHER_CP)   # slime's spelling of the all-gather CP layout
     elif s.cp_comm_type != "p2p":
-        argv += [CP_COMM_FLAG, s.cp_comm_type]   # forwarded to Megatron
+        argv += [CP_COMM_FLAG, *s.cp_comm_type.split(",")]   # forwarded to Megatron
     if s.max_tokens_per_gpu is not None:   # only read with dynamic batching (slime arguments.py)
         argv += ["--use-dynamic-batch-size", "--max-tokens-per-gpu", str(s.max_tokens_per_gpu)]
     return argv

@@ -37,7 +37,7 @@ CHECK_FIELD = {
     "recompute_mla_up_proj": "recompute_modules", "recompute_gdn_norm_out": "recompute_modules",
     "recompute_mhc": "recompute_modules", "mtp_recompute_layers": "recompute_num_layers",
     "mtp_block_recompute": "recompute_method", "allgather_cp_non_dsa": "cp_comm_type",
-    "te_cp_comm_type": "cp_comm_type",
+    "te_cp_comm_type": "cp_comm_type", "per_layer_cp_comm_type": "cp_comm_type",
 }
 #: checks whose failure is about the GPU budget, not a constraint between sizes
 GPU_CHECKS = ("world_size",)
@@ -181,16 +181,36 @@ def cp_seq_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None) -
 ALLGATHER = ("allgather", "all_gather")
 
 
+def comm_types(par: ParallelConfig) -> list[str]:
+    """The CP communication of every layer: one type, or the per-layer list (layer 1 first)."""
+    return par.cp_comm_type.split(",")
+
+
+def per_layer_cp_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None) -> list[Check]:
+    """``megatron/core/transformer/transformer_layer.py:378-385``: with CP > 1 a per-layer
+    ``--cp-comm-type`` list is indexed by the decoder layer's global number
+    (``config.cp_comm_type[self.layer_number - 1]``), so it needs an entry for every layer (an
+    IndexError when the model is built otherwise)."""
+    types = comm_types(par)
+    if par.cp == 1 or len(types) == 1 or len(types) >= cfg.num_hidden_layers:
+        return []
+    return [Check("per_layer_cp_comm_type", False, f"--cp-comm-type gives {len(types)} per-layer types for "
+                                                   f"{cfg.num_hidden_layers} layers: layer {len(types) + 1} has none "
+                                                   "(list index out of range when the model is built); give one type "
+                                                   "or one per layer")]
+
+
 def dsa_cp_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None) -> list[Check]:
     """``transformer_config.py:3162-3177``: with ``experimental_attention_variant == "dsa"`` and CP > 1
     every layer's ``cp_comm_type`` must be allgather: "DSAttention context parallelism currently
     supports cp_comm_type=allgather only." (slime's GLM-5 model: ``--allgather-cp``)."""
     if par.cp == 1 or not cfg.has_indexer:
         return []
-    if par.cp_comm_type not in ALLGATHER:
+    if any(t not in ALLGATHER for t in comm_types(par)):
+        given = ", ".join(dict.fromkeys(comm_types(par)))
         return [Check("dsa_cp", False, f"DSAttention context parallelism currently supports cp_comm_type=allgather "
-                                       f"only (CP={par.cp}, --cp-comm-type {par.cp_comm_type}); use --cp-comm-type "
-                                       "allgather (slime: --allgather-cp)")]
+                                       f"only (CP={par.cp}, --cp-comm-type {given}); use --cp-comm-type allgather "
+                                       "(slime: --allgather-cp)")]
     return [Check("dsa_cp", True, f"DSA with CP={par.cp}: the all-gather CP layout (--cp-comm-type allgather)")]
 
 
@@ -201,7 +221,7 @@ def te_cp_comm_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | Non
     ``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py:5096-5139`` @
     d0067d0da6cb01811b8072a7d304f0e00344ce2b; Megatron passes the type through,
     ``megatron/core/extensions/transformer_engine.py:2140-2153``)."""
-    if par.cp == 1 or cfg.has_indexer or par.cp_comm_type != "allgather":
+    if par.cp == 1 or cfg.has_indexer or "allgather" not in comm_types(par):
         return []
     return [Check("te_cp_comm_type", False, "Transformer Engine's attention raises 'Unsupported communication type: "
                                             "allgather!' (it spells it all_gather; only DSA attention reads both); "
@@ -218,7 +238,7 @@ def hierarchical_cp_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan 
         out.append(Check("hierarchical_cp", False, f"--hierarchical-context-parallel-sizes {' '.join(map(str, sizes))} "
                                                    f"multiply to {prod(sizes)}, not the context-parallel size {par.cp}; "
                                                    "give sizes whose product is CP"))
-    if par.cp_comm_type == "a2a+p2p" and sizes is None:
+    if "a2a+p2p" in comm_types(par) and sizes is None:
         out.append(Check("a2a_p2p_hierarchical", False, "--hierarchical-context-parallel-sizes must be set when "
                                                         "a2a+p2p is used in cp comm (the a2a size, then the p2p size)"))
     return out
@@ -457,7 +477,7 @@ def optimizer_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None
 #: TransformerConfig, the optimizer, the first training forward)
 RULES: tuple[Rule, ...] = (
     world_rule, heads_rule, kv_heads_rule, ffn_width_rule, experts_rule, expert_grid_rule, cp_seq_rule,
-    dsa_cp_rule, te_cp_comm_rule, hierarchical_cp_rule, seq_positions_rule, sequence_parallel_rule, mtp_cp_rule,
+    per_layer_cp_rule, dsa_cp_rule, te_cp_comm_rule, hierarchical_cp_rule, seq_positions_rule, sequence_parallel_rule, mtp_cp_rule,
     pipeline_rule, microbatch_rule, recompute_method_rule, recompute_layers_rule, distribute_saved_activations_rule,
     recompute_modules_rule, mtp_recompute_rule, optimizer_rule,
 )
