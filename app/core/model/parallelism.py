@@ -31,13 +31,10 @@ deliberately conservative: an H100 80GB reports 81,559 MiB (about 85.5e9 bytes) 
 of which the CUDA context, NCCL buffers and allocator fragmentation take a few GB that the
 memory model does not itemise; the headroom must absorb them.
 
-Sources (NVIDIA/Megatron-LM): ``megatron/training/arguments.py: validate_args`` (SP disabled
-with a warning when TP = 1; MTP refused with CP; ``--optimizer-cpu-offload`` needs
-``--use-precision-aware-optimizer``; global batch divisible by ``mbs * DP``),
-``megatron/core/model_parallel_config.py`` (EP > 1 and TP > 1 need SP),
-``megatron/core/parallel_state.py`` (world and expert grid divisibility),
-``megatron/core/pipeline_parallel/schedules.py`` (interleaving), Transformer Engine context
-parallelism (load-balanced CP splits each sequence into ``2 * CP`` chunks).
+The constraints themselves are Megatron's rules, one function each with the source line it was
+read from, in :mod:`app.core.engines.megatron.parallel`; the settings here use Megatron's defaults
+(``recompute_method`` / ``recompute_num_layers`` ``None`` unless given, ``recompute_modules``
+``["core_attn"]`` under selective, ``cp_comm_type`` p2p: one type, or one per layer comma-joined).
 """
 
 from __future__ import annotations
