@@ -237,6 +237,10 @@ def test_nargs_flags_are_read_whole():
     assert p.recompute_modules == ("core_attn", "mla_up_proj", "moe_act")
     assert p.hierarchical_context_parallel_sizes == (2, 4)
     assert p.cp_comm_type == "allgather"
+    # the words of an unquoted array splice are the flag's values too
+    spliced = "MODS=(core_attn mlp)\n" + LAUNCH.format(extra="--recompute-granularity selective --recompute-modules "
+                                                             "${MODS[@]}")
+    assert import_launcher(spliced, GLM, Plan(model="glm-5.2")).plan.recompute_modules == ("core_attn", "mlp")
     # two entries stay a list of two (argument_utils.py:343-344), which 78 layers overrun
     p = imported("--cp-comm-type allgather allgather").plan
     assert p.cp_comm_type == "allgather,allgather"

@@ -60,7 +60,7 @@ class FlagRules(ShellState):
         while i < len(words) and not exp(i)[0].startswith("--"):
             text, why = exp(i)
             reason = reason or why
-            texts.append(text)
+            texts += text.split()   # an unquoted splice (``${MODULES[@]}``) is several words
             raws.append(words[i][0].replace("\\\n", ""))
             i += 1
         self.add_value(flag, ",".join(texts), reason, pos, " ".join(raws))
