@@ -96,6 +96,12 @@ def _aliases() -> dict[str, list[str]]:
     return cli_aliases()
 
 
+def _settings() -> dict[str, list[tuple[str, Any]]]:
+    from app.core.engines import cli_settings
+
+    return cli_settings()
+
+
 def _plan(args: argparse.Namespace, cfg: ModelConfig) -> tuple[Plan, dict[str, Any]]:
     """The plan the flags (and a launcher) describe, plus what ``evaluate`` needs from a launcher."""
     plan = plan_from_cli(args, args.model)
@@ -290,7 +296,7 @@ def _command(sub: Any, name: str, func: Any, help: str, *, description: str | No
     p: argparse.ArgumentParser = sub.add_parser(name, help=help, description=description or help)
     if model != "none":
         _model_arg(p, optional=model == "optional")
-    add_cli_arguments(p, _aliases())
+    add_cli_arguments(p, _aliases(), _settings())
     if launcher:
         _launcher_arg(p)
     p.set_defaults(func=func)

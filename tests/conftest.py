@@ -67,10 +67,13 @@ def tmp_config(tmp_path):
 
 def slime_par(**over) -> ParallelConfig:
     """The slime GLM-5.2 training launch (THUDM/slime scripts/run-glm5.2-744B-A40B.sh as quoted in
-    FACTS.md section 1), written out here as test input; ``over`` changes single flags."""
+    FACTS.md section 1), written out here as test input; ``over`` changes single flags. Its
+    ``--allgather-cp`` is Megatron's ``--cp-comm-type allgather``; slime always builds the distributed
+    optimizer (slime/backends/megatron_utils/arguments.py:151-153)."""
     fields = dict(tp=4, cp=8, pp=8, gpus=256, ep=32, etp=1, sp=True, mbs=1, tokens_per_gpu=8192,
                   recompute="full", recompute_method="uniform", recompute_num_layers=1,
-                  optimizer_cpu_offload=True, use_precision_aware_optimizer=True, gpu="h100-80gb")
+                  optimizer_cpu_offload=True, use_precision_aware_optimizer=True, gpu="h100-80gb",
+                  cp_comm_type="allgather", distributed_optimizer=True)
     fields.update(over)
     return ParallelConfig(**fields)
 

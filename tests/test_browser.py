@@ -40,7 +40,10 @@ PRESET = REPO / "app" / "core" / "presets" / "glm-5.2.json"
 GLM52_FULL = [1, 2, 3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43, 47, 51, 55, 59, 63, 67, 71, 75]
 DEFAULT_STARTS = [15, 23, 31, 39, 47, 55, 63]  # stages 2..8 of first 14 / last 16, PP 8
 # app.core.plan.SLIME_GLM52_PROFILE (slime's run-glm5.2-744B-A40B.sh) spelled out, without its layout
-PROFILE_PARALLEL = "tp=4&cp=8&ep=32&etp=1&dp=1&sp=1&tpg=8192&recompute=full&offload=1&d2h=1&pao=1"
+# full recompute needs a method and a layer count, DSA with CP the all-gather layout (Megatron-LM
+# transformer_config.py:1913-1925, 3162-3177)
+PROFILE_PARALLEL = ("tp=4&cp=8&ep=32&etp=1&dp=1&sp=1&tpg=8192&recompute=full&rmethod=uniform&rnl=1"
+                    "&cp_comm_type=allgather&offload=1&d2h=1&pao=1")
 HOSTILE = "<img src=x onerror=alert(1)>"
 
 

@@ -243,9 +243,12 @@ def test_launcher_slime_glm52_script_from_stdin():
     body = json.loads(p.stdout)
     assert [s["num_layers"] for s in body["stages"]] == [14, 8, 8, 8, 8, 8, 8, 16]
     # the layout is valid, but this cut-down script has no recompute, no offload and 4096-token
-    # samples: a launcher states parallelism, so memory joins the verdict and blocks it
+    # samples: a launcher states parallelism, so memory joins the verdict and blocks it; and it forgets
+    # --allgather-cp, which DSA with CP 8 needs (transformer_config.py:3162-3177)
     assert body["valid"] is True and body["verdict"]["go"] is False
-    assert {r["kind"] for r in body["verdict"]["blocking"]} == {"memory"}
+    assert {r["kind"] for r in body["verdict"]["blocking"]} == {"memory", "parallel"}
+    assert [(r["code"], r["field"]) for r in body["verdict"]["blocking"] if r["kind"] == "parallel"] == \
+        [("dsa_cp", "cp_comm_type")]
     assert p.returncode == 1, p.stderr
     assert body["parallel"]["equation"] == "TP 4 × CP 8 × PP 8 × DP 1 = 256 GPUs"
     vals = {flag: v["value"] for flag, v in body["launcher"]["values"].items()}

@@ -6,6 +6,10 @@ import json
 
 from tests.test_cli import SLIME_GLM52, isplan
 
+# what the cut-down launcher lacks: full recompute needs a method and a layer count, and DSA with CP the
+# all-gather layout (Megatron-LM transformer_config.py:1913-1925, 3162-3177; slime spells it --allgather-cp)
+FULL_RECOMPUTE = ("--recompute", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1", "--allgather-cp")
+
 
 def test_params_json_published_totals():
     p = isplan("params", "glm-5.2", "--format", "json")
@@ -27,7 +31,7 @@ def test_params_per_stage_sum_to_the_main_model():
 
 
 def test_memory_slime_profile_needs_offload_on_80gb():
-    p = isplan("memory", "glm-5.2", "--launcher", "-", "--tokens-per-gpu", "8192", "--recompute", "full",
+    p = isplan("memory", "glm-5.2", "--launcher", "-", "--tokens-per-gpu", "8192", *FULL_RECOMPUTE,
                "--format", "json", stdin=SLIME_GLM52)
     assert p.returncode == 1, p.stderr  # a rank overflows
     body = json.loads(p.stdout)
@@ -41,7 +45,7 @@ def test_memory_slime_profile_needs_offload_on_80gb():
     mt = body["megatron_theoretical"]
     assert abs(mt["params_most_loaded_shard"] / 3.95e9 - 1) < 0.02  # issue 3: "about 3.95B"
     assert abs(mt["weight_and_optimizer_gib"] / 66 - 1) < 0.02  # "66 GiB"
-    p = isplan("memory", "glm-5.2", "--launcher", "-", "--tokens-per-gpu", "8192", "--recompute", "full",
+    p = isplan("memory", "glm-5.2", "--launcher", "-", "--tokens-per-gpu", "8192", *FULL_RECOMPUTE,
                "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--format", "json", stdin=SLIME_GLM52)
     assert p.returncode == 0, p.stdout
     assert all(s["fits"] for s in json.loads(p.stdout)["stages"])
@@ -50,7 +54,7 @@ def test_memory_slime_profile_needs_offload_on_80gb():
 def test_offload_without_precision_aware_optimizer_is_no_go_even_when_every_rank_fits():
     """Megatron refuses --optimizer-cpu-offload without --use-precision-aware-optimizer: an
     error-level parallel check, so the verdict is no-go (exit 1) although the memory fits."""
-    p = isplan("memory", "glm-5.2", "--launcher", "-", "--tokens-per-gpu", "8192", "--recompute", "full",
+    p = isplan("memory", "glm-5.2", "--launcher", "-", "--tokens-per-gpu", "8192", *FULL_RECOMPUTE,
                "--optimizer-cpu-offload", "--format", "json", stdin=SLIME_GLM52)
     body = json.loads(p.stdout)
     assert all(s["fits"] for s in body["stages"])

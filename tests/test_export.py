@@ -3,6 +3,7 @@ and every export is inert, valid bash (nothing in a value is ever executed)."""
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import subprocess
 from pathlib import Path
@@ -26,6 +27,7 @@ from app.core.launcher import launcher_request, parse_launcher
 from app.core.layout.stages import PipelineSpec
 from app.core.model.config import load_model
 from app.core.plan import Plan
+from app.core.plan.table import CP_COMM_TYPES, RECOMPUTE_MODULES
 from tests.conftest import make_config, tiny_config
 
 DATA = Path(__file__).resolve().parents[1] / "app/core/data/megatron_arguments.txt"
@@ -36,13 +38,54 @@ SLIME_OWN = {"--allgather-cp", "--use-dynamic-batch-size", "--max-tokens-per-gpu
 BASH = shutil.which("bash")
 
 
-def megatron_options() -> set[str]:
+def megatron_shapes() -> dict[str, tuple[str, ...]]:
+    """Every option string of Megatron's parser -> (switch | value, nargs, type, choices), as
+    scripts/megatron_arguments.py read them from the source."""
     lines = DATA.read_text().splitlines()
-    assert lines[0].startswith("# NVIDIA/Megatron-LM option strings at commit ")
-    return {line for line in lines if line.startswith("-")}
+    assert lines[0].startswith("# NVIDIA/Megatron-LM option strings at commit d98e8a64ddf34856e74b24714e3bedb2f5a39553")
+    out = {}
+    for line in lines:
+        if line.startswith("-"):
+            flag, *shape = line.split("\t")
+            assert len(shape) == 4, line
+            out[flag] = tuple(shape)
+    return out
 
 
-OPTIONS = megatron_options()
+SHAPES = megatron_shapes()
+OPTIONS = set(SHAPES)
+_TYPES = {"int": int, "float": float}
+
+
+def megatron_parser() -> argparse.ArgumentParser:
+    """Megatron's parser rebuilt from the option list: every option with its action, nargs, type and
+    choices, and no abbreviations (``megatron/training/arguments.py`` builds its parser with
+    ``allow_abbrev=False``); an unknown option or a value it cannot read exits, as parse_args does."""
+    parser = argparse.ArgumentParser(prog="pretrain_gpt.py", allow_abbrev=False, add_help=False)
+    for flag, (kind, nargs, typ, choices) in SHAPES.items():
+        dest = flag.lstrip("-").replace("-", "_")
+        if kind == "switch":
+            parser.add_argument(flag, dest=dest, action="store_true")
+            continue
+        convert = _TYPES.get(typ, str)
+        parser.add_argument(flag, dest=dest, type=convert, nargs=None if nargs == "1" else int(nargs) if nargs.isdigit()
+                            else nargs, choices=None if choices == "-" else [convert(c) for c in choices.split(",")])
+    return parser
+
+
+def parses(argv: list[str], own: set[str] = frozenset()) -> argparse.Namespace:
+    """``argv`` through Megatron's parser; options in ``own`` (slime's) and their values are left out."""
+    kept, skip = [], False
+    for a in argv:
+        if skip and not a.startswith("--"):
+            continue
+        skip = a in own
+        if not skip:
+            kept.append(a)
+    try:
+        return megatron_parser().parse_args(kept)
+    except SystemExit:
+        raise AssertionError(f"Megatron's parser refuses {shell_join(kept)}") from None
 
 
 def flags(argv):
@@ -76,11 +119,19 @@ def export_settings(draw):
         tp=tp, cp=draw(st.sampled_from([1, 2, 8])), ep=draw(st.sampled_from([1, 2, 8])),
         etp=draw(st.sampled_from([None, 1])), sp=tp > 1,
         recompute=draw(st.sampled_from(["none", "selective", "full"])),
-        recompute_method=draw(st.sampled_from(["uniform", "block"])),
-        recompute_num_layers=draw(st.integers(1, 3)),
+        recompute_method=draw(st.sampled_from([None, "uniform", "block"])),
+        recompute_num_layers=draw(st.one_of(st.none(), st.integers(1, 3))),
         optimizer_cpu_offload=draw(st.booleans()), overlap_cpu_optimizer_d2h_h2d=draw(st.booleans()),
         use_precision_aware_optimizer=draw(st.booleans()), distributed_optimizer=draw(st.booleans()),
         max_tokens_per_gpu=draw(st.sampled_from([None, 8192])),
+        recompute_modules=draw(st.one_of(st.none(), st.lists(st.sampled_from(RECOMPUTE_MODULES), min_size=1,
+                                                                max_size=3, unique=True).map(tuple))),
+        distribute_saved_activations=draw(st.booleans()), moe_grouped_gemm=draw(st.booleans()),
+        cp_comm_type=draw(st.sampled_from(CP_COMM_TYPES)),
+        hierarchical_context_parallel_sizes=draw(st.sampled_from([None, (2,), (2, 4)])),
+        seq_length=draw(st.sampled_from([None, 4096])), max_position_embeddings=draw(st.sampled_from([None, 131072])),
+        model_argv=draw(st.sampled_from([(), ("--group-query-attention", "--num-query-groups", "8"),
+                                         ("--multi-latent-attention", "--q-lora-rank", "32", "--kv-lora-rank", "16")])),
     )
 
 
@@ -101,11 +152,23 @@ def test_every_exported_flag_is_a_megatron_option(plan, s):
     assert unknown == []
     unknown = [f for f in flags(slime_argv(check, s)) if f not in OPTIONS | SLIME_OWN]
     assert unknown == []
+    # and Megatron's parser reads every value as the plan meant it
+    ns = parses(megatron_argv(check, s))
+    assert ns.tensor_model_parallel_size == s.tp and ns.context_parallel_size == s.cp
+    assert ns.recompute_granularity == (None if s.recompute == "none" else s.recompute)
+    assert ns.recompute_method == (s.recompute_method if s.recompute != "none" else None)
+    assert ns.recompute_modules == (list(s.recompute_modules) if s.recompute == "selective" and s.recompute_modules
+                                    else None)
+    assert ns.hierarchical_context_parallel_sizes == (list(s.hierarchical_context_parallel_sizes)
+                                                      if s.hierarchical_context_parallel_sizes else None)
+    assert ns.cp_comm_type == ([s.cp_comm_type] if s.cp > 1 or s.cp_comm_type != "p2p" else None)
+    assert ns.max_position_embeddings == s.max_position_embeddings and ns.seq_length == s.seq_length
+    parses(slime_argv(check, s), SLIME_OWN)
 
 
 def test_cp_allgather_and_dsa_spellings_differ_between_megatron_and_slime():
     check = run_check(load_model("glm-5.2"), PipelineSpec(pp=8, first=14, last=16))
-    s = ExportSettings(tp=4, cp=8, ep=32, etp=1, sp=True)
+    s = ExportSettings(tp=4, cp=8, ep=32, etp=1, sp=True, cp_comm_type="allgather")
     meg = megatron_argv(check, s)
     assert meg[meg.index("--cp-comm-type") + 1] == "allgather" and "--allgather-cp" not in meg
     assert meg[meg.index("--dsa-indexer-topk-freq") + 1] == "4"

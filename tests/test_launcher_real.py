@@ -56,6 +56,15 @@ def test_slime_glm52_recipe(tmp_path):
     assert (p.num_layers, p.hidden_size, p.num_attention_heads, p.num_experts, p.moe_ffn_hidden_size, p.make_vocab_size_divisible_by) == \
         (78, 6144, 64, 256, 2048, 16)
     assert p.mtp_layers is None   # no --mtp-num-layers: no MTP layer is built
+    # MODEL_ARGS: --allgather-cp (the all-gather CP layout DSA with CP needs), --moe-grouped-gemm, the MLA
+    # flags (2048 / 512 / 192 / 64 / 256); slime always builds the distributed optimizer: the launch is GO
+    assert (p.cp_comm_type, p.moe_grouped_gemm, p.multi_latent_attention, p.no_distributed_optimizer) == \
+        ("allgather", True, True, False)
+    assert (p.q_lora_rank, p.kv_lora_rank, p.qk_head_dim, p.qk_pos_emb_head_dim, p.v_head_dim) == (2048, 512, 192, 64, 256)
+    from app.core.evaluate import evaluate
+
+    ev = evaluate(p, load_preset("glm-5.2"), extra_errors=got.errors)
+    assert ev.verdict.go, [r.message for r in ev.verdict.blocking]
     model_file = str(tmp_path / "scripts/models/glm5.2-744B-A40B.sh")
     assert got.report["values"]["--num-layers"]["file"] == model_file
     assert got.report["engine"]["name"] == "slime"

@@ -152,11 +152,50 @@ def test_without_distributed_optimizer_18_bytes_per_param():
     assert b["weights"] + b["gradients"] + b["optimizer_states"] == 18 * (R0_DENSE + R0_EXPERT)
 
 
-def test_selective_recompute_drops_qkv_heads_and_lse():
-    b = training_memory(tiny(), tiny_plan(), tiny_par(recompute="selective"))["stages"][0]["breakdown"]
+FULL_R0 = (COMMON + IDX + DENSE_ACT) + 3 * (COMMON + MOE_ACT)  # rank 0: dense layer 1 + MoE layers 2-4
+
+
+def selective(modules=None):
+    return training_memory(tiny(), tiny_plan(), tiny_par(recompute="selective", recompute_modules=modules)
+                           )["stages"][0]["breakdown"]["activations"]
+
+
+def test_selective_default_core_attn_drops_only_the_softmax_lse():
+    # Megatron's default --recompute-modules is ["core_attn"] (transformer_config.py:1940-1941); the
+    # checkpointed core attention (attention.py:1555) keeps its inputs q, k, v and recomputes what the
+    # kernel saves for backward: the FP32 log-sum-exp, 4 B x 4 heads / TP 2 = 8 B per token per layer
+    assert selective() == 2 * TOK * (FULL_R0 - 4 * 8)
+
+
+def test_selective_core_attn_and_mla_up_proj_drop_qkv_heads_and_lse():
+    # mla_up_proj discards the up-projected q, k, v heads (multi_latent_attention.py:455-458)
     dropped = 2 * 4 * 12 // 2 * 2 + 2 * 4 * 8 // 2 + 4 * 4 // 2  # q, k, v heads + lse = 136 per token
-    full = (COMMON + IDX + DENSE_ACT) + 3 * (COMMON + MOE_ACT)
-    assert b["activations"] == 2 * TOK * (full - 4 * dropped)
+    assert selective(("core_attn", "mla_up_proj")) == 2 * TOK * (FULL_R0 - 4 * dropped)
+
+
+def test_each_recompute_module_drops_what_megatron_recomputes():
+    norm = 2 * 64 // 2   # one norm output under SP: 2H / TP
+    dense_mlp = norm + 4 * 128 // 2 + 2 * 128 // 2   # fused pre-MLP norm + fc1 + SwiGLU output of the dense layer
+    # layernorm (transformer_layer.py:475-527): MLA's input norm on all 4 layers, the pre-MLP norm of
+    # the 3 MoE layers (the dense layer's is fused into linear_fc1)
+    assert selective(("layernorm",)) == 2 * TOK * (FULL_R0 - 4 * norm - 3 * norm)
+    # mlp (transformer_layer.py:537-539): dense layers only
+    assert selective(("mlp",)) == 2 * TOK * (FULL_R0 - dense_mlp)
+    # moe (moe_layer.py:247-251): every MoE-side term of the 3 MoE layers
+    assert selective(("moe",)) == 2 * TOK * (FULL_R0 - 3 * MOE_ACT)
+    # moe_act (experts.py:269-272): the experts' activation output, 2 B x i/ETP 32 x 1 routed row
+    assert selective(("moe_act",)) == 2 * TOK * (FULL_R0 - 3 * 2 * 32)
+    # shared_experts (shared_experts.py:157-158): shared fc1 4 x 32 / 2 + act 2 x 32 / 2
+    assert selective(("shared_experts",)) == 2 * TOK * (FULL_R0 - 3 * (64 + 32))
+    # modules of model families isplan does not load drop nothing
+    assert selective(("gdp_qkv",)) == 2 * TOK * FULL_R0
+
+
+def test_distribute_saved_activations_splits_the_checkpoints_over_tp():
+    # tensor_parallel/random.py:619-621 keeps 1/TP of each checkpoint's input; SP must be off
+    b = training_memory(tiny(), tiny_plan(), tiny_par(sp=False, recompute="full", recompute_method="uniform",
+                                                      recompute_num_layers=1, distribute_saved_activations=True))
+    assert b["stages"][0]["breakdown"]["activations"] == 2 * 4 * (2 * 64 // 2) * TOK
 
 
 def test_full_uniform_recompute_keeps_group_inputs_plus_working_set():

@@ -19,7 +19,10 @@ from app.core.plan import plan_from_query
 from app.web.caching import IMMUTABLE, static_cache_control
 from app.web.view import flag_diff
 
-PROFILE = "tp=4&cp=8&ep=32&etp=1&dp=1&sp=1&tpg=8192&recompute=full&offload=1&d2h=1&pao=1"
+# full recompute needs a method and a layer count, DSA with CP the all-gather layout (Megatron-LM
+# transformer_config.py:1913-1925, 3162-3177)
+PROFILE = ("tp=4&cp=8&ep=32&etp=1&dp=1&sp=1&tpg=8192&recompute=full&rmethod=uniform&rnl=1&cp_comm_type=allgather"
+           "&offload=1&d2h=1&pao=1")
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +75,8 @@ def test_compare_panel(client):
 def test_flag_diff_names_cli_flags():
     a, _ = plan_from_query({}, empty=SLIME_GLM52_PROFILE)
     b, _ = plan_from_query({"tp": "8", "first": "14", "last": "16", "pp": "8", "cp": "8", "ep": "32", "etp": "1",
-                            "dp": "1", "sp": "1", "tpg": "8192", "recompute": "full", "offload": "1", "d2h": "1",
+                            "dp": "1", "sp": "1", "tpg": "8192", "recompute": "full", "rmethod": "uniform", "rnl": "1",
+                            "offload": "1", "d2h": "1",
                             "pao": "1", "engine": "slime", "conv_pp": "2", "conv_last": "40", "cp_comm_type": "allgather"})
     assert flag_diff(a, b) == [("--tp", "4", "8")]
     assert flag_diff(a, a) == []

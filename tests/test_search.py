@@ -29,10 +29,17 @@ def test_every_result_is_feasible_when_rechecked_from_scratch():
         assert not plan.errors
         starts = [s.first_layer for s in plan.stages]
         assert all(roles.role(s).role == "full" for s in starts)  # every physical and virtual start
+        # Megatron refuses full recompute without a method and a layer count, selective with either
+        # (transformer_config.py:1913-1932, arguments.py:1425-1428), and DSA with CP > 1 unless every
+        # layer's cp_comm_type is allgather (transformer_config.py:3162-3177): GLM-5.2 is a DSA model
+        full = {"recompute_method": "uniform", "recompute_num_layers": 1} if r["recompute"] == "full" else {}
+        comm = "allgather" if r["cp"] > 1 else "p2p"
+        assert (r["recompute_method"], r["recompute_num_layers"], r["cp_comm_type"]) == \
+            (full.get("recompute_method"), full.get("recompute_num_layers"), comm)
         par = ParallelConfig(tp=r["tp"], cp=r["cp"], pp=r["pp"], gpus=256, ep=r["ep"], etp=r["etp"],
                              vpp=r["vpp"] if r["vpp"] > 1 else None, sp=r["tp"] > 1, tokens_per_gpu=8192,
                              recompute=r["recompute"], optimizer_cpu_offload=r["optimizer_cpu_offload"],
-                             use_precision_aware_optimizer=r["optimizer_cpu_offload"])
+                             use_precision_aware_optimizer=r["optimizer_cpu_offload"], cp_comm_type=comm, **full)
         assert not [c for c in check_parallel(GLM52, par, plan) if not c.ok and not c.warning]
         mem = training_memory(GLM52, plan, par, roles)
         assert mem["fits"] and max(s["total_bytes"] for s in mem["stages"]) == r["max_rank_bytes"]

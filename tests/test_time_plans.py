@@ -18,7 +18,8 @@ from tests.conftest import app_client
 from tests.test_cli import isplan
 
 PROFILE = ["--pp", "8", "--first", "14", "--last", "16", "--tp", "4", "--cp", "8", "--ep", "32", "--etp", "1", "--dp",
-           "1", "--sp", "--tokens-per-gpu", "8192", "--recompute", "full", "--optimizer-cpu-offload",
+           "1", "--sp", "--tokens-per-gpu", "8192", "--recompute", "full", "--recompute-method", "uniform",
+           "--recompute-num-layers", "1", "--optimizer-cpu-offload",
            "--use-precision-aware-optimizer", "--cp-comm-type", "allgather", "--engine", "slime"]
 GLM52 = load_preset("glm-5.2")
 
@@ -44,6 +45,7 @@ def test_the_api_twin_gives_the_same_time(tmp_path):
     client = app_client(tmp_path)
     query = {"model": "glm-5.2", "engine": "slime", "pp": "8", "first": "14", "last": "16", "tp": "4", "cp": "8",
              "ep": "32", "etp": "1", "dp": "1", "sp": "1", "tokens_per_gpu": "8192", "recompute": "full",
+             "recompute_method": "uniform", "recompute_num_layers": "1",
              "optimizer_cpu_offload": "1", "use_precision_aware_optimizer": "1", "cp_comm_type": "allgather",
              "global_batch": "128"}
     api = client.get("/api/v1/time", params=query)
@@ -55,7 +57,7 @@ def test_the_api_twin_gives_the_same_time(tmp_path):
 
 def test_every_judged_evaluation_carries_the_time_and_says_what_it_assumed():
     plan = Plan(model="glm-5.2", mode="split", split=(14, 8, 8, 8, 8, 8, 8, 16), pp=8, tp=4, cp=8, ep=32, etp=1,
-                dp=1, sp=True, tokens_per_gpu=8192, recompute="full", optimizer_cpu_offload=True,
+                dp=1, sp=True, tokens_per_gpu=8192, recompute="full", recompute_method="uniform", recompute_num_layers=1, optimizer_cpu_offload=True,
                 use_precision_aware_optimizer=True, cp_comm_type="allgather")
     t = evaluate(plan, GLM52).time
     assert t and "unavailable" not in t
@@ -122,7 +124,7 @@ def test_memory_follows_the_precision_for_the_routed_experts():
     """--precision fp8 keeps the FP8 copy of each routed-expert weight (1 B) instead of BF16 (2 B):
     the expert-weight term halves, nothing else moves."""
     base = dict(model="glm-5.2", mode="split", split=(14, 8, 8, 8, 8, 8, 8, 16), pp=8, tp=4, cp=8, ep=32, etp=1,
-                dp=1, sp=True, tokens_per_gpu=8192, recompute="full", optimizer_cpu_offload=True,
+                dp=1, sp=True, tokens_per_gpu=8192, recompute="full", recompute_method="uniform", recompute_num_layers=1, optimizer_cpu_offload=True,
                 use_precision_aware_optimizer=True, cp_comm_type="allgather")
     bf16, fp8 = (evaluate(Plan(**base, precision=p), GLM52).memory["stages"] for p in ("bf16", "fp8"))
     for a, b in zip(bf16, fp8):

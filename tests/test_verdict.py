@@ -16,7 +16,10 @@ from tests.test_twins import run_cli
 PROFILE = dict(parse_qsl(SLIME_GLM52_PROFILE.query()))
 PROFILE_ARGS = ["--pp", "8", "--first", "14", "--last", "16", "--tp", "4", "--cp", "8", "--ep", "32", "--etp", "1",
                 "--dp", "1", "--sp", "--tokens-per-gpu", "8192", "--recompute", "full", "--optimizer-cpu-offload",
-                "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer", "--engine", "slime"]
+                "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer", "--engine", "slime",
+                # Megatron needs a method and a layer count with full recompute, and DSA with CP the
+                # all-gather layout (transformer_config.py:1913-1925, 3162-3177): slime spells it --allgather-cp
+                "--recompute-method", "uniform", "--recompute-num-layers", "1", "--allgather-cp"]
 
 
 

@@ -30,7 +30,10 @@ from app.core.verdict import Reason, Verdict, ranges, verdict_of
 #: engine builds the model from these flags, so a value other than the checkpoint's cannot load it
 SHAPE_FIELDS = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size",
                 "num_attention_heads": "num_attention_heads", "num_experts": "n_routed_experts",
-                "moe_ffn_hidden_size": "moe_intermediate_size"}
+                "moe_ffn_hidden_size": "moe_intermediate_size",
+                # MLA (Megatron's --q-lora-rank ... --v-head-dim, megatron/training/arguments.py:3546-3557)
+                "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank", "qk_head_dim": "qk_nope_head_dim",
+                "qk_pos_emb_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim"}
 
 #: shared starts a boundary reason spells out (the stage list names every one)
 SHOWN_STARTS = 8
@@ -168,6 +171,7 @@ def _model_reasons(ev: Evaluation) -> list[Reason]:
             flag = next((f for f, n in ev.engine.flags.items() if n == name), TABLE[name].cli)
             out.append(Reason("model", f"{name}_mismatch", f"{flag} {given} does not match the config's {attr} "
                                                            f"{actual}", name))
+    out += ev.engine.model_reasons(ev.cfg, ev.plan)
     if ev.plan.mtp_layers and ev.plan.mtp_layers > ev.cfg.num_nextn_predict_layers:
         out.append(Reason("model", "mtp_mismatch", f"--mtp-num-layers {ev.plan.mtp_layers} exceeds the config's "
                           f"num_nextn_predict_layers {ev.cfg.num_nextn_predict_layers}: the checkpoint has no weights "

@@ -11,6 +11,7 @@ engine's rules (nothing outside it branches on an engine's name).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from app.core.engines import hf, maxtext, megatron, sglang, slime, vllm
 from app.core.engines.base import Engine, Judgement, LayoutCheck
@@ -71,6 +72,29 @@ def cli_aliases() -> dict[str, list[str]]:
     return out
 
 
+def cli_settings() -> dict[str, list[tuple[str, Any]]]:
+    """field -> every engine's switch that sets it to a value (``--recompute-activations`` ->
+    recompute selective), as the CLI accepts them."""
+    out: dict[str, list[tuple[str, Any]]] = {}
+    own = {s.cli for s in TABLE.values() if s.cli}
+    for e in ENGINES.values():
+        for flag, (name, value) in e.flag_settings.items():
+            if flag not in own and all(f != flag for f, _ in out.get(name, [])):
+                out.setdefault(name, []).append((flag, value))
+    return out
+
+
+def flag_settings(names: Iterable[str] | None = None) -> dict[str, tuple[str, Any]]:
+    """Engine switch -> (plan field, value), over the named engines (default: the training engines)."""
+    chosen = [ENGINES[n] for n in names] if names is not None else [
+        e for e in ENGINES.values() if e.workflow == "training"]
+    out: dict[str, tuple[str, Any]] = {}
+    for e in chosen:
+        for flag, setting in e.flag_settings.items():
+            out.setdefault(flag, setting)
+    return out
+
+
 def flag_vocabulary(names: Iterable[str] | None = None) -> dict[str, str]:
     """Engine flag -> plan field, over the named engines (default: the training engines), for
     reading a launcher's command line."""
@@ -84,5 +108,5 @@ def flag_vocabulary(names: Iterable[str] | None = None) -> dict[str, str]:
     return out
 
 
-__all__ = ["DEFAULT_PLAN", "ENGINES", "Engine", "EngineInputError", "Judgement", "LayoutCheck", "cli_aliases", "engine_for",
-           "flag_vocabulary", "ignored_fields", "role_rule", "role_rules"]
+__all__ = ["DEFAULT_PLAN", "ENGINES", "Engine", "EngineInputError", "Judgement", "LayoutCheck", "cli_aliases",
+           "cli_settings", "engine_for", "flag_settings", "flag_vocabulary", "ignored_fields", "role_rule", "role_rules"]

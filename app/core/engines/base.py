@@ -123,6 +123,12 @@ class Engine:
     #: the engine's own flag (or config key / env var) -> plan field: launcher import, the CLI's
     #: aliases and the names its messages use
     flags: ClassVar[Mapping[str, str]] = {}
+    #: the engine's switches that set a field to one value (``--recompute-activations`` -> recompute
+    #: ``selective``): launcher import and the CLI's aliases
+    flag_settings: ClassVar[Mapping[str, tuple[str, Any]]] = {}
+    #: field -> the value an engine command line means when it gives none of the field's flags, where
+    #: the engine's default differs from the plan's neutral value (launcher import)
+    absent_defaults: ClassVar[Mapping[str, Any]] = {}
     #: how a launch of this engine looks in a script (launcher import: the engine a script is written for)
     launch: ClassVar[LaunchSyntax] = LaunchSyntax()
     source: ClassVar[str] = ""
@@ -147,6 +153,8 @@ class Engine:
             return None
         if flag in self.flags:
             return self.flags[flag]
+        if flag in self.flag_settings:
+            return self.flag_settings[flag][0]
         return next((n for n, s in TABLE.items() if s.cli == flag), None)
 
     def layout_field(self, plan: Plan) -> str:
@@ -172,6 +180,12 @@ class Engine:
     def conversion(self, cfg: ModelConfig, plan: Plan) -> LayoutCheck | None:
         """The plan's second layout slot (checkpoint conversion), where the engine has one."""
         return None
+
+    def model_reasons(self, cfg: ModelConfig, plan: Plan) -> list[Reason]:
+        """Where the model the plan's engine flags build differs from the config (beyond the shape
+        fields every engine compares, ``app.core.evaluate.SHAPE_FIELDS``): the engine's own reading
+        of its model flags."""
+        return []
 
     def judge(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck) -> Judgement:
         """Parallel constraints and memory of a plan whose layout was built (``check``)."""

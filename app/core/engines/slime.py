@@ -16,12 +16,15 @@ own flags and its role rule.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from app.core.engines.base import LaunchSyntax
-from app.core.engines.megatron import MEGATRON_FLAGS, MegatronEngine
+from app.core.engines.megatron import MEGATRON_FLAG_SETTINGS, MEGATRON_FLAGS, MegatronEngine
+from app.core.engines.megatron.parallel import RULES, Rule, comm_types, dsa_cp_rule, te_cp_comm_rule
 from app.core.engines.rules import ShareBehaviour
+from app.core.layout.stages import StagePlan
 from app.core.model.config import ModelConfig
+from app.core.model.parallelism import Check, ParallelConfig
 from app.core.model.roles import RoleRule
 from app.core.plan import Plan
 
@@ -34,6 +37,37 @@ SLIME_RULE = RoleRule("slime", (1, 0), _slime_full, reads_declared=False, mtp_fo
                       source="THUDM/slime slime_plugins/models/glm5/glm5.py is_skip_topk_layer @ 624b824")
 
 SLIME_FLAGS = {**MEGATRON_FLAGS, "--max-tokens-per-gpu": "tokens_per_gpu"}
+#: slime's ``--allgather-cp`` (``slime/utils/arguments.py`` line 297) is the all-gather CP layout DSA with
+#: CP needs: the plan's ``cp_comm_type`` ``allgather`` (Megatron's own DSA attention reads
+#: ``--cp-comm-type allgather`` for the same thing)
+SLIME_FLAG_SETTINGS: dict[str, tuple[str, Any]] = {**MEGATRON_FLAG_SETTINGS, "--allgather-cp": ("cp_comm_type", "allgather")}
+
+
+def allgather_cp_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None) -> list[Check]:
+    """``slime/backends/megatron_utils/arguments.py:32-44`` (``_validate_allgather_cp_supported``):
+    "--allgather-cp with --context-parallel-size > 1 is currently only supported for DSA attention
+    models (DeepSeek-V3.2 and GLM-5.1)" - a non-DSA model would scramble token order."""
+    if par.cp == 1 or "allgather" not in comm_types(par) or cfg.has_indexer:
+        return []
+    return [Check("allgather_cp_non_dsa", False, "--allgather-cp with --context-parallel-size > 1 is currently only "
+                  "supported for DSA attention models; non-DSA models still use the zigzag CP layout and would "
+                  "silently scramble token order under allgather CP: drop --allgather-cp")]
+
+
+def dsa_allgather_cp_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None) -> list[Check]:
+    """slime's GLM-5 model (``--spec slime_plugins.models.glm5.glm5``) is not Megatron's DSA attention: it
+    all-gathers the keys over CP itself and needs the sequential all-gather CP layout that
+    ``--allgather-cp`` selects ("DSA + context parallel uses the sequential allgather-CP layout (not
+    zigzag)", ``scripts/models/glm5.2-744B-A40B.sh``; with it the tokens are cut into contiguous CP
+    chunks, without it zigzag-sliced, ``slime/backends/megatron_utils/cp_utils.py:271-284``); Megatron's
+    ``--cp-comm-type`` does not select it."""
+    if par.cp == 1 or not cfg.has_indexer:
+        return []
+    if set(comm_types(par)) != {"allgather"}:
+        return [Check("dsa_cp", False, f"DSA with CP={par.cp} uses the sequential allgather-CP layout (not zigzag) in "
+                                       "slime; add --allgather-cp")]
+    return [Check("dsa_cp", True, f"DSA with CP={par.cp}: --allgather-cp")]
+
 
 SLIME_SHARED_START = ShareBehaviour(
     "crash", True, "slime's GLM-5 model asserts at build that every pipeline stage starts on a layer that computes "
@@ -60,6 +94,15 @@ class SlimeEngine(MegatronEngine):
     label = "slime"
     role_rule: ClassVar[RoleRule | None] = SLIME_RULE
     flags: ClassVar[dict[str, str]] = SLIME_FLAGS
+    flag_settings: ClassVar[dict[str, tuple[str, Any]]] = SLIME_FLAG_SETTINGS
+    #: slime always builds Megatron's distributed optimizer ("always use zero optimizer":
+    #: ``slime/backends/megatron_utils/arguments.py:151-153`` sets ``args.use_distributed_optimizer = True``),
+    #: so a slime launcher without ``--use-distributed-optimizer`` has one
+    absent_defaults: ClassVar[dict[str, Any]] = {}
+    #: Megatron's rules with slime's own reading of the all-gather CP layout (``--allgather-cp``) for
+    #: Megatron's DSA and Transformer Engine spelling rules
+    rules: ClassVar[tuple[Rule, ...]] = (*(r for r in RULES if r not in (dsa_cp_rule, te_cp_comm_rule)),
+                                         dsa_allgather_cp_rule, allgather_cp_rule)
     shared_start: ClassVar[ShareBehaviour] = SLIME_SHARED_START
     #: slime's entry points with the ``PERF_ARGS`` array its scripts use, and its own flags
     #: (``slime/utils/arguments.py`` @ 624b824a: ``--actor-num-nodes`` line 39, ``--actor-num-gpus-per-node``

@@ -5,11 +5,13 @@ Flags must be written literally: a flag that only comes out of an expansion is n
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.core.launcher.arrays import SPLICE_RE
 from app.core.launcher.results import FlagOccurrence, UnresolvedValue
 from app.core.launcher.state import ShellState, Value
 from app.core.launcher.text import short
-from app.core.launcher.vocabulary import switch_flags, value_flags
+from app.core.launcher.vocabulary import list_flags, switch_flags, value_flags
 
 
 class FlagRules(ShellState):
@@ -43,11 +45,26 @@ class FlagRules(ShellState):
                 if raw[0] in "\"'" and vraw.endswith(raw[0]):
                     vraw = vraw[:-1]
                 self.add_value(flag, rest, reason, pos, vraw)
+            elif flag in values and i < n and not exp(i)[0].startswith("--") and flag in list_flags():
+                i = self.add_list(flag, words, exp, i, pos)
             elif flag in values and i < n and not exp(i)[0].startswith("--"):
                 self.add_value(flag, *exp(i), pos, words[i][0].replace("\\\n", ""))
                 i += 1
             elif flag in values:
                 self.add_value(flag, None, f"{flag} has no value", pos, "")
+
+    def add_list(self, flag: str, words: list[tuple[str, int]], exp: Any, i: int, pos: int) -> int:
+        """A ``nargs='+'`` flag: every following word up to the next flag, as argparse reads them,
+        recorded as one comma list (an unresolved word makes the whole value unresolved)."""
+        texts, raws, reason = [], [], None
+        while i < len(words) and not exp(i)[0].startswith("--"):
+            text, why = exp(i)
+            reason = reason or why
+            texts += text.split()   # an unquoted splice (``${MODULES[@]}``) is several words
+            raws.append(words[i][0].replace("\\\n", ""))
+            i += 1
+        self.add_value(flag, ",".join(texts), reason, pos, " ".join(raws))
+        return i
 
     def note_unknown_splice(self, raw: str, pos: int) -> None:
         """``${ARGS[@]}`` of an array never assigned (so far): reported unless assigned later."""

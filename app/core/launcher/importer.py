@@ -135,9 +135,10 @@ def _training_import(parsed: LauncherParse, cfg: ModelConfig, base: Plan, path: 
         warnings.append(f"the script is written for {guess.engine} ({guess.reason}); checked as {base.engine}, "
                         "the engine given")
     # a launcher is a real job: its parallelism, GPU count and memory join the verdict
+    chosen = engine_for(engine)
     plan, problems = plan_from_flags(parsed.values, parsed.switches,
                                      replace(base, engine=engine, mode="flags", parallel=True),
-                                     engine_for(engine).flags)
+                                     chosen.flags, settings=chosen.flag_settings, absent=chosen.absent_defaults)
     if problems:
         raise LauncherImportError("; ".join(p.message for p in problems))
     gpus = launcher_gpus(parsed)

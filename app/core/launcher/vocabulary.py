@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from functools import cache
 
-from app.core.engines import ENGINES, flag_vocabulary
+from app.core.engines import ENGINES, flag_settings, flag_vocabulary
 from app.core.plan import TABLE
 
 #: Flags with no plan field that the reader reads anyway: flag -> (takes a value?, why).
 #: Sources: THUDM/slime ``slime/utils/arguments.py`` at 624b824a898ab0ec1fcb4d373004c7f3852bf515
 #: (``--actor-num-nodes`` line 39, ``--actor-num-gpus-per-node`` 41, ``--num-gpus-per-node`` 62,
 #: ``--allgather-cp`` 297, ``--hf-checkpoint`` 307); NVIDIA/Megatron-LM ``megatron/training/arguments.py``
-#: (``--load``, ``--cp-comm-type``, ``--use-distributed-optimizer``); torchrun's ``--nnodes`` /
-#: ``--nproc-per-node``.
+#: (``--load``); torchrun's ``--nnodes`` / ``--nproc-per-node``. (``--cp-comm-type``, ``--allgather-cp``,
+#: ``--use-distributed-optimizer`` and ``--recompute-activations`` are plan settings now: the engines'
+#: ``flags`` / ``flag_settings``.)
 READER_ONLY_FLAGS: dict[str, tuple[bool, str]] = {
     "--actor-num-nodes": (True, "slime: training nodes; x --actor-num-gpus-per-node is the GPU count"),
     "--actor-num-gpus-per-node": (True, "slime: GPUs per training node"),
@@ -28,9 +29,6 @@ READER_ONLY_FLAGS: dict[str, tuple[bool, str]] = {
     "--nproc-per-node": (True, "torchrun: processes (GPUs) per node"),
     "--hf-checkpoint": (True, "slime: the HF checkpoint; its config.json is offered as the model (CLI)"),
     "--load": (True, "Megatron: the checkpoint to load; its config.json is offered as the model (CLI)"),
-    "--cp-comm-type": (True, "Megatron: the CP layout (allgather is what DSA with CP needs), reported"),
-    "--allgather-cp": (False, "slime: the all-gather CP layout (Megatron's --cp-comm-type allgather), reported"),
-    "--use-distributed-optimizer": (False, "Megatron: the distributed optimizer (the planner's default), reported"),
     "--overlap-p2p-communication": (False, "not a Megatron option (overlap is the default): read to warn about it"),
 }
 
@@ -38,8 +36,17 @@ READER_ONLY_FLAGS: dict[str, tuple[bool, str]] = {
 
 @cache
 def plan_flags() -> dict[str, bool]:
-    """Every engine flag of the plan table -> whether it is a switch (a ``bool`` field)."""
-    return {flag: TABLE[name].kind == "bool" for flag, name in flag_vocabulary().items()}
+    """Every engine flag of the plan table -> whether it is a switch (a ``bool`` field, or a switch
+    that sets a field to a value: ``--recompute-activations``)."""
+    return {**{flag: TABLE[name].kind == "bool" for flag, name in flag_vocabulary().items()},
+            **{flag: True for flag in flag_settings()}}
+
+
+@cache
+def list_flags() -> frozenset[str]:
+    """Flags that take one or more values (argparse ``nargs='+'``: ``--recompute-modules core_attn mlp``):
+    every word after them up to the next flag is read, as one comma list."""
+    return frozenset(flag for flag, name in flag_vocabulary().items() if TABLE[name].nargs)
 
 
 @cache

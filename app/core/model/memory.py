@@ -99,15 +99,19 @@ the slime GLM-5.2 profile). It is a transient, counted once in the peak.
 Recompute (``--recompute-granularity``):
 
 * ``none``: every term above is kept for every layer.
-* ``selective``: Megatron ``--recompute-modules core_attn mla_up_proj``: the attention core and
-  the MLA up-projections are recomputed, so ``q_heads``, ``k_heads``, ``v_heads`` and
-  ``attn_softmax_lse`` are dropped; the latents, the o_proj input and everything else stay.
+* ``selective``: the terms each of ``--recompute-modules`` recomputes are dropped
+  (:data:`RECOMPUTE_DROPS`, read from Megatron's layer code); Megatron's default ``core_attn``
+  drops only ``attn_softmax_lse`` (q, k, v are the checkpoint's inputs), ``mla_up_proj`` drops
+  ``q_heads``, ``k_heads``, ``v_heads``, ``layernorm`` the norm outputs that are modules of their
+  own, ``mlp`` / ``moe`` / ``moe_act`` / ``shared_experts`` their FFN terms.
 * ``full`` + ``uniform`` N: each virtual stage's decoder layers form groups of N; only each
-  group's input (``2H / s_div`` per token) is kept per micro-batch (an MTP layer keeps its two
-  inputs, ``4H / s_div``); plus a working set of N layers' full activations (the largest layers
-  of the rank) while a group is recomputed in backward (one micro-batch at a time).
+  group's input (``2H / s_div`` per token; ``2H / TP`` with ``--distribute-saved-activations``) is
+  kept per micro-batch (an MTP layer keeps its two inputs); plus a working set of N layers' full
+  activations (the largest layers of the rank) while a group is recomputed in backward (one
+  micro-batch at a time).
 * ``full`` + ``block`` N: the first N layers of each virtual stage keep only their input, the rest
-  keep everything; working set one layer.
+  keep everything (an MTP layer too: Megatron skips its recompute with ``block``); working set one
+  layer.
 
 In-flight micro-batches (Megatron ``schedules.py``): 1F1B rank ``p`` (0-based) holds
 ``min(PP - p, m)`` micro-batches. Interleaved (VPP > 1), rank ``p`` runs
@@ -155,7 +159,45 @@ GB = 10**9
 GIB = 2**30
 MIB = 2**20
 
-SELECTIVE_DROPPED = ("q_heads", "k_heads", "v_heads", "attn_softmax_lse")
+#: What each ``--recompute-modules`` entry stops keeping between forward and backward under selective
+#: recompute (NVIDIA/Megatron-LM @ d98e8a64; the Transformer Engine layer specs of
+#: ``megatron/core/models/gpt/gpt_layer_specs.py:244-338``), by layer part:
+#:
+#: * ``core_attn`` (``attention.py:392-395, 1555``): the attention core runs in a checkpoint whose
+#:   inputs q, k, v stay; what the kernel saves for backward (the log-sum-exp) is recomputed;
+#: * ``mla_up_proj`` (``multi_latent_attention.py:171-174, 455-458, 983-986``): the up-projected q, k,
+#:   v heads are discarded after the core and recomputed from the kept latents;
+#: * ``layernorm`` (``transformer_layer.py:475-527``): a norm that is its own module is recomputed -
+#:   the input norm of MLA attention (GQA fuses it into ``linear_qkv``) and the pre-MLP norm of MoE
+#:   layers (dense layers fuse it into ``linear_fc1``);
+#: * ``mlp`` (``transformer_layer.py:537-539, 992-1010``): a dense layer's MLP, with its fused norm, runs in
+#:   a checkpoint that keeps only the layer's residual;
+#: * ``moe`` (``moe/moe_layer.py:247-251``): the whole MoE forward is checkpointed (router, dispatch,
+#:   experts, shared experts), keeping its input;
+#: * ``moe_act`` (``moe/experts.py:269-272``, grouped-GEMM experts): the experts' activation output
+#:   (fc2's input) is recomputed from the kept fc1 output;
+#: * ``shared_experts`` (``moe/shared_experts.py:157-158``): the shared experts are checkpointed.
+#:
+#: Megatron's default is ``["core_attn"]`` (``transformer_config.py:1940-1941``). The GatedDeltaNet /
+#: mHC modules apply to no model isplan loads (the engine refuses them) and drop nothing here.
+RECOMPUTE_DROPS: dict[str, dict[str, tuple[str, ...]]] = {
+    "core_attn": {"any": ("attn_softmax_lse",)},
+    "mla_up_proj": {"mla": ("q_heads", "k_heads", "v_heads")},
+    "layernorm": {"mla": ("attn_norm_output",), "moe": ("mlp_norm_output",)},
+    "mlp": {"dense": ("mlp_norm_output", "dense_fc1", "dense_act")},
+    "moe": {"moe": ("router", "expert_input", "expert_fc1", "expert_act", "expert_output", "shared_fc1",
+                    "shared_act")},
+    "moe_act": {"moe": ("expert_act",)},
+    "shared_experts": {"moe": ("shared_fc1", "shared_act")},
+}
+
+
+def selective_dropped(cfg: ModelConfig, modules: tuple[str, ...], ffn: str) -> frozenset[str]:
+    """The activation terms (:func:`layer_activation_terms`) selective recompute of ``modules``
+    drops on a layer whose FFN is ``ffn`` (``dense`` / ``moe``): :data:`RECOMPUTE_DROPS`."""
+    parts = {"any", ffn} | ({"mla"} if cfg.attention == "mla" else set())
+    return frozenset(term for m in modules for part, terms in RECOMPUTE_DROPS.get(m, {}).items() if part in parts
+                     for term in terms)
 #: Activation-side terms of a rank's total, beside weights, gradients and optimizer state.
 ACTIVATION_TERMS = ("activations", "recompute_working_set", "topk_indices", "indexer_logits", "logits")
 
@@ -292,10 +334,8 @@ def indexer_logits_bytes(par: ParallelConfig) -> int:
     return t * t * par.cp * 4
 
 
-def _stored_per_token(terms: dict[str, float], recompute: str) -> float:
-    if recompute == "selective":
-        return sum(v for k, v in terms.items() if k not in SELECTIVE_DROPPED)
-    return sum(terms.values())
+def _stored_per_token(terms: dict[str, float], dropped: frozenset[str] = frozenset()) -> float:
+    return sum(v for k, v in terms.items() if k not in dropped)
 
 
 def _rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: ParallelConfig,
@@ -315,7 +355,7 @@ def _rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Pa
     def kind_bytes(kind: tuple[str, bool, bool]) -> tuple[float, float]:
         if kind not in per_kind:
             terms = layer_activation_terms(cfg, par, ffn=kind[0], indexer=kind[1], mtp=kind[2])
-            per_kind[kind] = (sum(terms.values()), _stored_per_token(terms, par.recompute))
+            per_kind[kind] = (sum(terms.values()), _stored_per_token(terms, selective_dropped(cfg, par.modules, kind[0])))
         return per_kind[kind]
 
     # under full recompute a model with no shared layer keeps no top-k: each layer recomputes its own
@@ -327,14 +367,22 @@ def _rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Pa
         full_layer_bytes.extend(full)
         n_dec = st.num_layers
         if par.recompute == "full":
-            n_rec = par.recompute_num_layers
-            if par.recompute_method == "uniform":
+            # Megatron refuses full recompute without a method and a layer count (engines/megatron/parallel.py);
+            # the estimate of such a plan reads uniform / 1
+            n_rec, method = par.recompute_num_layers or 1, par.recompute_method or "uniform"
+            # a checkpoint keeps its input: 2H per token (split over TP with --distribute-saved-activations,
+            # megatron/core/tensor_parallel/random.py:619-621; SP is off then)
+            kept = 2 * H / (par.tp if par.distribute_saved_activations else s_div) * tok
+            if method == "uniform":
                 groups = math.ceil(n_dec / n_rec) if n_dec else 0
-                stored = groups * 2 * H / s_div * tok
+                stored = groups * kept
+                stored += st.mtp_layers * (kept + 2 * H / s_div * tok)   # its two inputs
             else:  # block: first N layers keep their input, the rest everything
                 blocked = min(n_rec, n_dec)
-                stored = blocked * 2 * H / s_div * tok + sum(full[blocked:n_dec])
-            stored += st.mtp_layers * 4 * H / s_div * tok
+                stored = blocked * kept + sum(full[blocked:n_dec])
+                # "recompute_method == 'block' is not supported for MTP yet. Skipping recompute."
+                # (multi_token_prediction.py:1630-1634): an MTP layer keeps everything
+                stored += sum(full[n_dec:])
         else:
             stored = sum(kind_bytes(k)[1] * tok for k in kinds)
         c = counts[v] if v < len(counts) else 0
@@ -346,7 +394,7 @@ def _rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Pa
             topk += c * owners * tok * cfg.index_topk * 4
     working = 0.0
     if par.recompute == "full" and full_layer_bytes:
-        n = 1 if par.recompute_method == "block" else min(par.recompute_num_layers, len(full_layer_bytes))
+        n = 1 if par.recompute_method == "block" else min(par.recompute_num_layers or 1, len(full_layer_bytes))
         working = sum(sorted(full_layer_bytes, reverse=True)[:n])
     vocab_shard = math.ceil(cfg.vocab_size / par.tp)
     heads = sum(int(s.loss) + s.mtp_layers for s in stages)
@@ -739,9 +787,10 @@ def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
         "distributed optimizer shards: dense over DP*CP = "
         f"{par.dense_optimizer_shards}, experts over EDP = {par.edp}" if par.distributed_optimizer
         else "no distributed optimizer: 18 B/param everywhere",
-        f"recompute: {par.recompute}" + (f" ({par.recompute_method}, {par.recompute_num_layers} layer(s))"
+        f"recompute: {par.recompute}" + (f" ({par.recompute_method or 'no method'}, "
+                                         f"{par.recompute_num_layers or 'no'} layer(s))"
                                          if par.recompute == "full" else
-                                         " (core_attn + mla_up_proj)" if par.recompute == "selective" else ""),
+                                         f" ({' + '.join(par.modules)})" if par.recompute == "selective" else ""),
         ("no top-k indices are kept: under full recompute every layer of this model recomputes its own top-k"
          if cfg.has_indexer and par.recompute == "full" and all(r.role == "full" for r in roles.layers) else
          "the IndexShare top-k indices of every full and MTP layer are kept per in-flight micro-batch "

@@ -31,13 +31,10 @@ deliberately conservative: an H100 80GB reports 81,559 MiB (about 85.5e9 bytes) 
 of which the CUDA context, NCCL buffers and allocator fragmentation take a few GB that the
 memory model does not itemise; the headroom must absorb them.
 
-Sources (NVIDIA/Megatron-LM): ``megatron/training/arguments.py: validate_args`` (SP disabled
-with a warning when TP = 1; MTP refused with CP; ``--optimizer-cpu-offload`` needs
-``--use-precision-aware-optimizer``; global batch divisible by ``mbs * DP``),
-``megatron/core/model_parallel_config.py`` (EP > 1 and TP > 1 need SP),
-``megatron/core/parallel_state.py`` (world and expert grid divisibility),
-``megatron/core/pipeline_parallel/schedules.py`` (interleaving), Transformer Engine context
-parallelism (load-balanced CP splits each sequence into ``2 * CP`` chunks).
+The constraints themselves are Megatron's rules, one function each with the source line it was
+read from, in :mod:`app.core.engines.megatron.parallel`; the settings here use Megatron's defaults
+(``recompute_method`` / ``recompute_num_layers`` ``None`` unless given, ``recompute_modules``
+``["core_attn"]`` under selective, ``cp_comm_type`` p2p: one type, or one per layer comma-joined).
 """
 
 from __future__ import annotations
@@ -112,8 +109,10 @@ class ParallelConfig:
     seq_length: int | None = None
     tokens_per_gpu: int | None = None  # slime --max-tokens-per-gpu
     recompute: str = "none"  # none | selective | full
-    recompute_method: str = "uniform"  # uniform | block (full recompute only)
-    recompute_num_layers: int = 1
+    #: ``--recompute-method`` uniform | block, ``None`` when not given (Megatron's default; full
+    #: recompute then is refused, selective recompute refuses a method: engines/megatron/parallel.py)
+    recompute_method: str | None = None
+    recompute_num_layers: int | None = None  # --recompute-num-layers (None: not given)
     optimizer_cpu_offload: bool = False
     optimizer_offload_fraction: float = 1.0
     use_precision_aware_optimizer: bool = False
@@ -139,21 +138,36 @@ class ParallelConfig:
     #: presets; ``app/core/time/precision.py``). Dense weights, norms and embeddings stay at 2 B here
     #: (conservative: TE keeps some of them in BF16).
     expert_weight_bytes: float = 2.0
+    #: ``--recompute-modules`` under selective recompute (``None``: Megatron's default ``["core_attn"]``,
+    #: ``transformer_config.py:1940-1941``); ``--distribute-saved-activations``; ``--moe-grouped-gemm``
+    recompute_modules: tuple[str, ...] | None = None
+    distribute_saved_activations: bool = False
+    moe_grouped_gemm: bool = False
+    #: ``--cp-comm-type`` (one type for every layer) and ``--hierarchical-context-parallel-sizes``
+    cp_comm_type: str = "p2p"
+    hierarchical_context_parallel_sizes: tuple[int, ...] | None = None
+    #: ``--max-position-embeddings`` (None: not given)
+    max_position_embeddings: int | None = None
+    #: the job's attention as its flags build it, when it states them (None: the config's):
+    #: ``--multi-latent-attention``, and the query groups Megatron uses (``--num-query-groups`` with
+    #: ``--group-query-attention``, else the head count)
+    multi_latent_attention: bool | None = None
+    query_groups: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("tp", "cp", "pp", "ep", "mbs", "recompute_num_layers", "gpus_per_node",
-                     "make_vocab_size_divisible_by"):
+        for name in ("tp", "cp", "pp", "ep", "mbs", "gpus_per_node", "make_vocab_size_divisible_by"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a whole number >= 1, got {v!r}")
         for name in ("dp", "gpus", "etp", "vpp", "num_microbatches", "global_batch", "seq_length",
-                     "tokens_per_gpu", "gpu_capacity_bytes"):
+                     "tokens_per_gpu", "gpu_capacity_bytes", "recompute_num_layers", "max_position_embeddings",
+                     "query_groups"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"{name} must be a whole number >= 1 when given, got {v!r}")
         if self.recompute not in RECOMPUTE:
             raise ValueError(f"recompute must be one of {RECOMPUTE}, got {self.recompute!r}")
-        if self.recompute_method not in RECOMPUTE_METHODS:
+        if self.recompute_method is not None and self.recompute_method not in RECOMPUTE_METHODS:
             raise ValueError(f"recompute_method must be one of {RECOMPUTE_METHODS}, got {self.recompute_method!r}")
         if isinstance(self.host_memory_gb, bool) or not isinstance(self.host_memory_gb, (int, float)) \
                 or not self.host_memory_gb > 0:
@@ -170,6 +184,14 @@ class ParallelConfig:
         resolve_gpu(self.gpu, self.gpu_capacity_bytes)
 
     # ---------------------------------------------------------------- derived sizes
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """The modules selective recompute recomputes: ``--recompute-modules``, else Megatron's default
+        ``["core_attn"]`` (``transformer_config.py:1940-1941``); none unless the granularity is selective."""
+        if self.recompute != "selective":
+            return ()
+        return self.recompute_modules if self.recompute_modules is not None else ("core_attn",)
 
     @property
     def expert_tp(self) -> int:

@@ -5,7 +5,9 @@ Enumerated: TP (divisors of the head count; for GQA a multiple or divisor of the
 at most 8 = one NVLink domain), CP (powers of two up
 to 16, dividing the sample length in chunks of 2*CP), PP (powers of two up to 16 with a valid
 IndexShare layout), EP (divisors of the expert count), ETP in {1, TP}, VPP in {1, 2, 4} (PP > 2),
-recompute in {none, selective, full (uniform, 1 layer)}, optimizer CPU offload off/on. DP follows
+recompute in {none, selective (Megatron's default modules), full (uniform, 1 layer)}, optimizer CPU
+offload off/on; DSA models with CP > 1 use ``--cp-comm-type allgather`` (the only CP
+communication Megatron accepts for DSA). DP follows
 from the budget: GPUs / (TP*CP*PP) must be whole, and ETP*EP*PP must divide the world.
 
 Each (PP, VPP) uses the optimal valid layout for memory (:func:`app.core.optimise.optimiser.optimal_layout`
@@ -51,6 +53,19 @@ RECOMPUTE_FACTOR = {"none": 1.0, "selective": 1.05, "full": 4.0 / 3.0}
 OFFLOAD_FACTOR = 1.10
 RECOMPUTE_ORDER = ("none", "selective", "full")  # stored activations only fall along this order
 
+
+
+def recompute_flags(recompute: str) -> dict[str, Any]:
+    """The method and layer count a searched granularity launches with: full recompute needs both
+    (Megatron refuses it without, ``transformer_config.py:1913-1925``), selective refuses both
+    (``arguments.py:1425-1428``, ``transformer_config.py:1926-1932``)."""
+    return {"recompute_method": "uniform", "recompute_num_layers": 1} if recompute == "full" else {}
+
+
+def cp_comm_type(cfg: ModelConfig, cp: int) -> str:
+    """The CP communication a searched plan launches with: allgather for DSA with CP > 1, the only one
+    Megatron accepts there (``transformer_config.py:3162-3177``), else Megatron's default p2p."""
+    return "allgather" if cfg.has_indexer and cp > 1 else "p2p"
 
 
 @dataclass(frozen=True)
@@ -179,9 +194,9 @@ def search(
                                     tp=tp, cp=cp, pp=pp, gpus=gpus, ep=ep, etp=etp,
                                     vpp=vpp if vpp > 1 else None, sp=tp > 1, mbs=mbs,
                                     num_microbatches=num_microbatches, seq_length=seq_length,
-                                    tokens_per_gpu=tokens_per_gpu, recompute=rc,
+                                    tokens_per_gpu=tokens_per_gpu, recompute=rc, **recompute_flags(rc),
                                     optimizer_cpu_offload=off, use_precision_aware_optimizer=off,
-                                    gpu=gpu, gpu_capacity_bytes=gpu_capacity_bytes)
+                                    cp_comm_type=cp_comm_type(cfg, cp), gpu=gpu, gpu_capacity_bytes=gpu_capacity_bytes)
 
                             try:
                                 probe = config(*leanest)
@@ -215,6 +230,8 @@ def search(
                                 row = {
                                     "tp": tp, "cp": cp, "pp": pp, "dp": par.data_parallel, "ep": ep, "etp": etp,
                                     "vpp": vpp, "edp": par.edp, "sp": par.sp, "recompute": rc,
+                                    "recompute_method": par.recompute_method,
+                                    "recompute_num_layers": par.recompute_num_layers, "cp_comm_type": par.cp_comm_type,
                                     "optimizer_cpu_offload": off, "use_precision_aware_optimizer": off,
                                     "split": plan.sizes, "megatron_flags": megatron_flags(plan)[0],
                                     "max_rank_bytes": max(totals), "headroom_bytes": capacity - max(totals),
@@ -247,12 +264,15 @@ def search(
 def row_plan(base: Plan, row: dict[str, Any], gpus: int) -> Plan:
     """The plan one search result stands for: ``base``'s workload settings (model, GPU, sequence,
     batch, precision, overlaps) with the result's parallelism and layout (the search runs them with
-    the distributed optimizer, SP whenever TP > 1, and full recompute as uniform over 1 layer)."""
+    the distributed optimizer, SP whenever TP > 1, full recompute as uniform over 1 layer, and the
+    all-gather CP layout DSA needs)."""
     return replace(base, mode="split", split=tuple(row["split"]), pp=row["pp"], vpp=row["vpp"] if row["vpp"] > 1 else None,
                    first=None, last=None, layout=None, layers_per_vstage=None, account_for_embedding=False,
                    account_for_loss=False, tp=row["tp"], cp=row["cp"], ep=row["ep"], etp=row["etp"], dp=row["dp"],
-                   gpus=gpus, sp=row["sp"], recompute=row["recompute"], recompute_method="uniform",
-                   recompute_num_layers=1, optimizer_cpu_offload=row["optimizer_cpu_offload"],
+                   gpus=gpus, sp=row["sp"], recompute=row["recompute"], recompute_method=row.get("recompute_method"),
+                   recompute_num_layers=row.get("recompute_num_layers"),
+                   cp_comm_type=row["cp_comm_type"] if row.get("cp_comm_type") == "allgather" else base.cp_comm_type,
+                   optimizer_cpu_offload=row["optimizer_cpu_offload"],
                    use_precision_aware_optimizer=row["use_precision_aware_optimizer"], parallel=True)
 
 

@@ -19,6 +19,7 @@ from app.core.plan.table import (
     Plan,
     PlanError,
     build_plan,
+    format_value,
     parse_values,
     plan_conflicts,
 )
@@ -38,17 +39,30 @@ GROUP_TITLES = {
 _METAVARS = {"int": "N", "float": "GB", "text": "TEXT", "sizes": "LIST"}
 
 
-def add_cli_arguments(parser: Any, aliases: Mapping[str, Iterable[str]] | None = None) -> None:
+#: field -> the engines' switches that set it to one value (``--recompute-activations`` -> recompute
+#: selective), as ``(flag, value)`` pairs
+SettingAliases = Mapping[str, Iterable[tuple[str, Any]]]
+
+
+def add_cli_arguments(parser: Any, aliases: Mapping[str, Iterable[str]] | None = None,
+                      settings: SettingAliases | None = None) -> None:
     """argparse options for every plan field, grouped as the table groups them (default None:
-    given vs absent is known). ``aliases``: field -> the engines' own flags for it."""
+    given vs absent is known). ``aliases``: field -> the engines' own flags for it; ``settings``:
+    field -> the engines' switches that set it to a value."""
     for group, title in GROUP_TITLES.items():
         names = [n for n, s in TABLE.items() if s.group == group and s.cli is not None]
-        add_cli_fields(parser.add_argument_group(title), names, aliases)
+        add_cli_fields(parser.add_argument_group(title), names, aliases, settings)
 
 
-def add_cli_fields(group: Any, names: Iterable[str], aliases: Mapping[str, Iterable[str]] | None = None) -> None:
-    """One argparse option per named plan field, from the table (flag, type, bounds, help)."""
+def add_cli_fields(group: Any, names: Iterable[str], aliases: Mapping[str, Iterable[str]] | None = None,
+                   settings: SettingAliases | None = None) -> None:
+    """One argparse option per named plan field, from the table (flag, type, bounds, help); a
+    ``nargs`` field takes one or more words, as the engine's own flag does."""
     for name in names:
+        for flag, value in (settings or {}).get(name, ()):
+            group.add_argument(flag, dest=name, action="store_const", const=value, default=None,
+                               help=f"the engine's switch for {TABLE[name].cli} {format_value(TABLE[name], value)} "
+                                    f"[URL key: {name}={format_value(TABLE[name], value)}]")
         spec = TABLE[name]
         assert spec.cli is not None, name
         extra = [f for f in (aliases or {}).get(name, ()) if f != spec.cli]
@@ -57,13 +71,15 @@ def add_cli_fields(group: Any, names: Iterable[str], aliases: Mapping[str, Itera
         if spec.kind == "bool":
             group.add_argument(*flags, dest=name, action="store_true", default=None, help=text)
         elif spec.kind == "choice":
-            group.add_argument(*flags, dest=name, choices=spec.choices, default=None, help=text)
+            group.add_argument(*flags, dest=name, choices=spec.choices, default=None, help=text,
+                               nargs="+" if spec.nargs else None)
         elif spec.kind == "choices":
             group.add_argument(*flags, dest=name, nargs="+", choices=spec.choices, default=None, metavar=spec.metavar,
                                help=text + f" (one or more of {', '.join(spec.choices)})")
         else:
             group.add_argument(*flags, dest=name, default=None, metavar=spec.metavar or _METAVARS[spec.kind],
-                               help=text + (f" ({spec.bounds_text()})" if spec.bounds_text() else ""))
+                               help=text + (f" ({spec.bounds_text()})" if spec.bounds_text() else ""),
+                               nargs="+" if spec.nargs else None)
 
 
 def given_fields(namespace: Any) -> list[str]:

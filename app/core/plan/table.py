@@ -45,10 +45,15 @@ KV_DTYPES = ("bf16", "fp8")
 WEIGHT_DTYPES = ("bf16", "fp8")
 #: GEMM precision (app/core/time/precision.py: the Megatron flags each one exports)
 PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
-#: ``--recompute-modules`` (NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py @ d98e8a64)
-RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
-#: ``--cp-comm-type`` (megatron/training/arguments.py @ d98e8a64)
-CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
+#: ``--recompute-modules``: every module Megatron's ``TransformerConfig.__post_init__`` allows
+#: (NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py:1945-1957 @ d98e8a64); the GatedDeltaNet /
+#: GatedDeltaProduct / mHC ones belong to model families isplan does not load (the engine's rules say so)
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts",
+                     "gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc")
+#: ``--cp-comm-type`` (megatron/training/arguments.py:3221-3226 @ d98e8a64): Transformer Engine's attention
+#: takes p2p, all_gather, a2a, a2a+p2p; Megatron's DSA attention normalises allgather / all_gather
+#: (``dsa_layout.py:115-119``); slime's ``--allgather-cp`` is ``allgather``
+CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p", "all_gather")
 
 
 _WHOLE = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: str.isdigit() also accepts superscripts
@@ -71,6 +76,11 @@ class Field:
     metavar: str | None = None
     aliases: tuple[str, ...] = ()
     url: str = ""
+    #: the engine's flag takes one or more values (argparse ``nargs='+'``): a launcher's words after the
+    #: flag, or the CLI's, are read as one comma list
+    nargs: bool = False
+    #: the neutral value is ``None`` ("not given"): the page offers a blank choice
+    optional: bool = False
 
     def bounds_text(self) -> str:
         if self.kind == "choice":
@@ -81,7 +91,7 @@ class Field:
 
 
 def _f(kind: str, default: Any, cli: str | None, help: str, group: str, **kw: Any) -> Any:
-    return field(default=default, metadata={"isplan": Field(kind, cli, help, group, **kw)})
+    return field(default=default, metadata={"isplan": Field(kind, cli, help, group, optional=default is None, **kw)})
 
 
 @dataclass(frozen=True)
@@ -113,6 +123,29 @@ class Plan:
     moe_ffn_hidden_size: int | None = _f("int", None, "--moe-ffn-hidden-size",
                                          "the job's expert FFN width (must equal the config's)", "model", lo=1,
                                          hi=1 << 22, metavar="N", aliases=("moe_ffn",))
+    # attention flags Megatron builds the model with (megatron/training/arguments.py @ d98e8a64), each
+    # compared with the config when given (app/core/evaluate.py: SHAPE_FIELDS)
+    group_query_attention: bool = _f("bool", False, "--group-query-attention",
+                                     "the job builds grouped-query attention (Megatron reads --num-query-groups "
+                                     "only with it)", "model")
+    num_query_groups: int | None = _f("int", None, "--num-query-groups",
+                                      "the job's key-value (query) groups with --group-query-attention (must equal "
+                                      "the config's num_key_value_heads)", "model", lo=1, hi=1 << 16, metavar="N")
+    multi_latent_attention: bool = _f("bool", False, "--multi-latent-attention",
+                                      "the job builds multi-latent attention (the config must be an MLA model)",
+                                      "model")
+    q_lora_rank: int | None = _f("int", None, "--q-lora-rank", "MLA query LoRA rank (must equal the config's)",
+                                 "model", lo=1, hi=1 << 20, metavar="N")
+    kv_lora_rank: int | None = _f("int", None, "--kv-lora-rank", "MLA key-value LoRA rank (must equal the config's)",
+                                  "model", lo=1, hi=1 << 20, metavar="N")
+    qk_head_dim: int | None = _f("int", None, "--qk-head-dim",
+                                 "MLA query-key head dim without RoPE (the config's qk_nope_head_dim)", "model",
+                                 lo=1, hi=1 << 16, metavar="N")
+    qk_pos_emb_head_dim: int | None = _f("int", None, "--qk-pos-emb-head-dim",
+                                         "MLA RoPE head dim (the config's qk_rope_head_dim)", "model", lo=1,
+                                         hi=1 << 16, metavar="N")
+    v_head_dim: int | None = _f("int", None, "--v-head-dim", "MLA value head dim (the config's v_head_dim)", "model",
+                                lo=1, hi=1 << 16, metavar="N")
     dsa_topk_freq: int | None = _f("int", None, "--dsa-topk-freq",
                                    "the engine's top-k frequency (default: the config's index_topk_freq)", "model",
                                    lo=1, hi=MAX_LAYERS, metavar="N", aliases=("dsa_freq",))
@@ -157,6 +190,10 @@ class Plan:
                         "memory setting, and by a launcher)", "parallel")
     tp: int = _f("int", 1, "--tp", "tensor-parallel size", "parallel", lo=1, hi=MAX_TP)
     cp: int = _f("int", 1, "--cp", "context-parallel size", "parallel", lo=1, hi=MAX_CP)
+    hierarchical_context_parallel_sizes: tuple[int, ...] | None = _f(
+        "sizes", None, "--hierarchical-context-parallel-sizes",
+        "CP group sizes per level (a2a+p2p: the a2a size, then the p2p size); their product must be CP", "parallel",
+        lo=1, hi=MAX_CP, max_len=200, metavar="LIST", nargs=True)
     ep: int = _f("int", 1, "--ep", "expert-parallel size", "parallel", lo=1, hi=MAX_EP)
     etp: int | None = _f("int", None, "--etp", "expert tensor-parallel size (default: TP)", "parallel", lo=1,
                          hi=MAX_TP)
@@ -171,6 +208,9 @@ class Plan:
                                   "parallel", lo=1, hi=MAX_TOKENS, aliases=("gbs",))
     seq_length: int | None = _f("int", None, "--seq-length", "tokens per sample", "parallel", lo=1, hi=MAX_TOKENS,
                                 aliases=("seq",))
+    max_position_embeddings: int | None = _f("int", None, "--max-position-embeddings",
+                                             "Megatron's position limit; it must be at least --seq-length", "parallel",
+                                             lo=1, hi=MAX_TOKENS, metavar="N")
     tokens_per_gpu: int | None = _f("int", None, "--tokens-per-gpu",
                                     "tokens per GPU after the CP split (slime --max-tokens-per-gpu)", "parallel",
                                     lo=1, hi=MAX_TOKENS, aliases=("tpg",))
@@ -180,11 +220,18 @@ class Plan:
     recompute_modules: tuple[str, ...] | None = _f("choices", None, "--recompute-modules",
                                                    "modules recomputed under --recompute selective (Megatron's "
                                                    "default: core_attn)", "memory", choices=RECOMPUTE_MODULES,
-                                                   metavar="M")
-    recompute_method: str = _f("choice", "uniform", "--recompute-method", "full recompute method", "memory",
-                               choices=RECOMPUTE_METHODS, aliases=("rmethod",))
-    recompute_num_layers: int = _f("int", 1, "--recompute-num-layers", "layers per recompute unit", "memory",
-                                   lo=1, hi=MAX_LAYERS, aliases=("rnl",))
+                                                   metavar="M", nargs=True)
+    moe_grouped_gemm: bool = _f("bool", False, "--moe-grouped-gemm",
+                                "grouped-GEMM experts (TEGroupedMLP); --recompute-modules moe_act needs it", "memory")
+    recompute_method: str | None = _f("choice", None, "--recompute-method",
+                                      "full recompute method (Megatron: required with full, refused with selective)",
+                                      "memory", choices=RECOMPUTE_METHODS, aliases=("rmethod",))
+    recompute_num_layers: int | None = _f("int", None, "--recompute-num-layers",
+                                          "layers per recompute unit (Megatron: required with full, refused with "
+                                          "selective)", "memory", lo=1, hi=MAX_LAYERS, aliases=("rnl",))
+    distribute_saved_activations: bool = _f("bool", False, "--distribute-saved-activations",
+                                            "split each full-recompute checkpoint over the TP group (needs TP > 1, "
+                                            "no sequence parallelism)", "memory")
     optimizer_cpu_offload: bool = _f("bool", False, "--optimizer-cpu-offload",
                                      "optimizer states on the host (HybridDeviceOptimizer)", "memory",
                                      aliases=("offload",))
@@ -217,7 +264,10 @@ class Plan:
     overlap_param_gather: bool = _f("bool", False, "--overlap-param-gather",
                                     "overlap the parameter all-gather with forward", "time")
     cp_comm_type: str = _f("choice", "p2p", "--cp-comm-type",
-                           "context-parallel communication (DSA needs allgather)", "time", choices=CP_COMM_TYPES)
+                           "context-parallel communication, one type for every layer or a comma list of one per "
+                           "layer (DSA with CP > 1 needs allgather; a2a+p2p needs "
+                           "--hierarchical-context-parallel-sizes)", "time",
+                           choices=CP_COMM_TYPES, nargs=True)
     nvlink_domain: int | None = _f("int", None, "--nvlink-domain",
                                    "GPUs per NVLink domain (default: the GPU's system: 8, or 72 on NVL72)", "time",
                                    lo=1, hi=MAX_GPUS)
@@ -306,8 +356,8 @@ class Plan:
             text = format_value(spec, value)
             if spec.kind == "bool":
                 args.append(spec.cli)
-            elif spec.kind == "choices":
-                args += [spec.cli, *value]
+            elif spec.kind == "choices" or spec.nargs:   # one word per value, as the engine's flag takes them
+                args += [spec.cli, *text.split(",")]
             elif text.startswith("-"):  # argparse would read it as an option
                 args.append(f"{spec.cli}={text}")
             else:
@@ -402,6 +452,10 @@ def label(spec: Field) -> str:
 def parse_value(spec: Field, raw: object) -> Any:
     """One value from text (URL, CLI) or JSON (receipts), bounded before any work; ValueError names it."""
     name = label(spec)
+    if spec.nargs and isinstance(raw, (list, tuple)):   # the words of a nargs='+' flag: one comma list
+        raw = ",".join(str(p).strip() for p in raw)
+    if spec.kind == "choice" and spec.nargs:
+        return _one_choice(spec, str(raw), name)
     if spec.kind == "bool":
         if isinstance(raw, bool):
             return raw
@@ -436,6 +490,19 @@ def parse_value(spec: Field, raw: object) -> Any:
             raise ValueError(f"{name} must be between {spec.lo:.15g} and {spec.hi:.15g}, got {str(raw)[:40]}")
         return number
     return parse_int(raw, name, int(spec.lo or 0), int(spec.hi or 0))
+
+
+def _one_choice(spec: Field, raw: str, name: str) -> str:
+    """A choice a flag may give per layer (``--cp-comm-type p2p p2p a2a ...``): one entry is that value
+    for every layer; more stay the per-layer list, comma-joined (layer 1 first), as Megatron keeps a
+    list of more than one (``megatron/training/argument_utils.py:343-344``)."""
+    parts = [p.strip() for p in raw.split(",") if p.strip()]
+    bad = [p for p in parts if p not in spec.choices]
+    if not parts or bad:
+        raise ValueError(f"{name} takes one of {', '.join(spec.choices)}, or one per layer; got {raw[:40]!r}")
+    if len(parts) > MAX_LAYERS:
+        raise ValueError(f"{name} gives {len(parts):,} per-layer values; the limit is {MAX_LAYERS:,}")
+    return ",".join(parts)
 
 
 def parse_int(raw: object, label: str, lo: int, hi: int) -> int:

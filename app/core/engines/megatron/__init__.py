@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 from app.core.engines.base import Engine, Judgement, LaunchSyntax, LayoutCheck
 from app.core.engines.megatron.check import MEGATRON_SHARED_START, CheckResult, engine_roles, run_check
 from app.core.engines.megatron.export import ExportSettings, exports
-from app.core.engines.megatron.parallel import check_parallel
+from app.core.engines.megatron.parallel import RULES, Rule, check_parallel
 from app.core.engines.megatron.placement import interleave_error, materialise
 from app.core.engines.megatron.timing import MAX_EVENTS, MAX_LIVE_EVENTS, plan_time, recipe_stages, time_layer_costs
 from app.core.engines.rules import ShareBehaviour
@@ -74,10 +74,33 @@ MEGATRON_FLAGS: dict[str, str] = {
     "--recompute-modules": "recompute_modules", "--tp-comm-overlap": "tp_comm_overlap",
     "--overlap-grad-reduce": "overlap_grad_reduce", "--overlap-param-gather": "overlap_param_gather",
     "--cp-comm-type": "cp_comm_type",
+    # issue 19: the training settings Megatron accepts and refuses (engines/megatron/parallel.py)
+    "--hierarchical-context-parallel-sizes": "hierarchical_context_parallel_sizes",
+    "--max-position-embeddings": "max_position_embeddings",
+    "--distribute-saved-activations": "distribute_saved_activations", "--moe-grouped-gemm": "moe_grouped_gemm",
+    "--group-query-attention": "group_query_attention", "--num-query-groups": "num_query_groups",
+    "--multi-latent-attention": "multi_latent_attention", "--q-lora-rank": "q_lora_rank",
+    "--kv-lora-rank": "kv_lora_rank", "--qk-head-dim": "qk_head_dim",
+    "--qk-pos-emb-head-dim": "qk_pos_emb_head_dim", "--v-head-dim": "v_head_dim",
 }
 
 #: layouts the time objective simulates (the min-max best ones by per-layer time)
 TIME_CANDIDATES = 8
+
+#: Megatron's switches that set a plan field to one value (``megatron/training/arguments.py`` @ d98e8a64):
+#: ``--recompute-activations`` is the old spelling of selective recompute (lines 607-609: "if
+#: args.recompute_activations: args.recompute_granularity = 'selective'", applied after parsing);
+#: ``--use-distributed-optimizer`` (line 3156) turns the distributed optimizer on.
+MEGATRON_FLAG_SETTINGS: dict[str, tuple[str, Any]] = {
+    "--recompute-activations": ("recompute", "selective"),
+    "--use-distributed-optimizer": ("no_distributed_optimizer", False),
+}
+#: What a Megatron command line means where Megatron's default differs from isplan's: without
+#: ``--use-distributed-optimizer`` (``action='store_true'``, arguments.py:3156;
+#: ``OptimizerConfig.use_distributed_optimizer = False``, megatron/core/optimizer/optimizer_config.py:324)
+#: there is no distributed optimizer. isplan's own plans (URL, CLI) keep assuming it unless
+#: ``no_distributed_optimizer``, as they always have.
+MEGATRON_ABSENT_DEFAULTS: dict[str, Any] = {"no_distributed_optimizer": True}
 
 #: the plan fields a training engine of the Megatron family reads
 TRAINING_FIELDS = frozenset(n for n, s in TABLE.items() if s.group not in ("serving", "maxtext")) - {"engine_version"}
@@ -112,9 +135,34 @@ def conversion_spec(plan: Plan) -> PipelineSpec | None:
     return None
 
 
-def parallel_config(plan: Plan, stages: StagePlan) -> ParallelConfig:
-    """Megatron's parallel settings for the plan (``ValueError`` names a bad combination)."""
-    return ParallelConfig(
+#: the MLA shape flags (read by Megatron only with ``--multi-latent-attention``)
+MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+
+
+def states_attention(plan: Plan) -> bool:
+    """Whether the plan defines the job's attention: any of Megatron's attention flags, or
+    ``--num-attention-heads`` (a launcher's model arguments: without ``--group-query-attention`` or
+    ``--multi-latent-attention`` beside it Megatron builds multi-head attention)."""
+    return (plan.group_query_attention or plan.multi_latent_attention or plan.num_query_groups is not None
+            or plan.num_attention_heads is not None or any(getattr(plan, n) is not None for n in MLA_FIELDS))
+
+
+def built_query_groups(plan: Plan, heads: int) -> int:
+    """The query groups Megatron builds: ``--num-query-groups`` only with ``--group-query-attention``
+    (``megatron/training/argument_utils.py:330-333``), else ``None`` and so one per head
+    (``transformer_config.py:1458-1459``)."""
+    return plan.num_query_groups if plan.group_query_attention and plan.num_query_groups else heads
+
+
+def parallel_config(plan: Plan, stages: StagePlan, cfg: ModelConfig | None = None) -> ParallelConfig:
+    """Megatron's parallel settings for the plan (``ValueError`` names a bad combination). The job's
+    attention (MLA or not, query groups) is the plan's when it gives attention flags, else the config's."""
+    attention: dict[str, Any] = {}
+    if cfg is not None and states_attention(plan):
+        heads = plan.num_attention_heads or cfg.num_attention_heads
+        attention = {"multi_latent_attention": plan.multi_latent_attention,
+                     "query_groups": built_query_groups(plan, heads)}
+    return ParallelConfig(**attention,
         tp=plan.tp, cp=plan.cp, pp=stages.pp, dp=plan.dp, gpus=plan.gpus, ep=plan.ep, etp=plan.etp,
         vpp=stages.vpp if stages.vpp > 1 else None, overlap_p2p_comm=not plan.no_overlap_p2p_communication,
         sp=plan.sp, mbs=plan.mbs, num_microbatches=plan.num_microbatches, global_batch=plan.global_batch,
@@ -125,7 +173,11 @@ def parallel_config(plan: Plan, stages: StagePlan) -> ParallelConfig:
         distributed_optimizer=not plan.no_distributed_optimizer, gpu=plan.gpu,
         gpu_capacity_bytes=int(plan.gpu_memory_gb * 1e9) if plan.gpu_memory_gb else None,
         host_memory_gb=plan.host_memory_gb, gpus_per_node=plan.gpus_per_node,
-        make_vocab_size_divisible_by=plan.make_vocab_size_divisible_by,
+        make_vocab_size_divisible_by=plan.make_vocab_size_divisible_by, recompute_modules=plan.recompute_modules,
+        distribute_saved_activations=plan.distribute_saved_activations, moe_grouped_gemm=plan.moe_grouped_gemm,
+        cp_comm_type=plan.cp_comm_type, hierarchical_context_parallel_sizes=plan.hierarchical_context_parallel_sizes,
+        # compared with the sequence length the plan states (not the 4096 assumed without one)
+        max_position_embeddings=plan.max_position_embeddings if plan.seq_length else None,
         expert_weight_bytes=get_precision(plan.precision).param_gather_bytes)
 
 
@@ -162,6 +214,10 @@ class MegatronEngine(Engine):
     role_rule: ClassVar[RoleRule | None] = MEGATRON_RULE
     fields = TRAINING_FIELDS
     flags: ClassVar[dict[str, str]] = MEGATRON_FLAGS
+    flag_settings: ClassVar[dict[str, tuple[str, Any]]] = MEGATRON_FLAG_SETTINGS
+    absent_defaults: ClassVar[dict[str, Any]] = MEGATRON_ABSENT_DEFAULTS
+    #: the parallel and training-setting rules the engine judges (engines/megatron/parallel.py)
+    rules: ClassVar[tuple[Rule, ...]] = RULES
     source = "NVIDIA/Megatron-LM @ d98e8a64ddf34856e74b24714e3bedb2f5a39553"
     #: what a stage that starts on a shared layer does in this engine
     shared_start: ClassVar[ShareBehaviour] = MEGATRON_SHARED_START
@@ -197,6 +253,37 @@ class MegatronEngine(Engine):
         return run_check(cfg, spec, self.role_rule, rules=(self.role_rule,), pattern=plan.pattern, freq=freq,
                          offset=offset, shared_start=self.shared_start, **kw)
 
+    def model_reasons(self, cfg: ModelConfig, plan: Plan) -> list[Reason]:
+        """The attention the plan's flags build against the config's (only when it gives attention
+        flags): ``--multi-latent-attention`` (the MLA flags are read only with it,
+        ``megatron/training/argument_utils.py:313-314``), the query groups (``--num-query-groups`` only
+        with ``--group-query-attention``, 330-333), and GQA with MLA, which Megatron refuses
+        (``arguments.py:1973-1974``: "Group query attention is mutually exclusive with multi latent
+        attention.")."""
+        if not states_attention(plan):
+            return []
+        out = []
+        if plan.multi_latent_attention and plan.group_query_attention:
+            out.append(Reason(self.acceptance_kind, "gqa_with_mla", "Group query attention is mutually exclusive with "
+                              "multi latent attention; drop --group-query-attention", "group_query_attention"))
+        if plan.multi_latent_attention and cfg.attention != "mla":
+            out.append(Reason("model", "attention_mismatch", f"--multi-latent-attention builds MLA but the config has "
+                              f"{cfg.attention} attention with {cfg.num_key_value_heads} key-value heads; drop "
+                              "--multi-latent-attention", "multi_latent_attention"))
+        elif not plan.multi_latent_attention and cfg.attention == "mla":
+            out.append(Reason("model", "attention_mismatch", "the job builds no multi-latent attention "
+                              "(--multi-latent-attention is not given, and Megatron reads the MLA flags only with "
+                              "it) but the config is an MLA model; add --multi-latent-attention", "multi_latent_attention"))
+        elif not plan.multi_latent_attention:
+            groups = built_query_groups(plan, plan.num_attention_heads or cfg.num_attention_heads)
+            if groups != cfg.num_key_value_heads:
+                why = (" (--num-query-groups is read only with --group-query-attention)"
+                       if plan.num_query_groups and not plan.group_query_attention else "")
+                out.append(Reason("model", "num_query_groups_mismatch", f"the job builds {groups} query groups{why}; "
+                                  f"the config has num_key_value_heads {cfg.num_key_value_heads}",
+                                  "group_query_attention" if why else "num_query_groups"))
+        return out
+
     # ------------------------------------------------------------------ parallelism and memory
     def judge(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck) -> Judgement:
         from app.core.model.flops import stage_flops
@@ -205,7 +292,7 @@ class MegatronEngine(Engine):
         out = Judgement()
         stages = check.plan
         try:
-            par = parallel_config(plan, stages)
+            par = parallel_config(plan, stages, cfg)
         except ValueError as exc:
             out.problems.append(FieldProblem("tp", f"parallel settings: {exc}"))
             return out
@@ -213,7 +300,7 @@ class MegatronEngine(Engine):
         if not stages.stages:   # the placement refused: its errors are the verdict; time as the recipes place it
             out.time = self._refused_time(cfg, plan, check, par)
             return out
-        out.checks = check_parallel(cfg, par, stages)
+        out.checks = check_parallel(cfg, par, stages, self.rules)
         for c in out.checks:
             if not c.ok and c.level == "error":
                 out.blocking.append(Reason(c.kind, c.name, c.message, c.field))
@@ -272,11 +359,11 @@ class MegatronEngine(Engine):
         par = judgement.parallel
         if par is None:   # not judged: the plan's own settings still make the export
             try:
-                par = parallel_config(plan, check.plan)
+                par = parallel_config(plan, check.plan, cfg)
             except ValueError:
                 return {}
         conv = conversion if isinstance(conversion, CheckResult) else None
-        return exports(check, ExportSettings.from_parallel(par).with_precision(plan.precision), conversion=conv)
+        return exports(check, ExportSettings.from_plan(plan, par), conversion=conv)
 
     # ------------------------------------------------------------------ plans
     def best_layouts(self, cfg: ModelConfig, plan: Plan, *, objective: str = "balanced", top: int = 1) -> list[Plan]:
@@ -370,7 +457,8 @@ def _go(plan: Plan, cfg: ModelConfig) -> bool:
 def _training_plan(row: dict[str, Any], engine: str, model: str, gpu: str, gpu_memory_gb: float | None) -> Plan:
     return Plan(model=model, engine=engine, mode="split", split=tuple(row["split"]), pp=row["pp"],
                 vpp=row["vpp"] if row["vpp"] > 1 else None, tp=row["tp"], cp=row["cp"], ep=row["ep"], etp=row["etp"],
-                dp=row["dp"], sp=row["sp"], recompute=row["recompute"],
+                dp=row["dp"], sp=row["sp"], recompute=row["recompute"], recompute_method=row.get("recompute_method"),
+                recompute_num_layers=row.get("recompute_num_layers"), cp_comm_type=row.get("cp_comm_type", "p2p"),
                 optimizer_cpu_offload=row["optimizer_cpu_offload"],
                 use_precision_aware_optimizer=row["use_precision_aware_optimizer"], seq_length=SEQ_LENGTH,
                 global_batch=row["dp"] * 8 * row["pp"], gpu=gpu, gpu_memory_gb=gpu_memory_gb, parallel=True)

@@ -5,8 +5,14 @@ Spellings follow each engine's own parser:
 
 * Megatron (NVIDIA/Megatron-LM ``megatron/training/arguments.py`` at commit
   d98e8a64ddf34856e74b24714e3bedb2f5a39553; the option strings are listed in
-  ``app/core/data/megatron_arguments.txt``): context parallelism's all-gather layout is
-  ``--cp-comm-type allgather``; DSA index sharing is ``--dsa-indexer-topk-freq`` /
+  ``app/core/data/megatron_arguments.txt``): the plan's ``--cp-comm-type`` (emitted with CP > 1;
+  DSA with CP needs ``allgather``, the verdict says so); the recompute flags exactly as the plan
+  states them (``--recompute-granularity``, and ``--recompute-method`` / ``--recompute-num-layers`` /
+  ``--recompute-modules`` / ``--distribute-saved-activations`` only when given: Megatron's
+  defaults are None); ``--hierarchical-context-parallel-sizes``, ``--seq-length``,
+  ``--max-position-embeddings`` and the attention flags (``--group-query-attention``,
+  ``--num-query-groups``, ``--multi-latent-attention``, the MLA dims) when the plan gives them;
+  ``--use-distributed-optimizer`` unless the plan has none; DSA index sharing is ``--dsa-indexer-topk-freq`` /
   ``--dsa-indexer-skip-topk-offset``; p2p overlap is on by default and only
   ``--no-overlap-p2p-communication`` exists; ``--mtp-num-layers N`` is emitted only when the plan
   builds N > 0 MTP layers.
@@ -26,10 +32,11 @@ is empty otherwise), and are built from plain settings: this module never import
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.core.engines.megatron.check import CheckResult
 from app.core.model.parallelism import ParallelConfig
+from app.core.plan import Plan
 
 CP_COMM_FLAG = "--cp-comm-type"
 SLIME_ALLGATHER_CP = "--allgather-cp"
@@ -46,14 +53,23 @@ class ExportSettings:
     etp: int | None = None                     # --expert-tensor-parallel-size (None: not emitted)
     sp: bool = False                           # --sequence-parallel
     recompute: str = "none"                    # --recompute-granularity: none | selective | full
-    recompute_method: str = "uniform"          # --recompute-method (full only)
-    recompute_num_layers: int = 1              # --recompute-num-layers (full only)
+    recompute_method: str | None = None        # --recompute-method (None: not given, not emitted)
+    recompute_num_layers: int | None = None    # --recompute-num-layers (None: not given, not emitted)
     optimizer_cpu_offload: bool = False        # --optimizer-cpu-offload
     overlap_cpu_optimizer_d2h_h2d: bool = False
     use_precision_aware_optimizer: bool = False
     distributed_optimizer: bool = False        # --use-distributed-optimizer
     max_tokens_per_gpu: int | None = None      # slime only
     precision: str = "bf16"                    # --bf16 [--fp8-format/--fp8-recipe | --fp4-format/--fp4-recipe]
+    recompute_modules: tuple[str, ...] | None = None   # --recompute-modules (selective only)
+    distribute_saved_activations: bool = False          # --distribute-saved-activations
+    moe_grouped_gemm: bool = False                      # --moe-grouped-gemm
+    cp_comm_type: str = "p2p"                           # --cp-comm-type (slime: --allgather-cp for allgather)
+    hierarchical_context_parallel_sizes: tuple[int, ...] | None = None
+    seq_length: int | None = None                       # --seq-length
+    max_position_embeddings: int | None = None          # --max-position-embeddings
+    #: the attention flags the plan gives, as Megatron spells them (``[]``: the model's own arguments)
+    model_argv: tuple[str, ...] = ()
 
     @classmethod
     def from_parallel(cls, par: ParallelConfig) -> ExportSettings:
@@ -64,12 +80,28 @@ class ExportSettings:
                    recompute_num_layers=par.recompute_num_layers, optimizer_cpu_offload=par.optimizer_cpu_offload,
                    overlap_cpu_optimizer_d2h_h2d=par.optimizer_cpu_offload,
                    use_precision_aware_optimizer=par.use_precision_aware_optimizer,
-                   distributed_optimizer=par.distributed_optimizer, max_tokens_per_gpu=par.tokens_per_gpu)
+                   distributed_optimizer=par.distributed_optimizer, max_tokens_per_gpu=par.tokens_per_gpu,
+                   recompute_modules=par.recompute_modules, distribute_saved_activations=par.distribute_saved_activations,
+                   moe_grouped_gemm=par.moe_grouped_gemm, cp_comm_type=par.cp_comm_type,
+                   hierarchical_context_parallel_sizes=par.hierarchical_context_parallel_sizes)
 
-    def with_precision(self, precision: str) -> ExportSettings:
-        from dataclasses import replace
-
-        return replace(self, precision=precision)
+    @classmethod
+    def from_plan(cls, plan: Plan, par: ParallelConfig) -> ExportSettings:
+        """:meth:`from_parallel` plus what only the plan states: its ``--seq-length``,
+        ``--max-position-embeddings`` and attention flags (each emitted only when given)."""
+        model: list[str] = []
+        if plan.group_query_attention:
+            model.append("--group-query-attention")
+        if plan.multi_latent_attention:
+            model.append("--multi-latent-attention")
+        for name in ("num_query_groups", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
+                     "v_head_dim"):
+            value = getattr(plan, name)
+            if value is not None:
+                model += ["--" + name.replace("_", "-"), str(value)]
+        return replace(cls.from_parallel(par), seq_length=plan.seq_length,
+                       max_position_embeddings=plan.max_position_embeddings, model_argv=tuple(model),
+                       precision=plan.precision)
 
 
 def shell_join(argv: list[str] | tuple[str, ...]) -> str:
@@ -88,18 +120,39 @@ def _groups(argv: list[str]) -> list[list[str]]:
     return out
 
 
+def _recompute_argv(s: ExportSettings) -> list[str]:
+    """``--recompute-granularity`` and what goes with it, as the plan states them (Megatron refuses a
+    method or a layer count with selective, and needs both with full: the verdict says so)."""
+    if s.recompute == "none":
+        return ["--distribute-saved-activations"] if s.distribute_saved_activations else []
+    argv = ["--recompute-granularity", s.recompute]
+    if s.recompute_method is not None:
+        argv += ["--recompute-method", s.recompute_method]
+    if s.recompute_num_layers is not None:
+        argv += ["--recompute-num-layers", str(s.recompute_num_layers)]
+    if s.recompute == "selective" and s.recompute_modules is not None:
+        argv += ["--recompute-modules", *s.recompute_modules]
+    if s.distribute_saved_activations:
+        argv.append("--distribute-saved-activations")
+    return argv
+
+
 def _parallel_argv(s: ExportSettings) -> list[str]:
     argv = ["--tensor-model-parallel-size", str(s.tp), "--context-parallel-size", str(s.cp),
             "--expert-model-parallel-size", str(s.ep)]
     if s.etp is not None:
         argv += ["--expert-tensor-parallel-size", str(s.etp)]
+    if s.hierarchical_context_parallel_sizes is not None:
+        argv += ["--hierarchical-context-parallel-sizes", *map(str, s.hierarchical_context_parallel_sizes)]
     if s.sp:
         argv.append("--sequence-parallel")
-    if s.recompute == "full":
-        argv += ["--recompute-granularity", "full", "--recompute-method", s.recompute_method,
-                 "--recompute-num-layers", str(s.recompute_num_layers)]
-    elif s.recompute == "selective":
-        argv += ["--recompute-granularity", "selective"]
+    for value, flag in ((s.seq_length, "--seq-length"), (s.max_position_embeddings, "--max-position-embeddings")):
+        if value is not None:
+            argv += [flag, str(value)]
+    argv += list(s.model_argv)
+    argv += _recompute_argv(s)
+    if s.moe_grouped_gemm:
+        argv.append("--moe-grouped-gemm")
     for on, flag in ((s.distributed_optimizer, "--use-distributed-optimizer"),
                      (s.optimizer_cpu_offload, "--optimizer-cpu-offload"),
                      (s.overlap_cpu_optimizer_d2h_h2d, "--overlap-cpu-optimizer-d2h-h2d"),
@@ -139,8 +192,8 @@ def megatron_argv(check: CheckResult, settings: ExportSettings | None = None) ->
     argv = _shared_argv(check, s)
     if not argv:
         return []
-    if s.cp > 1 and check.model.has_indexer:
-        argv += [CP_COMM_FLAG, "allgather"]
+    if s.cp > 1 or s.cp_comm_type != "p2p":   # the plan's type (DSA with CP > 1 must be allgather: the verdict)
+        argv += [CP_COMM_FLAG, *s.cp_comm_type.split(",")]   # one type, or one per layer
     roles = check.roles
     if check.model.has_indexer and roles.rule != "pattern_override" and roles.freq is not None:
         argv += ["--dsa-indexer-topk-freq", str(roles.freq), "--dsa-indexer-skip-topk-offset", str(roles.offset)]
@@ -158,8 +211,10 @@ def slime_argv(check: CheckResult, settings: ExportSettings | None = None) -> li
     argv = _shared_argv(check, s)
     if not argv:
         return []
-    if s.cp > 1 and check.model.has_indexer:
-        argv.append(SLIME_ALLGATHER_CP)
+    if set(s.cp_comm_type.split(",")) == {"allgather"}:
+        argv.append(SLIME_ALLGATHER_CP)   # slime's spelling of the all-gather CP layout
+    elif s.cp_comm_type != "p2p":
+        argv += [CP_COMM_FLAG, *s.cp_comm_type.split(",")]   # forwarded to Megatron
     if s.max_tokens_per_gpu is not None:   # only read with dynamic batching (slime arguments.py)
         argv += ["--use-dynamic-batch-size", "--max-tokens-per-gpu", str(s.max_tokens_per_gpu)]
     return argv

@@ -34,11 +34,23 @@ ASSUMED_MICROBATCHES_PER_RANK = 8
 MAX_LIVE_EVENTS = 100_000
 MAX_EVENTS = 4_000_000
 #: --cp-comm-type -> the CP form the time model costs (a2a+p2p: all-to-all inside, ring across)
-_CP_FORM = {"p2p": "p2p", "allgather": "allgather", "a2a": "a2a", "a2a+p2p": "a2a"}
+_CP_FORM = {"p2p": "p2p", "allgather": "allgather", "all_gather": "allgather", "a2a": "a2a", "a2a+p2p": "a2a"}
+
+
+def _cp_form(cp_comm_type: str, notes: list[str]) -> str:
+    """The time model's CP communication: the plan's type, or, for a per-layer list, the type most
+    layers use (stated in ``notes``)."""
+    types = cp_comm_type.split(",")
+    if len(set(types)) == 1:
+        return _CP_FORM[types[0]]
+    common = max(dict.fromkeys(types), key=types.count)
+    notes.append(f"per-layer --cp-comm-type timed as {common}, the type of {types.count(common)} of {len(types)} layers")
+    return _CP_FORM[common]
 
 
 def time_settings(plan: Plan, stages: StagePlan, par: ParallelConfig) -> tuple[Any, list[str]]:
     """The plan as the time model's settings, and what had to be assumed."""
+    from app.core.time.settings import RECOMPUTE_MODULES as TIME_RECOMPUTE_MODULES
     from app.core.time.settings import TimeSettings
 
     notes = []
@@ -66,10 +78,13 @@ def time_settings(plan: Plan, stages: StagePlan, par: ParallelConfig) -> tuple[A
         global_batch=gbs, seq_length=seq, sp=plan.sp, recompute=plan.recompute,
         recompute_method=plan.recompute_method if plan.recompute == "full" else None,
         recompute_num_layers=plan.recompute_num_layers if plan.recompute == "full" else None,
-        recompute_modules=plan.recompute_modules, mtp_layers=stages.mtp_layers, precision=plan.precision,
+        # the GatedDeltaNet / mHC modules (refused for every model isplan loads) take no time here
+        recompute_modules=None if plan.recompute_modules is None else
+        tuple(m for m in plan.recompute_modules if m in TIME_RECOMPUTE_MODULES),
+        mtp_layers=stages.mtp_layers, precision=plan.precision,
         tp_comm_overlap=plan.tp_comm_overlap, overlap_grad_reduce=plan.overlap_grad_reduce,
         overlap_param_gather=plan.overlap_param_gather, distributed_optimizer=not plan.no_distributed_optimizer,
-        optimizer_cpu_offload=plan.optimizer_cpu_offload, cp_comm_type=_CP_FORM[plan.cp_comm_type],
+        optimizer_cpu_offload=plan.optimizer_cpu_offload, cp_comm_type=_cp_form(plan.cp_comm_type, notes),
         vocab_divisible_by=plan.make_vocab_size_divisible_by)
     return settings, notes
 
