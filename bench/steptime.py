@@ -3,10 +3,21 @@
 Predicts every calibration row (``bench/steptime_calibration.json``, a copy of
 ``../shared/reference/steptime/calibration.json``: 6 measured runs with their exact Megatron
 settings) and every held-out row (``bench/steptime_holdout.json``: further published runs, never
-used to fit a constant) from exactly the settings each row states, prints predicted vs measured
-tokens/s/GPU with the error, the mean and max |error| per set, the share of concordant pairs of
-runs within one model (is the predicted order of two runs the measured order?), and writes
-``bench/results/steptime.json``.
+used to fit a constant) **through the product**: each row becomes exactly the ``isplan time``
+command a user would type (:func:`argv_for`: the model, ``--tp --pp --cp --vpp --ep --etp --dp
+--mbs --global-batch --seq-length --sp --recompute --recompute-method --recompute-num-layers
+--recompute-modules --mtp-layers --layout --tp-comm-overlap --overlap-grad-reduce
+--overlap-param-gather --gpu --precision`` and nothing else), run by ``app.cli.main([...,
+"--format", "json"])``. Those are the numbers that count. The direct path (the row's every stated
+setting, e.g. its MoE dispatcher or EP overlap, handed to :func:`app.core.time.step_time`) is
+printed beside them where the two differ.
+
+The held-out rows are split once (:func:`split_holdout`) into a development set, which guides the
+physics, and a locked test set, reported only by ``--test`` / the default full run.
+
+It prints predicted vs measured tokens/s/GPU with the error, the mean and max |error| per set, the
+share of concordant pairs of runs within one model (is the predicted order of two runs the
+measured order?), and writes ``bench/results/steptime.json``. ``--dev`` skips the locked test set.
 
 ``python -m bench.steptime --fit`` re-fits the fitted constants (``FIT``: a few per GPU
 generation and precision) on the calibration rows only, by coordinate descent on the sum of
@@ -16,10 +27,14 @@ squared log errors, and prints them; they are then written into
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import math
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import replace
 from itertools import combinations
 from pathlib import Path
@@ -146,30 +161,118 @@ def settings_for(row: dict[str, Any]) -> TimeSettings:
     )
 
 
+def argv_for(row: dict[str, Any]) -> list[str]:
+    """The ``isplan time`` command of a row: exactly the settings a user types (module docstring).
+    ``--vpp`` as the row gives it (the product times a layout beside a VPP flag as it describes);
+    ``--layout`` only when the row has its own layout string."""
+    path = CONFIGS / row["model"]
+    argv = ["time", str(path) if path.exists() else row["model"]]
+    for flag, key in (("--tp", "tp"), ("--pp", "pp"), ("--cp", "cp"), ("--vpp", "vp"), ("--ep", "ep"),
+                      ("--etp", "etp"), ("--dp", "dp"), ("--mbs", "mbs"), ("--global-batch", "gbs"),
+                      ("--seq-length", "seq"), ("--mtp-layers", "mtp")):
+        v = row.get(key)
+        if v is not None and not (key in ("vp", "mtp") and not v):
+            argv += [flag, str(v)]
+    if row.get("sp"):
+        argv.append("--sp")
+    rc = row.get("recompute") or {}
+    if rc.get("granularity"):
+        argv += ["--recompute", rc["granularity"]]
+        if rc.get("method"):
+            argv += ["--recompute-method", rc["method"]]
+        if rc.get("num_layers"):
+            argv += ["--recompute-num-layers", str(rc["num_layers"])]
+        if rc.get("modules"):
+            argv += ["--recompute-modules", *rc["modules"]]
+    if row.get("layout") not in (None, "auto"):
+        argv += ["--layout", row["layout"]]
+    ov = row.get("overlaps") or {}
+    argv += [f"--{k.replace('_', '-')}" for k in ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather")
+             if ov.get(k)]
+    return [*argv, "--gpu", row["gpu"], "--precision", row["precision"], "--format", "json"]
+
+
+@contextmanager
+def _constants(constants: dict[str, Efficiency] | None) -> Iterator[None]:
+    """The product path with trial constants (the fit): :data:`CONSTANTS` swapped in place."""
+    if constants is None:
+        yield
+        return
+    saved = dict(CONSTANTS)
+    CONSTANTS.update(constants)
+    try:
+        yield
+    finally:
+        CONSTANTS.update(saved)
+
+
+def predict_product(row: dict[str, Any], constants: dict[str, Efficiency] | None = None) -> dict[str, Any]:
+    """The row through ``app.cli.main`` (:func:`argv_for`): the ``time`` object of its JSON answer."""
+    from app.cli import main as isplan
+
+    out = io.StringIO()
+    with _constants(constants), redirect_stdout(out), redirect_stderr(io.StringIO()) as err:
+        code = isplan(argv_for(row))
+    if code == 2:
+        raise ValueError(f"isplan time exit 2: {err.getvalue().strip() or out.getvalue()[:300]}")
+    return dict(json.loads(out.getvalue())["time"])
+
+
 def predict(row: dict[str, Any], constants: dict[str, Efficiency] | None = None) -> StepTime:
+    """The direct path: every setting the row states (also those ``isplan time`` has no flag for)."""
     cfg = model_for(row["model"])
     hw = get_hardware(row["gpu"])
     eff = (constants or CONSTANTS)[hw.generation]
     return step_time(cfg, derive_roles(cfg, role_rule("megatron")), plan_for(cfg, row), settings_for(row), hw, efficiency=eff)
 
 
-def evaluate(rows: list[dict[str, Any]], constants: dict[str, Efficiency] | None = None) -> list[dict[str, Any]]:
+def evaluate(rows: list[dict[str, Any]], constants: dict[str, Efficiency] | None = None, *,
+             direct: bool = False) -> list[dict[str, Any]]:
+    """Predicted vs measured per row, through the product (``direct``: also the direct path)."""
     out = []
     for row in rows:
         measured = row["measured"]["tokens_per_s_per_gpu"]
         try:
-            r = predict(row, constants)
+            t = predict_product(row, constants)
         except ValueError as exc:
             out.append({"id": row["id"], "model": row["model"], "error": str(exc), "measured": measured})
             continue
-        out.append({"id": row["id"], "model": row["model"], "gpu": row["gpu"], "precision": row["precision"],
-                    "measured": measured, "predicted": r.tokens_per_second_per_gpu,
-                    "err": r.tokens_per_second_per_gpu / measured - 1.0,
-                    "measured_tflops": row["measured"].get("model_tflops_per_gpu"),
-                    "predicted_tflops": r.model_tflops_per_gpu, "step_seconds": r.step_seconds,
-                    "bubble": r.bubble_fraction,
-                    "breakdown": {k: round(v["exposed"], 4) for k, v in r.breakdown.items()}})
+        res = {"id": row["id"], "model": row["model"], "gpu": row["gpu"], "precision": row["precision"],
+               "measured": measured, "predicted": t["tokens_per_second_per_gpu"],
+               "err": t["tokens_per_second_per_gpu"] / measured - 1.0,
+               "measured_tflops": row["measured"].get("model_tflops_per_gpu"),
+               "predicted_tflops": t["model_tflops_per_gpu"], "step_seconds": t["step_seconds"],
+               "bubble": t["bubble_fraction"], "assumed": t.get("assumed", []),
+               "breakdown": {k: round(v["exposed"], 4) for k, v in t["breakdown"].items()}}
+        if direct:
+            try:
+                d = predict(row, constants).tokens_per_second_per_gpu
+                res["direct"], res["direct_err"] = d, d / measured - 1.0
+            except ValueError as exc:
+                res["direct_error"] = str(exc)
+        out.append(res)
     return out
+
+
+#: the columns that make two rows the same launch (one configuration measured in several containers)
+SPLIT_KEY = ("model", "gpu", "precision", "gpus", "gbs", "mbs", "seq", "tp", "pp", "cp", "vp", "ep")
+
+
+def split_holdout(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(development, locked test) - fixed once, before the model was changed against either. Rows
+    with one launch configuration (:data:`SPLIT_KEY`; the tables repeat a launch across containers)
+    stay together, so a test row never has a development twin. Per GPU, the configurations sorted
+    by the SHA-256 of their key go to test at positions 1, 4, 7, ... (a third of each GPU's
+    configurations, every system represented): 104 development and 56 test rows."""
+    def key(r: dict[str, Any]) -> str:
+        return "|".join(str(r.get(k)) for k in SPLIT_KEY)
+
+    by_gpu: dict[str, set[str]] = {}
+    for r in rows:
+        by_gpu.setdefault(r["gpu"], set()).add(key(r))
+    test = {k for keys in by_gpu.values()
+            for i, k in enumerate(sorted(keys, key=lambda k: hashlib.sha256(k.encode()).hexdigest())) if i % 3 == 1}
+    return [r for r in rows if key(r) not in test], [r for r in rows if key(r) in test]
 
 
 def concordance(results: list[dict[str, Any]]) -> tuple[int, int]:
@@ -266,21 +369,31 @@ def fit(rows: list[dict[str, Any]], rounds: int = 5) -> dict[tuple[tuple[str, ..
 
 def _print(title: str, results: list[dict[str, Any]]) -> None:
     print(f"\n{title}")
-    print(f"{'run':78s} {'measured':>9s} {'predicted':>9s} {'error':>7s}")
+    print(f"{'run':78s} {'measured':>9s} {'predicted':>9s} {'error':>7s}  (direct path, where it differs)")
     for r in results:
         if "error" in r:
             print(f"{r['id'][:78]:78s} {r['measured']:9.0f} {'-':>9s}  {r['error'][:60]}")
-        else:
-            print(f"{r['id'][:78]:78s} {r['measured']:9.0f} {r['predicted']:9.0f} {r['err']:+7.1%}")
+            continue
+        line = f"{r['id'][:78]:78s} {r['measured']:9.0f} {r['predicted']:9.0f} {r['err']:+7.1%}"
+        if "direct" in r and abs(r["direct"] / r["predicted"] - 1) > 0.005:
+            line += f"  ({r['direct']:.0f}, {r['direct_err']:+.1%})"
+        elif "direct_error" in r:
+            line += f"  (direct: {r['direct_error'][:40]})"
+        print(line)
     s = summary(results)
     if s["mean_abs_err"] is not None:
         conc = f"{s['concordance']:.0%}" if s["concordance"] is not None else "n/a"
         print(f"mean |error| {s['mean_abs_err']:.1%}, max {s['max_abs_err']:.1%}, within 10 %: {s['within_10pct']}/"
               f"{s['predicted']}, within 25 %: {s['within_25pct']}/{s['predicted']}, same order within a model: "
               f"{s['concordant_pairs']}/{s['pairs']} ({conc}); not predicted: {s['failed']}")
+    direct = [abs(r["direct_err"]) for r in results if "direct_err" in r]
+    if direct:
+        print(f"direct path (every stated setting): mean |error| {sum(direct) / len(direct):.1%}, max {max(direct):.1%}")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """``--fit``: re-fit on the calibration rows; ``--dev``: calibration and development rows only
+    (the locked test set is not run); default: every set, the test set last."""
     argv = sys.argv[1:] if argv is None else argv
     calibration = load_rows(CALIBRATION)
     if "--fit" in argv:
@@ -288,19 +401,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for (gens, name), v in values.items():
             print(f"{'/'.join(gens):28s} {name:12s} {v:.4f}")
         return {"fitted": {f"{'/'.join(g)}.{n}": v for (g, n), v in values.items()}}
-    holdout = load_rows(HOLDOUT)
+    dev_rows, test_rows = split_holdout(load_rows(HOLDOUT))
     t0 = time.perf_counter()
-    cal = evaluate(calibration)
-    held = evaluate(holdout)
+    cal = evaluate(calibration, direct=True)
+    dev = evaluate(dev_rows, direct=True)
+    test = [] if "--dev" in argv else evaluate(test_rows, direct=True)
     elapsed = time.perf_counter() - t0
     _print("calibration rows (the fitted constants were fitted on these)", cal)
-    _print("held-out rows (never used for fitting)", held)
-    result = {"calibration": {"summary": summary(cal), "rows": cal},
-              "holdout": {"summary": summary(held), "rows": held},
-              "seconds": elapsed, "errors": sum(1 for r in cal if "error" in r)}
+    _print(f"development rows ({len(dev)} held-out runs that guided the model; never fitted on)", dev)
+    result: dict[str, Any] = {"calibration": {"summary": summary(cal), "rows": cal},
+                              "development": {"summary": summary(dev), "rows": dev}}
+    if test:
+        _print(f"locked test rows ({len(test)} held-out runs, not looked at while the model was changed)", test)
+        result["test"] = {"summary": summary(test), "rows": test}
+        result["holdout"] = {"summary": summary(dev + test)}
+        _print_summary("all held-out rows (development + test)", dev + test)
+    result.update(seconds=elapsed, errors=sum(1 for r in cal if "error" in r))
     path = save("steptime", result)
-    print(f"\n{len(cal) + len(held)} runs predicted in {elapsed:.1f} s; wrote {path}")
+    print(f"\n{len(cal) + len(dev) + len(test)} runs predicted in {elapsed:.1f} s; wrote {path}")
     return result
+
+
+def _print_summary(title: str, results: list[dict[str, Any]]) -> None:
+    s = summary(results)
+    print(f"\n{title}: mean |error| {s['mean_abs_err']:.1%}, max {s['max_abs_err']:.1%}, within 10 %: "
+          f"{s['within_10pct']}/{s['predicted']}, same order within a model: {s['concordant_pairs']}/{s['pairs']} "
+          f"({s['concordance']:.0%})")
 
 
 if __name__ == "__main__":
