@@ -63,9 +63,10 @@ _SYSTEM = {"DGX-GB200": "gb200-186gb", "DGX-H100": "h100-80gb", "DGX-B200": "b20
            "DGX-GB300": "gb300-288gb", "DGX-B300": "b300-288gb"}
 _PRECISION = {"NVFP4": "nvfp4", "FP8": "fp8", "MXFP8": "mxfp8", "BF16": "bf16", "FP16 (mixed)": "bf16"}
 
-#: The fitted constants: (generation(s), Efficiency field(s)); generations of one family share one
+#: The fitted constants: (generation(s), Efficiency field(s)); generations listed together share one
 #: value, and ``gemm_fp8+bf16`` sets the FP8 and the BF16 ceiling to one fraction of their peaks (no
-#: calibration row runs BF16 on Hopper or Blackwell).
+#: calibration row runs BF16 on Hopper or Blackwell). Blackwell and Blackwell Ultra have their own
+#: FP8 fraction (one calibration row each family at least: B200 / GB200 and GB300), their FP4 one.
 FIT: tuple[tuple[tuple[str, ...], str], ...] = (
     (("blackwell", "blackwell_ultra"), "gemm_fp8+bf16"),
     (("blackwell", "blackwell_ultra"), "gemm_fp4"),
@@ -99,6 +100,9 @@ def normalise(row: dict[str, Any]) -> dict[str, Any]:
                      "ep_comm_overlap": bool(ov.get("moe_expert_parallel_comm_overlap"))},
         "distributed_optimizer": bool(row["distributed_optimizer"]), "layout": "auto",
         "moe_dispatcher": (row.get("dispatcher") or {}).get("type") or "flex",
+        # settings the recipes state in their notes (calibration.json records them there)
+        "fp8_attention": any("fp8_dot_product_attention=True" in n for n in row.get("notes") or ()),
+        "fp8_output_proj": any("fp8_output_proj=True" in n for n in row.get("notes") or ()),
         "measured": row["measured"],
     }
 
@@ -158,6 +162,7 @@ def settings_for(row: dict[str, Any]) -> TimeSettings:
         overlap_param_gather=bool(ov.get("overlap_param_gather")), ep_comm_overlap=bool(ov.get("ep_comm_overlap")),
         distributed_optimizer=bool(row.get("distributed_optimizer", True)),
         moe_dispatcher=row.get("moe_dispatcher") or "flex",
+        fp8_attention=bool(row.get("fp8_attention")), fp8_output_proj=bool(row.get("fp8_output_proj")),
     )
 
 
@@ -326,8 +331,9 @@ def _bounded(key: tuple[tuple[str, ...], str], value: float) -> float:
 def _descend(rows: list[dict[str, Any]], values: dict[tuple[tuple[str, ...], str], float], keys: list,
              rounds: int) -> tuple[float, dict[tuple[tuple[str, ...], str], float]]:
     def loss(vals: dict[tuple[tuple[str, ...], str], float]) -> float:
-        res = evaluate(rows, _constants_with(vals))
-        return sum(math.log1p(r["err"]) ** 2 for r in res if "err" in r)
+        constants = _constants_with(vals)
+        return sum(math.log(predict(r, constants).tokens_per_second_per_gpu / r["measured"]["tokens_per_s_per_gpu"]) ** 2
+                   for r in rows)
 
     best = loss(values)
     step = 0.2
@@ -351,7 +357,9 @@ HOST_STARTS = (0.0, 20e-6, 40e-6, 60e-6, 80e-6)
 
 
 def fit(rows: list[dict[str, Any]], rounds: int = 5) -> dict[tuple[tuple[str, ...], str], float]:
-    """Least squares in log tokens/s over :data:`FIT` on the calibration rows only: for each start
+    """Least squares in log tokens/s over :data:`FIT` on the calibration rows only, each row timed
+    with every setting it states (the direct path: its MoE dispatcher and EP overlap too - the
+    physical constants are fitted on what really ran, not on the product's defaults): for each start
     of the host cost (:data:`HOST_STARTS`) the GEMM ceilings are fitted by coordinate descent, then
     all constants together from the best start."""
     host_key = next(k for k in FIT if k[1] == "host_op")
@@ -399,7 +407,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if "--fit" in argv:
         values = fit(calibration)
         for (gens, name), v in values.items():
-            print(f"{'/'.join(gens):28s} {name:12s} {v:.4f}")
+            print(f"{'/'.join(gens):28s} {name:14s} {v:.6g}")
         return {"fitted": {f"{'/'.join(g)}.{n}": v for (g, n), v in values.items()}}
     dev_rows, test_rows = split_holdout(load_rows(HOLDOUT))
     t0 = time.perf_counter()
