@@ -103,6 +103,7 @@ def normalise(row: dict[str, Any]) -> dict[str, Any]:
         # settings the recipes state in their notes (calibration.json records them there)
         "fp8_attention": any("fp8_dot_product_attention=True" in n for n in row.get("notes") or ()),
         "fp8_output_proj": any("fp8_output_proj=True" in n for n in row.get("notes") or ()),
+        "cuda_graph": "full_iteration" if (row.get("cuda_graphs") or {}).get("impl") == "full_iteration" else "none",
         "measured": row["measured"],
     }
 
@@ -163,6 +164,7 @@ def settings_for(row: dict[str, Any]) -> TimeSettings:
         distributed_optimizer=bool(row.get("distributed_optimizer", True)),
         moe_dispatcher=row.get("moe_dispatcher") or "flex",
         fp8_attention=bool(row.get("fp8_attention")), fp8_output_proj=bool(row.get("fp8_output_proj")),
+        cuda_graph=row.get("cuda_graph") or "none",
     )
 
 

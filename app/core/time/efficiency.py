@@ -55,8 +55,8 @@ class Efficiency:
 #: NVLink line rate and ~80-90 % of the NIC rate (nccl-tests on DGX systems), memory-bound kernels
 #: ~75 % of HBM bandwidth (STREAM-like copies on H100 / B200).
 #: Fitted by ``python -m bench.steptime --fit`` on the six calibration rows (see :data:`FITTED`).
-_HOST_OP = 5.185e-05
-_BW_GEMM, _BW_FP4 = 0.5489, 0.5322
+_HOST_OP = 5.186e-05
+_BW_GEMM, _BW_FP4 = 0.5424, 0.5322
 _HOPPER_GEMM = 0.711
 _AMPERE_GEMM = 0.773
 
@@ -82,7 +82,7 @@ FITTED: dict[str, str] = {
     "blackwell / blackwell_ultra gemm fp8 (= bf16)": "B200 Qwen3-235B MXFP8, GB200 DeepSeek-V3 MXFP8, GB300 Qwen3-30B "
                                                      "MXFP8 calibration rows, each timed with every setting it states "
                                                      "(EP overlap, FP8 attention, the MXFP8 output layer); one value for "
-                                                     "both generations (the two MoE rows alone give 0.540 and 0.554); "
+                                                     "both generations (the two MoE rows alone agree within 3 %); "
                                                      "BF16 takes the same fraction of its peak: no BF16 row",
     "blackwell / blackwell_ultra gemm fp4": "GB200 Llama-3.1-70B NVFP4 calibration row",
     "hopper gemm fp8 (= bf16)": "H100 Llama-3.1-70B FP8 calibration row",

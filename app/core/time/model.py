@@ -357,7 +357,7 @@ def layer_settings_key(s: TimeSettings, hw: Hardware) -> tuple[Any, ...]:
     which PP, VPP and the micro-batch count set) - not otherwise PP, VPP, DP or the layout."""
     return (hw, s.tp, s.cp, s.ep, s.etp_, s.sp, s.mbs, s.seq_length, s.recompute, s.recompute_method,
             s.recompute_num_layers, s.modules, s.precision, s.tp_comm_overlap, ep_overlap_share(s), s.cp_comm_type,
-            s.moe_dispatcher, s.fp8_attention)
+            s.moe_dispatcher, s.fp8_attention, s.cuda_graph)
 
 
 def quick_step_seconds(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: TimeSettings, hw: Hardware,

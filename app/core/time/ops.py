@@ -268,7 +268,8 @@ def _pairs(ctx: OpContext) -> float:
 #: expert (Transformer Engine ``GroupedLinear`` / ``general_grouped_gemm``), twice as many
 #: backward; every layer has ~12 / 18 other ops (norms, residual adds, RoPE, attention, activation);
 #: an MoE layer ~30 / 20 more (router, top-k, auxiliary loss, permutation, the token-count exchange
-#: and its host synchronisation, un-permutation); each collective is one op.
+#: and its host synchronisation, un-permutation); each collective is one op. A full-iteration CUDA
+#: graph (``cuda_graph="full_iteration"``) issues none of them.
 HOST_LAYER_OPS = (12, 18)
 HOST_MOE_OPS = (30, 20)
 
@@ -341,8 +342,9 @@ def layer_cost(ctx: OpContext, role: LayerRole) -> LayerCost:
     n_kernels = 2 * len(gemms) + 8 + (12 if role.ffn == "moe" else 0)
     lc.fwd.kernel += n_kernels * eff.kernel
     lc.bwd.kernel += 2 * n_kernels * eff.kernel
-    ops_f, ops_b = host_ops(ctx, role, gemms)
-    lc.host_fwd, lc.host_bwd = ops_f * eff.host_op, ops_b * eff.host_op
+    if s.cuda_graph != "full_iteration":  # a full-iteration graph replays the step: nothing to issue
+        ops_f, ops_b = host_ops(ctx, role, gemms)
+        lc.host_fwd, lc.host_bwd = ops_f * eff.host_op, ops_b * eff.host_op
     # ---- communication (raw seconds)
     gr = ctx.groups
     act = ctx.t * cfg.hidden_size * ACT_BYTES

@@ -32,6 +32,11 @@ CP_COMM_TYPES = ("p2p", "allgather", "a2a")
 #: ``--moe-token-dispatcher-type``: ``flex`` (DeepEP / HybridEP: a token crosses to a remote NVLink
 #: domain once) or ``alltoall`` / ``allgather`` (NCCL: every expert copy crosses).
 MOE_DISPATCHERS = ("flex", "alltoall", "allgather")
+#: ``--cuda-graph-impl`` forms the time model distinguishes: ``none`` (eager: the host issues every
+#: op) and ``full_iteration`` (one graph replays the step's kernels; Megatron-LM
+#: ``megatron/core/full_cuda_graph.py``); partial graphs (``transformer_engine`` / ``local`` with
+#: scopes) are timed as eager, an upper bound on their host cost.
+CUDA_GRAPHS = ("none", "full_iteration")
 
 
 class TimeInputError(ValueError):
@@ -70,6 +75,7 @@ class TimeSettings:
     ep_comm_overlap: bool = False  # --overlap-moe-expert-parallel-comm
     fp8_attention: bool = False  # --fp8-dot-product-attention (the attention core in FP8)
     fp8_output_proj: bool = False  # --fp8-output-proj (the output layer in MXFP8; mxfp8 only)
+    cuda_graph: str = "none"  # --cuda-graph-impl: none | full_iteration (the whole step replayed: no host issue cost)
     moe_dispatcher: str = "flex"  # --moe-token-dispatcher-type; flex = Megatron-Bridge's current recipes
     grad_reduce_in_fp32: bool = False
     microbatch_group: int | None = None  # --microbatch-group-size-per-virtual-pipeline-stage
@@ -137,6 +143,8 @@ class TimeSettings:
         if self.fp8_attention and self.precision == "bf16":
             raise TimeInputError("fp8_attention needs an FP8 or FP4 precision (Megatron's fp8_dot_product_attention "
                                  "runs under --fp8-format)", "precision")
+        if self.cuda_graph not in CUDA_GRAPHS:
+            raise TimeInputError(f"cuda_graph must be one of {', '.join(CUDA_GRAPHS)}", "cuda_graph")
         if self.cp_comm_type not in CP_COMM_TYPES:
             raise TimeInputError(f"cp_comm_type must be one of {', '.join(CP_COMM_TYPES)}", "cp_comm_type")
         if self.gbs % (self.mbs * self.dp):
