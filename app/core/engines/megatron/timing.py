@@ -42,8 +42,7 @@ UNSTATED_DEFAULTS: dict[str, str] = {
                   "recipes' full-iteration graphs remove that cost",
     "moe_dispatcher": "flex (DeepEP / HybridEP: a token crosses to a remote NVLink domain once), as Megatron-Bridge's "
                       "v0.6.0 recipes launch MoE across domains (perf_recipes deepseek/common.py, kimi/*, qwen/*); "
-                      "Megatron-LM's own default is allgather (transformer_config.py moe_token_dispatcher_type), "
-                      "which no current recipe uses",
+                      "Megatron-LM's own default is allgather (transformer_config.py moe_token_dispatcher_type)",
     "fp8_attention": "off: transformer_config.py fp8_dot_product_attention = False (BF16 attention under every "
                      "precision)",
     "fp8_output_proj": "off: transformer_config.py fp8_output_proj = False (the output layer is a BF16 "
