@@ -56,7 +56,7 @@ from app.core.time.efficiency import Efficiency, efficiency_for
 from app.core.time.model_flops import model_flops_per_token
 from app.core.time.ops import ACT_BYTES, LayerCost, OpContext, embedding_cost, head_cost, layer_cost
 from app.core.time.precision import get_precision
-from app.core.time.schedule import Schedule, simulate
+from app.core.time.schedule import Schedule, rank_orders, simulate
 from app.core.time.settings import TimeInputError, TimeSettings
 
 ADAM_BYTES_PER_PARAM = 30.0
@@ -421,10 +421,11 @@ def step_time(cfg: ModelConfig, roles: RoleMap, stage_plan: StagePlan, settings:
             ready.append(row)
     fwd = [c.fwd for c in costs]
     bwd = [c.bwd for c in costs]
+    orders = rank_orders(s.pp, s.vpp, m, s.microbatch_group)
     sched = simulate(s.pp, s.vpp, m, fwd, bwd, send_fwd=sends, send_bwd=sends, ready=ready,
-                     group=s.microbatch_group)
-    no_send = (simulate(s.pp, s.vpp, m, fwd, bwd, ready=ready, group=s.microbatch_group).makespan
-               if s.pp > 1 and any(sends) else sched.makespan)
+                     group=s.microbatch_group, orders=orders)
+    no_send = (simulate(s.pp, s.vpp, m, fwd, bwd, ready=ready, group=s.microbatch_group, orders=orders,
+                        record=False).makespan if s.pp > 1 and any(sends) else sched.makespan)
     # gradient reduction on each rank's communication stream
     bucket = max(40_000_000, 1_000_000 * gr["dp"].size)
     rank_end = []
