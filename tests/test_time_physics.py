@@ -159,3 +159,15 @@ def test_gradients_are_reduced_in_bf16_unless_asked() -> None:
     fp32 = step_time(cfg, roles, plan, replace(s, grad_reduce_in_fp32=True), hw).breakdown["dp"]["total"]
     lat = CONSTANTS["hopper"].lat_net  # the DP group (stride TP = 8) has one member per node: network only
     assert fp32 == pytest.approx(1.5 * bf16 - lat, rel=1e-9)
+
+
+def test_a_schedule_megatron_refuses_is_a_named_refusal_not_a_crash() -> None:
+    """PP 1 with VPP 2 (found by tests/test_fuzz.py): the evaluation answers that it has no step
+    time, naming vpp, instead of raising."""
+    from app.core.evaluate import evaluate
+    from app.core.model.config import load_preset
+    from app.core.plan import Plan
+
+    plan = Plan(model="glm-5.2", mode="flags", pp=1, vpp=2, parallel=True, tp=1, cp=1, ep=1, mbs=1, gpu="h100-80gb")
+    t = evaluate(plan, load_preset("glm-5.2")).time
+    assert t is not None and "PP > 1" in t["unavailable"] and t["field"] == "vpp"

@@ -56,7 +56,7 @@ from app.core.time.efficiency import Efficiency, efficiency_for
 from app.core.time.model_flops import model_flops_per_token
 from app.core.time.ops import ACT_BYTES, LayerCost, OpContext, embedding_cost, head_cost, layer_cost
 from app.core.time.precision import get_precision
-from app.core.time.schedule import Schedule, rank_orders, simulate
+from app.core.time.schedule import Schedule, ScheduleError, rank_orders, simulate
 from app.core.time.settings import TimeInputError, TimeSettings
 
 ADAM_BYTES_PER_PARAM = 30.0
@@ -421,7 +421,10 @@ def step_time(cfg: ModelConfig, roles: RoleMap, stage_plan: StagePlan, settings:
             ready.append(row)
     fwd = [c.fwd for c in costs]
     bwd = [c.bwd for c in costs]
-    orders = rank_orders(s.pp, s.vpp, m, s.microbatch_group)
+    try:
+        orders = rank_orders(s.pp, s.vpp, m, s.microbatch_group)
+    except ScheduleError as exc:  # a schedule Megatron refuses (VPP without PP, m against PP): fail closed
+        raise TimeInputError(str(exc), "vpp" if s.vpp > 1 else "global_batch") from None
     sched = simulate(s.pp, s.vpp, m, fwd, bwd, send_fwd=sends, send_bwd=sends, ready=ready,
                      group=s.microbatch_group, orders=orders)
     no_send = (simulate(s.pp, s.vpp, m, fwd, bwd, ready=ready, group=s.microbatch_group, orders=orders,
