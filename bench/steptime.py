@@ -3,10 +3,21 @@
 Predicts every calibration row (``bench/steptime_calibration.json``, a copy of
 ``../shared/reference/steptime/calibration.json``: 6 measured runs with their exact Megatron
 settings) and every held-out row (``bench/steptime_holdout.json``: further published runs, never
-used to fit a constant) from exactly the settings each row states, prints predicted vs measured
-tokens/s/GPU with the error, the mean and max |error| per set, the share of concordant pairs of
-runs within one model (is the predicted order of two runs the measured order?), and writes
-``bench/results/steptime.json``.
+used to fit a constant) **through the product**: each row becomes exactly the ``isplan time``
+command a user would type (:func:`argv_for`: the model, ``--tp --pp --cp --vpp --ep --etp --dp
+--mbs --global-batch --seq-length --sp --recompute --recompute-method --recompute-num-layers
+--recompute-modules --mtp-layers --layout --tp-comm-overlap --overlap-grad-reduce
+--overlap-param-gather --gpu --precision`` and nothing else), run by ``app.cli.main([...,
+"--format", "json"])``. Those are the numbers that count. The direct path (the row's every stated
+setting, e.g. its MoE dispatcher or EP overlap, handed to :func:`app.core.time.step_time`) is
+printed beside them where the two differ.
+
+The held-out rows are split once (:func:`split_holdout`) into a development set, which guides the
+physics, and a locked test set, reported only by ``--test`` / the default full run.
+
+It prints predicted vs measured tokens/s/GPU with the error, the mean and max |error| per set, the
+share of concordant pairs of runs within one model (is the predicted order of two runs the
+measured order?), and writes ``bench/results/steptime.json``. ``--dev`` skips the locked test set.
 
 ``python -m bench.steptime --fit`` re-fits the fitted constants (``FIT``: a few per GPU
 generation and precision) on the calibration rows only, by coordinate descent on the sum of
@@ -16,10 +27,14 @@ squared log errors, and prints them; they are then written into
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import math
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import replace
 from itertools import combinations
 from pathlib import Path
@@ -48,9 +63,10 @@ _SYSTEM = {"DGX-GB200": "gb200-186gb", "DGX-H100": "h100-80gb", "DGX-B200": "b20
            "DGX-GB300": "gb300-288gb", "DGX-B300": "b300-288gb"}
 _PRECISION = {"NVFP4": "nvfp4", "FP8": "fp8", "MXFP8": "mxfp8", "BF16": "bf16", "FP16 (mixed)": "bf16"}
 
-#: The fitted constants: (generation(s), Efficiency field(s)); generations of one family share one
+#: The fitted constants: (generation(s), Efficiency field(s)); generations listed together share one
 #: value, and ``gemm_fp8+bf16`` sets the FP8 and the BF16 ceiling to one fraction of their peaks (no
-#: calibration row runs BF16 on Hopper or Blackwell).
+#: calibration row runs BF16 on Hopper or Blackwell). Blackwell and Blackwell Ultra have their own
+#: FP8 fraction (one calibration row each family at least: B200 / GB200 and GB300), their FP4 one.
 FIT: tuple[tuple[tuple[str, ...], str], ...] = (
     (("blackwell", "blackwell_ultra"), "gemm_fp8+bf16"),
     (("blackwell", "blackwell_ultra"), "gemm_fp4"),
@@ -84,6 +100,10 @@ def normalise(row: dict[str, Any]) -> dict[str, Any]:
                      "ep_comm_overlap": bool(ov.get("moe_expert_parallel_comm_overlap"))},
         "distributed_optimizer": bool(row["distributed_optimizer"]), "layout": "auto",
         "moe_dispatcher": (row.get("dispatcher") or {}).get("type") or "flex",
+        # settings the recipes state in their notes (calibration.json records them there)
+        "fp8_attention": any("fp8_dot_product_attention=True" in n for n in row.get("notes") or ()),
+        "fp8_output_proj": any("fp8_output_proj=True" in n for n in row.get("notes") or ()),
+        "cuda_graph": "full_iteration" if (row.get("cuda_graphs") or {}).get("impl") == "full_iteration" else "none",
         "measured": row["measured"],
     }
 
@@ -143,38 +163,131 @@ def settings_for(row: dict[str, Any]) -> TimeSettings:
         overlap_param_gather=bool(ov.get("overlap_param_gather")), ep_comm_overlap=bool(ov.get("ep_comm_overlap")),
         distributed_optimizer=bool(row.get("distributed_optimizer", True)),
         moe_dispatcher=row.get("moe_dispatcher") or "flex",
+        fp8_attention=bool(row.get("fp8_attention")), fp8_output_proj=bool(row.get("fp8_output_proj")),
+        cuda_graph=row.get("cuda_graph") or "none",
     )
 
 
+def argv_for(row: dict[str, Any]) -> list[str]:
+    """The ``isplan time`` command of a row: exactly the settings a user types (module docstring).
+    ``--vpp`` as the row gives it (the product times a layout beside a VPP flag as it describes);
+    ``--layout`` only when the row has its own layout string."""
+    path = CONFIGS / row["model"]
+    argv = ["time", str(path) if path.exists() else row["model"]]
+    for flag, key in (("--tp", "tp"), ("--pp", "pp"), ("--cp", "cp"), ("--vpp", "vp"), ("--ep", "ep"),
+                      ("--etp", "etp"), ("--dp", "dp"), ("--mbs", "mbs"), ("--global-batch", "gbs"),
+                      ("--seq-length", "seq"), ("--mtp-layers", "mtp")):
+        v = row.get(key)
+        if v is not None and not (key in ("vp", "mtp") and not v):
+            argv += [flag, str(v)]
+    if row.get("sp"):
+        argv.append("--sp")
+    rc = row.get("recompute") or {}
+    if rc.get("granularity"):
+        argv += ["--recompute", rc["granularity"]]
+        if rc.get("method"):
+            argv += ["--recompute-method", rc["method"]]
+        if rc.get("num_layers"):
+            argv += ["--recompute-num-layers", str(rc["num_layers"])]
+        if rc.get("modules"):
+            argv += ["--recompute-modules", *rc["modules"]]
+    if row.get("layout") not in (None, "auto"):
+        argv += ["--layout", row["layout"]]
+    ov = row.get("overlaps") or {}
+    argv += [f"--{k.replace('_', '-')}" for k in ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather")
+             if ov.get(k)]
+    return [*argv, "--gpu", row["gpu"], "--precision", row["precision"], "--format", "json"]
+
+
+@contextmanager
+def _constants(constants: dict[str, Efficiency] | None) -> Iterator[None]:
+    """The product path with trial constants (the fit): :data:`CONSTANTS` swapped in place."""
+    if constants is None:
+        yield
+        return
+    saved = dict(CONSTANTS)
+    CONSTANTS.update(constants)
+    try:
+        yield
+    finally:
+        CONSTANTS.update(saved)
+
+
+def predict_product(row: dict[str, Any], constants: dict[str, Efficiency] | None = None) -> dict[str, Any]:
+    """The row through ``app.cli.main`` (:func:`argv_for`): the ``time`` object of its JSON answer."""
+    from app.cli import main as isplan
+
+    out = io.StringIO()
+    with _constants(constants), redirect_stdout(out), redirect_stderr(io.StringIO()) as err:
+        code = isplan(argv_for(row))
+    if code == 2:
+        raise ValueError(f"isplan time exit 2: {err.getvalue().strip() or out.getvalue()[:300]}")
+    return dict(json.loads(out.getvalue())["time"])
+
+
 def predict(row: dict[str, Any], constants: dict[str, Efficiency] | None = None) -> StepTime:
+    """The direct path: every setting the row states (also those ``isplan time`` has no flag for)."""
     cfg = model_for(row["model"])
     hw = get_hardware(row["gpu"])
     eff = (constants or CONSTANTS)[hw.generation]
     return step_time(cfg, derive_roles(cfg, role_rule("megatron")), plan_for(cfg, row), settings_for(row), hw, efficiency=eff)
 
 
-def evaluate(rows: list[dict[str, Any]], constants: dict[str, Efficiency] | None = None) -> list[dict[str, Any]]:
+def evaluate(rows: list[dict[str, Any]], constants: dict[str, Efficiency] | None = None, *,
+             direct: bool = False) -> list[dict[str, Any]]:
+    """Predicted vs measured per row, through the product (``direct``: also the direct path)."""
     out = []
     for row in rows:
         measured = row["measured"]["tokens_per_s_per_gpu"]
         try:
-            r = predict(row, constants)
+            t = predict_product(row, constants)
         except ValueError as exc:
             out.append({"id": row["id"], "model": row["model"], "error": str(exc), "measured": measured})
             continue
-        out.append({"id": row["id"], "model": row["model"], "gpu": row["gpu"], "precision": row["precision"],
-                    "measured": measured, "predicted": r.tokens_per_second_per_gpu,
-                    "err": r.tokens_per_second_per_gpu / measured - 1.0,
-                    "measured_tflops": row["measured"].get("model_tflops_per_gpu"),
-                    "predicted_tflops": r.model_tflops_per_gpu, "step_seconds": r.step_seconds,
-                    "bubble": r.bubble_fraction,
-                    "breakdown": {k: round(v["exposed"], 4) for k, v in r.breakdown.items()}})
+        res = {"id": row["id"], "model": row["model"], "gpu": row["gpu"], "precision": row["precision"],
+               "measured": measured, "predicted": t["tokens_per_second_per_gpu"],
+               "err": t["tokens_per_second_per_gpu"] / measured - 1.0,
+               "measured_tflops": row["measured"].get("model_tflops_per_gpu"),
+               "predicted_tflops": t["model_tflops_per_gpu"], "step_seconds": t["step_seconds"],
+               "bubble": t["bubble_fraction"], "assumed": t.get("assumed", []),
+               "breakdown": {k: round(v["exposed"], 4) for k, v in t["breakdown"].items()}}
+        if direct:
+            try:
+                d = predict(row, constants).tokens_per_second_per_gpu
+                res["direct"], res["direct_err"] = d, d / measured - 1.0
+            except ValueError as exc:
+                res["direct_error"] = str(exc)
+        out.append(res)
     return out
 
 
-def concordance(results: list[dict[str, Any]]) -> tuple[int, int]:
-    """(concordant, total) pairs of runs of the same model whose measured values differ by > 2 %."""
-    ok = total = 0
+#: the columns that make two rows the same launch (one configuration measured in several containers)
+SPLIT_KEY = ("model", "gpu", "precision", "gpus", "gbs", "mbs", "seq", "tp", "pp", "cp", "vp", "ep")
+
+
+def split_holdout(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(development, locked test) - fixed once, before the model was changed against either. Rows
+    with one launch configuration (:data:`SPLIT_KEY`; the tables repeat a launch across containers)
+    stay together, so a test row never has a development twin. Per GPU, the configurations sorted
+    by the SHA-256 of their key go to test at positions 1, 4, 7, ... (a third of each GPU's
+    configurations, every system represented): 104 development and 56 test rows."""
+    def key(r: dict[str, Any]) -> str:
+        return "|".join(str(r.get(k)) for k in SPLIT_KEY)
+
+    by_gpu: dict[str, set[str]] = {}
+    for r in rows:
+        by_gpu.setdefault(r["gpu"], set()).add(key(r))
+    test = {k for keys in by_gpu.values()
+            for i, k in enumerate(sorted(keys, key=lambda k: hashlib.sha256(k.encode()).hexdigest())) if i % 3 == 1}
+    return [r for r in rows if key(r) not in test], [r for r in rows if key(r) in test]
+
+
+def concordance(results: list[dict[str, Any]]) -> tuple[int, int, int]:
+    """(concordant, ordered, tied) pairs of runs of the same model whose measured values differ by
+    > 2 %: ``ordered`` pairs have different predictions (is the predicted order the measured one?);
+    ``tied`` pairs have the same prediction because they have the same inputs (one launch measured
+    in two containers: nothing in ``isplan time``'s flags can order them)."""
+    ok = ordered = tied = 0
     by_model: dict[str, list[dict[str, Any]]] = {}
     for r in results:
         if "predicted" in r:
@@ -183,19 +296,24 @@ def concordance(results: list[dict[str, Any]]) -> tuple[int, int]:
         for a, b in combinations(runs, 2):
             if abs(a["measured"] / b["measured"] - 1) <= 0.02:
                 continue
-            total += 1
+            if abs(a["predicted"] / b["predicted"] - 1) < 1e-9:
+                tied += 1
+                continue
+            ordered += 1
             ok += (a["measured"] > b["measured"]) == (a["predicted"] > b["predicted"])
-    return ok, total
+    return ok, ordered, tied
 
 
 def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     errs = [abs(r["err"]) for r in results if "err" in r]
-    ok, total = concordance(results)
+    ok, ordered, tied = concordance(results)
     return {"rows": len(results), "predicted": len(errs),
             "failed": sum(1 for r in results if "error" in r),
             "mean_abs_err": sum(errs) / len(errs) if errs else None, "max_abs_err": max(errs) if errs else None,
             "within_10pct": sum(1 for e in errs if e <= 0.10), "within_25pct": sum(1 for e in errs if e <= 0.25),
-            "concordant_pairs": ok, "pairs": total, "concordance": ok / total if total else None}
+            "concordant_pairs": ok, "pairs": ordered, "tied_pairs": tied,
+            "concordance": ok / ordered if ordered else None,
+            "concordance_ties_as_misses": ok / (ordered + tied) if ordered + tied else None}
 
 
 def _constants_with(values: dict[tuple[tuple[str, ...], str], float]) -> dict[str, Efficiency]:
@@ -223,8 +341,9 @@ def _bounded(key: tuple[tuple[str, ...], str], value: float) -> float:
 def _descend(rows: list[dict[str, Any]], values: dict[tuple[tuple[str, ...], str], float], keys: list,
              rounds: int) -> tuple[float, dict[tuple[tuple[str, ...], str], float]]:
     def loss(vals: dict[tuple[tuple[str, ...], str], float]) -> float:
-        res = evaluate(rows, _constants_with(vals))
-        return sum(math.log1p(r["err"]) ** 2 for r in res if "err" in r)
+        constants = _constants_with(vals)
+        return sum(math.log(predict(r, constants).tokens_per_second_per_gpu / r["measured"]["tokens_per_s_per_gpu"]) ** 2
+                   for r in rows)
 
     best = loss(values)
     step = 0.2
@@ -248,7 +367,9 @@ HOST_STARTS = (0.0, 20e-6, 40e-6, 60e-6, 80e-6)
 
 
 def fit(rows: list[dict[str, Any]], rounds: int = 5) -> dict[tuple[tuple[str, ...], str], float]:
-    """Least squares in log tokens/s over :data:`FIT` on the calibration rows only: for each start
+    """Least squares in log tokens/s over :data:`FIT` on the calibration rows only, each row timed
+    with every setting it states (the direct path: its MoE dispatcher and EP overlap too - the
+    physical constants are fitted on what really ran, not on the product's defaults): for each start
     of the host cost (:data:`HOST_STARTS`) the GEMM ceilings are fitted by coordinate descent, then
     all constants together from the best start."""
     host_key = next(k for k in FIT if k[1] == "host_op")
@@ -266,41 +387,72 @@ def fit(rows: list[dict[str, Any]], rounds: int = 5) -> dict[tuple[tuple[str, ..
 
 def _print(title: str, results: list[dict[str, Any]]) -> None:
     print(f"\n{title}")
-    print(f"{'run':78s} {'measured':>9s} {'predicted':>9s} {'error':>7s}")
+    print(f"{'run':78s} {'measured':>9s} {'predicted':>9s} {'error':>7s}  (direct path, where it differs)")
     for r in results:
         if "error" in r:
             print(f"{r['id'][:78]:78s} {r['measured']:9.0f} {'-':>9s}  {r['error'][:60]}")
-        else:
-            print(f"{r['id'][:78]:78s} {r['measured']:9.0f} {r['predicted']:9.0f} {r['err']:+7.1%}")
+            continue
+        line = f"{r['id'][:78]:78s} {r['measured']:9.0f} {r['predicted']:9.0f} {r['err']:+7.1%}"
+        if "direct" in r and abs(r["direct"] / r["predicted"] - 1) > 0.005:
+            line += f"  ({r['direct']:.0f}, {r['direct_err']:+.1%})"
+        elif "direct_error" in r:
+            line += f"  (direct: {r['direct_error'][:40]})"
+        print(line)
     s = summary(results)
     if s["mean_abs_err"] is not None:
-        conc = f"{s['concordance']:.0%}" if s["concordance"] is not None else "n/a"
         print(f"mean |error| {s['mean_abs_err']:.1%}, max {s['max_abs_err']:.1%}, within 10 %: {s['within_10pct']}/"
-              f"{s['predicted']}, within 25 %: {s['within_25pct']}/{s['predicted']}, same order within a model: "
-              f"{s['concordant_pairs']}/{s['pairs']} ({conc}); not predicted: {s['failed']}")
+              f"{s['predicted']}, within 25 %: {s['within_25pct']}/{s['predicted']}; not predicted: {s['failed']}")
+        print(_order_line(s))
+    direct = [abs(r["direct_err"]) for r in results if "direct_err" in r]
+    if direct:
+        print(f"direct path (every stated setting): mean |error| {sum(direct) / len(direct):.1%}, max {max(direct):.1%}")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """``--fit``: re-fit on the calibration rows; ``--dev``: calibration and development rows only
+    (the locked test set is not run); default: every set, the test set last."""
     argv = sys.argv[1:] if argv is None else argv
     calibration = load_rows(CALIBRATION)
     if "--fit" in argv:
         values = fit(calibration)
         for (gens, name), v in values.items():
-            print(f"{'/'.join(gens):28s} {name:12s} {v:.4f}")
+            print(f"{'/'.join(gens):28s} {name:14s} {v:.6g}")
         return {"fitted": {f"{'/'.join(g)}.{n}": v for (g, n), v in values.items()}}
-    holdout = load_rows(HOLDOUT)
+    dev_rows, test_rows = split_holdout(load_rows(HOLDOUT))
     t0 = time.perf_counter()
-    cal = evaluate(calibration)
-    held = evaluate(holdout)
+    cal = evaluate(calibration, direct=True)
+    dev = evaluate(dev_rows, direct=True)
+    test = [] if "--dev" in argv else evaluate(test_rows, direct=True)
     elapsed = time.perf_counter() - t0
     _print("calibration rows (the fitted constants were fitted on these)", cal)
-    _print("held-out rows (never used for fitting)", held)
-    result = {"calibration": {"summary": summary(cal), "rows": cal},
-              "holdout": {"summary": summary(held), "rows": held},
-              "seconds": elapsed, "errors": sum(1 for r in cal if "error" in r)}
+    _print(f"development rows ({len(dev)} held-out runs that guided the model; never fitted on)", dev)
+    result: dict[str, Any] = {"calibration": {"summary": summary(cal), "rows": cal},
+                              "development": {"summary": summary(dev), "rows": dev}}
+    if test:
+        _print(f"locked test rows ({len(test)} held-out runs, not looked at while the model was changed)", test)
+        result["test"] = {"summary": summary(test), "rows": test}
+        result["holdout"] = {"summary": summary(dev + test)}
+        _print_summary("all held-out rows (development + test)", dev + test)
+    result.update(seconds=elapsed, errors=sum(1 for r in cal if "error" in r))
     path = save("steptime", result)
-    print(f"\n{len(cal) + len(held)} runs predicted in {elapsed:.1f} s; wrote {path}")
+    print(f"\n{len(cal) + len(dev) + len(test)} runs predicted in {elapsed:.1f} s; wrote {path}")
     return result
+
+
+def _order_line(s: dict[str, Any]) -> str:
+    if not s["pairs"] and not s["tied_pairs"]:
+        return "same order within a model: no pairs"
+    conc = f"{s['concordance']:.1%}" if s["concordance"] is not None else "n/a"
+    return (f"same order within a model: {s['concordant_pairs']}/{s['pairs']} pairs ({conc}); "
+            f"{s['tied_pairs']} more pairs have identical inputs (counted as misses: "
+            f"{s['concordance_ties_as_misses']:.1%})")
+
+
+def _print_summary(title: str, results: list[dict[str, Any]]) -> None:
+    s = summary(results)
+    print(f"\n{title}: mean |error| {s['mean_abs_err']:.1%}, max {s['max_abs_err']:.1%}, within 10 %: "
+          f"{s['within_10pct']}/{s['predicted']}, within 25 %: {s['within_25pct']}/{s['predicted']}")
+    print(_order_line(s))
 
 
 if __name__ == "__main__":

@@ -83,3 +83,15 @@ def test_overrides_are_dataclass_replace() -> None:
     with pytest.raises(ValueError, match="unknown gpu"):
         get_hardware("tpu-v5")
     assert all(alias_target in CATALOGUE for alias_target in ALIASES.values())
+
+
+@pytest.mark.parametrize("gpu", IDS)
+def test_sm_counts_are_stated_with_a_source(gpu: str) -> None:
+    """The SMs communication kernels share with compute (the EP overlap): every GPU has a count and a
+    source; the NVIDIA parts carry the figures their cited pages print."""
+    hw = CATALOGUE[gpu]
+    assert hw.sms > 0 and "sms" in hw.sources
+    printed = {"a100-80gb": 108, "h100-80gb": 132, "h200-141gb": 132, "b200-180gb": 148, "gb200-186gb": 148,
+               "b300-288gb": 160, "gb300-288gb": 160}
+    if gpu in printed:
+        assert hw.sms == printed[gpu]

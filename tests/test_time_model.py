@@ -306,23 +306,51 @@ def test_precision_flags_are_megatron_options() -> None:
 
 
 def test_calibration_rows_within_their_stated_bound() -> None:
-    """The six calibration rows (fitted on): every one within 5 %."""
+    """The six calibration rows (the constants are fitted on them, each timed with every setting it
+    states): within 1 % on the direct path (measured: max 0.6 %). Through ``isplan time`` - the
+    flags only - the four rows whose settings the flags carry agree with it (the two paths are one
+    computation, tests/test_time_bench.py); the two 26.08 rows ran EP overlap, FP8 attention / an
+    MXFP8 output layer and full-iteration CUDA graphs that no flag says, and are predicted slower
+    than measured (measured: -18.0 % DeepSeek-V3 GB200, -23.6 % Qwen3-30B GB300)."""
     from bench.steptime import CALIBRATION, evaluate, load_rows
 
-    res = evaluate(load_rows(CALIBRATION))
+    res = evaluate(load_rows(CALIBRATION), direct=True)
     assert len(res) == 6
     for r in res:
-        assert abs(r["err"]) <= 0.05, r["id"]
+        assert abs(r["direct_err"]) <= 0.01, r["id"]
+        hidden = r["id"].startswith("mb-26.08")
+        if hidden:
+            assert -0.25 <= r["err"] < -0.10, r["id"]
+        else:
+            assert abs(r["err"]) <= 0.01, r["id"]
 
 
-def test_holdout_errors_stay_within_their_stated_bounds() -> None:
-    """The held-out rows (never fitted on), at the figures docs/MODELS.md states: mean |error|
-    <= 15 %, 85 % of runs within 25 %, same order within a model in >= 80 % of pairs (measured: 12.9 %,
-    140 / 160, 85 %)."""
-    from bench.steptime import HOLDOUT, evaluate, load_rows, summary
+def test_development_rows_stay_within_their_stated_bounds() -> None:
+    """The 104 development rows of the held-out runs (guided the physics, never fitted on), through
+    ``isplan time``, at the figures docs/MODELS.md states: mean |error| <= 14 %, 87 % of runs within
+    25 %, the predicted order of two runs of one model right in >= 92 % of the pairs the inputs can
+    order (measured: 13.2 %, 91 / 104, 629 / 676 = 93.0 %; 79 more pairs are one launch measured in
+    two containers, which no input orders)."""
+    from bench.steptime import HOLDOUT, evaluate, load_rows, split_holdout, summary
 
-    s = summary(evaluate(load_rows(HOLDOUT)))
-    assert s["failed"] == 0
-    assert s["mean_abs_err"] <= 0.15
-    assert s["within_25pct"] >= 0.85 * s["predicted"]
-    assert s["concordance"] >= 0.80
+    dev, _ = split_holdout(load_rows(HOLDOUT))
+    s = summary(evaluate(dev))
+    assert s["failed"] == 0 and s["predicted"] == 104
+    assert s["mean_abs_err"] <= 0.14
+    assert s["within_25pct"] >= 0.87 * s["predicted"]
+    assert s["concordance"] >= 0.92
+
+
+def test_locked_test_rows_stay_at_their_reported_figures() -> None:
+    """The 56 locked test rows, evaluated once after the model was final (docs/MODELS.md,
+    "Validation"): mean |error| 13.6 %, max 33.8 %, 50 / 56 within 25 %, order 230 / 236 = 97.5 %.
+    A regression guard at those figures, not a target the model was tuned to."""
+    from bench.steptime import HOLDOUT, evaluate, load_rows, split_holdout, summary
+
+    _, test = split_holdout(load_rows(HOLDOUT))
+    s = summary(evaluate(test))
+    assert s["failed"] == 0 and s["predicted"] == 56
+    assert s["mean_abs_err"] <= 0.14
+    assert s["max_abs_err"] <= 0.35
+    assert s["within_25pct"] >= 50
+    assert s["concordance"] >= 0.95

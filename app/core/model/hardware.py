@@ -17,6 +17,8 @@ Conventions (every value below follows them):
   spans domains is network-bound (:mod:`app.core.time.comm`).
 * ``host_bw`` / ``h2d_bw``: host memory bandwidth per GPU (used by the CPU-offloaded optimizer
   step) and the GPU-host link per GPU (PCIe, or NVLink-C2C on Grace systems).
+* ``sms``: streaming multiprocessors (AMD: compute units) enabled on the part; communication
+  kernels that run beside compute take some of them (:mod:`app.core.time.model`).
 * ``generation``: the architecture whose achieved-efficiency constants apply
   (:mod:`app.core.time.efficiency`); constants are shared across the GPUs of one generation.
 
@@ -55,6 +57,7 @@ class Hardware:
     net_bw: float
     host_bw: float
     h2d_bw: float
+    sms: int = 0  # streaming multiprocessors (AMD: compute units); 0 = unknown
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     def peak_flops(self, dtype: str) -> float:
@@ -81,6 +84,7 @@ _H100_SRC = {
     "net": "8x ConnectX-7 400 Gb/s per DGX H100 (one per GPU): DGX H100 User Guide network modules table "
            "(https://www.easymanua.ls/nvidia/dgx-h100/manual?p=19) and "
            "https://fridayswithfaraday.com/posts/gpu-hw-nvlink-nvswitch-interconnect (NDR 400G per node link)",
+    "sms": "132 SMs on H100 SXM5 (of 144 on the full GH100): https://glennklockwood.com/garden/processors/h100",
     "host": "PCIe Gen5 x16 64 GB/s per direction; host DRAM bandwidth per GPU assumed 40 GB/s (2 sockets of "
             "DDR5 shared by 8 GPUs; not from a datasheet)",
 }
@@ -94,6 +98,8 @@ _B200_SRC = {
     "nvlink": "5th-gen NVLink 1.8 TB/s total (900 GB/s unidirectional): https://verda.com/blog/gb300-nvl72-architecture",
     "net": "8x ConnectX-7 400 Gb/s on HGX/DGX B200: https://rillor.com/insights/connectx-7-vs-connectx-8-and-nvlink5",
     "host": "PCIe Gen5 x16 64 GB/s per direction; host DRAM per GPU assumed 40 GB/s (not from a datasheet)",
+    "sms": "148 SMs (74 enabled of 80 per die, two dies): Chips and Cheese 'Nvidia's B200: Keeping the CUDA Juggernaut "
+           "Rolling' (https://vuink.com/post/puvcfnaqpurrfr-d-dpbz/p/nvidias-b200-keeping-the-cuda-juggernaut)",
 }
 
 CATALOGUE: dict[str, Hardware] = {
@@ -101,7 +107,7 @@ CATALOGUE: dict[str, Hardware] = {
         "a100-80gb", "NVIDIA A100 80GB", "NVIDIA A100 80GB SXM4 (DGX A100 / Selene)", "ampere",
         bf16_flops=312 * TERA, fp8_flops=0.0, fp4_flops=0.0,
         hbm_bytes=80 * GB, hbm_bw=2.039e12, nvlink_bw=300e9, nvlink_domain=8, net_bw=25e9,
-        host_bw=40e9, h2d_bw=32e9,
+        host_bw=40e9, h2d_bw=32e9, sms=108,
         sources={
             "flops": "312 TFLOPS dense FP16/BF16 (624 sparse), no FP8: https://glennklockwood.com/garden/processors/A100 "
                      "(citing the NVIDIA A100 datasheet)",
@@ -110,19 +116,21 @@ CATALOGUE: dict[str, Hardware] = {
             "net": "Selene: 8x HDR InfiniBand 200 Gb/s per DGX A100 node (one per GPU): calculon-ai/calculon "
                    "systems/a100_80e.json network[1] 25 GB/s (not re-checked against an NVIDIA page here)",
             "host": "PCIe Gen4 x16 32 GB/s per direction: glennklockwood A100 page; host DRAM per GPU assumed",
+            "sms": "108 SMs: https://notes.haroldbenoit.com/ML/Engineering/GPUs/Hardware ('A100-80GB has ... 108 Streaming "
+                   "Multiprocessors')",
         },
     ),
     "h100-80gb": Hardware(
         "h100-80gb", "NVIDIA H100 80GB", "NVIDIA H100 80GB SXM5 (DGX/HGX H100)", "hopper",
         bf16_flops=989 * TERA, fp8_flops=1979 * TERA, fp4_flops=0.0,
         hbm_bytes=80 * GB, hbm_bw=3.35e12, nvlink_bw=450e9, nvlink_domain=8, net_bw=50e9,
-        host_bw=40e9, h2d_bw=64e9, sources=_H100_SRC,
+        host_bw=40e9, h2d_bw=64e9, sms=132, sources=_H100_SRC,
     ),
     "h200-141gb": Hardware(
         "h200-141gb", "NVIDIA H200 141GB", "NVIDIA H200 141GB SXM (DGX/HGX H200)", "hopper",
         bf16_flops=989 * TERA, fp8_flops=1979 * TERA, fp4_flops=0.0,
         hbm_bytes=141 * GB, hbm_bw=4.8e12, nvlink_bw=450e9, nvlink_domain=8, net_bw=50e9,
-        host_bw=40e9, h2d_bw=64e9,
+        host_bw=40e9, h2d_bw=64e9, sms=132,
         sources={**_H100_SRC,
                  "flops": "same GH100 compute die as H100, 989 / 1,979 TFLOPS dense BF16 / FP8: "
                           "https://flashgenius.net/guides/ai-server-systems-amp-platform-design-ncp-aii-guide "
@@ -133,13 +141,13 @@ CATALOGUE: dict[str, Hardware] = {
         "b200-180gb", "NVIDIA B200 180GB", "NVIDIA B200 180GB (DGX/HGX B200, 1,000 W)", "blackwell",
         bf16_flops=2250 * TERA, fp8_flops=4500 * TERA, fp4_flops=9000 * TERA,
         hbm_bytes=180 * GB, hbm_bw=7.7e12, nvlink_bw=900e9, nvlink_domain=8, net_bw=50e9,
-        host_bw=40e9, h2d_bw=64e9, sources=_B200_SRC,
+        host_bw=40e9, h2d_bw=64e9, sms=148, sources=_B200_SRC,
     ),
     "b300-288gb": Hardware(
         "b300-288gb", "NVIDIA B300 288GB", "NVIDIA B300 Blackwell Ultra 288GB (DGX/HGX B300)", "blackwell_ultra",
         bf16_flops=2250 * TERA, fp8_flops=4500 * TERA, fp4_flops=14000 * TERA,
         hbm_bytes=288 * GB, hbm_bw=8.0e12, nvlink_bw=900e9, nvlink_domain=8, net_bw=100e9,
-        host_bw=40e9, h2d_bw=128e9,
+        host_bw=40e9, h2d_bw=128e9, sms=160,
         sources={
             "flops": "HGX B300: BF16 2,250 / FP8 4,500 TFLOPS dense: https://glennklockwood.com/garden/processors/B300 "
                      "and https://verda.com/blog/gb300-nvl72-architecture (B300 column, 'without sparsity'); FP4 dense "
@@ -148,13 +156,15 @@ CATALOGUE: dict[str, Hardware] = {
             "nvlink": "5th-gen NVLink 1.8 TB/s per GPU: verda page",
             "net": "8x ConnectX-8 SuperNIC 800 Gb/s on HGX/DGX B300: https://rillor.com/insights/connectx-7-vs-connectx-8-and-nvlink5",
             "host": "PCIe Gen6 x16 (2x 256 GB/s per glennklockwood, i.e. 128 GB/s per direction); host DRAM per GPU assumed",
+            "sms": "160 SMs (Blackwell Ultra enables all of them; Blackwell 144-148): NVIDIA 'Inside NVIDIA Blackwell "
+                   "Ultra' as reported at https://www.sheroking.site/2025/08/nvidia-blackwell-ultra-gpu-details.html",
         },
     ),
     "gb200-186gb": Hardware(
         "gb200-186gb", "NVIDIA GB200 186GB", "NVIDIA GB200 NVL72 (Blackwell, 1,200 W, 186 GB)", "blackwell",
         bf16_flops=2250 * TERA, fp8_flops=4500 * TERA, fp4_flops=9000 * TERA,
         hbm_bytes=186 * GB, hbm_bw=8.0e12, nvlink_bw=900e9, nvlink_domain=72, net_bw=50e9,
-        host_bw=250e9, h2d_bw=450e9,
+        host_bw=250e9, h2d_bw=450e9, sms=148,
         sources={
             "flops": "BF16 2,250 / FP8 4,500 / FP4 9,000 TFLOPS dense per GPU: https://verda.com/blog/gb300-nvl72-architecture "
                      "(per-GPU table 'without sparsity', GB200 column; the value hardware.json cites). NVIDIA's GB200 NVL72 "
@@ -171,6 +181,7 @@ CATALOGUE: dict[str, Hardware] = {
                       "(src/megatron/bridge/perf_recipes/deepseek/gb200/deepseek_v3.py @ v0.6.0)",
             "net": "ConnectX-7 400 Gb/s per GPU (4 per compute tray of 4 GPUs): NVIDIA multi-node tuning guide "
                    "(compute trays with CX7); per-GPU count from the reference architecture, not re-checked",
+            "sms": "148 SMs per GPU, as B200 (the same part; Chips and Cheese B200 article, see b200-180gb)",
             "host": "NVLink-C2C 900 GB/s per Grace superchip (2 GPUs): https://setloop.io/blog/gb200-nvl72-architecture; "
                     "Grace LPDDR5X ~500 GB/s shared by 2 GPUs (assumed)",
         },
@@ -179,7 +190,7 @@ CATALOGUE: dict[str, Hardware] = {
         "gb300-288gb", "NVIDIA GB300 288GB", "NVIDIA GB300 NVL72 (Blackwell Ultra, 1,400 W, 288 GB)", "blackwell_ultra",
         bf16_flops=2500 * TERA, fp8_flops=5000 * TERA, fp4_flops=15000 * TERA,
         hbm_bytes=288 * GB, hbm_bw=8.0e12, nvlink_bw=900e9, nvlink_domain=72, net_bw=100e9,
-        host_bw=250e9, h2d_bw=450e9,
+        host_bw=250e9, h2d_bw=450e9, sms=160,
         sources={
             "flops": "GB300: BF16 2.5 / FP8 5 / FP4 15 PFLOPS dense: https://verda.com/blog/gb300-nvl72-architecture "
                      "(per-GPU table 'without sparsity'; rack 1,080 PF FP4 / 360 PF FP8 dense); "
@@ -189,13 +200,15 @@ CATALOGUE: dict[str, Hardware] = {
             "net": "4 ConnectX-8 per 4-GPU compute tray (800 Gb/s per GPU): "
                    "https://docs.nvidia.com/enterprise-reference-architectures/nvl72-ai-factory/latest/components.html",
             "host": "NVLink-C2C to Grace as GB200 (assumed equal)",
+            "sms": "160 SMs (Blackwell Ultra): https://thefilibusterblog.com/nvidia-blackwell-ultra-gb300-gpu-unveiling-the-"
+                   "fastest-ai-chip-with-dual-reticle-20k-cores-288-gb-hbm3e-memory-at-8-tb-s-50-faster-than-gb200",
         },
     ),
     "mi300x-192gb": Hardware(
         "mi300x-192gb", "AMD MI300X 192GB", "AMD Instinct MI300X 192GB (8-GPU xGMI platform)", "cdna3",
         bf16_flops=1307 * TERA, fp8_flops=2615 * TERA, fp4_flops=0.0,
         hbm_bytes=192 * GB, hbm_bw=5.3e12, nvlink_bw=448e9, nvlink_domain=8, net_bw=50e9,
-        host_bw=40e9, h2d_bw=64e9,
+        host_bw=40e9, h2d_bw=64e9, sms=304,
         sources={
             "flops": "~1.3 PFLOPS FP16/BF16 and ~2.6 PFLOPS FP8 dense: "
                      "https://www.jaredwatkins.com/research/ai-accelerators/amd-instinct/mi300-series/ "
@@ -205,6 +218,7 @@ CATALOGUE: dict[str, Hardware] = {
                       "https://gpu.blog/gpus/instinct-mi300x-mi300x",
             "net": "one 400 Gb/s NIC per GPU assumed (typical MI300X platforms; not from a vendor page here)",
             "host": "PCIe Gen5 x16; host DRAM per GPU assumed",
+            "sms": "304 compute units (AMD's figure; not re-checked against a stored AMD page)",
         },
     ),
 }

@@ -55,8 +55,8 @@ class Efficiency:
 #: NVLink line rate and ~80-90 % of the NIC rate (nccl-tests on DGX systems), memory-bound kernels
 #: ~75 % of HBM bandwidth (STREAM-like copies on H100 / B200).
 #: Fitted by ``python -m bench.steptime --fit`` on the six calibration rows (see :data:`FITTED`).
-_HOST_OP = 5.0e-05
-_BW_GEMM, _BW_FP4 = 0.566, 0.529
+_HOST_OP = 5.186e-05
+_BW_GEMM, _BW_FP4 = 0.5424, 0.5322
 _HOPPER_GEMM = 0.711
 _AMPERE_GEMM = 0.773
 
@@ -80,8 +80,10 @@ CONSTANTS: dict[str, Efficiency] = {
 #: Which constants were fitted, on what (docs/MODELS.md "Step time" lists the rest with sources).
 FITTED: dict[str, str] = {
     "blackwell / blackwell_ultra gemm fp8 (= bf16)": "B200 Qwen3-235B MXFP8, GB200 DeepSeek-V3 MXFP8, GB300 Qwen3-30B "
-                                                     "MXFP8 calibration rows (one value for both generations; BF16 "
-                                                     "takes the same fraction of its peak: no BF16 row)",
+                                                     "MXFP8 calibration rows, each timed with every setting it states "
+                                                     "(EP overlap, FP8 attention, the MXFP8 output layer); one value for "
+                                                     "both generations (the two MoE rows alone agree within 3 %); "
+                                                     "BF16 takes the same fraction of its peak: no BF16 row",
     "blackwell / blackwell_ultra gemm fp4": "GB200 Llama-3.1-70B NVFP4 calibration row",
     "hopper gemm fp8 (= bf16)": "H100 Llama-3.1-70B FP8 calibration row",
     "ampere gemm bf16": "A100 GPT-3 175B (Korthikanti Table 5, full recompute) calibration row",

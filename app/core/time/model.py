@@ -12,7 +12,9 @@ optimizer; tokens/s/GPU, model TFLOP/s/GPU and MFU.
    with attention (exposed ``max(0, comm - attention)``), the all-gather form serial; EP
    dispatch + combine serial, or (``ep_comm_overlap``, Megatron's
    ``--overlap-moe-expert-parallel-comm``, which runs one micro-batch's forward beside another's
-   backward) hidden under the other direction's compute of the same layer;
+   backward) hidden under the other direction's compute of the same layer on the steps of the steady
+   1F1B phase only, with the SMs the dispatch kernels hold taken from that compute
+   (:func:`ep_overlap_share`, :data:`EP_COMM_SMS`);
 3. recompute as the extra forward it costs in backward: ``full`` every decoder layer of a stage
    (``uniform``) or its first ``recompute_num_layers`` (``block``), with the layer's forward
    communication; ``selective`` the listed modules' forward time (``core_attn`` the attention
@@ -54,7 +56,7 @@ from app.core.time.efficiency import Efficiency, efficiency_for
 from app.core.time.model_flops import model_flops_per_token
 from app.core.time.ops import ACT_BYTES, LayerCost, OpContext, embedding_cost, head_cost, layer_cost
 from app.core.time.precision import get_precision
-from app.core.time.schedule import Schedule, simulate
+from app.core.time.schedule import Schedule, ScheduleError, rank_orders, simulate
 from app.core.time.settings import TimeInputError, TimeSettings
 
 ADAM_BYTES_PER_PARAM = 30.0
@@ -81,7 +83,7 @@ NOT_MODELLED = (
     "token imbalance across experts (the measured runs force-balance routing) and dropped tokens",
     "CUDA-graph launch savings and CPU launch stalls beyond a fixed cost per kernel",
     "contention between simultaneous DP, PP and EP traffic on one NIC",
-    "SM slow-down of compute that overlaps communication",
+    "SM slow-down of compute that overlaps TP, CP or DP communication (the EP dispatch's SMs are counted)",
     "FP8 attention, FP8 / FP4 communication of activations, delayed wgrad, HybridEP / DeepEP de-duplication",
     "data loading, checkpointing, logging and the first step's warm-up",
 )
@@ -167,14 +169,48 @@ def _layer_key(role: LayerRole) -> tuple[str, bool, bool]:
     return (role.ffn, role.has_indexer, role.mtp)
 
 
-def _exposed(lc: LayerCost, s: TimeSettings) -> dict[str, float]:
-    """Exposed communication of one layer per direction (module docstring, item 2)."""
+#: SMs the expert-parallel dispatch / combine kernels occupy while they run beside compute: Megatron-Bridge's
+#: performance recipes give HybridEP ``moe_hybridep_num_sms = 32`` (NVIDIA-NeMo/Megatron-Bridge
+#: ``src/megatron/bridge/perf_recipes/_common.py`` ``_benchmark_common`` and ``deepseek/common.py``
+#: ``_enable_deepseek_full_iteration_mxfp8`` @ 067f987d). Compute overlapping them runs on the other SMs.
+EP_COMM_SMS = 32
+
+
+def ep_overlap_share(s: TimeSettings) -> float:
+    """The share of a rank's forward and backward steps that ``--overlap-moe-expert-parallel-comm``
+    pairs with another micro-batch's opposite step (Megatron-Core's combined 1F1B: the all-to-all of
+    one runs beside the other's compute). Only the steady 1F1B phase pairs: without pipelining every
+    micro-batch but one (``(m - 1) / m``); interleaved, ``(m V - w_r) / (m V)`` with rank ``r``'s
+    warm-up ``w_r = min((PP - r - 1) * 2 + (V - 1) * G, m V)`` (:func:`app.core.time.schedule.rank_order`),
+    averaged over the ranks. Megatron refuses the overlap with PP > 1 and no VPP
+    (``transformer_config.py``: "virtual_pipeline_model_parallel_size must be specified"): 0 there."""
+    m = s.num_microbatches
+    if not s.ep_comm_overlap or m < 1:
+        return 0.0
+    if s.pp == 1:
+        return (m - 1) / m
+    if s.vpp == 1:
+        return 0.0
+    total = m * s.vpp
+    g = s.microbatch_group or s.pp
+    warm = [min((s.pp - r - 1) * 2 + (s.vpp - 1) * g, total) for r in range(s.pp)]
+    return 1.0 - sum(warm) / (s.pp * total)
+
+
+def _exposed(lc: LayerCost, s: TimeSettings, ep_share: float = 0.0, ep_sm: float = 0.0) -> dict[str, float]:
+    """Exposed communication of one layer per direction (module docstring, item 2). EP with the
+    overlap: on the ``ep_share`` of steps that pair (:func:`ep_overlap_share`) a forward all-to-all
+    ``a`` runs beside another micro-batch's backward compute ``c`` (and a backward one beside a
+    forward), on ``ep_sm`` of the SMs (:data:`EP_COMM_SMS` / ``Hardware.sms``): the pair then takes
+    ``c + max(a - c, a * ep_sm)`` - compute that loses those SMs for ``a`` seconds finishes
+    ``a * ep_sm`` later; the other steps expose the whole all-to-all."""
     tp_f, tp_b = lc.tp_fwd, lc.tp_bwd
     if s.tp_comm_overlap:
         tp_f, tp_b = max(0.0, tp_f - lc.tp_gemm_fwd), max(0.0, tp_b - lc.tp_gemm_bwd)
     ep_f, ep_b = lc.ep_fwd, lc.ep_bwd
-    if s.ep_comm_overlap:
-        ep_f, ep_b = max(0.0, ep_f - lc.bwd.total), max(0.0, ep_b - lc.fwd.total)
+    if ep_share > 0:
+        ep_f = (1 - ep_share) * ep_f + ep_share * max(ep_f - lc.bwd.total, ep_f * ep_sm)
+        ep_b = (1 - ep_share) * ep_b + ep_share * max(ep_b - lc.fwd.total, ep_b * ep_sm)
     cp_f, cp_b = lc.cp_fwd, lc.cp_bwd
     if lc.cp_overlappable:
         cp_f, cp_b = max(0.0, cp_f - lc.attn_fwd), max(0.0, cp_b - lc.attn_bwd)
@@ -246,12 +282,14 @@ def stage_costs(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: TimeSettin
     """Forward / backward seconds per micro-batch of every stage (vp-major). ``cache``: layer costs
     by layer kind, reusable across plans whose per-layer settings agree (:func:`quick_step_seconds`)."""
     cache = {} if cache is None else cache
+    ep_share = ep_overlap_share(s)
+    ep_sm = min(1.0, EP_COMM_SMS / ctx.hw.sms) if ctx.hw.sms else 0.0
 
     def cost(role: LayerRole) -> tuple[LayerCost, dict[str, float]]:
         key = _layer_key(role)
         if key not in cache:
             lc = layer_cost(ctx, role)
-            cache[key] = (lc, _exposed(lc, s))
+            cache[key] = (lc, _exposed(lc, s, ep_share, ep_sm))
         return cache[key]
 
     out = []
@@ -315,10 +353,11 @@ def _dp_times(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: TimeSettings
 
 def layer_settings_key(s: TimeSettings, hw: Hardware) -> tuple[Any, ...]:
     """What one layer's cost depends on: its TP / CP / EP / ETP groups and their placement, the
-    micro-batch's tokens, recompute, precision, overlaps - not PP, VPP, DP or the layout."""
+    micro-batch's tokens, recompute, precision, overlaps (the EP overlap by the share of steps it pairs,
+    which PP, VPP and the micro-batch count set) - not otherwise PP, VPP, DP or the layout."""
     return (hw, s.tp, s.cp, s.ep, s.etp_, s.sp, s.mbs, s.seq_length, s.recompute, s.recompute_method,
-            s.recompute_num_layers, s.modules, s.precision, s.tp_comm_overlap, s.ep_comm_overlap, s.cp_comm_type,
-            s.moe_dispatcher)
+            s.recompute_num_layers, s.modules, s.precision, s.tp_comm_overlap, ep_overlap_share(s), s.cp_comm_type,
+            s.moe_dispatcher, s.fp8_attention, s.cuda_graph)
 
 
 def quick_step_seconds(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: TimeSettings, hw: Hardware,
@@ -382,10 +421,14 @@ def step_time(cfg: ModelConfig, roles: RoleMap, stage_plan: StagePlan, settings:
             ready.append(row)
     fwd = [c.fwd for c in costs]
     bwd = [c.bwd for c in costs]
+    try:
+        orders = rank_orders(s.pp, s.vpp, m, s.microbatch_group)
+    except ScheduleError as exc:  # a schedule Megatron refuses (VPP without PP, m against PP): fail closed
+        raise TimeInputError(str(exc), "vpp" if s.vpp > 1 else "global_batch") from None
     sched = simulate(s.pp, s.vpp, m, fwd, bwd, send_fwd=sends, send_bwd=sends, ready=ready,
-                     group=s.microbatch_group)
-    no_send = (simulate(s.pp, s.vpp, m, fwd, bwd, ready=ready, group=s.microbatch_group).makespan
-               if s.pp > 1 and any(sends) else sched.makespan)
+                     group=s.microbatch_group, orders=orders)
+    no_send = (simulate(s.pp, s.vpp, m, fwd, bwd, ready=ready, group=s.microbatch_group, orders=orders,
+                        record=False).makespan if s.pp > 1 and any(sends) else sched.makespan)
     # gradient reduction on each rank's communication stream
     bucket = max(40_000_000, 1_000_000 * gr["dp"].size)
     rank_end = []

@@ -64,6 +64,11 @@ from app.core.time.settings import TimeSettings
 
 ACT_BYTES = 2  # BF16 activations
 FA_BWD_FLOPS = 2.5  # flash-attention backward / forward kernel FLOPs (5 GEMMs vs 2)
+#: FP8 attention (``--fp8-dot-product-attention``) reaches a smaller share of the FP8 peak than BF16
+#: attention of the BF16 peak: FlashAttention-3 on H100, "FP16 reaching up to 740 TFLOPs/s (75%
+#: utilization), and with FP8 reaching close to 1.2 PFLOPs/s" (Shah et al. 2024, arXiv 2407.08608,
+#: abstract): 1.2 / 1.979 = 0.61 against 0.75, i.e. 0.81 x the BF16 fraction, on the FP8 peak.
+FP8_ATTN_FRACTION = (1.2 / 1.979) / (0.740 / 0.989)
 
 
 @dataclass(frozen=True)
@@ -263,7 +268,8 @@ def _pairs(ctx: OpContext) -> float:
 #: expert (Transformer Engine ``GroupedLinear`` / ``general_grouped_gemm``), twice as many
 #: backward; every layer has ~12 / 18 other ops (norms, residual adds, RoPE, attention, activation);
 #: an MoE layer ~30 / 20 more (router, top-k, auxiliary loss, permutation, the token-count exchange
-#: and its host synchronisation, un-permutation); each collective is one op.
+#: and its host synchronisation, un-permutation); each collective is one op. A full-iteration CUDA
+#: graph (``cuda_graph="full_iteration"``) issues none of them.
 HOST_LAYER_OPS = (12, 18)
 HOST_MOE_OPS = (30, 20)
 
@@ -312,8 +318,9 @@ def layer_cost(ctx: OpContext, role: LayerRole) -> LayerCost:
     terms = sequence_layer_flops(cfg, role, seq_length=s.seq_length, mbs=s.mbs)
     attn_flops = terms["sparse_attention"] / (s.tp * s.cp)
     peak16 = hw.peak_flops("bf16")
-    lc.attn_fwd = attn_flops / (peak16 * eff.attn_fwd)
-    lc.attn_bwd = FA_BWD_FLOPS * attn_flops / (peak16 * eff.attn_bwd)
+    rate = hw.peak_flops("fp8") * FP8_ATTN_FRACTION if s.fp8_attention else peak16
+    lc.attn_fwd = attn_flops / (rate * eff.attn_fwd)
+    lc.attn_bwd = FA_BWD_FLOPS * attn_flops / (rate * eff.attn_bwd)
     lc.flops_fwd += attn_flops
     idx = (terms["indexer_scoring"] + terms["indexer_weighting"]) / s.cp
     if idx:
@@ -335,8 +342,9 @@ def layer_cost(ctx: OpContext, role: LayerRole) -> LayerCost:
     n_kernels = 2 * len(gemms) + 8 + (12 if role.ffn == "moe" else 0)
     lc.fwd.kernel += n_kernels * eff.kernel
     lc.bwd.kernel += 2 * n_kernels * eff.kernel
-    ops_f, ops_b = host_ops(ctx, role, gemms)
-    lc.host_fwd, lc.host_bwd = ops_f * eff.host_op, ops_b * eff.host_op
+    if s.cuda_graph != "full_iteration":  # a full-iteration graph replays the step: nothing to issue
+        ops_f, ops_b = host_ops(ctx, role, gemms)
+        lc.host_fwd, lc.host_bwd = ops_f * eff.host_op, ops_b * eff.host_op
     # ---- communication (raw seconds)
     gr = ctx.groups
     act = ctx.t * cfg.hidden_size * ACT_BYTES
@@ -381,16 +389,19 @@ def _kv_bytes_per_token(ctx: OpContext) -> float:
 
 
 def head_cost(ctx: OpContext, mtp_layers: int) -> LayerCost:
-    """The loss stage's final norm, output layer (BF16) and cross-entropy, and the logits of each
-    MTP layer through the shared output layer (Megatron computes them on the ``post_process``
-    stage; see :mod:`app.core.model.flops`)."""
+    """The loss stage's final norm, output layer (BF16: Megatron's ``output_layer`` is a plain
+    ``ColumnParallelLinear``; MXFP8 with ``fp8_output_proj``, Megatron-Core's
+    ``TELMHeadColumnParallelLinear`` in ``extensions/transformer_engine.py``) and cross-entropy, and
+    the logits of each MTP layer through the shared output layer (Megatron computes them on the
+    ``post_process`` stage; see :mod:`app.core.model.flops`)."""
     cfg, s = ctx.cfg, ctx.s
     lc = LayerCost()
     v = padded_vocab(cfg.vocab_size, s.tp, s.vocab_divisible_by) / s.tp
+    low = s.fp8_output_proj  # Megatron's TELMHeadColumnParallelLinear (--fp8-output-proj, MXFP8)
     for _ in range(1 + mtp_layers):
-        f = gemm_seconds(ctx, ctx.t, v, cfg.hidden_size, low=False)
-        b = (gemm_seconds(ctx, cfg.hidden_size, v, ctx.t, low=False, out_bytes=4)
-             + gemm_seconds(ctx, ctx.t, cfg.hidden_size, v, low=False))
+        f = gemm_seconds(ctx, ctx.t, v, cfg.hidden_size, low=low)
+        b = (gemm_seconds(ctx, cfg.hidden_size, v, ctx.t, low=low, out_bytes=4)
+             + gemm_seconds(ctx, ctx.t, cfg.hidden_size, v, low=low))
         lc.fwd.gemm += f
         lc.bwd.gemm += b
         lc.flops_fwd += 2 * ctx.t * v * cfg.hidden_size

@@ -148,15 +148,23 @@ def _per_stage(values: float | Sequence[float], n: int, name: str) -> list[float
     return out
 
 
+def rank_orders(pp: int, vpp: int, num_microbatches: int, group: int | None = None) -> list[list[tuple[bool, int, int]]]:
+    """Every rank's :func:`rank_order` (computed once when one schedule is simulated twice)."""
+    return [rank_order(pp, vpp, num_microbatches, r, group) for r in range(pp)]
+
+
 def simulate(pp: int, vpp: int, num_microbatches: int, fwd: Sequence[float], bwd: Sequence[float], *,
              send_fwd: float | Sequence[float] = 0.0, send_bwd: float | Sequence[float] = 0.0,
-             ready: Sequence[Sequence[float]] | None = None, group: int | None = None) -> Schedule:
+             ready: Sequence[Sequence[float]] | None = None, group: int | None = None,
+             orders: list[list[tuple[bool, int, int]]] | None = None, record: bool = True) -> Schedule:
     """Simulate one iteration (module docstring).
 
     ``fwd`` / ``bwd``: per-micro-batch time of each stage, vp-major (``PP * VPP`` values).
     ``send_fwd[s]``: activation transfer from stage ``s`` to ``s + 1``; ``send_bwd[s]``: gradient
     transfer from stage ``s + 1`` to ``s`` (scalars apply to every boundary). ``ready[r][c]``:
-    earliest start of chunk ``c``'s first forward on rank ``r``."""
+    earliest start of chunk ``c``'s first forward on rank ``r``. ``orders``: :func:`rank_orders`
+    already computed for these PP / VPP / micro-batches; ``record=False`` keeps no timeline (the
+    makespan, busy and end times only)."""
     m = num_microbatches
     _check(pp, vpp, m, group)
     n_stages = pp * vpp
@@ -164,7 +172,8 @@ def simulate(pp: int, vpp: int, num_microbatches: int, fwd: Sequence[float], bwd
     b_t = _per_stage(bwd, n_stages, "bwd")
     sf = _per_stage(send_fwd, n_stages, "send_fwd")
     sb = _per_stage(send_bwd, n_stages, "send_bwd")
-    orders = [rank_order(pp, vpp, m, r, group) for r in range(pp)]
+    if orders is None:
+        orders = rank_orders(pp, vpp, m, group)
     # flat step encoding: stage * m + micro-batch; -1.0 = not yet run
     f_end = [-1.0] * (n_stages * m)
     b_end = [-1.0] * (n_stages * m)
@@ -220,12 +229,13 @@ def simulate(pp: int, vpp: int, num_microbatches: int, fwd: Sequence[float], bwd
                     dur = f_t[s]
                     end = start + dur
                     f_end[s * m + i] = end
-                col_rank.append(r)
-                col_chunk.append(c)
-                col_mb.append(i)
-                col_bwd.append(is_b)
-                col_start.append(start)
-                col_end.append(end)
+                if record:
+                    col_rank.append(r)
+                    col_chunk.append(c)
+                    col_mb.append(i)
+                    col_bwd.append(is_b)
+                    col_start.append(start)
+                    col_end.append(end)
                 busy[r] += dur
                 t_free = end
                 p += 1

@@ -10,9 +10,10 @@ optimizer on (isplan's memory model assumes it, as every recipe it models uses i
 ``microbatch_group_size_per_vp_stage`` = PP. ``moe_dispatcher`` defaults to ``flex`` (DeepEP /
 HybridEP), which Megatron-Bridge's v0.6.0 performance recipes use for cross-node expert parallelism
 (``src/megatron/bridge/perf_recipes/deepseek/common.py``, ``kimi/*``, ``qwen/b300``; Megatron-LM's own
-default is ``allgather``). ``grad_reduce_in_fp32`` follows Megatron-Bridge's
-``bf16_mixed`` preset (True; Megatron-LM's own default is False): every measured run the model
-is checked against used it.
+default is ``allgather``). ``grad_reduce_in_fp32`` is off: Megatron-LM's default (``--accumulate-allreduce-grads-in-fp32`` is
+opt-in, ``arguments.py``) and what Megatron-Bridge's performance recipes launch today
+(``src/megatron/bridge/perf_recipes/_common.py`` ``_benchmark_common`` and ``_perf_precision`` set
+``grad_reduce_in_fp32 = False`` @ 067f987d; only the Kimi-K2 recipes turn it back on).
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ CP_COMM_TYPES = ("p2p", "allgather", "a2a")
 #: ``--moe-token-dispatcher-type``: ``flex`` (DeepEP / HybridEP: a token crosses to a remote NVLink
 #: domain once) or ``alltoall`` / ``allgather`` (NCCL: every expert copy crosses).
 MOE_DISPATCHERS = ("flex", "alltoall", "allgather")
+#: ``--cuda-graph-impl`` forms the time model distinguishes: ``none`` (eager: the host issues every
+#: op) and ``full_iteration`` (one graph replays the step's kernels; Megatron-LM
+#: ``megatron/core/full_cuda_graph.py``); partial graphs (``transformer_engine`` / ``local`` with
+#: scopes) are timed as eager, an upper bound on their host cost.
+CUDA_GRAPHS = ("none", "full_iteration")
 
 
 class TimeInputError(ValueError):
@@ -67,8 +73,11 @@ class TimeSettings:
     optimizer_cpu_offload: bool = False
     cp_comm_type: str = "p2p"
     ep_comm_overlap: bool = False  # --overlap-moe-expert-parallel-comm
+    fp8_attention: bool = False  # --fp8-dot-product-attention (the attention core in FP8)
+    fp8_output_proj: bool = False  # --fp8-output-proj (the output layer in MXFP8; mxfp8 only)
+    cuda_graph: str = "none"  # --cuda-graph-impl: none | full_iteration (the whole step replayed: no host issue cost)
     moe_dispatcher: str = "flex"  # --moe-token-dispatcher-type; flex = Megatron-Bridge's current recipes
-    grad_reduce_in_fp32: bool = True
+    grad_reduce_in_fp32: bool = False
     microbatch_group: int | None = None  # --microbatch-group-size-per-virtual-pipeline-stage
     vocab_divisible_by: int = 128  # --make-vocab-size-divisible-by (Megatron's default 128)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -128,6 +137,14 @@ class TimeSettings:
                                  f"use {', '.join(RECOMPUTE_MODULES)}", "recompute_modules")
         if self.moe_dispatcher not in MOE_DISPATCHERS:
             raise TimeInputError(f"moe_dispatcher must be one of {', '.join(MOE_DISPATCHERS)}", "moe_dispatcher")
+        if self.fp8_output_proj and self.precision != "mxfp8":
+            raise TimeInputError("fp8_output_proj needs precision mxfp8 (Megatron: \"fp8_output_proj requires "
+                                 "fp8_recipe='mxfp8'\")", "precision")
+        if self.fp8_attention and self.precision == "bf16":
+            raise TimeInputError("fp8_attention needs an FP8 or FP4 precision (Megatron's fp8_dot_product_attention "
+                                 "runs under --fp8-format)", "precision")
+        if self.cuda_graph not in CUDA_GRAPHS:
+            raise TimeInputError(f"cuda_graph must be one of {', '.join(CUDA_GRAPHS)}", "cuda_graph")
         if self.cp_comm_type not in CP_COMM_TYPES:
             raise TimeInputError(f"cp_comm_type must be one of {', '.join(CP_COMM_TYPES)}", "cp_comm_type")
         if self.gbs % (self.mbs * self.dp):

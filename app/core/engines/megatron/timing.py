@@ -14,6 +14,11 @@ note in the answer):
 A plan the time model cannot time (a custom GPU without peak rates, settings it refuses) has no
 time; the reason is the answer's ``unavailable`` (the verdict is unchanged: it does not depend on
 the time model).
+
+Settings a plan has no field for take the defaults in :data:`UNSTATED_DEFAULTS` - Megatron-LM's own,
+which is how a run launched with the plan's flags and nothing else behaves; where today's
+Megatron-Bridge performance recipes add more (EP overlap, CUDA graphs, FP8 attention) the answer is
+the time without it, and ``docs/MODELS.md`` ("Step time") says how far the recipes' runs are from it.
 """
 
 from __future__ import annotations
@@ -26,6 +31,26 @@ from app.core.model.parallelism import ParallelConfig
 from app.core.model.roles import RoleMap
 from app.core.plan import Plan
 
+#: What the time model assumes for settings a plan has no field for (each is a
+#: :class:`~app.core.time.settings.TimeSettings` default; the answer's ``defaults`` repeats them):
+#: Megatron-LM's defaults at NVIDIA/Megatron-LM@d98e8a64ddf3 unless said otherwise.
+UNSTATED_DEFAULTS: dict[str, str] = {
+    "ep_comm_overlap": "off: --overlap-moe-expert-parallel-comm is opt-in (model_parallel_config.py "
+                       "overlap_moe_expert_parallel_comm = False); Megatron-Bridge's MXFP8 recipes for DeepSeek-V3 and "
+                       "Qwen3 on Blackwell turn it on (perf_recipes deepseek/common.py, qwen/common.py @ 067f987d)",
+    "cuda_graph": "none: transformer_config.py cuda_graph_impl = 'none' (eager: the host issues every kernel); the "
+                  "recipes' full-iteration graphs remove that cost",
+    "moe_dispatcher": "flex (DeepEP / HybridEP: a token crosses to a remote NVLink domain once), as Megatron-Bridge's "
+                      "v0.6.0 recipes launch MoE across domains (perf_recipes deepseek/common.py, kimi/*, qwen/*); "
+                      "Megatron-LM's own default is allgather (transformer_config.py moe_token_dispatcher_type)",
+    "fp8_attention": "off: transformer_config.py fp8_dot_product_attention = False (BF16 attention under every "
+                     "precision)",
+    "fp8_output_proj": "off: transformer_config.py fp8_output_proj = False (the output layer is a BF16 "
+                       "ColumnParallelLinear)",
+    "distributed_optimizer": "on unless --no-distributed-optimizer (every recipe isplan models uses it)",
+    "grad_reduce_in_fp32": "off: --accumulate-allreduce-grads-in-fp32 is opt-in; Megatron-Bridge's perf recipes set "
+                           "grad_reduce_in_fp32 = False (perf_recipes/_common.py _benchmark_common)",
+}
 #: micro-batches per pipeline rank assumed when the plan gives no global batch
 ASSUMED_MICROBATCHES_PER_RANK = 8
 #: the schedule simulation has a forward and a backward per micro-batch per stage: bounded before any
@@ -193,4 +218,5 @@ def plan_time(cfg: ModelConfig, plan: Plan, stages: StagePlan, roles: RoleMap, p
     body = result.to_json(timeline=timeline)
     body["assumed"] = notes
     body["settings"] = settings.to_dict()
+    body["defaults"] = dict(UNSTATED_DEFAULTS)
     return body
