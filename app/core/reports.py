@@ -14,7 +14,7 @@ from typing import Any
 
 from app.core.evaluate import Evaluation, evaluate, pipeline_spec, plan_roles
 from app.core.layer_roles import roles_report
-from app.core.layout_check import CheckResult, run_check
+from app.core.layout_check import CheckResult
 from app.core.model_config import ModelConfig
 from app.core.plan import SERVING_ENGINES, FieldProblem, Plan, PlanError
 from app.core.verdict import Reason, Verdict, verdict_of
@@ -337,9 +337,11 @@ def receipt_report(plan: Plan, cfg: ModelConfig, *, name: str = "training",
                    also: list[tuple[str, Any]] | None = None, model_revision: str | None = None,
                    engine_commit: str | None = None, created_utc: str | None = None) -> Report:
     """``isplan receipt``: a verifiable record of the plan's layouts (training, the conversion
-    slot, and any ``also`` layouts) and the plan's verdict."""
+    slot, and any ``also`` layouts) and the plan's verdict. The receipt's top-level verdict is
+    :func:`app.core.receipt.receipt_verdict` (the plan's and every ``also`` layout's), the rule
+    ``isplan verify`` recomputes."""
     from app.core.evaluate import conversion_spec
-    from app.core.receipt import build_receipt
+    from app.core.receipt import build_receipt, verdict_from_dict
 
     ev = evaluated(plan, cfg)
     if not isinstance(ev.check, CheckResult):
@@ -350,17 +352,11 @@ def receipt_report(plan: Plan, cfg: ModelConfig, *, name: str = "training",
     conv = conversion_spec(plan)
     if conv is not None:
         layouts.append(("conversion", conv, plan.dsa_freq, plan.dsa_offset, ()))
+    own = len(layouts)
     layouts += also or []
-    blocking = list(ev.verdict.blocking)
-    for lay_name, spec, *_ in also or []:  # a named extra layout blocks the launch like the plan's own
-        extra = run_check(cfg, spec, plan.engine, pattern=plan.pattern, freq=plan.dsa_freq, offset=plan.dsa_offset)
-        blocking += [Reason("boundary", "shared_start", f"{lay_name} layout: {v.message}", None)
-                     for v in extra.boundary.violations]
-        blocking += [Reason(e.kind, e.code, f"{lay_name} layout: {e.message}", None) for e in extra.errors]
-    verdict = verdict_of(blocking, ev.verdict.warnings)
     record = {"query": plan.query(), "parallel": ev.parallel, "verdict": ev.verdict.to_dict()}
     body = build_receipt(cfg, layouts, engine=plan.engine, pattern=plan.pattern, model_revision=model_revision,
-                         engine_commit=engine_commit, created_utc=created_utc, plan=record,
-                         verdict=verdict.to_dict())
+                         engine_commit=engine_commit, created_utc=created_utc, plan=record, plan_layouts=own)
+    verdict = verdict_from_dict(body["verdict"])
     lines = [f"receipt for {cfg.id}: " + ("valid" if body["valid"] else "INVALID")]
     return Report(body, lines + verdict_lines(verdict), verdict)
