@@ -48,7 +48,22 @@ def main(argv: list[str] | None = None) -> None:
     from app.web.security import uvicorn_options
 
     workers = args.workers if args.workers and args.workers >= 1 else settings.server_workers
-    uvicorn.run("app.main:app", host=args.host, port=args.port, workers=workers, **uvicorn_options())
+    try:
+        uvicorn.run("app.main:app", host=args.host, port=args.port, workers=workers, **uvicorn_options())
+    finally:
+        _reap_helpers()
+
+
+def _reap_helpers() -> None:
+    """Stop (and wait for) the multiprocessing helper processes this process started - with
+    several workers, uvicorn's spawn context starts a resource tracker - so none outlives the
+    server as an orphan (issue 20: nothing left after a stop). The single-process server stops
+    its planner pool and forkserver in the app's lifespan (:func:`app.web.workers.shutdown_default_pool`)."""
+    import contextlib
+    from multiprocessing import resource_tracker
+
+    with contextlib.suppress(Exception):
+        resource_tracker._resource_tracker._stop()  # type: ignore[attr-defined]
 
 
 if __name__ == "__main__":

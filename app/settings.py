@@ -61,10 +61,15 @@ class Setting:
             return
         unit = {"bytes": " bytes", "seconds": " seconds"}.get(self.kind, "")
         if self.lo is not None and value < self.lo:
-            extra = f" (or {self.also:g})" if self.also is not None else ""
-            raise SettingsError(self.variable, f"must be at least {self.lo:,g}{unit}{extra}, got {value:,g}")
+            extra = f" (or {_num(self.also)})" if self.also is not None else ""
+            raise SettingsError(self.variable, f"must be at least {_num(self.lo)}{unit}{extra}, got {_num(value)}")
         if self.hi is not None and value > self.hi:
-            raise SettingsError(self.variable, f"must be at most {self.hi:,g}{unit}, got {value:,g}")
+            raise SettingsError(self.variable, f"must be at most {_num(self.hi)}{unit}, got {_num(value)}")
+
+
+def _num(x: float) -> str:
+    """``2,097,152`` for a whole number, ``2.5`` otherwise."""
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e18 else f"{x:g}"
 
 
 def _whole(s: Setting, text: str) -> int:

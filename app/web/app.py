@@ -19,10 +19,8 @@ from typing import Any, cast
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
-from fastapi.templating import Jinja2Templates
-from jinja2 import StrictUndefined
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
 
@@ -31,20 +29,18 @@ from app import settings as app_settings
 from app.core.bounds import BoundError
 from app.core.launcher_plan import LauncherImportError
 from app.core.layer_roles import PatternError
-from app.core.model_config import ConfigError, load_manifest, load_preset, preset_ids
-from app.core.plan import GPUS, TABLE, PlanError
+from app.core.model_config import ConfigError, load_preset, preset_ids
+from app.core.plan import PlanError
 from app.core.receipt import ReceiptError
 from app.core.stages import LayoutInputError
 from app.web.assets import asset_dir
 from app.web.caching import StaticCacheHeaders
-from app.web.deps import BadInput
-from app.web.figures import page_figures
+from app.web.deps import BadInput, SafeJSONResponse
 from app.web.limits import BodySizeLimit, UploadRate
 from app.web.routers import models_api, pages, plan_api, uploads
 from app.web.schemas import Health
 from app.web.security import CSP, ASGIApp, secure, swagger_ui_html
 from app.web.store import BaseStore, QuotaExceeded, StoreUnavailable, UploadForbidden, open_store
-from app.web.view import PlanView
 from app.web.workers import (
     ClientGate,
     ClientGone,
@@ -65,14 +61,6 @@ EXPENSIVE_PATHS = ("/api/v1/plan-search", "/api/v1/search", "/api/v1/verify", "/
 #: The store's health probe runs here, never on the event loop nor in the request thread pool
 #: (which busy requests can fill), so ``/healthz`` answers while the server is loaded.
 _HEALTH_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="isplan-health")
-
-
-class SafeJSONResponse(JSONResponse):
-    """JSON with non-ASCII escaped: a lone surrogate copied from hostile input cannot break
-    encoding the answer (it would be a 500 with UTF-8 output)."""
-
-    def render(self, content: Any) -> bytes:
-        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
 def _error_body(errors: list[dict[str, Any]]) -> SafeJSONResponse:
@@ -174,18 +162,10 @@ def create_app(store: BaseStore | None = None) -> FastAPI:
                   description="IndexShare layout planner: validate and plan pipeline layouts of GLM-5.2-class DSA "
                               "models. Every endpoint returns the same JSON as the matching `isplan ... --format "
                               "json` command, with the plan's verdict.")
-    templates = Jinja2Templates(directory=str(asset_dir("templates")))
-    templates.env.undefined = StrictUndefined  # a template naming a missing attribute fails loudly in tests
     app.state.store = store if store is not None else open_store()
-    app.state.templates = templates
+    app.state.templates = pages.templates()
     app.state.vendor = json.loads((asset_dir("static") / "vendor" / "VENDOR.json").read_text())
-
-    def page_context(request: Request, v: PlanView, **extra: Any) -> dict[str, Any]:
-        return {"request": request, "v": v, "presets": load_manifest()[1], "preset_ids": preset_ids(),
-                "upload_token_required": bool(app_settings.current().upload_token),
-                "table": TABLE, "gpus": GPUS, "figures": page_figures(v), "oob": False, "compare": None, **extra}
-
-    app.state.page_context = page_context
+    app.state.page_context = pages.page_context
     app.mount("/static", StaticFiles(directory=asset_dir("static")), name="static")
     app.add_middleware(StaticCacheHeaders)  # versioned static files: cached for a year (app.web.caching)
     # text answers (HTML, JSON, JS, CSS) gzip-compressed when the client accepts it: the page's first

@@ -17,7 +17,7 @@ from __future__ import annotations
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 from starlette.datastructures import UploadFile as FormFile  # what a parsed form holds
@@ -27,9 +27,9 @@ from app.core.launcher_plan import LauncherImportError, import_launcher
 from app.core.model_config import MAX_CONFIG_BYTES, ConfigError
 from app.core.plan import FieldProblem, Plan, plan_from_query
 from app.web.deps import Store, bounded, client_of, launcher_cost
-from app.web.routers.pages import render
+from app.web.routers.pages import render_page
 from app.web.store import BaseStore, QuotaExceeded, StoreUnavailable, UploadForbidden, check_token
-from app.web.view import build_view, resolve_model
+from app.web.view import resolve_model
 
 #: sourced files one launcher form may carry
 MAX_SOURCED_FILES = 32
@@ -44,11 +44,11 @@ def _plan_of(query: str) -> tuple[Plan, list[FieldProblem]]:
     return plan_from_query(dict(parse_qsl(query)))
 
 
-def _refused(request: Request, store: BaseStore, query: str, field: str, message: str, status: int) -> HTMLResponse:
+async def _refused(request: Request, store: BaseStore, query: str, field: str, message: str, status: int) -> Response:
     """The page for ``query`` with ``message`` beside ``field``, answered with ``status``."""
     plan, problems = _plan_of(query)
     problems.append(FieldProblem(field, message))
-    return render(request, "index.html", build_view(plan, problems, store), status_code=status)
+    return await render_page(request, "index.html", plan, problems, store, status_code=status)
 
 
 @router.post("/upload")
@@ -62,10 +62,10 @@ async def upload(request: Request, store: Store) -> Response:
         try:
             check_token(header)
         except UploadForbidden as exc:
-            return _refused(request, store, "", "model", f"upload refused: {exc}", exc.status_code)
+            return await _refused(request, store, "", "model", f"upload refused: {exc}", exc.status_code)
     form = await _form(request, max_files=1)
     if isinstance(form, str):
-        return _refused(request, store, "", "model", f"upload refused: {form}", 400)
+        return await _refused(request, store, "", "model", f"upload refused: {form}", 400)
     query = form.get("query")
     query = query if isinstance(query, str) else ""
     if header is None:
@@ -73,18 +73,18 @@ async def upload(request: Request, store: Store) -> Response:
         try:
             check_token(token if isinstance(token, str) else None)
         except UploadForbidden as exc:
-            return _refused(request, store, query, "model", f"upload refused: {exc}", exc.status_code)
+            return await _refused(request, store, query, "model", f"upload refused: {exc}", exc.status_code)
     file = form.get("file")
     if not isinstance(file, FormFile):
-        return _refused(request, store, query, "model", "upload: choose a config.json file (form field 'file')", 422)
+        return await _refused(request, store, query, "model", "upload: choose a config.json file (form field 'file')", 422)
     data = await file.read(MAX_CONFIG_BYTES + 1)
     name = (file.filename or "")[:200]
     try:
         cfg = await run_in_threadpool(store.put, data, name=name, client=client_of(request))
     except ConfigError as exc:
-        return _refused(request, store, query, "model", f"upload {name[:80]!r} refused: {exc}", 422)
+        return await _refused(request, store, query, "model", f"upload {name[:80]!r} refused: {exc}", 422)
     except (QuotaExceeded, StoreUnavailable) as exc:
-        return _refused(request, store, query, "model", f"upload {name[:80]!r} not stored: {exc}", exc.status_code)
+        return await _refused(request, store, query, "model", f"upload {name[:80]!r} not stored: {exc}", exc.status_code)
     plan, _ = _plan_of(query)
     return RedirectResponse("/?" + plan.query(model=cfg.id), status_code=303)
 
@@ -111,7 +111,7 @@ async def launcher(request: Request, store: Store) -> Response:
     base name; one that is missing is named in the refusal (fail closed)."""
     form = await _form(request, max_files=MAX_SOURCED_FILES)
     if isinstance(form, str):
-        return _refused(request, store, "", "launcher", f"launcher refused: {form}", 400)
+        return await _refused(request, store, "", "launcher", f"launcher refused: {form}", 400)
     script, query = _text_field(form, "script"), _text_field(form, "query")
     plan, problems = _plan_of(query)
     cfg, _ = await run_in_threadpool(resolve_model, plan.model, store)
@@ -126,5 +126,5 @@ async def launcher(request: Request, store: Store) -> Response:
                                  files=sourced or None)
     except LauncherImportError as exc:
         problems.append(FieldProblem("launcher", f"launcher: {exc}"))
-        return render(request, "index.html", build_view(plan, problems, store), status_code=422)
+        return await render_page(request, "index.html", plan, problems, store, status_code=422)
     return RedirectResponse("/?" + imported.plan.query(), status_code=303)
