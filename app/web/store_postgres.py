@@ -59,7 +59,7 @@ class PostgresConfigStore(BaseStore):
 
     def _failure(self, exc: BaseException) -> StoreUnavailable:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        kind = "cannot connect" if isinstance(exc, self._psycopg.OperationalError) else type(exc).__name__
+        kind = "the connection failed" if isinstance(exc, self._psycopg.OperationalError) else type(exc).__name__
         return StoreUnavailable(f"the upload store (PostgreSQL) is unavailable ({kind}); check ISPLAN_DATABASE_URL "
                                 "and the database server", detail=first_line[:300])
 

@@ -37,6 +37,7 @@ import multiprocessing
 import os
 import resource
 import shutil
+import signal
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -443,8 +444,15 @@ def stop_forkserver() -> None:
     ``multiprocessing.util.get_temp_dir``) is then run now instead of at exit."""
     from multiprocessing import forkserver, process, util
 
+    server: Any = forkserver._forkserver
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is not None:
+        # its "alive" pipe is held by every worker it forked, another pool's included, so closing
+        # our end alone may never end it: stop it directly (a later pool starts a new one)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
     with contextlib.suppress(Exception):
-        forkserver._forkserver._stop()  # type: ignore[attr-defined]
+        server._stop()
     with contextlib.suppress(Exception):
         registry = util._finalizer_registry  # type: ignore[attr-defined]
         for finalizer in list(registry.values()):
