@@ -290,3 +290,18 @@ def test_the_servers_own_400_carries_the_security_headers(server):
     head, _, body = data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400") and b"content-security-policy:" in head.lower()
     assert b"x-frame-options: DENY" in head and json.loads(body)["errors"][0]["code"] == "bad_request"
+
+
+# --------------------------------------------------------------------------- the benchmark itself
+
+
+@pytest.mark.slow
+def test_the_api_latency_benchmark_measures_the_three_routes_side_by_side():
+    from bench import api_latency
+
+    result = api_latency.main(rounds=10, clients=2, seconds=1.0)
+    assert result["errors"] == 0
+    assert {"/healthz", "/api/v1/plan", "/fragment"} <= set(result["routes"])
+    assert result["plan_ratio"] == pytest.approx(result["routes"]["/api/v1/plan"]["p50"]
+                                                 / result["routes"]["/healthz"]["p50"])
+    assert result["live_updates"]["n"] > 0

@@ -43,6 +43,7 @@ from app.web.deps import (
     Store,
     action_cost,
     bounded,
+    get_store,
     in_process_or_pool,
     model_for,
     plan_units,
@@ -188,7 +189,8 @@ async def index(request: Request, store: Store) -> Response:
 
 
 @router.get("/fragment", response_class=HTMLResponse)
-async def fragment(request: Request, store: Store, action: str | None = None) -> Response:
+async def fragment(request: Request, action: str | None = None) -> Response:
+    store = get_store(request)  # not a dependency: the live update's hot path
     plan, problems = page_plan(request)
     if action:
         if action in ACTIONS:

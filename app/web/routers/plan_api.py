@@ -28,6 +28,8 @@ from app.web.deps import (
     SafeJSONResponse,
     Store,
     bounded,
+    get_plan,
+    get_store,
     in_process_or_pool,
     model_config,
     model_for,
@@ -65,40 +67,42 @@ EVALUATED: dict[int | str, dict[str, Any]] = {
 }
 
 
-async def _report(request: Request, plan: Any, store: Store, fn: Any) -> Response:
-    """``fn(plan, cfg).body`` as JSON, evaluated here or (a huge plan) in the pool."""
-    cfg = await model_for(plan.model, store)
+async def _report(request: Request, fn: Any) -> Response:
+    """``fn(plan, cfg).body`` of the query's plan as JSON, evaluated here or (a huge plan) in the
+    pool. The hot routes take no FastAPI dependencies: resolving them cost a tenth of a request."""
+    plan = get_plan(request)
+    cfg = await model_for(plan.model, get_store(request))
     body = await in_process_or_pool(request, plan_units(plan, cfg), report_body, fn, plan, cfg)
     return SafeJSONResponse(body)
 
 
 @router.get("/plan", response_model=PlanPage, responses=EVALUATED, openapi_extra=PLAN_QUERY_OPENAPI)
-async def plan_page(request: Request, store: Store) -> Response:
+async def plan_page(request: Request) -> Response:
     """The page's whole data for a plan URL (same query as ``/``; an empty query is the page's
     pinned slime GLM-5.2 profile): the plan, its verdict, the check, the conversion slot,
     parallelism, per-rank memory, per-stage FLOPs and the exports."""
     plan = strict_plan(request.query_params, empty=SLIME_GLM52_PROFILE)
-    cfg = await model_for(plan.model, store)  # an unknown model is a 422 here, not a fallback
+    cfg = await model_for(plan.model, get_store(request))  # an unknown model is a 422 here, not a fallback
     return SafeJSONResponse(await in_process_or_pool(request, plan_units(plan, cfg), page_data, plan, cfg))
 
 
 @router.get("/check", response_model=CheckReport, responses=EVALUATED, openapi_extra=PLAN_QUERY_OPENAPI)
-async def check(request: Request, plan: PlanDep, store: Store) -> Response:
+async def check(request: Request) -> Response:
     """``isplan check --format json``: stages, boundary, acceptance and the plan's verdict (with
     GPUs, parallel constraints and memory when the query states any parallel/memory setting)."""
-    return await _report(request, plan, store, reports.check_report)
+    return await _report(request, reports.check_report)
 
 
 @router.get("/memory", response_model=Report, responses=EVALUATED, openapi_extra=PLAN_QUERY_OPENAPI)
-async def memory(request: Request, plan: PlanDep, store: Store) -> Response:
+async def memory(request: Request) -> Response:
     """``isplan memory --format json``: training memory per GPU of every pipeline rank."""
-    return await _report(request, plan, store, reports.memory_report)
+    return await _report(request, reports.memory_report)
 
 
 @router.get("/receipt", response_model=ReceiptReport, responses=EVALUATED, openapi_extra=PLAN_QUERY_OPENAPI)
-async def receipt(request: Request, plan: PlanDep, store: Store) -> Response:
+async def receipt(request: Request) -> Response:
     """``isplan receipt``: a verifiable record of the plan's layouts (training + conversion slot)."""
-    return await _report(request, plan, store, reports.receipt_report)
+    return await _report(request, reports.receipt_report)
 
 
 @router.get("/plan-search", response_model=Report, responses=BOUNDED, openapi_extra=PLAN_QUERY_OPENAPI)
