@@ -9,8 +9,8 @@ reproduces the screen. A pinned plan A for the compare panel rides along as ``a=
 query>``; it is a page key, never part of the plan.
 
 Bounded like the API (issue 20, findings 1 and 2): a page is one :class:`PageJob` rendered by
-:func:`page_html` - on the event loop for a plan of an ordinary model, in the worker pool for a
-huge one (:func:`app.web.deps.in_process_or_pool`: gated per client, with the deadline; the HTML
+:func:`page_html` - in the request thread pool for a plan of an ordinary model (a few ms of
+rendering: the event loop keeps answering ``/healthz`` meanwhile), in the worker pool for a huge one (:func:`app.web.deps.in_process_or_pool`: gated per client, with the deadline; the HTML
 is compressed there too), so a 4,096-layer upload split into 4,096 stages no longer costs the
 server process seconds of CPU per request. The GPU budget search runs exactly as
 ``/api/v1/search`` does (work budget, pool, deadline, cancellation, the per-client gate); a
@@ -165,8 +165,8 @@ def _shown_config(model: str, configs: tuple[ModelConfig, ...]) -> ModelConfig:
 
 async def render_page(request: Request, template: str, plan: Plan, problems: list[FieldProblem], store: BaseStore,
                       *, status_code: int = 200, a_query: str | None = None, **context: Any) -> Response:
-    """The page ``template`` for ``plan`` (and a pinned plan A), rendered here or - a plan of a
-    huge model - in the worker pool (:func:`app.web.deps.in_process_or_pool`)."""
+    """The page ``template`` for ``plan`` (and a pinned plan A), rendered in a request thread or
+    - a plan of a huge model - in the worker pool (:func:`app.web.deps.in_process_or_pool`)."""
     pinned = _a_plan(a_query)
     plans = [plan] + ([pinned[0]] if pinned else [])
     configs = await _uploaded(store, [p.model for p in plans])
@@ -174,7 +174,10 @@ async def render_page(request: Request, template: str, plan: Plan, problems: lis
     context.setdefault("upload_token_required", bool(app_settings.current().upload_token))
     compressed = units > INLINE_UNITS and "gzip" in request.headers.get("accept-encoding", "").lower()
     job = PageJob(template, plan, tuple(problems), a_query, configs, tuple(context.items()), compressed)
-    body = await in_process_or_pool(request, units, page_html, job)
+    if units <= INLINE_UNITS:
+        body = await run_in_threadpool(page_html, job)
+    else:
+        body = await in_process_or_pool(request, units, page_html, job)
     headers = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"} if compressed else None
     return HTMLResponse(body, status_code=status_code, headers=headers)
 
