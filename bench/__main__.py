@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = ["cli_gate", "live_update", "scaling", "optimiser_speed", "search_speed", "load", "worst_load", "steptime",
+BENCHES = ["cli_gate", "live_update", "api_latency", "scaling", "optimiser_speed", "search_speed", "load", "worst_load", "steptime",
            "browser_timing"]
 
 

@@ -79,7 +79,10 @@ def backend(request, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_concurrent_uploads_of_the_same_and_different_configs(backend):
+def test_concurrent_uploads_of_the_same_and_different_configs(backend, monkeypatch):
+    # all 16 clients share 127.0.0.1: give that one client 16 uploads in flight (the default share
+    # of 2 is the per-client gate of issue 20, tested in tests/test_security_round3_live.py)
+    monkeypatch.setenv("ISPLAN_WORK_PER_CLIENT", "16")
     configs = [config(150_000 + i) for i in range(5)]
     digests = {hashlib.sha256(c).hexdigest() for c in configs}
     with AppServer(backend.data_dir) as srv:

@@ -78,7 +78,7 @@ def _read_until_closed(sock: socket.socket, seconds: float) -> tuple[bytes, floa
 
 def test_a_head_that_never_completes_is_cut_off(server):
     with socket.create_connection(("127.0.0.1", server)) as s:
-        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         for _ in range(3):  # trickling header lines does not extend the deadline
             time.sleep(0.2)
             s.sendall(b"X-Slow: 1\r\n")
@@ -88,7 +88,7 @@ def test_a_head_that_never_completes_is_cut_off(server):
 
 def test_a_stalled_upload_body_is_a_408_with_the_security_headers(server):
     with socket.create_connection(("127.0.0.1", server)) as s:
-        s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\n"
+        s.sendall(b"POST /upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; boundary=b\r\n"
                   b"Content-Length: 100000\r\n\r\n--b\r\n")
         data, closed = _read_until_closed(s, 10 * BODY_SECONDS)
     assert closed is not None and data.startswith(b"HTTP/1.1 408"), data[:200]

@@ -13,7 +13,16 @@ A model revision or engine commit counts as pinned only when it is a full 40-hex
 branch or tag can move. Without both, the receipt is marked ``unpinned`` with a warning.
 
 :func:`verify_receipt` recomputes everything from the recorded inputs and the config, and names
-every difference: an edited stage, a changed or different config, a wrong digest.
+every difference: an edited stage, a changed or different config, a wrong digest. Every recorded
+verdict is recomputed (issue 20, findings 9-11): the plan's (its recorded URL query through the one
+plan parser; whether parallelism is judged follows from that query, as it does when the receipt is
+written) and the top-level one (the plan's plus every extra named layout's), and a verdict without
+the plan it belongs to is a difference. The plan's own layouts must be the ones its query gives.
+Recorded and recomputed values are compared as canonical JSON, so ``1`` is not ``true`` and
+``78.0`` is not ``78``; a receipt that repeats a key is refused, as a config that does is
+(:func:`app.core.model.config.parse_json_bytes`). The config is identified by its digests
+(SHA-256 of the bytes and of the canonical JSON), never by a description: the model source
+check's repository name is the receipt's own record.
 
 What the digests prove. ``body_sha256`` is an *unkeyed* hash: it proves content integrity (the
 receipt was not damaged or edited by someone who did not recompute it), never authorship - anyone
@@ -37,13 +46,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 from app import __version__
+from app import settings as app_settings
 from app.core.engines.megatron.check import run_check
 from app.core.layout.stages import LayoutInputError, PipelineSpec
 from app.core.model.config import (
@@ -57,6 +66,7 @@ from app.core.model.config import (
 from app.core.model.roles import PatternError
 from app.core.plan import ENGINES, bounds
 from app.core.plan.bounds import BoundError, check_count
+from app.core.verdict import Reason, Verdict, verdict_of
 
 RECEIPT_VERSION = 1
 #: Differences listed in one report (the count in the summary is always the full one).
@@ -96,7 +106,7 @@ def body_hmac(receipt: dict[str, Any], key: bytes) -> str:
 
 def configured_key() -> bytes | None:
     """The signing key from ``ISPLAN_RECEIPT_KEY`` (UTF-8), or None when unset or empty."""
-    value = os.environ.get(KEY_ENV, "")
+    value = app_settings.Settings.from_env(only=("receipt_key",)).receipt_key
     return value.encode("utf-8", "surrogateescape") if value else None
 
 
@@ -127,9 +137,11 @@ def _layout_entry(cfg: ModelConfig, name: str, spec: PipelineSpec, freq: int | N
 
 
 def _checks(cfg: ModelConfig, model_revision: str | None, engine_commit: str | None,
-            layouts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            layouts: list[dict[str, Any]], upstream_repo: str | None = None) -> list[dict[str, Any]]:
+    """The release-gate checks; ``upstream_repo`` (default the config's) only names the model's
+    repository in the model source check's text."""
     checks: list[dict[str, Any]] = []
-    repo = cfg.upstream_repo or "(user-supplied file)"
+    repo = (upstream_repo if upstream_repo is not None else cfg.upstream_repo) or "(user-supplied file)"
     checks.append({
         "name": "model_source",
         "result": "pass" if is_immutable(model_revision) else "warn",
@@ -172,6 +184,27 @@ def _checks(cfg: ModelConfig, model_revision: str | None, engine_commit: str | N
     return checks
 
 
+def receipt_verdict(plan_verdict: Verdict, extra_layouts: list[dict[str, Any]]) -> Verdict:
+    """A receipt's whole go / no-go: the plan's verdict, and every extra named layout's boundary
+    violations and acceptance errors (a named layout blocks the launch like the plan's own). One
+    rule for writing (:func:`build_receipt`) and verifying (:func:`verify_receipt`)."""
+    blocking = list(plan_verdict.blocking)
+    for lay in extra_layouts:
+        name = lay["name"]
+        blocking += [Reason("boundary", "shared_start", f"{name} layout: {v['message']}", None)
+                     for v in lay["violations"]]
+        # a layout error is Megatron's refusal (receipts record Megatron-family layouts) or the model's
+        blocking += [Reason("model" if e["kind"] == "model" else "megatron", e["code"], f"{name} layout: {e['message']}",
+                            None) for e in lay["errors"]]
+    return verdict_of(blocking, plan_verdict.warnings, judged=plan_verdict.judged)
+
+
+def verdict_from_dict(d: dict[str, Any]) -> Verdict:
+    """The :class:`Verdict` of :meth:`Verdict.to_dict` (for a verdict isplan computed itself)."""
+    return Verdict(tuple(Reason(**r) for r in d["blocking"]), tuple(Reason(**r) for r in d["warnings"]),
+                   tuple(d.get("judged", ("layout",))))
+
+
 def build_receipt(
     cfg: ModelConfig,
     layouts: list[LayoutInput],
@@ -183,11 +216,13 @@ def build_receipt(
     created_utc: str | None = None,
     key: bytes | None = None,
     plan: dict[str, Any] | None = None,
-    verdict: dict[str, Any] | None = None,
+    plan_layouts: int = 1,
 ) -> dict[str, Any]:
     """The receipt of ``layouts`` over ``cfg``; signed with ``key`` (default: ``ISPLAN_RECEIPT_KEY``)
     when one is configured. ``plan`` (``{"query", "parallel", "verdict"}``: the plan's canonical
-    URL query and its verdict) is recorded and re-evaluated by :func:`verify_receipt`."""
+    URL query and its verdict) is recorded with the top-level ``verdict``
+    (:func:`receipt_verdict`: the plan's and the named layouts' after the first ``plan_layouts``,
+    which are the plan's own); :func:`verify_receipt` recomputes both."""
     entries = [_layout_entry(cfg, name, spec, freq, offset, warns, engine, pattern)
                for name, spec, freq, offset, warns in layouts]
     checks = _checks(cfg, model_revision, engine_commit, entries)
@@ -224,8 +259,7 @@ def build_receipt(
     }
     if plan is not None:
         receipt["plan"] = plan
-    if verdict is not None:  # the whole answer's go / no-go (the plan's and every named layout's)
-        receipt["verdict"] = verdict
+        receipt["verdict"] = receipt_verdict(verdict_from_dict(plan["verdict"]), entries[plan_layouts:]).to_dict()
     receipt["body_sha256"] = canonical_body_digest(receipt)
     key = key if key is not None else configured_key()
     if key:
@@ -242,14 +276,33 @@ def _require(obj: Any, key: str, kind: type, where: str) -> Any:
     return obj[key]
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different (the last of two equal keys would win silently,
+    so an edit could hide behind an honest value that a reader sees first)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ReceiptError(f"the receipt repeats the key {_short(key, 60)} in one object; isplan never writes "
+                               "such a receipt")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ReceiptError(f"the receipt contains {name}, which is not valid JSON")
+
+
 def load_receipt_bytes(data: bytes | str) -> Any:
     """Parse a receipt's JSON text, bounded: at most :data:`bounds.MAX_RECEIPT_BYTES` and
-    :data:`bounds.MAX_RECEIPT_DEPTH` levels of nesting. Raises :class:`ReceiptError` (one line)."""
+    :data:`bounds.MAX_RECEIPT_DEPTH` levels of nesting, no repeated key in an object, no
+    ``NaN``/``Infinity``. Raises :class:`ReceiptError` (one line)."""
     size = len(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data)
     if size > bounds.MAX_RECEIPT_BYTES:
         raise ReceiptError(f"the receipt is {size:,} bytes; the limit is {bounds.MAX_RECEIPT_BYTES:,} bytes")
     try:
-        value = json.loads(data)
+        value = json.loads(data, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except ReceiptError:
+        raise
     except RecursionError:
         raise ReceiptError(f"the receipt nests deeper than {bounds.MAX_RECEIPT_DEPTH} levels") from None
     except json.JSONDecodeError as exc:
@@ -390,28 +443,119 @@ def _signature_findings(receipt: dict[str, Any], key: bytes | None) -> tuple[lis
     return differences, notes
 
 
-def _plan_differences(recorded: Any, cfg: ModelConfig) -> list[str]:
-    """Re-evaluate the recorded plan (its URL query, through the one plan parser) and compare the
-    verdict: a receipt's go / no-go is recomputed, not trusted."""
-    if recorded is None:
-        return []
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def _same(recorded: Any, fresh: Any) -> bool:
+    """Equal as JSON values of the same types (canonical JSON): ``1`` is not ``true``, ``78.0``
+    is not ``78``, ``"8"`` is not ``8`` - Python's ``==`` says all three are equal."""
+    return _canon(recorded) == _canon(fresh)
+
+
+def _plan_record(receipt: dict[str, Any]) -> tuple[list[str], dict[str, Any] | None]:
+    """(differences, the plan record) - a top-level verdict without the plan it belongs to is a
+    difference; so is a plan record of the wrong shape."""
+    record = receipt.get("plan")
+    if record is None:
+        if "verdict" in receipt:
+            return ["verdict: the receipt records a verdict but not the plan it belongs to (no 'plan' record), so "
+                    "the verdict cannot be recomputed"], None
+        return [], None
+    if not isinstance(record, dict) or not isinstance(record.get("query"), str) or len(record["query"]) > 100_000:
+        return ["plan: the receipt's plan record is not {query: str, parallel: bool, verdict: {...}}"], None
+    return [], record
+
+
+def _plan_differences(record: dict[str, Any], receipt: dict[str, Any], cfg: ModelConfig, engine: str,
+                      pattern: str | None, fresh_layouts: list[dict[str, Any]] | None) -> tuple[list[str], Any]:
+    """Re-evaluate the recorded plan (its URL query, through the one plan parser) and compare every
+    verdict the receipt records; ``fresh_layouts`` are the recomputed layouts (None when some did
+    not materialise). Returns the differences and the recomputed top-level verdict (or None)."""
     from urllib.parse import parse_qsl
 
+    from app.core.engines.megatron import conversion_spec, pipeline_spec
     from app.core.evaluate import evaluate
     from app.core.plan import PlanError, strict_plan
 
-    if not isinstance(recorded, dict) or not isinstance(recorded.get("query"), str) \
-            or len(recorded["query"]) > 100_000 or not isinstance(recorded.get("parallel"), bool):
-        return ["plan: the receipt's plan record is not {query: str, parallel: bool, verdict: {...}}"]
     try:
-        plan = strict_plan(dict(parse_qsl(recorded["query"], keep_blank_values=True)))
+        plan = strict_plan(dict(parse_qsl(record["query"], keep_blank_values=True)))
     except PlanError as exc:
-        return [f"plan: the recorded query no longer parses: {exc}"]
+        return [f"plan: the recorded query no longer parses: {exc}"], None
+    out = [f"plan query {name}: {_short(got, 80)} but the receipt's {where} is {_short(want, 80)}"
+           for name, got, want, where in (("model", plan.model, (receipt.get("model") or {}).get("id"), "model.id"),
+                                          ("engine", plan.engine, engine, "engine.semantics"),
+                                          ("pattern", plan.pattern, pattern, "pattern")) if not _same(got, want)]
     ev = evaluate(plan, cfg)
+    parallel = ev.judged  # the one rule of what is judged (app.core.evaluate)
+    if not _same(record.get("parallel"), parallel):
+        out.append(f"plan parallel: receipt has {_short(record.get('parallel'), 40)}, but its query "
+                   f"{'states' if parallel else 'does not state'} parallelism ({parallel})")
+    if ev.problems:
+        return out + ["plan: the recorded query cannot be evaluated: " + "; ".join(p.message for p in ev.problems)], None
     fresh = ev.verdict.to_dict()
-    if recorded.get("verdict") != fresh:
-        return [f"plan verdict: receipt has {_short(recorded.get('verdict'))}, recomputed {_short(fresh)}"]
-    return []
+    if not _same(record.get("verdict"), fresh):
+        out.append(f"plan verdict: receipt has {_short(record.get('verdict'))}, recomputed {_short(fresh)}")
+    own = [pipeline_spec(plan)] + [spec for spec in (conversion_spec(plan),) if spec is not None]
+    layouts = receipt["layouts"]
+    for k, spec in enumerate(own):
+        lay = layouts[k] if k < len(layouts) and isinstance(layouts[k], dict) else {}
+        want = {"inputs": spec.to_dict(), "dsa_indexer_topk_freq": plan.dsa_topk_freq,
+                "dsa_indexer_skip_topk_offset": plan.dsa_skip_topk_offset}
+        if not _same({f: lay.get(f) for f in want}, want):
+            out.append(f"layouts[{k}] is not the {'conversion layout' if k else 'layout'} of the recorded plan query "
+                       f"(inputs {_short(lay.get('inputs'), 120)}, the query gives {_short(spec.to_dict(), 120)})")
+    if fresh_layouts is None:
+        return out, None
+    top = receipt_verdict(ev.verdict, fresh_layouts[len(own):]).to_dict()
+    if not _same(receipt.get("verdict"), top):
+        out.append(f"verdict: receipt has {_short(receipt.get('verdict'))}, recomputed {_short(top)} (the plan's and "
+                   "every named layout's)")
+    return out, top
+
+
+def _check_shape(receipt: Any) -> tuple[dict[str, Any], list[Any], str, str | None]:
+    """(model, layouts, engine, pattern) once every field verification reads has its type and bound."""
+    if not isinstance(receipt, dict):
+        raise ReceiptError("a receipt is a JSON object")
+    model = _require(receipt, "model", dict, "")
+    layouts = _require(receipt, "layouts", list, "")
+    eng = receipt.get("engine")
+    engine = eng.get("semantics") if isinstance(eng, dict) else None
+    if engine not in ENGINES:
+        raise ReceiptError(f"receipt field engine.semantics must be one of {list(ENGINES)}, got {_short(engine, 40)}")
+    pattern = receipt.get("pattern")
+    if pattern is not None and (not isinstance(pattern, str) or len(pattern) > bounds.MAX_PATTERN_CHARS):
+        raise ReceiptError(f"receipt field pattern must be a string of at most {bounds.MAX_PATTERN_CHARS:,} "
+                           "characters, or null")
+    assert isinstance(eng, dict)
+    for name, value in (("model.revision", model.get("revision")), ("engine.commit", eng.get("commit")),
+                        ("model.id", model.get("id")), ("model.upstream_repo", model.get("upstream_repo"))):
+        if value is not None and (not isinstance(value, str) or len(value) > 1000):
+            raise ReceiptError(f"receipt field {name} must be a string of at most 1,000 characters, or null")
+    checks = receipt.get("checks", [])
+    if not isinstance(checks, list) or len(checks) > 8 + 2 * bounds.MAX_RECEIPT_LAYOUTS:
+        raise ReceiptError("receipt field checks must be a list of at most "
+                           f"{8 + 2 * bounds.MAX_RECEIPT_LAYOUTS} records")
+    return model, layouts, engine, pattern
+
+
+def _layout_differences(lay: dict[str, Any], fresh: dict[str, Any], name: str) -> list[str]:
+    out = [f"layout {name!r} {field}: receipt has {_short(lay.get(field))}, recomputed {_short(fresh[field])}"
+           for field in ("valid", "pp", "vpp", "stage_sizes", "errors", "violations", "megatron_flags",
+                         "layout_string") if not _same(lay.get(field), fresh[field])]
+    got, want = lay.get("stages"), fresh["stages"]
+    if not isinstance(got, list) or len(got) != len(want):
+        return out + [f"layout {name!r} has {len(got) if isinstance(got, list) else 'no'} stage records; "
+                      f"recomputed {len(want)}"]
+    for i, (g, w) in enumerate(zip(got, want), start=1):
+        if _same(g, w):
+            continue
+        fields = sorted(f for f in set(g) | set(w) if not _same(g.get(f), w.get(f))) if isinstance(g, dict) else ["record"]
+        out.append(f"layout {name!r} stage {i}: " + ", ".join(
+            f"{f} receipt {_short(g.get(f) if isinstance(g, dict) else g)} vs recomputed {_short(w.get(f))}"
+            for f in fields))
+    return out
 
 
 def verify_receipt(receipt: Any, *, config_path: str | None = None,
@@ -423,36 +567,18 @@ def verify_receipt(receipt: Any, *, config_path: str | None = None,
     own argument), else the receipt's preset. A receipt never makes this open a path. Every count
     is bounded (:mod:`app.core.plan.bounds`) before any work; ``key`` (default ``ISPLAN_RECEIPT_KEY``)
     makes ``body_hmac_sha256`` required and checked."""
-    if not isinstance(receipt, dict):
-        raise ReceiptError("a receipt is a JSON object")
-    model = _require(receipt, "model", dict, "")
-    layouts = _require(receipt, "layouts", list, "")
-    engine = receipt.get("engine", {}).get("semantics") if isinstance(receipt.get("engine"), dict) else None
-    if not isinstance(engine, str) or engine not in ENGINES:
-        raise ReceiptError(f"receipt field engine.semantics must be one of {list(ENGINES)}, got {_short(engine, 40)}")
-    pattern = receipt.get("pattern")
-    if pattern is not None and (not isinstance(pattern, str) or len(pattern) > bounds.MAX_PATTERN_CHARS):
-        raise ReceiptError(f"receipt field pattern must be a string of at most {bounds.MAX_PATTERN_CHARS:,} "
-                           "characters, or null")
-    eng = receipt.get("engine", {})
-    for name, value in (("model.revision", model.get("revision")), ("engine.commit", eng.get("commit")),
-                        ("model.id", model.get("id"))):
-        if value is not None and (not isinstance(value, str) or len(value) > 1000):
-            raise ReceiptError(f"receipt field {name} must be a string of at most 1,000 characters, or null")
-    checks = receipt.get("checks", [])
-    if not isinstance(checks, list) or len(checks) > 8 + 2 * bounds.MAX_RECEIPT_LAYOUTS:
-        raise ReceiptError("receipt field checks must be a list of at most "
-                           f"{8 + 2 * bounds.MAX_RECEIPT_LAYOUTS} records")
+    model, layouts, engine, pattern = _check_shape(receipt)
     requests = _layout_requests(layouts)
     differences, notes = _signature_findings(receipt, key if key is not None else configured_key())
-
+    plan_problems, record = _plan_record(receipt)
+    differences += plan_problems
     try:
         cfg = config if config is not None else _load_for_verify(model, config_path)
     except ConfigError as exc:
         raise ReceiptError(f"the config cannot be loaded: {exc}") from None
     for field, actual in (("sha256", cfg.sha256), ("canonical_sha256", cfg.canonical_sha256),
                           ("num_layers", cfg.num_hidden_layers)):
-        if model.get(field) != actual:
+        if not _same(model.get(field), actual):
             differences.append(f"model.{field}: receipt has {_short(model.get(field), 80)}, "
                                f"the config gives {actual!r}")
 
@@ -466,37 +592,31 @@ def verify_receipt(receipt: Any, *, config_path: str | None = None,
         # warnings recorded at creation may include launcher notes; compare the rest
         fresh["warnings"] = lay.get("warnings", [])
         rebuilt_layouts.append(fresh)
-        for field in ("valid", "pp", "vpp", "stage_sizes", "errors", "violations", "megatron_flags", "layout_string"):
-            if lay.get(field) != fresh[field]:
-                differences.append(f"layout {name!r} {field}: receipt has {_short(lay.get(field))}, "
-                                   f"recomputed {_short(fresh[field])}")
-        got, want = lay.get("stages"), fresh["stages"]
-        if not isinstance(got, list) or len(got) != len(want):
-            differences.append(f"layout {name!r} has {len(got) if isinstance(got, list) else 'no'} stage records; "
-                               f"recomputed {len(want)}")
-        else:
-            for i, (g, w) in enumerate(zip(got, want), start=1):
-                if g != w:
-                    fields = sorted(f for f in set(g) | set(w) if (g or {}).get(f) != w.get(f)) if isinstance(g, dict) else ["record"]
-                    differences.append(
-                        f"layout {name!r} stage {i}: " + ", ".join(
-                            f"{f} receipt {_short(g.get(f) if isinstance(g, dict) else g)} vs recomputed {_short(w.get(f))}"
-                            for f in fields))
+        differences += _layout_differences(lay, fresh, name)
+    complete = len(rebuilt_layouts) == len(layouts)
 
-    differences += _plan_differences(receipt.get("plan"), cfg)
-    fresh_checks = _checks(cfg, model.get("revision"), eng.get("commit"), rebuilt_layouts)
-    if receipt.get("checks") != fresh_checks and len(rebuilt_layouts) == len(layouts):
+    top_verdict = None
+    if record is not None:
+        plan_diffs, top_verdict = _plan_differences(record, receipt, cfg, engine, pattern,
+                                                    rebuilt_layouts if complete else None)
+        differences += plan_diffs
+    elif "verdict" not in receipt:
+        notes.append("the receipt records no plan: its layouts were verified, it makes no go / no-go claim")
+    eng = receipt["engine"]
+    repo = model.get("upstream_repo") or "(user-supplied file)"
+    fresh_checks = _checks(cfg, model.get("revision"), eng.get("commit"), rebuilt_layouts, upstream_repo=repo)
+    if not _same(receipt.get("checks"), fresh_checks) and complete:
         recorded = {c["name"]: c for c in receipt.get("checks", [])
                     if isinstance(c, dict) and isinstance(c.get("name"), str)}
         for c in fresh_checks:
             r = recorded.get(c["name"])
-            if r != c:
+            if not _same(r, c):
                 differences.append(f"check {c['name']}: receipt has {_short(r)}, recomputed {_short(c)}")
     fresh_valid = all(e["valid"] for e in rebuilt_layouts) and not any(c["result"] == "fail" for c in fresh_checks)
-    if receipt.get("valid") != fresh_valid and len(rebuilt_layouts) == len(layouts):
+    if not _same(receipt.get("valid"), fresh_valid) and complete:
         differences.append(f"valid: receipt says {_short(receipt.get('valid'), 40)}, recomputed {fresh_valid}")
     pinned = is_immutable(model.get("revision")) and is_immutable(eng.get("commit"))
-    if receipt.get("unpinned") != (not pinned):
+    if not _same(receipt.get("unpinned"), not pinned):
         differences.append(f"unpinned: receipt says {_short(receipt.get('unpinned'), 40)}, recomputed {not pinned}")
     tool = receipt.get("tool", {})
     if isinstance(tool, dict) and tool.get("version") != __version__:
@@ -512,7 +632,8 @@ def verify_receipt(receipt: Any, *, config_path: str | None = None,
             [f"... and {len(differences) - MAX_DIFFERENCES:,} more"] if len(differences) > MAX_DIFFERENCES else []),
         "notes": notes,
         "model": {"id": cfg.id, "sha256": cfg.sha256},
-        "valid": fresh_valid if len(rebuilt_layouts) == len(layouts) else False,
+        "valid": fresh_valid if complete else False,
+        "verdict": top_verdict,
     }
 
 

@@ -483,10 +483,12 @@ def receipt_report(plan: Plan, cfg: ModelConfig, *, name: str = "training",
                    also: list[tuple[str, Any]] | None = None, model_revision: str | None = None,
                    engine_commit: str | None = None, created_utc: str | None = None) -> Report:
     """``isplan receipt``: a verifiable record of the plan's layouts (training, the conversion
-    slot, and any ``also`` layouts) and the plan's verdict."""
+    slot, and any ``also`` layouts) and the plan's verdict. The receipt's top-level verdict is
+    :func:`app.core.receipt.receipt_verdict` (the plan's and every ``also`` layout's), the rule
+    ``isplan verify`` recomputes."""
     from app.core.engines.megatron import conversion_spec, pipeline_spec
-    from app.core.engines.megatron.check import CheckResult, run_check
-    from app.core.receipt import build_receipt
+    from app.core.engines.megatron.check import CheckResult
+    from app.core.receipt import build_receipt, verdict_from_dict
 
     ev = evaluated(plan, cfg)
     if not isinstance(ev.check, CheckResult):
@@ -498,18 +500,11 @@ def receipt_report(plan: Plan, cfg: ModelConfig, *, name: str = "training",
     conv = conversion_spec(plan)
     if conv is not None:
         layouts.append(("conversion", conv, freq, offset, ()))
+    own = len(layouts)
     layouts += also or []
-    blocking = list(ev.verdict.blocking)
-    for lay_name, spec, *_ in also or []:  # a named extra layout blocks the launch like the plan's own
-        extra = run_check(cfg, spec, plan.engine, pattern=plan.pattern, freq=freq, offset=offset)
-        blocking += [Reason("boundary", "shared_start", f"{lay_name} layout: {v.message}", None)
-                     for v in extra.boundary.violations]
-        blocking += [Reason("model" if e.kind == "model" else ev.engine.acceptance_kind, e.code,
-                            f"{lay_name} layout: {e.message}", None) for e in extra.errors]
-    verdict = verdict_of(blocking, ev.verdict.warnings, judged=ev.verdict.judged)
     record = {"query": plan.query(), "parallel": ev.judged, "verdict": ev.verdict.to_dict()}
     body = build_receipt(cfg, layouts, engine=plan.engine, pattern=plan.pattern, model_revision=model_revision,
-                         engine_commit=engine_commit, created_utc=created_utc, plan=record,
-                         verdict=verdict.to_dict())
+                         engine_commit=engine_commit, created_utc=created_utc, plan=record, plan_layouts=own)
+    verdict = verdict_from_dict(body["verdict"])
     lines = [f"receipt for {cfg.id}: " + ("valid" if body["valid"] else "INVALID")]
     return Report(body, lines + verdict_lines(verdict), verdict)

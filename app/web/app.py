@@ -12,7 +12,6 @@ import asyncio
 import gc
 import json
 import logging
-import os
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -20,52 +19,48 @@ from typing import Any, cast
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
-from fastapi.templating import Jinja2Templates
-from jinja2 import StrictUndefined
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
 
 from app import __version__
+from app import settings as app_settings
 from app.core.launcher import LauncherImportError
 from app.core.layout.stages import LayoutInputError
-from app.core.model.config import ConfigError, load_manifest, load_preset, preset_ids
+from app.core.model.config import ConfigError, load_preset, preset_ids
 from app.core.model.roles import PatternError
-from app.core.plan import GPUS, TABLE, PlanError
+from app.core.plan import PlanError
 from app.core.plan.bounds import BoundError
 from app.core.receipt import ReceiptError
 from app.web.assets import asset_dir
 from app.web.caching import StaticCacheHeaders
-from app.web.deps import BadInput
-from app.web.figures import page_figures
-from app.web.limits import BodySizeLimit
+from app.web.deps import BadInput, SafeJSONResponse
+from app.web.limits import BodySizeLimit, UploadRate
 from app.web.routers import models_api, pages, plan_api, uploads
 from app.web.schemas import Health
-from app.web.security import ASGIApp, secure, swagger_ui_html
+from app.web.security import CSP, ASGIApp, secure, swagger_ui_html
 from app.web.store import BaseStore, QuotaExceeded, StoreUnavailable, UploadForbidden, open_store
-from app.web.view import PlanView
-from app.web.workers import ClientGate, ClientGone, TooBusy, TooMuchWork, WorkTimeout, default_pool
+from app.web.workers import (
+    ClientGate,
+    ClientGone,
+    TooBusy,
+    TooMuchWork,
+    WorkerLost,
+    WorkTimeout,
+    default_pool,
+    shutdown_default_pool,
+)
 
 log = logging.getLogger("isplan.web")
 
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-       "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
-       "frame-ancestors 'none'")
-#: The routes that run in the worker pool (``/fragment`` only with an ``action``): :class:`ClientGate`.
-EXPENSIVE_PATHS = ("/api/v1/plan-search", "/api/v1/search", "/api/v1/verify", "/launcher", "/fragment?action")
-#: Seconds a request body may take to arrive (``ISPLAN_BODY_SECONDS``): a stalled body is a 408.
-BODY_SECONDS = 30.0
+#: The routes that run in the worker pool or parse an upload (``/fragment`` only with an
+#: ``action``): at most ``ISPLAN_WORK_PER_CLIENT`` in flight per client (:class:`ClientGate`).
+EXPENSIVE_PATHS = ("/api/v1/plan-search", "/api/v1/search", "/api/v1/verify", "/launcher", "/upload",
+                   "/fragment/search", "/fragment?action")
 #: The store's health probe runs here, never on the event loop nor in the request thread pool
 #: (which busy requests can fill), so ``/healthz`` answers while the server is loaded.
 _HEALTH_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="isplan-health")
-
-
-class SafeJSONResponse(JSONResponse):
-    """JSON with non-ASCII escaped: a lone surrogate copied from hostile input cannot break
-    encoding the answer (it would be a 500 with UTF-8 output)."""
-
-    def render(self, content: Any) -> bytes:
-        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
 def _error_body(errors: list[dict[str, Any]]) -> SafeJSONResponse:
@@ -88,6 +83,16 @@ def _status_error(status: int, code: str, field: str | None = None) -> Any:
             {"code": code, "message": str(exc), "field": getattr(exc, "field", field)}]})
 
     return handler
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (404, 405, a malformed multipart body, ...) in isplan's error shape."""
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code in (204, 304):
+        return Response(status_code=exc.status_code, headers=exc.headers)
+    return SafeJSONResponse(status_code=exc.status_code, headers=exc.headers, content={"valid": False, "errors": [
+        {"code": "not_found" if exc.status_code == 404 else "bad_request", "message": str(exc.detail)[:300],
+         "field": None}]})
 
 
 async def _forbidden(request: Request, exc: Exception) -> Response:
@@ -129,7 +134,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     await default_pool().start()  # the worker processes of the expensive operations, started now
     gc.collect()
     gc.freeze()
-    yield
+    try:
+        yield
+    finally:
+        # the planner workers, the forkserver and its pymp-* directory: nothing left after a stop
+        shutdown_default_pool()
 
 
 class SecuredFastAPI(FastAPI):
@@ -139,13 +148,10 @@ class SecuredFastAPI(FastAPI):
     body-read deadline (issue 9)."""
 
     def build_middleware_stack(self) -> ASGIApp:  # type: ignore[override]
-        origins = [o for o in os.environ.get("ISPLAN_ALLOWED_ORIGINS", "").split(",") if o.strip()]
-        try:
-            seconds = float(os.environ.get("ISPLAN_BODY_SECONDS", BODY_SECONDS))
-        except ValueError:
-            seconds = BODY_SECONDS
-        return secure(cast(ASGIApp, super().build_middleware_stack()), csp=CSP, body_seconds=seconds, allowed_origins=origins,
-                      json_only=("/api/v1/verify",))
+        s = app_settings.current()
+        return secure(cast(ASGIApp, super().build_middleware_stack()), csp=CSP, body_seconds=s.body_seconds,
+                      allowed_origins=s.allowed_origins, json_only=("/api/v1/verify",),
+                      allowed_hosts=s.allowed_hosts)
 
 
 def create_app(store: BaseStore | None = None) -> FastAPI:
@@ -156,18 +162,10 @@ def create_app(store: BaseStore | None = None) -> FastAPI:
                   description="IndexShare layout planner: validate and plan pipeline layouts of GLM-5.2-class DSA "
                               "models. Every endpoint returns the same JSON as the matching `isplan ... --format "
                               "json` command, with the plan's verdict.")
-    templates = Jinja2Templates(directory=str(asset_dir("templates")))
-    templates.env.undefined = StrictUndefined  # a template naming a missing attribute fails loudly in tests
     app.state.store = store if store is not None else open_store()
-    app.state.templates = templates
+    app.state.templates = pages.templates()
     app.state.vendor = json.loads((asset_dir("static") / "vendor" / "VENDOR.json").read_text())
-
-    def page_context(request: Request, v: PlanView, **extra: Any) -> dict[str, Any]:
-        return {"request": request, "v": v, "presets": load_manifest()[1], "preset_ids": preset_ids(),
-                "upload_token_required": bool(os.environ.get("ISPLAN_UPLOAD_TOKEN")),
-                "table": TABLE, "gpus": GPUS, "figures": page_figures(v), "oob": False, "compare": None, **extra}
-
-    app.state.page_context = page_context
+    app.state.page_context = pages.page_context
     app.mount("/static", StaticFiles(directory=asset_dir("static")), name="static")
     app.add_middleware(StaticCacheHeaders)  # versioned static files: cached for a year (app.web.caching)
     # text answers (HTML, JSON, JS, CSS) gzip-compressed when the client accepts it: the page's first
@@ -175,16 +173,19 @@ def create_app(store: BaseStore | None = None) -> FastAPI:
     app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=6)
 
     app.add_middleware(BodySizeLimit)  # request bodies: 2 MiB for uploads, 64 KiB elsewhere
+    app.add_middleware(UploadRate)  # upload bytes per client and minute, refused ones included (429)
     app.add_middleware(ClientGate, paths=EXPENSIVE_PATHS)  # before any parsing: 429 beyond a client's share
     for exc_type in (BadInput, ConfigError, LayoutInputError, PatternError, ReceiptError, PlanError,
                      LauncherImportError, TooMuchWork, BoundError):
         app.add_exception_handler(exc_type, _bad_input)
     app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(QuotaExceeded, _status_error(413, "quota_exceeded", "file"))
     app.add_exception_handler(StoreUnavailable, _status_error(503, "store_unavailable"))
     app.add_exception_handler(UploadForbidden, _forbidden)
     app.add_exception_handler(TooBusy, _status_error(429, "too_busy"))
     app.add_exception_handler(WorkTimeout, _status_error(503, "timeout"))
+    app.add_exception_handler(WorkerLost, _status_error(503, "worker_lost"))
     app.add_exception_handler(ClientGone, _client_gone)
     app.add_exception_handler(Exception, _internal_error)
 

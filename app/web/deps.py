@@ -6,16 +6,27 @@ never run in the server process: :func:`bounded` first checks the operation's co
 (:mod:`app.web.workers`) against the work budget - a :class:`~app.web.workers.TooMuchWork` 422
 naming the limit and the field to change - then runs it in the worker pool with a deadline, a
 per-client limit, and cancellation when the client disconnects.
+
+Evaluating one plan (the page, ``/api/v1/plan``, ``check``, ``memory``, ``receipt``) is cheap for
+every published model - about a millisecond for GLM-5.2 - and is done on the event loop, with
+no thread hop (issue 17: the web layer cost more than the evaluation). A plan of a huge model is
+not: a 4,096-layer upload split into 4,096 stages took 0.4 s to evaluate and 1.5 s to render as
+a 4.5 MB page (issue 20, finding 2). :func:`plan_units` is the size that decides, one rule for
+every route: at most :data:`INLINE_UNITS` in the server process, anything larger in the pool
+(:func:`in_process_or_pool`), where it is gated per client and bounded by the deadline.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Annotated, Any
 
-from fastapi import Depends, Query, Request
+from fastapi import Depends, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
 from app.core.model.config import ModelConfig, load_preset, preset_ids
 from app.core.plan import Plan, PlanError, bounds, strict_plan
@@ -29,6 +40,21 @@ from app.web.workers import (
     estimate_verify_work,
     run_bounded,
 )
+
+#: Plans of at most this many units (:func:`plan_units`) are evaluated in the server process:
+#: GLM-5.2 with 8 stages is 86 (about 1 ms to evaluate, 3 ms to render the page); 512 is about
+#: 5-10 ms. Larger plans go to the worker pool.
+INLINE_UNITS = 512
+
+
+class SafeJSONResponse(JSONResponse):
+    """JSON with non-ASCII escaped: a lone surrogate copied from hostile input cannot break
+    encoding the answer (it would be a 500 with UTF-8 output). Routes return one to have their
+    body serialised exactly once (a ``response_model`` still documents it in OpenAPI; FastAPI
+    does not validate a ``Response`` again)."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
 class BadInput(ValueError):
@@ -58,17 +84,81 @@ def model_config(model: str, store: BaseStore) -> ModelConfig:
     return cfg
 
 
-def get_plan(request: Request, _query: Annotated[PlanQuery, Query()]) -> Plan:  # type: ignore[valid-type]
-    """The plan in the query string, parsed strictly (any field problem is a 422 naming it).
+async def model_for(model: str, store: BaseStore) -> ModelConfig:
+    """:func:`model_config` without a thread hop for a preset (no I/O); an upload is read in the
+    request thread pool (the store may be PostgreSQL, a network round trip)."""
+    if model in preset_ids():
+        return load_preset(model)
+    return await run_in_threadpool(model_config, model, store)
 
-    ``_query`` is the generated model: it publishes every plan field in OpenAPI and pre-validates;
-    the plan itself comes from :func:`app.core.plan.strict_plan`, the one parser of a plan."""
+
+def get_plan(request: Request) -> Plan:
+    """The plan in the query string, parsed strictly by :func:`app.core.plan.strict_plan`, the
+    one parser of a plan (any field problem is a 422 naming it; a setting the plan's engine does
+    not read is one too). Routes publish the plan fields in OpenAPI with
+    ``openapi_extra=PLAN_QUERY_OPENAPI`` (generated from :class:`app.web.schemas.PlanQuery`):
+    having FastAPI validate that 60-field model on every request cost more than evaluating
+    GLM-5.2's plan (issue 17)."""
     from app.core.engines import ignored_fields
 
     return strict_plan(request.query_params, ignored=ignored_fields)
 
 
 PlanDep = Annotated[Plan, Depends(get_plan)]
+
+
+def _plan_query_parameters() -> list[dict[str, Any]]:
+    """OpenAPI query parameters of every plan field: what FastAPI generates from ``PlanQuery``."""
+    schema = PlanQuery.model_json_schema()
+    out = []
+    for name, prop in schema["properties"].items():
+        param: dict[str, Any] = {"name": name, "in": "query", "required": False, "schema": prop}
+        if "description" in prop:
+            param["description"] = prop["description"]
+        out.append(param)
+    return out
+
+
+#: ``openapi_extra`` of every route that reads a plan from its query string.
+PLAN_QUERY_OPENAPI: dict[str, Any] = {"parameters": _plan_query_parameters()}
+
+
+# --------------------------------------------------------------------------- how big a plan is
+
+
+def _layout_stages(layout: str | None) -> int:
+    from app.core.layout.pipeline_layout import parse_layout
+
+    try:
+        return len(parse_layout(layout or ""))
+    except ValueError:
+        return 0  # the evaluation refuses it at once
+
+
+def plan_units(plan: Plan, cfg: ModelConfig) -> int:
+    """The size of evaluating and showing ``plan``: layers plus stages (every rule the evaluation
+    runs is linear in them: roles, placement, the boundary check, per-rank memory, per-stage
+    FLOPs), the conversion slot's stages included."""
+    stages = max(len(plan.split or ()), plan.pp * (plan.vpp or 1),
+                 cfg.num_hidden_layers if plan.layers_per_vstage else 0,
+                 _layout_stages(plan.layout) if plan.layout else 0,
+                 # a MaxText pipeline: stages x repeats slots, at most one per layer
+                 cfg.num_hidden_layers if plan.ici_pipeline_parallelism * plan.dcn_pipeline_parallelism > 1 else 0)
+    conv = max(len(plan.conv_split or ()), plan.conv_pp or 0)
+    return cfg.num_hidden_layers + (plan.mtp_layers or 0) + stages + conv
+
+
+async def in_process_or_pool(request: Request, units: int, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``: here (on the event loop) when ``units`` is at most :data:`INLINE_UNITS`, else
+    in the worker pool (429 beyond the client's share, 503 past the deadline, killed when the
+    client goes away). ``fn`` and its arguments must be picklable for the pool."""
+    if units <= INLINE_UNITS:
+        return fn(*args)
+    ok, value = await run_bounded(partial(_in_worker, fn, *args), client=client_of(request),
+                                  is_disconnected=request.is_disconnected)
+    if not ok:
+        raise PlanError(value)
+    return value
 
 
 # --------------------------------------------------------------------------- bounded work

@@ -15,7 +15,7 @@ only see the body after the app had buffered it.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 Scope = dict[str, Any]
@@ -122,3 +122,70 @@ def _content_length(scope: Scope) -> int | None:
                 return None
             return n if n >= 0 else None
     return None
+
+
+# --------------------------------------------------------------------------- upload bytes per client
+
+
+class UploadRate:
+    """Bytes one client may send to the upload endpoints per minute, accepted or refused alike
+    (``ISPLAN_UPLOAD_RATE_BYTES``; issue 20: refused uploads spent no quota, so a client could
+    have the server parse a megabyte of hostile JSON as often as it liked).
+
+    A token bucket per client (its address): it holds at most ``rate`` bytes and refills at
+    ``rate / 60`` bytes a second; every body byte that arrives is charged as it streams in, so a
+    refused or abandoned upload costs what it sent. A client whose bucket is empty gets a 429
+    with ``Retry-After`` (the seconds until a full upload fits again) before a byte of its body is
+    read. Per server process, like the other per-client limits."""
+
+    WINDOW = 60.0
+    MAX_CLIENTS = 10_000
+
+    def __init__(self, app: ASGIApp, paths: Iterable[str] = ("/upload", "/launcher"), rate: int | None = None,
+                 clock: Callable[[], float] | None = None):
+        import time
+
+        from app.settings import current
+
+        self.app = app
+        self.paths = frozenset(paths)
+        self.rate = rate if rate is not None else current().upload_rate_bytes
+        self.clock = clock or time.monotonic
+        self.buckets: dict[str, tuple[float, float]] = {}  # client -> (tokens, at)
+
+    def tokens(self, client: str) -> float:
+        now = self.clock()
+        tokens, at = self.buckets.get(client, (float(self.rate), now))
+        return min(float(self.rate), tokens + (now - at) * self.rate / self.WINDOW)
+
+    def charge(self, client: str, n: int) -> None:
+        if len(self.buckets) > self.MAX_CLIENTS:  # forget clients whose buckets are full again
+            now = self.clock()
+            self.buckets = {c: v for c, v in self.buckets.items()
+                            if v[0] + (now - v[1]) * self.rate / self.WINDOW < self.rate}
+        self.buckets[client] = (self.tokens(client) - n, self.clock())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") not in self.paths or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        client = (scope.get("client") or ("unknown", 0))[0]
+        tokens = self.tokens(client)
+        if tokens <= 0:
+            wait = max(1, int(-tokens * self.WINDOW / self.rate) + 1)
+            body = json.dumps({"valid": False, "errors": [{"code": "upload_rate", "field": "file", "message": (
+                f"this client sent more than {human_size(self.rate)} of uploads in the last minute "
+                f"(ISPLAN_UPLOAD_RATE_BYTES; refused uploads count too); retry in {wait} s")}]}).encode()
+            await send({"type": "http.response.start", "status": 429, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                (b"retry-after", str(wait).encode()), (b"connection", b"close"), (b"cache-control", b"no-store")]})
+            await send({"type": "http.response.body", "body": body})
+            return
+
+        async def charged_receive() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                self.charge(client, len(message.get("body", b"")))
+            return message
+
+        await self.app(scope, charged_receive, send)

@@ -22,6 +22,12 @@ Rules (and why):
   CORS preflight, which this app never grants.
 * :class:`HeadAsGet` - ``HEAD`` is served by the ``GET`` route with the body dropped (FastAPI's
   routes answer HEAD with 405; RFC 9110 section 9.3.2 says HEAD is GET without content).
+* :class:`AllowedHosts` - the ``Host`` header must name this server: a loopback name
+  (``localhost``, ``*.localhost``), an IP address, or an operator's host (``ISPLAN_ALLOWED_HOSTS``);
+  any other is a JSON 400 before the app runs (issue 20: DNS rebinding let a page on
+  ``rebind.evil.example`` reach a loopback server and store uploads). An IP address cannot be
+  rebound - the browser connects to the address it names - so probes and users that reach the
+  server by its address keep working.
 * :class:`BodyDeadline` - the whole request body must arrive within ``seconds`` of the first
   read; a body that stalls gets a JSON 408 with ``Connection: close`` and the app sees
   ``http.disconnect`` (issue 9: 400 stalled uploads held 840 MB). Slow *headers* are the server's
@@ -33,9 +39,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import html
+import ipaddress
 import json
 import logging
-import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -50,6 +56,20 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 log = logging.getLogger("isplan.http")
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+#: The app's Content-Security-Policy: scripts from this origin only, no inline script anywhere.
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+       "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+       "frame-ancestors 'none'")
+
+
+def security_headers(csp: str = CSP) -> list[tuple[bytes, bytes]]:
+    """The headers every answer carries, the server's own 400 included."""
+    return [(b"content-security-policy", csp.encode()),
+            (b"x-content-type-options", b"nosniff"),
+            (b"x-frame-options", b"DENY"),
+            (b"referrer-policy", b"same-origin"),
+            (b"cross-origin-opener-policy", b"same-origin")]
 
 
 def error_body(status: int, code: str, message: str, field: str | None = None) -> bytes:
@@ -90,12 +110,7 @@ class SecurityHeaders:
 
     def __init__(self, app: ASGIApp, csp: str, extra: Iterable[tuple[str, str]] = ()):
         self.app = app
-        self.headers = [(b"content-security-policy", csp.encode()),
-                        (b"x-content-type-options", b"nosniff"),
-                        (b"x-frame-options", b"DENY"),
-                        (b"referrer-policy", b"same-origin"),
-                        (b"cross-origin-opener-policy", b"same-origin"),
-                        *((k.lower().encode(), v.encode()) for k, v in extra)]
+        self.headers = [*security_headers(csp), *((k.lower().encode(), v.encode()) for k, v in extra)]
         self._names = {k for k, _ in self.headers}
 
     def _with_headers(self, message: Message) -> Message:
@@ -202,6 +217,60 @@ class SameOrigin:
         await self.app(scope, receive, send)
 
 
+# --------------------------------------------------------------------------- Host allow-list
+
+
+def _host_name(host: str) -> str:
+    """The name part of a ``Host`` value, lower-case, without port or trailing dot; ``[v6]`` kept bare."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    if host.count(":") == 1:
+        host = host.partition(":")[0]
+    return host.rstrip(".")
+
+
+def _is_ip_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+class AllowedHosts:
+    """A JSON 400 (``Connection: close``) for a request whose ``Host`` is none of: ``localhost``
+    or a ``*.localhost`` name, an IP address, or an entry of ``allowed`` (``name``,
+    ``.suffix`` for it and its subdomains, ``*`` for any). A missing ``Host`` is refused too."""
+
+    LOOPBACK_NAMES = ("localhost",)
+
+    def __init__(self, app: ASGIApp, allowed: Iterable[str] = ()):
+        self.app = app
+        names = [a.lower().rstrip(".") for a in allowed]
+        self.any = "*" in names
+        self.exact = frozenset(n for n in names if not n.startswith(".")) | set(self.LOOPBACK_NAMES)
+        self.suffixes = tuple(n for n in names if n.startswith(".")) + (".localhost",)
+
+    def allows(self, host: str | None) -> bool:
+        if self.any:
+            return True
+        if not host:
+            return False
+        name = _host_name(host)
+        if name in self.exact or _is_ip_address(name):
+            return True
+        return any(name.endswith(s) or name == s[1:] for s in self.suffixes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.allows(_header(scope, b"host")):
+            await self.app(scope, receive, send)
+            return
+        await send_error(send, 400, "unknown_host",
+                         "this server does not answer for the host this request names; open it by its own "
+                         "address (the operator lists other names in ISPLAN_ALLOWED_HOSTS)", close=True)
+
+
 # --------------------------------------------------------------------------- HEAD
 
 
@@ -305,16 +374,19 @@ def swagger_ui_html(openapi_url: str = "/openapi.json", *, title: str = "isplan 
 
 
 def secure(app: ASGIApp, *, csp: str, body_seconds: float = 30.0, allowed_origins: Iterable[str] = (),
-           json_only: Iterable[str] = ("/api/v1/verify",)) -> ASGIApp:
+           json_only: Iterable[str] = ("/api/v1/verify",), allowed_hosts: Iterable[str] | None = None) -> ASGIApp:
     """``app`` wrapped in every middleware of this module, outermost first: headers (and the 500
-    shield), HEAD, same-origin, body deadline."""
+    shield), the Host allow-list (when ``allowed_hosts`` is given: the app always gives it),
+    HEAD, same-origin, body deadline."""
     inner: ASGIApp = BodyDeadline(app, seconds=body_seconds)
     inner = SameOrigin(inner, allowed_origins=allowed_origins, json_only=json_only)
     inner = HeadAsGet(inner)
+    if allowed_hosts is not None:
+        inner = AllowedHosts(inner, allowed_hosts)
     return SecurityHeaders(inner, csp=csp)
 
 
-# --------------------------------------------------------------------------- slow request heads
+# --------------------------------------------------------------------------- the server's own edges
 
 
 def _h11_protocol() -> type:
@@ -325,14 +397,37 @@ def _h11_protocol() -> type:
 
 #: Seconds a request head may take (``ISPLAN_HEADER_SECONDS``).
 HEADER_SECONDS = 10.0
+#: Seconds a new connection may stay silent before its first byte (a connection that never
+#: speaks is closed: issue 20, one peer holding 2,000 idle sockets starved everyone else).
+FIRST_BYTE_SECONDS = 3.0
+#: Open connections one server process holds in all; a new one beyond it is closed at once.
+MAX_CONNECTIONS = 1000
+#: Seconds between two log lines about the same peer's refused connections.
+REFUSAL_LOG_SECONDS = 10.0
+
+#: Open connections per peer key in this process (:func:`peer_key`).
+_PEERS: dict[str, int] = {}
+_REFUSAL_LOGGED: dict[str, float] = {}
 
 
-def _env_seconds(name: str, default: float) -> float:
+def peer_key(client: tuple[str, int] | None) -> str:
+    """Who holds a connection, for the per-peer cap: the IPv4 address, an IPv6 address's /64
+    prefix (one host usually owns a whole /64), or ``local`` for a Unix socket."""
+    if not client:
+        return "local"
+    host = client[0]
     try:
-        value = float(os.environ.get(name, default))
+        addr = ipaddress.ip_address(host)
     except ValueError:
-        return default
-    return value if 0 < value < 1e6 else default
+        return host[:100]
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is None:
+        return str(ipaddress.IPv6Network((addr, 64), strict=False))
+    return str(addr.ipv4_mapped or addr) if isinstance(addr, ipaddress.IPv6Address) else str(addr)
+
+
+def open_connections(client: tuple[str, int] | None) -> int:
+    """Connections this process holds from ``client``'s peer key (for tests and monitoring)."""
+    return _PEERS.get(peer_key(client), 0)
 
 
 def _no_delay(transport: Any) -> None:
@@ -348,36 +443,91 @@ def _no_delay(transport: Any) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+def _bad_request_bytes() -> tuple[list[tuple[bytes, bytes]], bytes]:
+    body = error_body(400, "bad_request", "the request is not valid HTTP/1.1 (a malformed request line or "
+                                          "header, or a head over 16 KiB)")
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"connection", b"close"), (b"cache-control", b"no-store"), *security_headers()]
+    return headers, body
+
+
 class HeaderDeadlineH11Protocol(_h11_protocol()):  # type: ignore[misc]
-    """uvicorn's ``H11Protocol``; each request head must arrive within ``header_seconds``
-    (default: ``ISPLAN_HEADER_SECONDS``, else :data:`HEADER_SECONDS`, read per connection so
-    that uvicorn's spawned worker processes see the operator's setting)."""
+    """uvicorn's ``H11Protocol`` with the server's own edges made safe (issues 9 and 20):
+
+    * each request head must arrive within ``header_seconds`` (``ISPLAN_HEADER_SECONDS``), and a
+      new connection must send its first byte within :data:`FIRST_BYTE_SECONDS`;
+    * at most ``per_peer`` open connections per peer (``ISPLAN_CONNECTIONS_PER_CLIENT``,
+      :func:`peer_key`) and :data:`MAX_CONNECTIONS` in all: a connection beyond either is closed
+      at once, before it can hold a slot (uvicorn's ``limit_concurrency`` counted idle sockets,
+      so one peer holding 2,000 of them made every other client's request a 503);
+    * uvicorn's own 400 (a request h11 cannot parse) carries the security headers and isplan's
+      JSON error body.
+
+    Settings are read per process on the first connection (uvicorn spawns its worker processes,
+    which see the operator's environment); a subclass may fix them (:func:`uvicorn_options`)."""
 
     header_seconds: float | None = None
+    first_byte_seconds: float | None = None
+    per_peer: int | None = None
+    max_connections: int = MAX_CONNECTIONS
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         _no_delay(transport)
-        if self.header_seconds is None:
-            self.header_seconds = _env_seconds("ISPLAN_HEADER_SECONDS", HEADER_SECONDS)
+        cls = type(self)
+        if cls.header_seconds is None or cls.per_peer is None:
+            from app.settings import current
+
+            s = current()
+            cls.header_seconds = s.header_seconds if cls.header_seconds is None else cls.header_seconds
+            cls.per_peer = s.connections_per_client if cls.per_peer is None else cls.per_peer
         self._head_cycle = None
         self._head_timer: asyncio.TimerHandle | None = None
-        self._arm_head_timer()
+        self._opened = self.loop.time()
+        self._spoken = False
+        self._peer: str | None = peer_key(self.client)
+        held = _PEERS.get(self._peer, 0) + 1
+        _PEERS[self._peer] = held
+        if held > (self.per_peer or MAX_CONNECTIONS) or len(self.connections) > self.max_connections:
+            self._refuse(held)
+            return
+        first = self.first_byte_seconds if self.first_byte_seconds is not None else FIRST_BYTE_SECONDS
+        self._arm_head_timer(min(first, self.header_seconds or HEADER_SECONDS))
 
-    def _arm_head_timer(self) -> None:
+    def _refuse(self, held: int) -> None:
+        now = self.loop.time()
+        peer = self._peer or "?"
+        if now - _REFUSAL_LOGGED.get(peer, -REFUSAL_LOG_SECONDS) >= REFUSAL_LOG_SECONDS:
+            _REFUSAL_LOGGED[peer] = now
+            if len(_REFUSAL_LOGGED) > 10_000:
+                _REFUSAL_LOGGED.clear()
+            log.warning("connection from %s closed at once: it holds %d connections (the limit is %s per peer, "
+                        "ISPLAN_CONNECTIONS_PER_CLIENT) or the server holds %d (limit %d)", peer, held, self.per_peer,
+                        len(self.connections), self.max_connections)
+        self.transport.close()
+
+    def _arm_head_timer(self, seconds: float | None = None) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
         self._head_cycle = self.cycle
-        self._head_timer = self.loop.call_later(self.header_seconds, self._head_timeout)
+        self._head_timer = self.loop.call_later(self.header_seconds if seconds is None else seconds,
+                                                self._head_timeout)
 
     def _head_timeout(self) -> None:
         self._head_timer = None
         if self.cycle is self._head_cycle and not self.transport.is_closing():
-            log.info("request head not complete after %g s from %s; connection closed", self.header_seconds,
+            what = "request head not complete" if self._spoken else "no byte"
+            log.info("%s after %.3g s from %s; connection closed", what, self.loop.time() - self._opened,
                      self.client[0] if self.client else "?")
             self.transport.close()
 
     def data_received(self, data: bytes) -> None:
+        if not self._spoken and data:
+            self._spoken = True
+            if self._head_timer is not None and self.cycle is self._head_cycle:
+                # the first byte arrived: the head has until header_seconds after the connection opened
+                elapsed = self.loop.time() - self._opened
+                self._arm_head_timer(max((self.header_seconds or HEADER_SECONDS) - elapsed, 0.0))
         super().data_received(data)
         if self._head_timer is not None and self.cycle is not self._head_cycle:
             self._head_timer.cancel()  # a new request's head is complete
@@ -389,23 +539,46 @@ class HeaderDeadlineH11Protocol(_h11_protocol()):  # type: ignore[misc]
         if not self.transport.is_closing() and self.cycle is finished:
             self._arm_head_timer()
 
+    def send_400_response(self, msg: str) -> None:
+        import h11
+
+        headers, body = _bad_request_bytes()
+        try:
+            self.transport.write(self.conn.send(h11.Response(status_code=400, headers=headers, reason=b"Bad Request")))
+            self.transport.write(self.conn.send(h11.Data(data=body)))
+            self.transport.write(self.conn.send(h11.EndOfMessage()))
+        except h11.LocalProtocolError:
+            pass  # a response had already begun: nothing more can be said on this connection
+        self.transport.close()
+
     def connection_lost(self, exc: Exception | None) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+        peer, self._peer = self._peer, None
+        if peer is not None:
+            left = _PEERS.get(peer, 1) - 1
+            if left > 0:
+                _PEERS[peer] = left
+            else:
+                _PEERS.pop(peer, None)
         super().connection_lost(exc)
 
 
 def uvicorn_options(header_seconds: float | None = None, keep_alive_seconds: int = 5,
-                    limit_concurrency: int | None = 1000) -> dict[str, Any]:
-    """Keyword arguments for ``uvicorn.run`` / ``uvicorn.Config``: the h11 protocol with a head
-    deadline, a short keep-alive and a cap on connections (503 beyond it).
+                    per_peer: int | None = None, first_byte_seconds: float | None = None) -> dict[str, Any]:
+    """Keyword arguments for ``uvicorn.run`` / ``uvicorn.Config``: the h11 protocol above (head
+    and first-byte deadlines, per-peer and total connection caps, a 400 with the security
+    headers) and a short keep-alive. uvicorn's ``limit_concurrency`` stays off: it counted idle
+    connections, and its 503 carried no security headers (issue 20).
 
-    Without ``header_seconds`` the protocol is named by its import path (picklable, so it works
-    with ``workers=N``, whose processes uvicorn spawns) and reads ``ISPLAN_HEADER_SECONDS``; an
-    explicit value makes a subclass, for a server in this process (``workers=1``)."""
+    Without explicit values the protocol is named by its import path (picklable, so it works
+    with ``workers=N``, whose processes uvicorn spawns) and reads the settings; explicit values
+    make a subclass, for a server in this process (``workers=1``)."""
     protocol: str | type = "app.web.security:HeaderDeadlineH11Protocol"
-    if header_seconds is not None:
-        protocol = type("HeaderDeadline", (HeaderDeadlineH11Protocol,), {"header_seconds": header_seconds})
-    return {"http": protocol, "timeout_keep_alive": keep_alive_seconds, "limit_concurrency": limit_concurrency,
+    fixed = {k: v for k, v in (("header_seconds", header_seconds), ("per_peer", per_peer),
+                               ("first_byte_seconds", first_byte_seconds)) if v is not None}
+    if fixed:
+        protocol = type("HeaderDeadline", (HeaderDeadlineH11Protocol,), fixed)
+    return {"http": protocol, "timeout_keep_alive": keep_alive_seconds, "limit_concurrency": None,
             "h11_max_incomplete_event_size": 16 * 1024}

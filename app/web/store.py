@@ -20,8 +20,14 @@ an uncreatable data dir gave bare 500s while ``/healthz`` said ok):
   one serialised transaction, so concurrent uploads cannot overshoot. Re-uploading stored bytes
   costs nothing.
 * :class:`StoreUnavailable` (503, with a message) whenever the store cannot open, read or write.
+  Its message is what a client sees and names no server path or socket; the detail (paths, the
+  driver's own words) goes to the server log only (issue 20, finding 16).
 * :meth:`BaseStore.health` for ``/healthz``: a real write probe plus free disk space, cached
   for a few seconds so health checks stay cheap.
+* SQLite: the database file deleted or replaced while the server runs (``rm configs.sqlite3*``)
+  is detected before and after every write and by every health check (the file's device and
+  inode, compared with the ones opened): uploads get a 503 and ``/healthz`` a 503 instead of
+  being acknowledged into a file that is gone (issue 20, finding 14).
 * an optional upload token (``ISPLAN_UPLOAD_TOKEN``) for shared deployments: :func:`check_token`.
 
 Parsed configs are kept in a small LRU cache (bounded in entries and in source bytes), so many
@@ -34,6 +40,7 @@ import contextlib
 import dataclasses
 import hashlib
 import hmac
+import logging
 import os
 import re
 import shutil
@@ -45,12 +52,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app import settings as app_settings
 from app.core.model.config import (
     MAX_CONFIG_BYTES,
+    MAX_JSON_DEPTH,
     ConfigError,
     ModelConfig,
+    _bracket_depth,
     load_config_bytes,
 )
+from app.core.plan import bounds
+
+log = logging.getLogger("isplan.store")
 
 _DIGEST = re.compile(r"^sha256:([0-9a-f]{64})$")
 
@@ -67,9 +80,31 @@ DEFAULT_CLIENT_QUOTA = 32 << 20
 
 
 class StoreUnavailable(RuntimeError):
-    """The store cannot open, read or write (disk full, read-only, no data dir, server down): 503."""
+    """The store cannot open, read or write (disk full, read-only, no data dir, server down): 503.
+
+    ``str()`` is the message for clients (no path, no socket); ``detail`` what the server log
+    gets besides it."""
 
     status_code = 503
+
+    def __init__(self, message: str, detail: str | None = None):
+        super().__init__(message)
+        self.detail = detail
+        if detail:
+            _log_once(f"{message} ({detail})")
+
+
+_LOGGED: dict[str, float] = {}
+
+
+def _log_once(line: str, every: float = 60.0) -> None:
+    """Log ``line`` at most once per ``every`` seconds (a broken store is seen by every probe)."""
+    now = time.monotonic()
+    if now - _LOGGED.get(line, -every) >= every:
+        if len(_LOGGED) > 1000:
+            _LOGGED.clear()
+        _LOGGED[line] = now
+        log.warning("%s", line)
 
 
 class QuotaExceeded(ValueError):
@@ -90,19 +125,6 @@ class UploadForbidden(PermissionError):
         self.status_code = status_code
 
 
-def _env_bytes(name: str, default: int) -> int:
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
-    try:
-        n = int(value)
-    except ValueError:
-        raise ValueError(f"{name} must be a whole number of bytes, got {value[:40]!r}") from None
-    if n < 0:
-        raise ValueError(f"{name} must be at least 0 bytes, got {n}")
-    return n
-
-
 @dataclass(frozen=True)
 class Quotas:
     """Bytes that may be stored in all and per client (0 = no uploads at all)."""
@@ -112,8 +134,8 @@ class Quotas:
 
     @classmethod
     def from_env(cls) -> Quotas:
-        return cls(_env_bytes("ISPLAN_UPLOAD_QUOTA_BYTES", DEFAULT_TOTAL_QUOTA),
-                   _env_bytes("ISPLAN_UPLOAD_CLIENT_QUOTA_BYTES", DEFAULT_CLIENT_QUOTA))
+        s = app_settings.current()
+        return cls(s.upload_quota_bytes, s.upload_client_quota_bytes)
 
     def check(self, size: int, stored_total: int, stored_by_client: int | None) -> None:
         """Raise :class:`QuotaExceeded` if ``size`` more bytes would pass either quota (the
@@ -132,7 +154,7 @@ def check_token(presented: str | None, expected: str | None = None) -> None:
     """Accept the upload when no token is configured (``ISPLAN_UPLOAD_TOKEN`` unset or empty) or
     when ``presented`` (an ``Authorization`` header ``Bearer <token>``, or the bare token from a
     form field) equals it, compared in constant time. Raises :class:`UploadForbidden`."""
-    expected = os.environ.get("ISPLAN_UPLOAD_TOKEN", "") if expected is None else expected
+    expected = (app_settings.current().upload_token or "") if expected is None else expected
     if not expected:
         return
     if not presented:
@@ -160,11 +182,27 @@ def _client(client: str | None) -> str | None:
 
 
 def data_dir() -> Path:
-    return Path(os.environ.get("ISPLAN_DATA_DIR", "data"))
+    return app_settings.current().data_dir
+
+
+def check_config_shape(data: bytes) -> None:
+    """Refuse, before the JSON parser runs, an upload with more containers (``[`` and ``{``, in
+    strings too: an upper bound) than :data:`app.core.plan.bounds.MAX_CONFIG_CONTAINERS`. A config
+    has a few dozen; 1 MiB of ``[[0],[0],...]`` has 262,000 and cost about a second of the
+    server's CPU to parse and walk before it was refused (issue 20, finding 3)."""
+    containers = data.count(b"[") + data.count(b"{")
+    if containers > bounds.MAX_CONFIG_CONTAINERS:
+        # deep nesting gets its own message; it shows within the first bytes (a bounded scan)
+        head = data[:1 << 16].decode("utf-8", "replace")
+        if _bracket_depth(head) > MAX_JSON_DEPTH:
+            raise ConfigError(f"config.json nests deeper than {MAX_JSON_DEPTH} levels")
+        raise ConfigError(f"config.json has {containers:,} arrays and objects; a config has a few dozen and the "
+                          f"limit is {bounds.MAX_CONFIG_CONTAINERS:,}")
 
 
 def validate_upload(data: bytes, name: str | None) -> ModelConfig:
     """The upload parsed and validated (``ConfigError`` otherwise), before any storage."""
+    check_config_shape(data)
     try:
         return load_config_bytes(data, source="upload", label=_label(name))
     except ConfigError:
@@ -203,6 +241,10 @@ class BaseStore:
 
     def _free_bytes(self) -> int | None:
         return None
+
+    def _still_there(self) -> None:
+        """Raise :class:`StoreUnavailable` when the storage the store opened is gone (a cheap
+        check run on every health call, outside the cache)."""
 
     # -- cache ---------------------------------------------------------------------------
     def _remember(self, cfg: ModelConfig, size: int) -> None:
@@ -274,6 +316,12 @@ class BaseStore:
         :data:`HEALTH_TTL` seconds. A failed upload write counts as a failed probe (a full disk
         may still take the probe's tiny row)."""
         now = time.monotonic()
+        try:
+            self._still_there()
+        except StoreUnavailable as exc:
+            result = {"ok": False, "backend": self.backend, "detail": str(exc)}
+            self._health = (now, result)
+            return result
         if self._health is not None and now - self._health[0] < HEALTH_TTL:
             return self._health[1]
         try:
@@ -300,17 +348,29 @@ _SQLITE_SCHEMA = (
 
 
 def _sqlite_failure(exc: BaseException, path: Path) -> StoreUnavailable:
+    """The client's message names the setting, never the path (the log has it)."""
     text = str(exc)
     if isinstance(exc, OSError):
-        return StoreUnavailable(f"the upload store cannot use {path.parent}: {exc.strerror or exc}; set "
-                                "ISPLAN_DATA_DIR to a writable directory")
+        return StoreUnavailable(f"the upload store cannot use its data directory ({exc.strerror or 'not usable'}); "
+                                "set ISPLAN_DATA_DIR to a writable directory", detail=f"{path.parent}: {exc}")
     if "full" in text:
         hint = "the disk is full; free space on it"
     elif "readonly" in text or "read-only" in text:
         hint = "the database is read-only; make ISPLAN_DATA_DIR writable"
+    elif "unable to open" in text:
+        hint = "its file cannot be opened; set ISPLAN_DATA_DIR to a writable directory"
     else:
         hint = "check ISPLAN_DATA_DIR"
-    return StoreUnavailable(f"the upload store cannot be written ({text[:120]}): {hint}")
+    public = text if str(path) not in text and str(path.parent) not in text else "database error"
+    return StoreUnavailable(f"the upload store cannot be written ({public[:120]}): {hint}", detail=f"{path}: {text}")
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 class ConfigStore(BaseStore):
@@ -322,6 +382,7 @@ class ConfigStore(BaseStore):
         super().__init__(quotas)
         self.path = path or data_dir() / "configs.sqlite3"
         self._conn: sqlite3.Connection | None = None
+        self._file: tuple[int, int] | None = None  # (device, inode) of the file opened
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -340,15 +401,27 @@ class ConfigStore(BaseStore):
             except (sqlite3.Error, OSError) as exc:
                 raise _sqlite_failure(exc, self.path) from None
             self._conn = conn
+            self._file = _file_id(self.path)
         return self._conn
 
+    def _still_there(self) -> None:
+        if self._file is not None and _file_id(self.path) != self._file:
+            raise StoreUnavailable(
+                "the upload store's database file was removed or replaced while the server runs; uploads are "
+                "refused so that none is acknowledged into a file that is gone: restore it (or move the new "
+                "one aside) and restart the server", detail=f"{self.path} is not the file opened at start")
+
     def _run(self, work: Any) -> Any:
-        """``work(conn)`` in one ``BEGIN IMMEDIATE`` transaction (serialised across processes)."""
+        """``work(conn)`` in one ``BEGIN IMMEDIATE`` transaction (serialised across processes), on
+        the file the store opened: checked before, and after the commit (a write that landed in
+        a deleted file is not reported as done)."""
         db = self._db()
+        self._still_there()
         try:
             db.execute("BEGIN IMMEDIATE")
             result = work(db)
             db.execute("COMMIT")
+            self._still_there()
             return result
         except sqlite3.Error as exc:
             raise _sqlite_failure(exc, self.path) from None
@@ -397,7 +470,7 @@ class ConfigStore(BaseStore):
 
 def open_store() -> BaseStore:
     """PostgreSQL when ``ISPLAN_DATABASE_URL`` is set, else SQLite in ``ISPLAN_DATA_DIR``."""
-    url = os.environ.get("ISPLAN_DATABASE_URL", "").strip()
+    url = app_settings.current().database_url
     if url:
         from app.web.store_postgres import PostgresConfigStore
 

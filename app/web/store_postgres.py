@@ -10,10 +10,19 @@ default), so an acknowledged upload survives a crash of the app.
 
 Needs the optional dependency ``psycopg`` (v3): ``pip install 'isplan[postgres]'``. One connection
 per store object, used under the store's lock and re-opened after a failure.
+
+After the database server restarts, a connection it dropped only says so on its next use
+("connection is bad", "server closed the connection unexpectedly"): a transaction that fails on
+such a connection is run once more on a fresh one. That is safe because every write here is
+idempotent (a row keyed by its content's digest, inserted only when absent), and it is what
+``/healthz`` already saw: its probe reconnects (issue 20: the first upload after PostgreSQL came
+back got a 503 while ``/healthz`` said ok). Client messages name ``ISPLAN_DATABASE_URL``, never
+the server's host or socket path; the driver's own words go to the server log.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from app.web.store import BaseStore, Quotas, StoreUnavailable
@@ -50,8 +59,9 @@ class PostgresConfigStore(BaseStore):
 
     def _failure(self, exc: BaseException) -> StoreUnavailable:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return StoreUnavailable(f"the upload store (PostgreSQL) is unavailable: {first_line[:160]}; "
-                                "check ISPLAN_DATABASE_URL and the database server")
+        kind = "the connection failed" if isinstance(exc, self._psycopg.OperationalError) else type(exc).__name__
+        return StoreUnavailable(f"the upload store (PostgreSQL) is unavailable ({kind}); check ISPLAN_DATABASE_URL "
+                                "and the database server", detail=first_line[:300])
 
     def _db(self) -> Any:
         if self._conn is not None and not self._conn.closed:
@@ -71,15 +81,22 @@ class PostgresConfigStore(BaseStore):
         return conn
 
     def _run(self, work: Any) -> Any:
-        """``work(conn)`` in one transaction; a broken connection is dropped for the next call."""
-        conn = self._db()
-        try:
-            with conn.transaction():
-                return work(conn)
-        except self._psycopg.Error as exc:
-            if conn.broken or conn.closed:
-                self._conn = None
-            raise self._failure(exc) from None
+        """``work(conn)`` in one transaction; on a connection the server dropped, once more on a
+        fresh one (every ``work`` here is idempotent); a broken connection is never kept."""
+        for attempt in (1, 2):
+            conn = self._db()
+            try:
+                with conn.transaction():
+                    return work(conn)
+            except self._psycopg.Error as exc:
+                dropped = conn.broken or conn.closed
+                if dropped:
+                    self._conn = None
+                    with contextlib.suppress(Exception):
+                        conn.close()
+                if not (dropped and attempt == 1):
+                    raise self._failure(exc) from None
+        raise AssertionError("unreachable")
 
     def _insert(self, digest: str, data: bytes, name: str, client: str | None) -> str | None:
         def work(conn: Any) -> str | None:

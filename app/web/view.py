@@ -204,6 +204,15 @@ def build_view(plan: Plan, problems: list[FieldProblem], store: BaseStore) -> Pl
     return view
 
 
+def page_data(plan: Plan, cfg: ModelConfig) -> dict[str, Any]:
+    """``GET /api/v1/plan``: :meth:`PlanView.page_json` of ``plan`` on ``cfg`` (a known model),
+    the same evaluation as :func:`build_view` without the display-only parts that JSON does not
+    carry (layer cells, stage rows, messages). Module-level, so the worker pool can run it."""
+    view = PlanView(plan, evaluate(plan, cfg), {})
+    view.exports = exports(view)
+    return view.page_json()
+
+
 def _cells(check: LayoutCheck) -> list[LayerCell]:
     stage_of: dict[int, int] = {}
     starts: set[int] = set()

@@ -32,18 +32,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
+import logging
 import multiprocessing
 import os
 import resource
+import shutil
+import signal
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
+from urllib.parse import parse_qsl
 
+from app import settings as app_settings
 from app.core.optimise.optimiser import RANK_DP_MAX_DEPTH, RANK_DP_MAX_WORK
 from app.core.plan import bounds
+
+log = logging.getLogger("isplan.workers")
 
 #: Default work budget (units): ``ISPLAN_WORK_BUDGET`` overrides it. Measured on one core
 #: (CPython 3.11): Nearest valid runs about 0.6 us per unit (800 layers, 80 stages: 2.1e7 units,
@@ -60,7 +66,11 @@ DEFAULT_WORKER_MEMORY = 2 << 30
 #: CPU niceness added to each worker process (batch work yields to the event loop).
 WORKER_NICE = 10
 #: Modules the forkserver imports once, so a new worker starts warm.
-PRELOAD = ("app.core.optimise.plan_search", "app.core.optimise.search", "app.core.receipt", "app.core.launcher")
+PRELOAD = ("app.core.optimise.plan_search", "app.core.optimise.search", "app.core.receipt", "app.core.launcher",
+           "app.core.evaluate")
+#: A worker whose resident memory is above this after a job is replaced (a burst of large jobs
+#: leaves a Python heap that never shrinks; a fresh fork from the forkserver starts small).
+RECYCLE_RSS_BYTES = 256 << 20
 
 
 class TooMuchWork(ValueError):
@@ -87,6 +97,18 @@ class WorkTimeout(Exception):
 
 class ClientGone(Exception):
     """The client disconnected; its job was killed."""
+
+
+class WorkerLost(Exception):
+    """The worker process running the job died before answering (the OOM killer, an operator's
+    ``kill``): 503, the job is lost and may be retried; the pool replaces the worker."""
+
+    status_code = 503
+
+
+class WorkerOutOfMemory(TooMuchWork, MemoryError):
+    """The job ran out of the worker's address space (``ISPLAN_WORKER_MEMORY``): 422 naming the
+    limit, never a 500; the worker is replaced."""
 
 
 # --------------------------------------------------------------------------- cost estimators
@@ -185,7 +207,7 @@ class WorkBudget:
 
     @classmethod
     def from_env(cls) -> WorkBudget:
-        return cls(_env_int("ISPLAN_WORK_BUDGET", DEFAULT_BUDGET))
+        return cls(app_settings.current().work_budget)
 
     def check(self, estimate: int, what: str, *, field: str | None = None, fix: str = "") -> int:
         """Return ``estimate`` if within the budget, else raise :class:`TooMuchWork`."""
@@ -199,19 +221,13 @@ class WorkBudget:
 # --------------------------------------------------------------------------- the process pool
 
 
-def _env_int(name: str, default: int) -> int:
+def _rss_bytes(pid: int) -> int | None:
+    """Resident memory of process ``pid`` (Linux ``/proc``), or None where it cannot be read."""
     try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
-def _env_float(name: str, default: float) -> float:
-    try:
-        value = float(os.environ.get(name, default))
-    except ValueError:
-        return default
-    return value if math.isfinite(value) and value > 0 else default
+        with open(f"/proc/{pid}/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _worker_main(conn: Connection, memory_limit: int) -> None:
@@ -255,26 +271,45 @@ class _Worker:
             self.conn.close()
 
 
+def _lost_or_reply(recv: Callable[[], Any]) -> Callable[[], Any]:
+    """``recv`` whose end-of-file (the worker died before answering) is a :class:`WorkerLost`
+    reply instead of an ``EOFError`` that would surface as a bare 500 (issue 20, finding 13)."""
+
+    def read() -> Any:
+        try:
+            return recv()
+        except (EOFError, OSError):
+            return (False, WorkerLost("the worker process running this request was lost (killed or out of "
+                                      "memory) before it answered; the job is lost: retry the request"))
+
+    return read
+
+
 class WorkerPool:
     """``size`` worker processes; at most ``per_client`` jobs per client and ``max_waiting``
     queued jobs in all (:class:`TooBusy` beyond either)."""
 
     def __init__(self, size: int = 2, *, per_client: int = DEFAULT_PER_CLIENT, max_waiting: int = 32,
                  memory_limit: int = DEFAULT_WORKER_MEMORY, start_method: str = "forkserver",
-                 preload: Sequence[str] = PRELOAD):
+                 preload: Sequence[str] = PRELOAD, recycle_rss: int = RECYCLE_RSS_BYTES):
         self.size = size
         self.per_client = per_client
         self.max_waiting = max_waiting
         self.memory_limit = memory_limit
+        self.recycle_rss = recycle_rss
+        self.start_method = start_method
         self._ctx = multiprocessing.get_context(start_method)
         if start_method == "forkserver":
             self._ctx.set_forkserver_preload(list(preload))
         self._idle: list[_Worker] = []
+        self._all: set[_Worker] = set()  # idle and busy: everything shutdown() must stop
         self._slots: asyncio.Semaphore | None = None
         self._active: dict[str, int] = {}
         self._waiting = 0
         self._threads = ThreadPoolExecutor(max_workers=size, thread_name_prefix="isplan-worker-recv")
         self.killed = 0  # jobs stopped at a deadline, a disconnect or a cancellation
+        self.recycled = 0  # workers replaced after a job because of their memory or a MemoryError
+        self.closed = False
 
     def _semaphore(self) -> asyncio.Semaphore:
         if self._slots is None:
@@ -311,24 +346,32 @@ class WorkerPool:
             if not self._active[client]:
                 del self._active[client]
 
+    def _new_worker(self) -> _Worker:
+        worker = _Worker(self._ctx, self.memory_limit)
+        self._all.add(worker)
+        return worker
+
+    def _retire(self, worker: _Worker, close: bool = True) -> None:
+        self._all.discard(worker)
+        worker.kill(close=close)
+
     async def _worker(self) -> _Worker:
         """An idle worker, or a new one (started in a thread; killed if we are cancelled meanwhile)."""
         while self._idle:
             worker = self._idle.pop()
             if worker.process.is_alive():
                 return worker
-            worker.kill()
-        starting = asyncio.ensure_future(asyncio.to_thread(_Worker, self._ctx, self.memory_limit))
+            self._retire(worker)
+        starting = asyncio.ensure_future(asyncio.to_thread(self._new_worker))
         try:
             return await asyncio.shield(starting)
         except asyncio.CancelledError:
-            starting.add_done_callback(lambda f: None if f.cancelled() or f.exception() else f.result().kill())
+            starting.add_done_callback(lambda f: None if f.cancelled() or f.exception() else self._retire(f.result()))
             raise
 
     async def start(self) -> None:
         """Start every worker now (e.g. at application startup) instead of on first use."""
-        workers = await asyncio.gather(*(asyncio.to_thread(_Worker, self._ctx, self.memory_limit)
-                                         for _ in range(self.size - len(self._idle))))
+        workers = await asyncio.gather(*(asyncio.to_thread(self._new_worker) for _ in range(self.size - len(self._idle))))
         self._idle.extend(workers)
 
     async def _call(self, fn: Callable[..., Any], args: tuple[Any, ...],
@@ -338,7 +381,7 @@ class WorkerPool:
         reply: asyncio.Future[Any] | None = None
         try:
             worker.conn.send((fn, args))
-            reply = loop.run_in_executor(self._threads, worker.conn.recv)
+            reply = loop.run_in_executor(self._threads, _lost_or_reply(worker.conn.recv))
             while True:
                 done, _ = await asyncio.wait({reply}, timeout=0.25)
                 if done:
@@ -349,27 +392,76 @@ class WorkerPool:
         except BaseException:
             self.killed += 1
             # the work really stops; the reader thread then ends with EOFError and closes our end
-            worker.kill(close=reply is None)
+            self._retire(worker, close=reply is None)
             if reply is not None:  # retrieve its EOFError (no "never retrieved" log), then close
                 reply.add_done_callback(lambda f: (f.cancelled() or f.exception(), worker.conn.close()))
             raise
-        if not worker.process.is_alive():
-            worker.kill()
-        else:
-            self._idle.append(worker)
+        self._release(worker, ok, value)
         if ok:
             return value
+        if isinstance(value, MemoryError):
+            limit = f"{self.memory_limit / 2**30:g} GiB" if self.memory_limit else "the machine's memory"
+            raise WorkerOutOfMemory(
+                f"the request needed more memory than a planner worker may use ({limit}, ISPLAN_WORKER_MEMORY) "
+                "and was stopped; ask for less (fewer stages, a smaller model or top)", None)
         raise value
+
+    def _release(self, worker: _Worker, ok: bool, value: Any) -> None:
+        """Back to the idle list, or replaced: dead, lost, out of memory, or grown past
+        :attr:`recycle_rss` (its memory goes back to the OS at once)."""
+        rss = _rss_bytes(worker.process.pid) if worker.process.pid is not None else None
+        grown = rss is not None and self.recycle_rss > 0 and rss > self.recycle_rss
+        failed = not ok and isinstance(value, (MemoryError, WorkerLost))
+        if self.closed or not worker.process.is_alive() or grown or failed:
+            self.recycled += grown or failed
+            self._retire(worker)
+        else:
+            self._idle.append(worker)
 
     def pids(self) -> list[int]:
         """Process ids of the idle workers (for monitoring, e.g. their memory)."""
         return [w.process.pid for w in self._idle if w.process.pid is not None and w.process.is_alive()]
 
     def shutdown(self) -> None:
-        for worker in self._idle:
-            worker.kill()
+        """Stop every worker (idle or busy), the forkserver and its temporary directory: a clean
+        stop leaves no process and no ``pymp-*`` directory behind (issue 20, finding 15)."""
+        self.closed = True
+        for worker in list(self._all):
+            self._retire(worker)
         self._idle.clear()
         self._threads.shutdown(wait=False, cancel_futures=True)
+        if self.start_method == "forkserver":
+            stop_forkserver()
+
+
+def stop_forkserver() -> None:
+    """Stop this process's multiprocessing forkserver and remove the ``pymp-*`` directory that
+    holds its listening socket.
+
+    The standard library removes that directory in an ``atexit`` finalizer, which never runs
+    here: uvicorn re-raises the SIGTERM it caught after a graceful shutdown, so the process ends
+    by the signal (70-96 stale directories were found in one ``/tmp``). ``ForkServer._stop`` is the
+    standard library's own (test-suite) way to stop it; the directory's finalizer (registered by
+    ``multiprocessing.util.get_temp_dir``) is then run now instead of at exit."""
+    from multiprocessing import forkserver, process, util
+
+    server: Any = forkserver._forkserver
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is not None:
+        # its "alive" pipe is held by every worker it forked, another pool's included, so closing
+        # our end alone may never end it: stop it directly (a later pool starts a new one)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    with contextlib.suppress(Exception):
+        server._stop()
+    with contextlib.suppress(Exception):
+        registry = util._finalizer_registry  # type: ignore[attr-defined]
+        for finalizer in list(registry.values()):
+            if getattr(finalizer, "_callback", None) is util._remove_temp_dir:  # type: ignore[attr-defined]
+                finalizer()  # removes the directory and unregisters itself
+    tempdir = process.current_process()._config.pop("tempdir", None)  # type: ignore[attr-defined]
+    if tempdir:  # (get_temp_dir makes a new one if this process forks again)
+        shutil.rmtree(tempdir, ignore_errors=True)
 
 
 _POOL: WorkerPool | None = None
@@ -378,11 +470,20 @@ _POOL: WorkerPool | None = None
 def default_pool() -> WorkerPool:
     """The process-wide pool, sized from ``ISPLAN_WORKERS`` (default: the CPU count, at most 4)."""
     global _POOL
-    if _POOL is None:
-        _POOL = WorkerPool(_env_int("ISPLAN_WORKERS", min(os.cpu_count() or 1, 4)),
-                           per_client=_env_int("ISPLAN_WORK_PER_CLIENT", DEFAULT_PER_CLIENT),
-                           memory_limit=_env_int("ISPLAN_WORKER_MEMORY", DEFAULT_WORKER_MEMORY))
+    if _POOL is None or _POOL.closed:
+        s = app_settings.current()
+        _POOL = WorkerPool(s.workers, per_client=s.work_per_client, memory_limit=s.worker_memory)
     return _POOL
+
+
+def shutdown_default_pool() -> None:
+    """Stop the process-wide pool (the app's lifespan does at shutdown)."""
+    global _POOL
+    pool, _POOL = _POOL, None
+    if pool is not None:
+        pool.shutdown()
+    else:
+        stop_forkserver()
 
 
 async def run_bounded(fn: Callable[..., Any], *args: Any, client: str, deadline: float | None = None,
@@ -395,8 +496,10 @@ async def run_bounded(fn: Callable[..., Any], *args: Any, client: str, deadline:
     Raises :class:`TooBusy` (429) beyond the per-client limit or a full queue,
     :class:`WorkTimeout` (503) when ``deadline`` seconds (default ``ISPLAN_WORK_DEADLINE``, 20)
     pass, :class:`ClientGone` when ``is_disconnected()`` turns true; in the last two cases the
-    worker process is killed. ``fn``'s own exceptions are re-raised unchanged."""
-    seconds = deadline if deadline is not None else _env_float("ISPLAN_WORK_DEADLINE", DEFAULT_DEADLINE)
+    worker process is killed. :class:`WorkerLost` (503) when the worker died before answering,
+    :class:`WorkerOutOfMemory` (422) when the job ran out of the worker's memory. ``fn``'s own
+    exceptions are re-raised unchanged."""
+    seconds = deadline if deadline is not None else app_settings.current().work_deadline
     return await (pool or default_pool()).run(fn, *args, client=client, deadline=seconds,
                                               is_disconnected=is_disconnected)
 
@@ -409,6 +512,14 @@ def bounds_summary() -> dict[str, int]:
 # --------------------------------------------------------------------------- the per-client gate
 
 
+def has_action(query_string: bytes) -> bool:
+    """Whether a query string holds a non-empty ``action`` once decoded (as Starlette decodes it)."""
+    if b"ction" not in query_string and b"%" not in query_string:  # the common case, no parsing
+        return False
+    pairs = parse_qsl(query_string.decode("latin-1"), keep_blank_values=True, max_num_fields=None)
+    return any(key == "action" and value for key, value in pairs)
+
+
 class ClientGate:
     """Pure ASGI middleware: at most ``per_client`` requests of one client in flight on the
     expensive routes (``paths``; a path listed with ``?action`` only when its query has an
@@ -418,21 +529,24 @@ class ClientGate:
     that a client retrying at once cannot turn refusals into a flood. Without it, a client
     flooding the expensive routes made the server parse and validate every request before the
     pool's own limit (:class:`TooBusy`) refused it, and ``/healthz`` queued behind that work
-    (bench/worst_load.py)."""
+    (bench/worst_load.py).
+
+    The ``action`` of a query is found the way the route reads it, after percent-decoding
+    (``%61ction=balance`` is an action too: issue 20)."""
 
     def __init__(self, app: Any, paths: Sequence[str], per_client: int | None = None, refusal_delay: float = 1.0):
         self.app = app
         self.refusal_delay = refusal_delay
         self.always = frozenset(p for p in paths if not p.endswith("?action"))
         self.with_action = frozenset(p[: -len("?action")] for p in paths if p.endswith("?action"))
-        self.per_client = per_client or _env_int("ISPLAN_WORK_PER_CLIENT", DEFAULT_PER_CLIENT)
+        self.per_client = per_client or app_settings.current().work_per_client
         self.in_flight: dict[str, int] = {}
 
     def _gated(self, scope: dict[str, Any]) -> bool:
         path = scope.get("path", "")
         if path in self.always:
             return True
-        return path in self.with_action and b"action=" in scope.get("query_string", b"")
+        return path in self.with_action and has_action(scope.get("query_string", b""))
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or not self._gated(scope):

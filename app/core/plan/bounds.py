@@ -83,3 +83,9 @@ def check_count(field: str, value: int, bound: int | None = None, *, where: str 
     if value > limit:
         raise BoundError(f"{name} is {shown}; the limit is {limit:,}", field)
     return value
+
+#: Arrays and objects an uploaded ``config.json`` may hold, counted as ``[`` and ``{`` bytes before
+#: it is parsed (an upper bound: brackets inside strings count too). A config has a few dozen; a
+#: megabyte of ``[[0],[0],...]`` has 262,000 and cost about a second of the server's CPU before it
+#: was refused (issue 20). Long flat arrays (100,000 numbers) stay accepted.
+MAX_CONFIG_CONTAINERS = 4096
