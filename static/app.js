@@ -96,7 +96,13 @@
     if (after) after.setAttribute("aria-valuemin", String(layer + 1));
     var sizes = starts.map(function (s, i) { return (i + 1 < starts.length ? starts[i + 1] : info.n + 1) - s; });
     $("#split").value = sizes.join(",");
-    $("#mode").value = "split";
+    $("#mode").value = "split";  // stage sizes now describe the layout: what only flags described goes
+    $all("[data-modes]", form()).forEach(function (f) {
+      var input = $("input", f);
+      if (f.dataset.modes.split(" ").indexOf("split") < 0 && input && (input.value || input.checked)) {
+        input.value = input.type === "checkbox" ? input.value : ""; input.checked = false; edited(input.name);
+      }
+    });
     edited("split"); editedAt.mode = editGen;
     return layer;
   }
@@ -196,7 +202,7 @@
     var gen = Number((ev.detail.requestConfig.headers || {})["X-Isplan-Gen"]);
     if (!isNaN(gen)) answeredGen = Math.max(answeredGen, gen);
     var status = $("#status");
-    if (status && ev.detail.elt === form()) {
+    if (status && ev.detail.requestConfig && ev.detail.requestConfig.elt === form()) {
       status.textContent = ev.detail.successful ? "" : "Update failed: the server did not answer. The page shows the last plan it answered.";
     }
   });
@@ -204,8 +210,8 @@
     var h = ev.detail.requestConfig && ev.detail.requestConfig.headers || {};
     var gen = Number(h["X-Isplan-Gen"]), plain = ev.detail.requestConfig && !ev.detail.requestConfig.parameters.action;
     reqGen = Infinity;
-    if (ev.detail.elt !== form()) return;
-    if (plain && gen < editGen && !drag) {
+    if (!ev.detail.requestConfig || ev.detail.requestConfig.elt !== form()) return;
+    if (drag || (plain && gen < editGen)) {  // a drag draws its own preview; its drop sends again
       ev.detail.shouldSwap = false;
       owedPush = owedPush || h["X-Isplan-History"] === "push";
     } else { owedPush = false; reqGen = gen; }
@@ -217,7 +223,6 @@
       if (fresh.dataset && fresh.dataset.figure && fresh.dataset.figure !== old.dataset.figure) old.dataset.figure = fresh.dataset.figure;
       return false;
     }
-    if (old.id === "layer-map" && drag) return false;  // the drag's own preview is drawn; its drop sends again
     if (old.name && old.form && old.form.id === "controls" && old.type !== "hidden") {
       return old !== document.activeElement && !((editedAt[old.name] || 0) > reqGen);  // edited since it left
     }

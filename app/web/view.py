@@ -99,6 +99,7 @@ class FieldView:
     hi: float | None
     max_len: int
     sets_mode: str | None
+    modes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -205,7 +206,7 @@ class PlanView:
         placeholder = "" if neutral is None or spec.kind == "bool" else format_value(spec, neutral)
         return FieldView(name, spec.kind, name, self.flag_of(name), spec.help, value,
                          placeholder or "unset", spec.choices, unset, inactive, self.field_errors.get(name),
-                         spec.lo, spec.hi, spec.max_len, spec.modes[0] if len(spec.modes) == 1 else None)
+                         spec.lo, spec.hi, spec.max_len, spec.modes[0] if len(spec.modes) == 1 else None, spec.modes)
 
     # ------------------------------------------------------------------ panels
     @property

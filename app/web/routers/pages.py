@@ -28,7 +28,8 @@ from app.core import reports
 from app.core.engines import DEFAULT_PLAN, engine_for, ignored_fields
 from app.core.evaluate import Evaluation
 from app.core.optimise.actions import ACTIONS, apply_action
-from app.core.plan import BY_URL, TABLE, FieldProblem, Plan, PlanError, plan_from_query, unknown_keys
+from app.core.plan import BY_URL, NEUTRAL_VALUES, TABLE, FieldProblem, Plan, PlanError, plan_from_query, unknown_keys
+from app.core.plan import ignored_fields as plan_ignored
 from app.web.deps import Store, action_cost, bounded_from_thread, model_config
 from app.web.view import PlanView, build_view, resolve_model
 
@@ -143,7 +144,7 @@ def fragment(request: Request, store: Store, action: str | None = None) -> HTMLR
     v = page_view(request, store, plan, [] if evaluation is not None else problems, raw, evaluation=evaluation)
     v.action_note = note
     resp = render(request, "_fragment.html", v, **compare_context(request, v, store))
-    push = bool(action) or request.headers.get("x-isplan-history") == "push"
+    push = evaluation is not None or (not action and request.headers.get("x-isplan-history") == "push")
     resp.headers["HX-Push-Url" if push else "HX-Replace-Url"] = "/?" + v.share_query
     return resp
 
@@ -241,6 +242,9 @@ def receipt_download(request: Request, store: Store) -> Response:
         from app.web.deps import BadInput
 
         raise BadInput(problems[0].message, problems[0].field)
-    body = reports.receipt_report(plan, model_config(plan.model, store)).body
+    # a receipt records the plan as judged: settings its layout mode does not use are left out, so
+    # verify (which parses the recorded query strictly) reads it back
+    unused = {n: NEUTRAL_VALUES[n] for n in plan_ignored(plan)}
+    body = reports.receipt_report(replace(plan, **unused), model_config(plan.model, store)).body
     return Response(json.dumps(body, indent=2), media_type="application/json",
                     headers={"Content-Disposition": 'attachment; filename="isplan-receipt.json"'})
