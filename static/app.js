@@ -11,13 +11,14 @@
      drawn = input event to the animation frame that shows it, answered = input to the answer drawn */
   var perf = window.__isplanPerf = {input: 0, work: [], drawn: [], answered: [], sent: 0, applied: 0};
   var editGen = 0, answeredGen = 0, inflight = 0, lastKey = null, lastAt = 0, owedPush = false, drag = null;
-  var editedAt = {}, reqGen = Infinity;
+  var editedAt = {}, reqGen = Infinity, focusNext = null;
   function $(sel, root) { return (root || document).querySelector(sel); }
   function $all(sel, root) { return Array.prototype.slice.call((root || document).querySelectorAll(sel)); }
   function form() { return document.getElementById("controls"); }
   function edited(key) { editedAt[key] = ++editGen; perf.input = performance.now(); }
   /* for tests and benches: nothing in flight and every edit answered */
   window.__isplanIdle = function () { return inflight === 0 && answeredGen >= editGen; };
+  window.__isplanState = function () { return {inflight: inflight, answered: answeredGen, edits: editGen}; };
 
   /* ------------------------------------------------------------------ figures */
   var plotly = null;
@@ -176,7 +177,8 @@
   document.addEventListener("click", function (ev) {  // Balance, Nearest valid, Pin: a value the next request carries
     var t = ev.target.closest && ev.target.closest("[data-action], [data-compare]");
     if (t) {
-      if (t.dataset.action) $("#action").value = t.dataset.action; else $("#compare-a").value = t.dataset.compare;
+      if (t.dataset.action) $("#action").value = t.dataset.action;
+      else { $("#compare-a").value = t.dataset.compare; focusNext = t.dataset.compare ? "compare-clear" : "compare-pin"; }
       edited(t.id);
       htmx.trigger(form(), "isplan:edit", {source: t.id});
       return;
@@ -196,11 +198,12 @@
     $("#action").value = "";  // an action runs once, on the state it was asked for
     d.headers["X-Isplan-Gen"] = String(editGen);
   });
-  document.addEventListener("htmx:beforeRequest", function () { inflight++; perf.sent++; });
+  document.addEventListener("htmx:beforeRequest", function (ev) {  // counted on the request itself: its
+    var xhr = ev.detail.xhr, gen = Number((ev.detail.requestConfig.headers || {})["X-Isplan-Gen"]);  // element may go
+    inflight++; perf.sent++;
+    xhr.addEventListener("loadend", function () { inflight--; if (!isNaN(gen)) answeredGen = Math.max(answeredGen, gen); });
+  });
   document.addEventListener("htmx:afterRequest", function (ev) {
-    inflight--;
-    var gen = Number((ev.detail.requestConfig.headers || {})["X-Isplan-Gen"]);
-    if (!isNaN(gen)) answeredGen = Math.max(answeredGen, gen);
     var status = $("#status");
     if (status && ev.detail.requestConfig && ev.detail.requestConfig.elt === form()) {
       status.textContent = ev.detail.successful ? "" : "Update failed: the server did not answer. The page shows the last plan it answered.";
@@ -234,6 +237,8 @@
   document.addEventListener("htmx:afterSettle", function (ev) {
     figures();
     if (ev.target.id === "results") {
+      var next = focusNext && document.getElementById(focusNext);  // the button that replaced the one pressed
+      if (next) { next.focus(); focusNext = null; }
       perf.answered.push(performance.now() - perf.input);
       perf.applied++;
       document.body.dataset.updated = String(Date.now());
@@ -245,9 +250,9 @@
   function say(button, text, bad) {
     var note = document.getElementById("copy-note");
     var label = button.dataset.label || (button.dataset.label = button.textContent);
-    button.textContent = bad ? "Copy failed" : text;
+    button.textContent = bad ? "Copy failed: text selected" : text.indexOf(":") > 0 ? "Copied (selected)" : text;
     button.classList.toggle("bad", Boolean(bad));
-    if (note) note.textContent = bad ? text : "";
+    if (note) note.textContent = text === "Copied" ? "" : text;
     setTimeout(function () { button.textContent = label; button.classList.remove("bad"); }, 4000);
   }
   function selectText(el, button, why) {  // no clipboard here (plain HTTP): select it for Ctrl+C
@@ -258,8 +263,8 @@
     sel.addRange(range);
     var copied = false;
     try { copied = document.execCommand("copy"); } catch (e) { copied = false; }
-    if (copied) say(button, "Copied (selected: " + why + ")");
-    else say(button, why + ": the text is selected; press Ctrl+C (⌘C) to copy it", true);
+    say(button, why + ": the text is selected" + (copied ? " and was copied the old way" : "; press Ctrl+C (⌘C) to copy it"),
+        !copied);
   }
   document.addEventListener("click", function (ev) {
     var b = ev.target.closest && ev.target.closest("button[data-copy]");
