@@ -17,8 +17,11 @@ the one rule of what is judged (:attr:`app.core.evaluate.Evaluation.judged`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from html import escape
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
+
+from markupsafe import Markup
 
 from app.core.engines import Engine, LayoutCheck
 from app.core.evaluate import Evaluation, evaluate
@@ -223,6 +226,39 @@ class PlanView:
     def blocking_starts(self) -> bool:
         """Whether a stage starting on a shared layer blocks in this engine (build)."""
         return bool(self.check is None or self.check.share.blocking)
+
+    @property
+    def map_html(self) -> Markup:
+        """The layer map's cells and boundaries, built here in one pass (a template loop over 78+
+        cells cost more than the rest of the fragment): each cell's text is escaped. A cell is a
+        focusable image named by its ``title`` (its role, stage and top-k source); a boundary is a
+        slider over the layers its stage may start at, or a fixed mark where the engine's settings
+        place the stages."""
+        starts, n = self.starts, self.cfg.num_hidden_layers
+        vpp = self.check.plan.vpp if self.check is not None else 1
+        out = []
+        for i, c in enumerate(self.cells):
+            if c.start and c.layer > 1 and not c.mtp:
+                bad = " invalid" if c.invalid else ""
+                if not self.movable:
+                    out.append(f'<div class="boundary fixed{bad}" aria-hidden="true" data-stage="{c.stage}"></div>')
+                else:
+                    k = (c.stage or 1) - 1
+                    lo = starts[k - 1] + 1 if k >= 1 else 2
+                    hi = starts[k + 1] - 1 if k + 1 < len(starts) else n
+                    out.append(f'<div id="bnd-{c.stage}" class="boundary{bad}" role="slider" tabindex="0" aria-label="start of '
+                               f'stage {c.stage}" aria-valuemin="{lo}" aria-valuemax="{hi}" aria-valuenow="{c.layer}" '
+                               f'aria-valuetext="stage {c.stage} starts at layer {c.layer} ({c.role}{", invalid" if c.invalid else ""})" '
+                               f'data-stage="{c.stage}"></div>')
+            cls = (f"cell {c.role}{' mtp' if c.mtp else ''}{' start' if c.start else ''}{' invalid' if c.invalid else ''} "
+                   f"band{(c.stage or 0) % 2}" + (f" rank{c.pp_rank % 8}" if c.pp_rank is not None else ""))
+            tag = f'<span class="rk">r{c.pp_rank}</span>' if c.start and c.pp_rank is not None and vpp > 1 else ""
+            mark = '<span class="mark">!</span>' if c.invalid else ""
+            out.append(f'<div id="L{"m" if c.mtp else ""}{c.layer}" class="{cls}" data-layer="{c.layer}" role="img" '
+                       f'tabindex="{0 if i == 0 else -1}" title="{escape(c.title)}"><span class="letter" aria-hidden="true">'
+                       f'{c.letter}</span><span class="num" aria-hidden="true">{c.layer}</span><span class="ffn" '
+                       f'aria-hidden="true">{"d" if c.ffn == "dense" else "e"}</span>{tag}{mark}</div>')
+        return Markup("\n".join(out))
 
     @property
     def movable(self) -> bool:
