@@ -127,7 +127,7 @@ def test_the_map_stays_while_the_split_is_mid_typing(client):
     html = unescape(r.text)
     assert 'id="layer-map"' in html and "no-stages" in html
     assert len(re.findall(r'<div id="L\d+" class="cell ', html)) == 78
-    assert 'class="boundary' not in html  # no stages to bound
+    assert 'id="bnd-' not in html  # no stages to bound
 
 
 def test_virtual_stages_say_their_rank(client):
