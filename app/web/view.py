@@ -16,6 +16,7 @@ the one rule of what is judged (:attr:`app.core.evaluate.Evaluation.judged`).
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field, replace
 from html import escape
 from typing import Any
@@ -483,8 +484,24 @@ def exports(view: PlanView) -> dict[str, str]:
     arguments, slime ``PERF_ARGS``, layout strings, or the serving env line and command) and the
     ``isplan check`` line of the whole plan (an uploaded config is read from its downloaded file)."""
     out = dict(view.ev.exports())
-    out["cli"] = view.plan.cli_command(model=view.config_download)
+    out["cli"] = cli_line(view.plan, view.engine, view.config_download)
     return out
+
+
+def cli_line(plan: Plan, engine: Engine, model: str | None = None) -> str:
+    """``isplan check`` for the plan; a layout at its neutral value (a single stage) is spelled out,
+    since the CLI asks for one (``--pp 1``, or the engine's own layout field)."""
+    args = plan.cli_args(model=model)
+    field_ = engine.layout_field(plan)
+    flag = TABLE[field_].cli
+    if flag and not any(a.split("=")[0] == TABLE[n].cli for a in args for n in LAYOUT_GIVEN):
+        args += [flag, format_value(TABLE[field_], getattr(plan, field_))]
+    return shlex.join(["isplan", "check", *args])
+
+
+#: the fields any of which gives ``isplan check`` its layout
+LAYOUT_GIVEN = ("split", "pp", "layout", "ici_pipeline_parallelism", "dcn_pipeline_parallelism",
+                "layers_per_pipeline_stage")
 
 
 # ----------------------------------------------------------------------------- compare (display only)
