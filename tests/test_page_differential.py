@@ -19,10 +19,10 @@ from urllib.parse import parse_qsl, urlencode
 
 import pytest
 from conftest import REPO, app_client
-
-from app.core.engines.slime import SLIME_GLM52_PROFILE
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
+
+from app.core.engines.slime import SLIME_GLM52_PROFILE
 
 MODELS = ("glm-5.2", "deepseek-v3", "llama-3.1-70b", "qwen3-235b-a22b")
 LAYERS = {"glm-5.2": 78, "deepseek-v3": 61, "llama-3.1-70b": 80, "qwen3-235b-a22b": 94}
