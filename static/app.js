@@ -196,7 +196,8 @@
     lastKey = src; lastAt = Date.now();
     d.headers["X-Isplan-History"] = push ? "push" : "replace";
     $("#action").value = "";  // an action runs once, on the state it was asked for
-    d.headers["X-Isplan-Gen"] = String(editGen);
+    d.headers["X-Isplan-Gen"] = String(editGen);  // and the form it draws now (unchanged: not sent back)
+    d.headers["X-Isplan-Form"] = form().dataset.mode + (form().querySelector(".field-error:not(:empty)") ? ":errors" : ":clean");
   });
   document.addEventListener("htmx:beforeRequest", function (ev) {  // counted on the request itself: its
     var xhr = ev.detail.xhr, gen = Number((ev.detail.requestConfig.headers || {})["X-Isplan-Gen"]);  // element may go

@@ -494,8 +494,9 @@ def cli_line(plan: Plan, engine: Engine, model: str | None = None) -> str:
     args = plan.cli_args(model=model)
     field_ = engine.layout_field(plan)
     flag = TABLE[field_].cli
-    if flag and not any(a.split("=")[0] == TABLE[n].cli for a in args for n in LAYOUT_GIVEN):
-        args += [flag, format_value(TABLE[field_], getattr(plan, field_))]
+    value = getattr(plan, field_)
+    if flag and value is not None and not any(a.split("=")[0] == TABLE[n].cli for a in args for n in LAYOUT_GIVEN):
+        args += [flag, format_value(TABLE[field_], value)]
     return shlex.join(["isplan", "check", *args])
 
 

@@ -143,10 +143,28 @@ def fragment(request: Request, store: Store, action: str | None = None) -> HTMLR
             note = found
     v = page_view(request, store, plan, [] if evaluation is not None else problems, raw, evaluation=evaluation)
     v.action_note = note
-    resp = render(request, "_fragment.html", v, **compare_context(request, v, store))
+    resp = render(request, "_fragment.html", v, same_form=evaluation is None and form_unchanged(request, v),
+                  **compare_context(request, v, store))
     push = evaluation is not None or (not action and request.headers.get("x-isplan-history") == "push")
     resp.headers["HX-Push-Url" if push else "HX-Replace-Url"] = "/?" + v.share_query
     return resp
+
+
+def form_unchanged(request: Request, v: PlanView) -> bool:
+    """Whether the settings form the page shows is already the one this answer would draw, so it
+    is not sent again: the page says it drew the form for this layout mode with no message
+    (``X-Isplan-Form: <mode>:clean``), this answer has no field message, and every field holds what
+    the request sent (no value was rewritten to its canonical form)."""
+    if request.headers.get("x-isplan-form") != f"{v.plan.mode}:clean" or v.field_errors:
+        return False
+    sent = {k: val for k, val in request.query_params.items() if k in TABLE and val != ""}
+    shown = {k: val for k, val in v.values.items() if val != "" and k not in ("model", "engine")}
+    shown.update({k: val for k, val in v.hidden_values.items()})
+    sent.pop("model", None)
+    sent.pop("engine", None)
+    if "mode" not in v.query_values:   # the form always sends its mode; the canonical URL leaves out a derived one
+        shown["mode"] = v.plan.mode
+    return sent == shown
 
 
 @router.get("/profile")
