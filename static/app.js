@@ -115,8 +115,8 @@
   }
   function moved(t0, source) {  // the server's answer follows: one request in flight, the latest state next
     timeDraw(t0);
-    perf.input = t0;
-    htmx.trigger(form(), "isplan:edit", {source: source});
+    perf.input = t0;  // the request is built after the frame that shows the move
+    requestAnimationFrame(function () { setTimeout(function () { htmx.trigger(form(), "isplan:edit", {source: source}); }); });
   }
   document.addEventListener("keydown", function (ev) {
     var t = ev.target, info = mapInfo();
