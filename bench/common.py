@@ -51,6 +51,7 @@ def update_seconds(app: object, query: str) -> float:
 
     from app.core.engines.slime import SLIME_GLM52_PROFILE
     from app.core.plan import plan_from_query
+    from app.web.routers.pages import assets
     from app.web.view import build_view
 
     state = app.state  # type: ignore[attr-defined]
@@ -59,5 +60,6 @@ def update_seconds(app: object, query: str) -> float:
     t0 = time.perf_counter()
     plan, problems = plan_from_query(dict(parse_qsl(query)), empty=SLIME_GLM52_PROFILE)
     view = build_view(plan, problems, state.store)
-    state.templates.get_template("_results.html").render(state.page_context(request, view, oob=True))
+    state.templates.get_template("_fragment.html").render(state.page_context(request, view, compare=None, same_form=False,
+                                                                             **assets(request)))
     return time.perf_counter() - t0

@@ -79,7 +79,7 @@ def in_process(rounds: int) -> dict:
         plan, problems = plan_from_query(dict(parse_qsl(q)), empty=SLIME_GLM52_PROFILE)
         view = build_view(plan, problems, state.store)
         t1 = time.perf_counter()
-        template.render(state.page_context(request, view, compare=None, **assets(request)))
+        template.render(state.page_context(request, view, compare=None, same_form=False, **assets(request)))
         t2 = time.perf_counter()
         if i >= 10:
             view_s.append(t1 - t0)
