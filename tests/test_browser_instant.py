@@ -517,6 +517,10 @@ def axe_findings(page: Page) -> list[str]:
     ("invalid", "/?split=14,7,9,8,8,8,8,16&" + PROFILE_PARALLEL),
     ("error", "/?pp=abc&tp=0&split=1,x&mode=split"),
     ("compare", "/?split=14,7,9,8,8,8,8,16&a=" + quote("split=14,8,8,8,8,8,8,16&" + PROFILE_PARALLEL)),
+    ("serving", "/?model=glm-5.2&engine=sglang&pp=8&tp=8"),
+    ("maxtext", "/?model=glm-5.2&engine=maxtext&ici_pipeline_parallelism=4&layers_per_pipeline_stage=4"),
+    ("vpp", "/?split=13,26,13,26&vpp=2&tp=4"),
+    ("about", "/about"),
 ])
 def test_axe_serious_and_critical(open_page, state, path):
     page = open_page(path, figures=False)
