@@ -556,6 +556,11 @@ def test_phone_layout(open_page):
     settle(page)
     assert query(page)["split"] == "10,12,8,8,8,8,8,16"
     assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
+    page.click("header a.to-settings")  # the settings form, far below on a phone, is one tap from the top
+    page.wait_for_timeout(200)
+    top = page.evaluate("() => document.getElementById('controls').getBoundingClientRect().top")
+    assert 0 <= top < 200, top
+    page.evaluate("() => window.scrollTo(0, 0)")
     page.click('header a[href="#start"]')  # the header's link unfolds the start bar
     expect(page.locator("#search-gpus")).to_be_visible()
 

@@ -171,7 +171,8 @@ def timeline_figure(tl: dict[str, Any], time: dict[str, Any] | None) -> dict[str
     alt = (f"pipeline schedule over {len(ranks)} ranks, {makespan:.2f} s of compute and communication"
            + (f", bubble {bubble * 100:.1f}% of the step" if bubble is not None else ""))
     return {"figure": {"data": data, "layout": _layout(
-        height=max(200, 40 + 28 * len(ranks)), showlegend=True, margin={"l": 70, "r": 20, "t": 10, "b": 50},
+        height=max(220, 80 + 28 * len(ranks)), showlegend=True, margin={"l": 70, "r": 20, "t": 30, "b": 50},
+        legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0},
         yaxis={"autorange": "reversed", "type": "category"}, xaxis={"title": {"text": "seconds"}})},
         "caption": caption, "alt": alt}
 
