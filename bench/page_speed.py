@@ -39,12 +39,24 @@ def _get(conn: http.client.HTTPConnection, path: str, headers: dict[str, str]) -
     return time.perf_counter() - t0
 
 
+def page_query(split: str) -> str:
+    """The query the settings form sends for the benchmark's plan with ``split`` (canonical keys)."""
+    from urllib.parse import parse_qsl
+
+    from app.core.plan import plan_from_query
+
+    plan, _ = plan_from_query(dict(parse_qsl(f"{BASE}&split={split}")))
+    return plan.query() + "&mode=split"
+
+
 def over_http(rounds: int) -> dict:
     with AppServer(Path(tempfile.mkdtemp(prefix="isplan-bench-page-"))) as srv:
         assert srv.port is not None
         conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
-        page = {"HX-Request": "true", "X-Isplan-History": "replace", "Accept-Encoding": "gzip"}
-        paths = [f"/fragment?{BASE}&split={s}" for s in LOAD_SPLITS]
+        # what the page sends after a boundary move: the canonical keys, the layout mode, and which form it shows
+        page = {"HX-Request": "true", "X-Isplan-History": "replace", "X-Isplan-Form": "split:clean",
+                "Accept-Encoding": "gzip"}
+        paths = [f"/fragment?{page_query(s)}" for s in LOAD_SPLITS]
         for p in paths:  # warm up: imports, presets, caches of immutable work
             _get(conn, p, page)
             _get(conn, "/healthz", {})
