@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from html import escape
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -149,7 +150,7 @@ class PlanView:
         return self.verdict.go and not self.field_errors and self.check is not None
 
     # ------------------------------------------------------------------ the URL and the form
-    @property
+    @cached_property
     def query_values(self) -> dict[str, str]:
         """URL key -> value of every setting the plan's canonical query holds, with the text the
         URL carried for a value that could not be used (so the share URL keeps it)."""
@@ -164,7 +165,7 @@ class PlanView:
         items += [(k, v) for k, v in self.page_keys.items() if v]
         return urlencode(items)
 
-    @property
+    @cached_property
     def values(self) -> dict[str, str]:
         """Every plan field's value as the form shows it, by URL key ("" when the URL does not hold it)."""
         held = self.query_values
@@ -217,7 +218,7 @@ class PlanView:
     def checks(self) -> list[dict[str, Any]]:
         return [c.to_dict() for c in self.ev.checks]
 
-    @property
+    @cached_property
     def starts(self) -> list[int]:
         if not self.check:
             return []
