@@ -52,7 +52,8 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline';
        "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
        "frame-ancestors 'none'")
 #: The routes that run in the worker pool (``/fragment`` only with an ``action``): :class:`ClientGate`.
-EXPENSIVE_PATHS = ("/api/v1/plan-search", "/api/v1/search", "/api/v1/verify", "/launcher", "/fragment?action")
+EXPENSIVE_PATHS = ("/api/v1/plan-search", "/api/v1/search", "/api/v1/verify", "/launcher", "/fragment?action",
+                   "/profile")
 #: Seconds a request body may take to arrive (``ISPLAN_BODY_SECONDS``): a stalled body is a 408.
 BODY_SECONDS = 30.0
 #: The store's health probe runs here, never on the event loop nor in the request thread pool
