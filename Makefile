@@ -1,5 +1,5 @@
 # isplan: two entry points, each doing its own set-up on a fresh machine.
-#   make serve  - the dashboard on http://127.0.0.1:8000 (GLM-5.2 preset)
+#   make serve  - the dashboard on http://127.0.0.1:8000 (GLM-5.2 preset); make serve PORT=9000 HOST=0.0.0.0
 #   make test   - the whole test suite
 PYTHON ?= python3
 VENV   := .venv
@@ -7,6 +7,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 CHROMIUM ?= /usr/bin/chromium
+HOST     ?= 127.0.0.1
+PORT     ?= 8000
 
 .PHONY: serve test test-fast lint venv bench clean browser screenshot
 
@@ -20,7 +22,7 @@ venv: $(STAMP)
 
 # several server processes with the slow-client limits (app/serve.py; the Dockerfile runs the same)
 serve: $(STAMP)
-	$(BIN)/python -m app.serve --host 127.0.0.1 --port 8000
+	$(BIN)/python -m app.serve --host $(HOST) --port $(PORT)
 
 # Browser tests drive Debian's Chromium through Playwright (no browser download).
 browser:

@@ -6,7 +6,7 @@ import importlib
 import sys
 
 BENCHES = ["cli_gate", "live_update", "api_latency", "scaling", "optimiser_speed", "search_speed", "load", "worst_load", "steptime",
-           "browser_timing"]
+           "browser_timing", "page_speed"]
 
 
 def main(argv: list[str]) -> int:

@@ -59,5 +59,5 @@ def update_seconds(app: object, query: str) -> float:
     t0 = time.perf_counter()
     plan, problems = plan_from_query(dict(parse_qsl(query)), empty=SLIME_GLM52_PROFILE)
     view = build_view(plan, problems, state.store)
-    state.templates.get_template("_results.html").render(state.page_context(request, view, oob=True))
+    state.templates.get_template("_fragment.html").render(state.page_context(request, view, compare=None, same_form=False))
     return time.perf_counter() - t0

@@ -150,14 +150,15 @@ class AppServer:
 
 
 def launch_profile(pw, user_data_dir: Path, *, width: int = 1440, height: int = 1800,
-                   device_scale_factor: float = 1, timeout_ms: float = 20_000):
+                   device_scale_factor: float = 1, timeout_ms: float = 20_000, args: tuple[str, ...] = ()):
     """A headless Chromium persistent context with a fresh profile in ``user_data_dir``, from a
     running Playwright ``pw`` (a second browser for the same test shares the first one's
-    Playwright: the sync API allows one per thread). The caller closes it."""
+    Playwright: the sync API allows one per thread); ``args`` are added to Chromium's command line
+    (e.g. ``--host-resolver-rules`` for a plain-HTTP hostname). The caller closes it."""
     Path(user_data_dir).mkdir(parents=True, exist_ok=True)
     ctx = pw.chromium.launch_persistent_context(
         user_data_dir=str(user_data_dir), executable_path=chromium_path(), headless=True,
-        args=CHROMIUM_ARGS, viewport={"width": width, "height": height},
+        args=[*CHROMIUM_ARGS, *args], viewport={"width": width, "height": height},
         device_scale_factor=device_scale_factor, accept_downloads=True, timeout=60_000)
     ctx.set_default_timeout(timeout_ms)
     ctx.isplan_playwright = pw

@@ -10,6 +10,7 @@ elsewhere.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -323,7 +324,7 @@ def test_receipt_download_and_verify(open_page, server):
 
 def test_upload_a_config(open_page, server, tmp_path):
     cfg = json.loads(PRESET.read_text())
-    cfg["indexer_types"][14] = "shared"  # layer 15, where stage 2 starts
+    cfg["indexer_types"][14] = "shared"  # layer 15, where stage 2 of first 14 / last 16 starts
     path = tmp_path / "glm-5.2-shared15.json"
     path.write_text(json.dumps(cfg, indent=2))
 
@@ -334,22 +335,30 @@ def test_upload_a_config(open_page, server, tmp_path):
     wait_for_figures(page)
     model = query(page)["model"]
     assert re.fullmatch(r"sha256:[0-9a-f]{64}", model), page.url
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == model.removeprefix("sha256:")
     assert page.locator("#model").input_value() == model
     assert page.locator("#model option:checked").inner_text().startswith("uploaded: sha256:")
-    assert verdict(page).startswith("NO-GO"), verdict(page)
-    expect(cell(page, 15)).to_have_class(re.compile(r"\binvalid\b"))
-    assert cell(page, 15).locator(".letter").inner_text() == "S"
-    assert any(v.startswith("stage 2 ") and "shared layer 15" in v for v in violations(page)), violations(page)
+    # an upload opens a plan that runs on it (the engine's profile on the page's GPU), not a surprise NO-GO
+    assert query(page)["engine"] == "hf" and verdict(page).startswith("GO"), (page.url, verdict(page))
     assert model.removeprefix("sha256:")[:16] in page.locator("#summary .meta").first.inner_text()
+    # the CLI line reads the config from the file the page offers, byte for byte
+    name = f"config-{model.removeprefix('sha256:')[:12]}.json"
+    assert page.locator("#export-cli").inner_text().startswith(f"isplan check {name} ")
+    href = page.locator("#config-download").get_attribute("href")
+    assert page.request.get(server.url + href).body() == path.read_bytes()
 
-    rel = "/?" + urlsplit(page.url).query
+    # the first 14 / last 16 split on this config starts stage 2 on its shared layer 15
+    rel = f"/?model={quote(model)}&engine=hf&pp=8&first=14&last=16"
     again = open_page(rel)
-    assert verdict(again) == verdict(page) and boundaries(again) == boundaries(page)
+    assert verdict(again).startswith("NO-GO"), verdict(again)
+    expect(cell(again, 15)).to_have_class(re.compile(r"\binvalid\b"))
+    assert cell(again, 15).locator(".letter").inner_text() == "S"
+    assert any(v.startswith("stage 2 ") and "shared layer 15" in v for v in violations(again)), violations(again)
 
     # the upload survives a restart: a second server on the same data directory reads it from SQLite
     with AppServer(server.data_dir, log_path=tmp_path / "second.log") as second:
         fresh = open_page(rel, base=second.url)
-        assert verdict(fresh) == verdict(page)
+        assert verdict(fresh) == verdict(again) and boundaries(fresh) == boundaries(again)
         assert fresh.locator("#model").input_value() == model
         assert not fresh.locator("#err-model").inner_text()
 

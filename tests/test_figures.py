@@ -1,42 +1,84 @@
-"""Every figure the page draws is a valid Plotly figure (checked with plotly.graph_objects) and
-says in text what its colours say."""
+"""Every figure the page draws is a valid Plotly figure (checked with plotly.graph_objects), says in
+text what its colours say, and draws exactly the numbers it is given (checked against hand-made
+inputs, never against the figure code's own output)."""
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
+import pytest
 
 from app.core.engines.slime import SLIME_GLM52_PROFILE
-from app.web.figures import compute_figure, context_figure, memory_figure, schedule_figure
+from app.web import figures
+from app.web.figures import page_figures, time_figure, timeline_figure
 from app.web.store import ConfigStore
 from app.web.view import build_view
 
 
-def test_default_profile_figures_are_valid_plotly(tmp_path):
-    v = build_view(SLIME_GLM52_PROFILE, [], ConfigStore(tmp_path / "s.sqlite3"))
-    figs = {
-        "memory": memory_figure(v.ev.memory),
-        "compute": compute_figure(v.ev.stage_flops),
-        "context": context_figure(v.cfg, v.check.roles, 1 << 20),
-        "schedule": schedule_figure(8, 64, 7 / 71),
-    }
-    for name, fig in figs.items():
+@pytest.fixture(scope="module")
+def view(tmp_path_factory):
+    return build_view(SLIME_GLM52_PROFILE, [], ConfigStore(tmp_path_factory.mktemp("s") / "s.sqlite3"))
+
+
+def test_default_profile_figures_are_valid_plotly(view):
+    figs = page_figures(view)
+    assert set(figs) == {"memory", "compute", "time", "context"}
+    for name, entry in figs.items():
+        fig = entry["figure"]
         go.Figure(fig)  # raises on any invalid property
-        assert fig["layout"]["title"]["text"], name
+        assert entry["caption"] and entry["alt"], name
+        assert "title" not in fig["layout"], name  # the caption is the title: said once
         assert all(trace.get("name") for trace in fig["data"]), name  # every colour has a legend name
-    mem = figs["memory"]
+    mem = figs["memory"]["figure"]
     # stacked bars sum to each rank's total (GB), and the capacity line is the H100's 80 GB
-    for i, stage in enumerate(v.ev.memory["stages"]):
+    for i, stage in enumerate(view.ev.memory["stages"]):
         stacked = sum(t["y"][i] for t in mem["data"] if t["type"] == "bar")
         assert abs(stacked - stage["total_bytes"] / 1e9) < 1e-6
     assert mem["data"][-1]["y"][0] == 80.0
-    assert figs["context"]["layout"]["xaxis"]["type"] == "log"
+    ctx = figs["context"]["figure"]["layout"]
+    assert ctx["xaxis"]["type"] == "log"
+    # the right axis sits beside the plot area, not on top of it (issue 17: its label overlapped)
+    assert ctx["yaxis2"]["position"] > ctx["xaxis"]["domain"][1]
 
 
-def test_schedule_has_every_forward_and_backward_once():
-    fig = schedule_figure(4, 6, 3 / 9)
-    fwd, bwd = fig["data"]
-    assert len(fwd["x"]) == 4 * 6 and len(bwd["x"]) == 4 * 6
-    assert set(fwd["x"]) == {1} and set(bwd["x"]) == {2}
-    # rank 0 starts micro-batch 1 at time 0; the last rank can start only after 3 forwards upstream
-    starts = {(y, t): b for y, t, b in zip(fwd["y"], fwd["text"], fwd["base"])}
-    assert starts[("rank 0", "1")] == 0 and starts[("rank 3", "1")] == 3
+def test_time_breakdown_draws_exposed_and_overlapped_seconds():
+    time = {"step_seconds": 3.0, "breakdown": {"compute": {"exposed": 2.0, "total": 2.0},
+                                               "dp": {"exposed": 0.25, "total": 1.0},
+                                               "bubble": {"exposed": 0.75, "total": 0.75}}}
+    fig = time_figure(time)
+    go.Figure(fig)
+    exposed, hidden = fig["data"]
+    # stacking order is the figure's own (compute, bubble, dp); the values are the input's
+    assert exposed["y"] == ["compute", "pipeline bubble", "DP / EDP gradient and parameter collectives"]
+    assert exposed["x"] == [2.0, 0.75, 0.25]
+    assert hidden["x"] == [0.0, 0.0, 0.75]  # dp: 1.0 total, 0.25 exposed -> 0.75 hidden behind backward
+
+
+def _timeline(entries):
+    cols = {k: [] for k in ("rank", "chunk", "microbatch", "kind", "start", "end")}
+    for rank, mb, kind, start, end in entries:
+        for k, v in zip(cols, (rank, 0, mb, kind, start, end)):
+            cols[k].append(v)
+    return cols
+
+
+def test_timeline_draws_every_pass_at_its_real_time():
+    # two ranks, two micro-batches of 1F1B with forward 1 s and backward 2 s, written out by hand
+    entries = [(0, 0, "F", 0, 1), (0, 1, "F", 1, 2), (1, 0, "F", 1, 2), (1, 0, "B", 2, 4), (1, 1, "F", 4, 5),
+               (0, 0, "B", 4, 6), (1, 1, "B", 5, 7), (0, 1, "B", 7, 9)]
+    out = timeline_figure(_timeline(entries), {"bubble_fraction": 0.2})
+    go.Figure(out["figure"])
+    fwd, bwd = out["figure"]["data"]
+    segments = {name: list(zip(t["x"][0::3], t["x"][1::3], t["y"][0::3])) for name, t in (("F", fwd), ("B", bwd))}
+    assert sorted(segments["F"]) == sorted((s, e, f"rank {r}") for r, _, k, s, e in entries if k == "F")
+    assert sorted(segments["B"]) == sorted((s, e, f"rank {r}") for r, _, k, s, e in entries if k == "B")
+    assert "bubble 20.0%" in out["alt"] and "8 forward and backward" in out["caption"]
+
+
+def test_a_large_timeline_is_drawn_as_busy_intervals(monkeypatch):
+    monkeypatch.setattr(figures, "DETAILED_ENTRIES", 2)
+    # rank 0 works 0-1, 1-2 (touching: one interval) and 5-6; rank 1 works 1-3
+    out = timeline_figure(_timeline([(0, 0, "F", 0, 1), (0, 1, "F", 1, 2), (0, 0, "B", 5, 6), (1, 0, "F", 1, 3)]), None)
+    (busy,) = out["figure"]["data"]
+    assert list(zip(busy["x"][0::3], busy["x"][1::3], busy["y"][0::3])) == [
+        (0, 2, "rank 0"), (5, 6, "rank 0"), (1, 3, "rank 1")]
+    assert "busy intervals" in out["caption"]

@@ -118,14 +118,18 @@ def test_cli_takes_the_scripts_engine_unless_engine_is_given(tmp_path):
     assert check("--engine", "megatron")["engine"] == "megatron"
 
 
-def test_the_page_takes_the_scripts_engine_unless_the_query_names_one(tmp_path):
+def test_the_page_takes_the_scripts_engine_unless_one_is_chosen(tmp_path):
+    """The page's own engine (its URL always names one) does not override the script's; the launcher
+    form's engine choice does (issue 16: the import takes the engine the script is written for)."""
     client = app_client(tmp_path)
 
-    def engine_after(query: str) -> str:
-        r = client.post("/launcher", data={"script": SLIME, "query": query}, follow_redirects=False)
-        assert r.status_code == 303, r.text[-500:]
-        return dict(parse_qsl(urlsplit(r.headers["location"]).query)).get("engine", "megatron")
+    def engine_after(query: str, **form: str) -> str:
+        r = client.post("/launcher", data={"script": SLIME, "query": query, **form}, headers={"HX-Request": "true"},
+                        follow_redirects=False)
+        assert r.status_code == 200, r.text[-500:]
+        return dict(parse_qsl(urlsplit(r.headers["hx-push-url"]).query)).get("engine", "megatron")
 
     assert engine_after("model=glm-5.2") == "slime"
-    assert engine_after("model=glm-5.2&engine=megatron") == "megatron"
-    assert engine_after("model=glm-5.2&engine=hf") == "hf"
+    assert engine_after("model=glm-5.2&engine=megatron") == "slime"
+    assert engine_after("model=glm-5.2", launcher_engine="megatron") == "megatron"
+    assert engine_after("model=glm-5.2&engine=slime", launcher_engine="hf") == "hf"

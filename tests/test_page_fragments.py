@@ -7,6 +7,7 @@ or from a second route of the app (``/api/v1/check``) that is not the code under
 
 from __future__ import annotations
 
+import hashlib
 import re
 from html import unescape
 from urllib.parse import parse_qsl, quote
@@ -68,7 +69,9 @@ def test_compare_panel(client):
     # 64 micro-batches (the page's stated assumption): 7 / 71
     bubble_row = re.search(r"pipeline bubble</th>(.*?)</tr>", text, re.S).group(1)
     assert re.findall(r"<td>([^<]+)</td>", bubble_row) == [f"{7 / 71 * 100:.1f}%"] * 2
-    assert "a=" not in r.headers["hx-replace-url"]  # the page adds A to the URL it shows
+    # the URL the page shows holds A too, as given, so the share URL reproduces the compare screen
+    shown = dict(parse_qsl(r.headers["hx-replace-url"].removeprefix("/?")))
+    assert shown["a"] == a and shown["split"] == "14,7,9,8,8,8,8,16"
     assert client.get("/fragment?" + PROFILE).text.count('id="compare"') == 0
 
 
@@ -100,4 +103,13 @@ def test_page_links_versioned_assets_and_compresses(client):
         assert resp.status_code == 200 and resp.headers["cache-control"] == IMMUTABLE
     plotly = re.search(r'data-plotly="([^"]+)"', r.text).group(1)
     assert client.get(plotly).headers["cache-control"] == IMMUTABLE
-    assert "plotly.min.js" not in r.text and "htmx" not in r.text
+    assert "plotly.min.js" not in r.text
+    # htmx and its morph extension are served from here, as recorded (no CDN)
+    vendor = client.app.state.vendor
+    for name in ("htmx", "idiomorph"):
+        src = f"/static/vendor/{vendor[name]['file']}"
+        assert f'src="{src}"' in r.text
+        body = client.get(src)
+        assert body.headers["cache-control"] == IMMUTABLE
+        assert hashlib.sha256(body.content).hexdigest() == vendor[name]["sha256"]
+    assert 'hx-ext="morph"' in r.text and 'hx-sync="this:queue last"' in r.text

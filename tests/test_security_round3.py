@@ -411,14 +411,43 @@ def test_a_huge_page_is_the_same_html_from_the_pool(tmp_path):
     store = ConfigStore(tmp_path / "c.sqlite3")
     cfg = store.put(json.dumps(tiny_config(600, indexer_types=["full"] * 600)).encode())
     plan, problems = plan_from_query({"model": cfg.id, "pp": "100"})
-    job = PageJob("_results.html", plan, tuple(problems), None, (cfg,), (("oob", True),), gzip=True)
+    job = PageJob("_results.html", plan, tuple(problems), (cfg,), context=(("oob", True),), gzip=True)
     pool = WorkerPool(1)
     try:
         remote = asyncio.run(run_bounded(page_html, job, client="c", deadline=60, pool=pool))
     finally:
         pool.shutdown()
-    local = page_html(PageJob("_results.html", plan, tuple(problems), None, (cfg,), (("oob", True),)))
-    assert gzip.decompress(remote) == local and local.count(b'class="cell full') == 600
+    local = page_html(PageJob("_results.html", plan, tuple(problems), (cfg,), context=(("oob", True),)))
+    assert remote.share_query == local.share_query
+    assert gzip.decompress(remote.body) == local.body and local.body.count(b'class="cell full') == 600
+
+
+def test_a_huge_launcher_page_from_the_pool_keeps_the_scripts_errors(tmp_path):
+    """A launcher's page (its report and the errors the import found) is a PageJob too: the pool
+    renders what the server process would, and an error of the script blocks the verdict there."""
+    from app.core.launcher import import_launcher
+    from app.core.layout.stages import PlanError as Finding
+    from app.core.plan import Plan
+    from app.web.routers.pages import PageJob, page_html
+
+    store = ConfigStore(tmp_path / "c.sqlite3")
+    cfg = store.put(json.dumps(tiny_config(600, indexer_types=["full"] * 600)).encode())
+    imported = import_launcher("torchrun pretrain_gpt.py --pipeline-model-parallel-size 100\n", cfg,
+                               Plan(model=cfg.id, engine="megatron"))
+    assert imported.plan.pp == 100 and plan_units(imported.plan, cfg) > INLINE_UNITS
+    report = {**imported.report, "warnings": list(imported.warnings)}
+    error = Finding("launcher_model_mismatch", "launch.sh:7: --mtp-num-layers 5 exceeds the model's 1", "--mtp-num-layers",
+                    kind="model")
+    job = PageJob("index.html", imported.plan, (), (cfg,), launcher=report, extra_errors=(error,))
+    pool = WorkerPool(1)
+    try:
+        remote = asyncio.run(run_bounded(page_html, job, client="c", deadline=60, pool=pool))
+    finally:
+        pool.shutdown()
+    assert remote == page_html(job)
+    html = remote.body.decode()
+    assert "--mtp-num-layers 5 exceeds the model" in html and 'id="launcher-report"' in html
+    assert "NO-GO" in html
 
 
 def test_peer_keys_group_an_ipv6_host_and_keep_ipv4_addresses():

@@ -55,9 +55,10 @@ from app.web.workers import (
 log = logging.getLogger("isplan.web")
 
 #: The routes that run in the worker pool or parse an upload (``/fragment`` only with an
-#: ``action``): at most ``ISPLAN_WORK_PER_CLIENT`` in flight per client (:class:`ClientGate`).
+#: ``action``; ``/profile``, whose first call for a training model searches GPU budgets): at most
+#: ``ISPLAN_WORK_PER_CLIENT`` in flight per client (:class:`ClientGate`).
 EXPENSIVE_PATHS = ("/api/v1/plan-search", "/api/v1/search", "/api/v1/verify", "/launcher", "/upload",
-                   "/fragment/search", "/fragment?action")
+                   "/fragment/search", "/fragment?action", "/profile")
 #: The store's health probe runs here, never on the event loop nor in the request thread pool
 #: (which busy requests can fill), so ``/healthz`` answers while the server is loaded.
 _HEALTH_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="isplan-health")

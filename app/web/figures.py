@@ -24,7 +24,7 @@ MEMORY_LABELS = {"weights": "weights", "gradients": "gradients", "optimizer_stat
                  "logits": "logits"}
 
 _BASE_LAYOUT = {
-    "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
+    "margin": {"l": 60, "r": 20, "t": 10, "b": 50},
     "height": 320,
     "legend": {"orientation": "h", "y": -0.25},
     "font": {"family": "system-ui, sans-serif", "size": 12},
@@ -33,8 +33,9 @@ _BASE_LAYOUT = {
 }
 
 
-def _layout(title: str, **extra: Any) -> dict[str, Any]:
-    return {**_BASE_LAYOUT, "title": {"text": title, "font": {"size": 14}}, **extra}
+def _layout(**extra: Any) -> dict[str, Any]:
+    """The shared layout; the page's caption is the figure's title (no title inside the plot)."""
+    return {**_BASE_LAYOUT, **extra}
 
 
 def memory_figure(memory: dict[str, Any]) -> dict[str, Any]:
@@ -50,8 +51,7 @@ def memory_figure(memory: dict[str, Any]) -> dict[str, Any]:
     cap = memory["stages"][0]["capacity_bytes"] / 1e9 if memory["stages"] else 0
     data.append({"type": "scatter", "mode": "lines", "name": f"GPU capacity {cap:.0f} GB", "x": ranks,
                  "y": [cap] * len(ranks), "line": {"color": "#000000", "dash": "dash", "width": 2}})
-    return {"data": data, "layout": _layout("Memory per GPU by pipeline rank (GB)", barmode="stack",
-                                            yaxis={"title": {"text": "GB (1e9 bytes)"}})}
+    return {"data": data, "layout": _layout(barmode="stack", yaxis={"title": {"text": "GB (1e9 bytes)"}})}
 
 
 def compute_figure(flops: dict[str, Any]) -> dict[str, Any]:
@@ -65,8 +65,7 @@ def compute_figure(flops: dict[str, Any]) -> dict[str, Any]:
          "hovertemplate": "%{x}: %{y:.1f} TFLOPs<extra></extra>"},
         {"type": "scatter", "mode": "lines", "name": f"mean {mean:.0f}", "x": xs, "y": [mean] * len(xs),
          "line": {"color": OKABE_ITO[5], "dash": "dot"}},
-    ], "layout": _layout(f"Compute balance per stage (imbalance {flops.get('imbalance', 1):.2f}×)",
-                         yaxis={"title": {"text": "TFLOPs"}})}
+    ], "layout": _layout(yaxis={"title": {"text": "TFLOPs"}})}
 
 
 @lru_cache(maxsize=64)
@@ -91,83 +90,120 @@ def context_figure(cfg, roles, max_context: int) -> dict[str, Any]:
          "marker": {"symbol": "square"}},
         {"type": "scatter", "mode": "lines", "name": "ratio (right axis)", "x": contexts, "y": fc["ratio"],
          "yaxis": "y2", "line": {"color": OKABE_ITO[2], "dash": "dot"}},
-    ], "layout": _layout("Forward GFLOPs per token vs context", xaxis={"type": "log", "title": {"text": "context (tokens)"}},
-                         yaxis={"title": {"text": "GFLOPs / token"}},
-                         yaxis2={"title": {"text": "ratio"}, "overlaying": "y", "side": "right", "rangemode": "tozero"})}
+    ], "layout": _layout(xaxis={"type": "log", "title": {"text": "context (tokens)"}, "domain": [0, 0.9]},
+                         yaxis={"title": {"text": "GFLOPs / token"}}, margin={"l": 60, "r": 70, "t": 10, "b": 50},
+                         yaxis2={"title": {"text": "ratio (every layer / as configured)", "standoff": 8},
+                                 "overlaying": "y", "side": "right", "anchor": "free", "position": 0.93,
+                                 "rangemode": "tozero"})}
 
 
-def schedule_figure(pp: int, microbatches: int, bubble: float) -> dict[str, Any]:
-    """A 1F1B schedule (forward 1 unit, backward 2) for up to 8 micro-batches, by simulation."""
-    m = max(1, min(microbatches, 8))
-    free = [0.0] * pp
-    f_done: dict[tuple[int, int], float] = {}
-    b_done: dict[tuple[int, int], float] = {}
-    orders = []
-    for r in range(pp):
-        warm = min(pp - r - 1, m)
-        seq = [("F", i) for i in range(warm)]
-        fi, bi = warm, 0
-        while fi < m or bi < m:
-            if fi < m:
-                seq.append(("F", fi))
-                fi += 1
-            if bi < m:
-                seq.append(("B", bi))
-                bi += 1
-        orders.append(seq)
-    pos = [0] * pp
-    bars: list[tuple[int, str, int, float, float]] = []
-    progress = True
-    while progress:
-        progress = False
-        for r in range(pp):
-            while pos[r] < len(orders[r]):
-                kind, i = orders[r][pos[r]]
-                if kind == "F":
-                    dep = f_done.get((r - 1, i), 0.0) if r > 0 else 0.0
-                    if r > 0 and (r - 1, i) not in f_done:
-                        break
-                    start = max(free[r], dep)
-                    end = start + 1
-                    f_done[(r, i)] = end
-                else:
-                    if (r, i) not in f_done or (r < pp - 1 and (r + 1, i) not in b_done):
-                        break
-                    dep = b_done.get((r + 1, i), f_done[(r, i)]) if r < pp - 1 else f_done[(r, i)]
-                    start = max(free[r], dep)
-                    end = start + 2
-                    b_done[(r, i)] = end
-                free[r] = end
-                bars.append((r, kind, i, start, end))
-                pos[r] += 1
-                progress = True
-    data = []
-    for kind, color, name in (("F", OKABE_ITO[4], "forward"), ("B", OKABE_ITO[1], "backward")):
-        sel = [b for b in bars if b[1] == kind]
-        data.append({"type": "bar", "orientation": "h", "name": name, "y": [f"rank {b[0]}" for b in sel],
-                     "x": [b[4] - b[3] for b in sel], "base": [b[3] for b in sel],
-                     "text": [str(b[2] + 1) for b in sel], "textposition": "inside",
-                     "marker": {"color": color, "line": {"color": "#000000", "width": 0.5}},
-                     "hovertemplate": name + " micro-batch %{text}<extra></extra>"})
-    return {"data": data, "layout": _layout(
-        f"1F1B schedule, {m} micro-batches (bubble {bubble * 100:.1f}% as configured)",
-        barmode="overlay", yaxis={"autorange": "reversed"}, xaxis={"title": {"text": "time (forward = 1)"}})}
+#: step-time items in the order the breakdown figure stacks them (app.core.time: ``breakdown`` keys)
+TIME_ORDER = ["compute", "recompute", "host", "tp", "cp", "ep", "pp", "bubble", "dp", "optimizer"]
+TIME_LABELS = {"compute": "compute", "recompute": "recompute", "host": "host-bound work", "tp": "TP communication",
+               "cp": "CP communication", "ep": "EP all-to-all", "pp": "PP sends", "bubble": "pipeline bubble",
+               "dp": "DP / EDP gradient and parameter collectives", "optimizer": "optimizer step"}
+
+
+def time_figure(time: dict[str, Any]) -> dict[str, Any]:
+    """The step time's breakdown (``time.breakdown``: seconds exposed on the critical path, and in
+    total, per item): exposed time as bars, the part hidden behind other work as a lighter bar."""
+    bd = time["breakdown"]
+    items = [k for k in TIME_ORDER if k in bd] + [k for k in bd if k not in TIME_ORDER]
+    labels = [TIME_LABELS.get(k, k) for k in items]
+    exposed = [bd[k]["exposed"] for k in items]
+    hidden = [max(0.0, bd[k]["total"] - bd[k]["exposed"]) for k in items]
+    return {"data": [
+        {"type": "bar", "orientation": "h", "name": "exposed (on the step's critical path)", "y": labels, "x": exposed,
+         "marker": {"color": OKABE_ITO[0]}, "text": [f"{x:.2f} s" for x in exposed], "textposition": "auto",
+         "hovertemplate": "%{y}: %{x:.3f} s exposed<extra></extra>"},
+        {"type": "bar", "orientation": "h", "name": "overlapped (hidden behind other work)", "y": labels, "x": hidden,
+         "marker": {"color": OKABE_ITO[4]}, "hovertemplate": "%{y}: %{x:.3f} s overlapped<extra></extra>"},
+    ], "layout": _layout(barmode="stack", margin={"l": 230, "r": 20, "t": 10, "b": 50},
+                         xaxis={"title": {"text": "seconds per step"}}, yaxis={"autorange": "reversed"})}
+
+
+#: above this many forward/backward entries the schedule is drawn as each rank's busy intervals
+DETAILED_ENTRIES = 4000
+
+
+def timeline_figure(tl: dict[str, Any], time: dict[str, Any] | None) -> dict[str, Any]:
+    """The simulated pipeline schedule (``Evaluation.timeline()``: columns rank, chunk,
+    microbatch, kind F/B, start, end): every micro-batch's forward and backward on every rank at
+    its real start and duration, as line segments (one trace per kind, segments separated by
+    gaps), so 100k entries stay a few traces. Beyond :data:`DETAILED_ENTRIES` entries, each rank's
+    consecutive work is merged into busy intervals (gaps shorter than 1/2000 of the step are
+    closed) and the idle time left is the bubble."""
+    n = len(tl["rank"])
+    ranks = sorted(set(tl["rank"]))
+    makespan = max(tl["end"]) if n else 0.0
+    data: list[dict[str, Any]] = []
+    if n <= DETAILED_ENTRIES:
+        for kind, colour, name in (("F", OKABE_ITO[4], "forward"), ("B", OKABE_ITO[1], "backward")):
+            xs: list[float | None] = []
+            ys: list[str | None] = []
+            for i in range(n):
+                if tl["kind"][i] == kind:
+                    xs += [tl["start"][i], tl["end"][i], None]
+                    ys += [f"rank {tl['rank'][i]}"] * 2 + [None]
+            data.append({"type": "scatter", "mode": "lines", "name": name, "x": xs, "y": ys,
+                         "line": {"color": colour, "width": 14}, "hoverinfo": "skip"})
+        caption = (f"The simulated schedule: {n} forward and backward passes (every micro-batch, real durations); "
+                   "a gap on a rank is pipeline bubble.")
+    else:
+        gap = makespan / 2000
+        xs, ys = [], []
+        for r in ranks:
+            spans = sorted((s, e) for rk, s, e in zip(tl["rank"], tl["start"], tl["end"]) if rk == r)
+            cur_s, cur_e = spans[0]
+            for s, e in spans[1:]:
+                if s - cur_e > gap:
+                    xs += [cur_s, cur_e, None]
+                    ys += [f"rank {r}"] * 2 + [None]
+                    cur_s = s
+                cur_e = max(cur_e, e)
+            xs += [cur_s, cur_e, None]
+            ys += [f"rank {r}"] * 2 + [None]
+        data.append({"type": "scatter", "mode": "lines", "name": "busy (forward or backward)", "x": xs, "y": ys,
+                     "line": {"color": OKABE_ITO[0], "width": 14}, "hoverinfo": "skip"})
+        caption = (f"The simulated schedule: {n:,} forward and backward passes, drawn as each rank's busy intervals; "
+                   "the gaps are pipeline bubble.")
+    bubble = (time or {}).get("bubble_fraction")
+    alt = (f"pipeline schedule over {len(ranks)} ranks, {makespan:.2f} s of compute and communication"
+           + (f", bubble {bubble * 100:.1f}% of the step" if bubble is not None else ""))
+    return {"figure": {"data": data, "layout": _layout(
+        height=max(220, 80 + 28 * len(ranks)), showlegend=True, margin={"l": 70, "r": 20, "t": 30, "b": 50},
+        legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0},
+        yaxis={"autorange": "reversed", "type": "category"}, xaxis={"title": {"text": "seconds"}})},
+        "caption": caption, "alt": alt}
 
 
 def page_figures(v: Any) -> dict[str, Any]:
-    """The page's figures for a :class:`app.web.view.PlanView` (only those with data)."""
-    from app.core.model.flops import bubble_fraction
-
+    """The page's figures for a :class:`app.web.view.PlanView` (only those with data), each
+    ``{figure, caption, alt}``: the caption says what the figure shows (the figures carry no title
+    of their own), ``alt`` is its text equivalent in one line."""
     ev = v.ev
     figs: dict[str, Any] = {}
-    if ev.memory:
-        figs["memory"] = memory_figure(ev.memory)
+    if ev.memory and ev.memory["stages"]:
+        worst = max(ev.memory["stages"], key=lambda s: s["total_bytes"])
+        figs["memory"] = {"figure": memory_figure(ev.memory),
+                          "caption": "Memory per GPU by pipeline rank (GB), stacked by term, against the GPU's capacity.",
+                          "alt": f"largest rank {worst['pp_rank']}: {worst['total_bytes'] / 1e9:.1f} GB of "
+                                 f"{worst['capacity_bytes'] / 1e9:.0f} GB"}
     if ev.stage_flops:
-        figs["compute"] = compute_figure(ev.stage_flops)
+        figs["compute"] = {"figure": compute_figure(ev.stage_flops),
+                           "caption": f"Forward TFLOPs per micro-batch of each stage (imbalance "
+                                      f"{ev.stage_flops.get('imbalance', 1):.2f}×: slowest over mean).",
+                           "alt": "forward TFLOPs per stage"}
+    if ev.time and "unavailable" not in ev.time:
+        figs["time"] = {"figure": time_figure(ev.time),
+                        "caption": f"Where a step's {ev.time['step_seconds']:.2f} s go: exposed seconds per item, and "
+                                   "the part overlapped with other work.",
+                        "alt": "step time breakdown: " + ", ".join(
+                            f"{TIME_LABELS.get(k, k)} {d['exposed']:.2f} s" for k, d in ev.time["breakdown"].items()
+                            if d["exposed"] > 0)}
     if ev.check is not None:
-        figs["context"] = context_figure(ev.cfg, ev.check.roles, v.plan.context)
-        stages = ev.check.plan
-        if ev.par is not None and stages.stages:
-            m = ev.par.microbatches or 8 * stages.pp
-            figs["schedule"] = schedule_figure(stages.pp, m, bubble_fraction(stages.pp, stages.vpp, m))
+        figs["context"] = {"figure": context_figure(ev.cfg, ev.check.roles, v.plan.context),
+                           "caption": "Forward GFLOPs per token against context length, as configured and with an "
+                                      "indexer on every layer, and their ratio (right axis).",
+                           "alt": "per-token FLOPs against context"}
     return figs

@@ -310,6 +310,19 @@ class BaseStore:
         with self._lock:
             return self._count()
 
+    def data(self, model_id: str) -> bytes | None:
+        """The exact bytes of an uploaded config (``sha256:<hex>``), or None (the page offers them
+        for download, so its CLI line can read the same config from a file)."""
+        m = _DIGEST.match(model_id)
+        if not m:
+            return None
+        with self._lock:
+            row = self._fetch(m.group(1))
+        if row is None:
+            return None
+        data = bytes(row[0])
+        return data if hashlib.sha256(data).hexdigest() == m.group(1) else None
+
     def health(self) -> dict[str, Any]:
         """``{"ok", "backend", "detail"}``: ok when a write probe succeeds and (SQLite) the data
         directory has at least :data:`MIN_FREE_BYTES` free. Never raises; cached for

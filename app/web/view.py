@@ -1,24 +1,64 @@
 """The dashboard's view model: one :class:`PlanView` from a plan and its evaluation.
 
 Everything shown is computed once by :func:`app.core.evaluate.evaluate`; this module only
-gathers it for the templates (layer cells, stage rows, exports) and turns input problems into
-per-field messages. It never raises for bad input.
+gathers it for the templates (the engine's form, layer cells, stage rows, exports, step time) and
+turns input problems into per-field messages. It never raises for bad input, and it never
+branches on an engine's name: the form is the engine's own fields (:attr:`Engine.fields`) under
+the engine's own flag names (:attr:`Engine.flags`), the stage table says what the engine does at
+a shared start (:attr:`LayoutCheck.share`), the exports are whatever the engine exports.
+
+**The form holds what the URL holds.** A field shows the value the plan's canonical query holds
+(or, for a value that could not be used, the text the URL carried, so the share URL keeps it);
+every other field is blank with its neutral default as the placeholder. A blank field is not sent
+as a setting, so the page never states (and so never judges) a setting its URL does not hold -
+the one rule of what is judged (:attr:`app.core.evaluate.Evaluation.judged`).
 """
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field, replace
+from functools import cached_property
+from html import escape
 from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
-from app.core.engines import LayoutCheck
+from markupsafe import Markup
+
+from app.core.engines import Engine, LayoutCheck
 from app.core.evaluate import Evaluation, evaluate
 from app.core.model.config import ConfigError, ModelConfig, load_preset, preset_ids
 from app.core.model.flops import bubble_fraction
 from app.core.model.parameters import stage_params
+from app.core.model.roles import RoleMap
 from app.core.plan import NEUTRAL_VALUES, TABLE, FieldProblem, Plan, applies, format_value, mode_note
 from app.core.reports import gpu_equation, parallel_summary
 from app.core.verdict import Verdict
 from app.web.store import BaseStore
+
+#: the form's fieldsets, in the order the workflow reads them, with their legends (plan-table groups)
+GROUPS: tuple[tuple[str, str], ...] = (
+    ("model", "Model and roles"), ("layout", "Layout"), ("parallel", "Parallelism"), ("memory", "Memory"),
+    ("serving", "Serving"), ("maxtext", "MaxText pipeline"), ("time", "Step time"), ("flops", "FLOPs"),
+    ("conversion", "Conversion layout (a second slot)"),
+)
+#: words for the terms the groups use, shown under their legend
+GROUP_HINTS = {
+    "layout": "Stage sizes are vp-major: virtual stage 0 of every pipeline rank first (ranks 0, 1, ...), then "
+              "virtual stage 1 of every rank, and so on; with VPP V the list has PP × V entries.",
+    "parallel": "EDP (expert data parallel) = GPUs / (ETP × EP × PP): the group that shards the experts' "
+                "optimizer state.",
+    "conversion": "The conversion layout is the pipeline split a checkpoint conversion runs with (e.g. slime "
+                  "converts GLM-5.2 with PP 2, last 40): its stages must also start on full layers.",
+}
+#: the plan-table groups whose settings state a plan's parallelism (app.core.plan.table)
+PARALLEL_GROUPS = ("parallel", "memory", "time")
+#: the fields drawn by the model picker (``#pick``), not by the generic form
+PICKED = ("model", "engine")
+#: what each export is called on the page (an engine exports any subset of these)
+EXPORT_LABELS = {"megatron": "Megatron arguments", "slime": "slime PERF_ARGS", "layout": "layout string",
+                 "conversion": "conversion layout", "serve": "serve launch (env + command)",
+                 "serve_env": "partition env line", "serve_command": "serve command", "cli": "CLI equivalent"}
 
 
 @dataclass
@@ -32,14 +72,39 @@ class LayerCell:
     start: bool
     invalid: bool
     mtp: bool = False
+    pp_rank: int | None = None
+    vp_stage: int | None = None
 
     @property
     def title(self) -> str:
         kind = "MTP layer" if self.mtp else f"layer {self.layer}"
         src = (" computes its own top-k" if self.role == "full" else
                f" reuses top-k of full layer {self.source}" if self.source else " has no full layer before it")
-        where = f", stage {self.stage}" if self.stage else ""
-        return f"{kind}: {self.role}, {self.ffn} FFN{where};{src}"
+        where = f", stage {self.stage} (pp rank {self.pp_rank}, vp stage {self.vp_stage})" if self.stage else ""
+        bad = "; INVALID stage start" if self.invalid else ""
+        return f"{kind}: {self.role}, {self.ffn} FFN{where};{src}{bad}"
+
+
+@dataclass
+class FieldView:
+    """One control of the engine's form."""
+
+    name: str
+    kind: str
+    label: str      # the URL key
+    flag: str       # the engine's own name for it (its flag, config key or env var)
+    help: str
+    value: str      # what the URL holds ("" when absent)
+    placeholder: str
+    choices: tuple[str, ...]
+    blank_choice: bool   # a select that may be left unset (states nothing)
+    inactive: bool
+    error: str | None
+    lo: float | None
+    hi: float | None
+    max_len: int
+    sets_mode: str | None
+    modes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -47,14 +112,24 @@ class PlanView:
     plan: Plan
     ev: Evaluation
     field_errors: dict[str, str]
+    raw: dict[str, str] = field(default_factory=dict)
     cells: list[LayerCell] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
     exports: dict[str, str] = field(default_factory=dict)
+    launcher: dict[str, Any] | None = None
+    #: the page-only keys of the URL (the pinned compare plan ``a``)
+    page_keys: dict[str, str] = field(default_factory=dict)
+    #: what a one-shot action (Balance, Nearest valid) found, when it was not applied
+    action_note: dict[str, Any] | None = None
 
     @property
     def cfg(self) -> ModelConfig:
         return self.ev.cfg
+
+    @property
+    def engine(self) -> Engine:
+        return self.ev.engine
 
     @property
     def check(self) -> Any:
@@ -74,46 +149,139 @@ class PlanView:
         """The page headline: GO only when every field is usable and the verdict is go."""
         return self.verdict.go and not self.field_errors and self.check is not None
 
-    @property
-    def values(self) -> dict[str, str]:
-        """Every plan field's value as the form shows it, by URL key ("" when unset)."""
-        out = {}
-        for name, spec in TABLE.items():
-            value = getattr(self.plan, name)
-            out[spec.url] = "" if value is None else format_value(spec, value)
+    # ------------------------------------------------------------------ the URL and the form
+    @cached_property
+    def query_values(self) -> dict[str, str]:
+        """URL key -> value of every setting the plan's canonical query holds, with the text the
+        URL carried for a value that could not be used (so the share URL keeps it)."""
+        out = dict(parse_qsl(self.plan.query(), keep_blank_values=True))
+        out.update(self.raw)
         return out
 
     @property
-    def hidden_values(self) -> dict[str, str]:
-        """The set (non-neutral) values of the fields the form does not show for the plan's
-        engine: they ride along as hidden inputs, so switching engines loses nothing."""
-        hidden = self.hidden_keys
-        return {spec.url: format_value(spec, getattr(self.plan, name)) for name, spec in TABLE.items()
-                if spec.url in hidden and getattr(self.plan, name) not in (None, NEUTRAL_VALUES[name])}
+    def share_query(self) -> str:
+        """The URL query that reproduces this screen: the plan, bad values as given, page keys."""
+        items = list(self.query_values.items())
+        items += [(k, v) for k, v in self.page_keys.items() if v]
+        return urlencode(items)
+
+    @cached_property
+    def values(self) -> dict[str, str]:
+        """Every plan field's value as the form shows it, by URL key ("" when the URL does not hold it)."""
+        held = self.query_values
+        return {spec.url: held.get(spec.url, "") for spec in TABLE.values()}
 
     @property
-    def hidden_keys(self) -> set[str]:
-        """URL keys the form does not show for the plan's engine (each engine has its own
-        vocabulary)."""
-        return set(TABLE) - set(self.ev.engine.fields) - {"mode", "engine", "model"}
+    def hidden_values(self) -> dict[str, str]:
+        """What the URL holds for fields the engine's form does not show: they ride along as
+        hidden inputs, so switching engines loses nothing and the URL keeps meaning the same."""
+        shown = set(self.engine.fields) | {"mode", "conv"}
+        return {k: v for k, v in self.query_values.items() if k in TABLE and k not in shown}
 
     @property
     def inactive(self) -> set[str]:
         """URL keys of the fields the plan's layout mode does not use (shown greyed, explained)."""
         return {spec.url for spec in TABLE.values() if not applies(spec, self.plan.mode)}
 
+    def flag_of(self, name: str) -> str:
+        """The engine's own name for a plan field (its flag, config key or environment variable)."""
+        own = next((f for f, n in self.engine.flags.items() if n == name), None)
+        return own or TABLE[name].cli or name
+
+    @property
+    def form(self) -> list[dict[str, Any]]:
+        """The engine's form: its fields (exactly :attr:`Engine.fields`, less the model picker's),
+        grouped as the plan table groups them, each under the engine's own flag name."""
+        held, inactive = self.values, self.inactive
+        out = []
+        for group, legend in GROUPS:
+            names = [n for n, s in TABLE.items() if s.group == group and n in self.engine.fields and n not in PICKED]
+            if not names:
+                continue
+            fields_ = [self._field(n, held[n], n in inactive) for n in names]
+            out.append({"group": group, "legend": legend, "hint": GROUP_HINTS.get(group, ""), "fields": fields_})
+        return out
+
+    def _field(self, name: str, value: str, inactive: bool) -> FieldView:
+        spec = TABLE[name]
+        neutral = NEUTRAL_VALUES[name]
+        unset = spec.group in PARALLEL_GROUPS   # blank states nothing: the plan's parallelism stays as the URL says
+        if spec.kind == "choice" and not unset and not value:
+            value = str(getattr(self.plan, name))
+        placeholder = "" if neutral is None or spec.kind == "bool" else format_value(spec, neutral)
+        return FieldView(name, spec.kind, name, self.flag_of(name), spec.help, value,
+                         placeholder or "unset", spec.choices, unset, inactive, self.field_errors.get(name),
+                         spec.lo, spec.hi, spec.max_len, spec.modes[0] if len(spec.modes) == 1 else None, spec.modes)
+
+    # ------------------------------------------------------------------ panels
     @property
     def checks(self) -> list[dict[str, Any]]:
         return [c.to_dict() for c in self.ev.checks]
 
-    @property
+    @cached_property
     def starts(self) -> list[int]:
         if not self.check:
             return []
         return [s.first_layer for s in self.check.plan.stages if s.first_layer is not None]
 
     @property
+    def blocking_starts(self) -> bool:
+        """Whether a stage starting on a shared layer blocks in this engine (build)."""
+        return bool(self.check is None or self.check.share.blocking)
+
+    @property
+    def map_html(self) -> Markup:
+        """The layer map's cells and boundaries, built here in one pass (a template loop over 78+
+        cells cost more than the rest of the fragment): each cell's text is escaped. A cell is a
+        focusable image named by its ``title`` (its role, stage and top-k source); a boundary is a
+        slider over the layers its stage may start at, or a fixed mark where the engine's settings
+        place the stages."""
+        starts, n = self.starts, self.cfg.num_hidden_layers
+        vpp = self.check.plan.vpp if self.check is not None else 1
+        out = []
+        for i, c in enumerate(self.cells):
+            if c.start and c.layer > 1 and not c.mtp:
+                bad = " invalid" if c.invalid else ""
+                if not self.movable:
+                    out.append(f'<div class="boundary fixed{bad}" aria-hidden="true" data-stage="{c.stage}"></div>')
+                else:
+                    k = (c.stage or 1) - 1
+                    lo = starts[k - 1] + 1 if k >= 1 else 2
+                    hi = starts[k + 1] - 1 if k + 1 < len(starts) else n
+                    out.append(f'<div id="bnd-{c.stage}" class="boundary{bad}" role="slider" tabindex="0" aria-label="start of '
+                               f'stage {c.stage}" aria-valuemin="{lo}" aria-valuemax="{hi}" aria-valuenow="{c.layer}" '
+                               f'aria-valuetext="stage {c.stage} starts at layer {c.layer} ({c.role}{", invalid" if c.invalid else ""})" '
+                               f'data-stage="{c.stage}"></div>')
+            cls = (f"cell {c.role}{' mtp' if c.mtp else ''}{' start' if c.start else ''}{' invalid' if c.invalid else ''} "
+                   f"band{(c.stage or 0) % 2}" + (f" rank{c.pp_rank % 8}" if c.pp_rank is not None else ""))
+            tag = f'<span class="rk">r{c.pp_rank}</span>' if c.start and c.pp_rank is not None and vpp > 1 else ""
+            mark = '<span class="mark">!</span>' if c.invalid else ""
+            out.append(f'<div id="L{"m" if c.mtp else ""}{c.layer}" class="{cls}" data-layer="{c.layer}" role="img" '
+                       f'tabindex="{0 if i == 0 else -1}" title="{escape(c.title)}"><span class="letter" aria-hidden="true">'
+                       f'{c.letter}</span><span class="num" aria-hidden="true">{c.layer}</span><span class="ffn" '
+                       f'aria-hidden="true">{"d" if c.ffn == "dense" else "e"}</span>{tag}{mark}</div>')
+        return Markup("\n".join(out))
+
+    @property
+    def movable(self) -> bool:
+        """Whether a boundary can be dragged: the engine takes stage sizes (its ``split`` field)."""
+        return "split" in self.engine.fields
+
+    @property
+    def rank_groups(self) -> list[str]:
+        """With VPP > 1: which virtual stages each pipeline rank holds (the map's bands by rank)."""
+        if not self.check or self.check.plan.vpp <= 1:
+            return []
+        by_rank: dict[int, list[str]] = {}
+        for s in self.check.plan.stages:
+            span = f"{s.first_layer}–{s.last_layer}" if s.num_layers else "no layers"
+            by_rank.setdefault(s.pp_rank, []).append(f"stage {s.index + 1} (vp {s.vp_stage}: {span})")
+        return [f"pp rank {r}: " + ", ".join(v) for r, v in sorted(by_rank.items())]
+
+    @property
     def gpu_line(self) -> str:
+        if self.ev.not_judged:
+            return "GPU count not judged: the plan states no parallelism"
         return gpu_equation(self.ev) or "GPU count unavailable: fix the layout and parallel settings"
 
     @property
@@ -121,17 +289,25 @@ class PlanView:
         p = self.ev.par
         if p is None:
             return ""
-        return f"expert grid ETP {p.expert_tp} × EP {p.ep} × PP {p.pp} = {p.expert_grid_size}; EDP {p.edp}"
+        return (f"expert grid ETP {p.expert_tp} × EP {p.ep} × PP {p.pp} = {p.expert_grid_size}; "
+                f"EDP (expert data parallel, GPUs / expert grid) {p.edp}")
 
     @property
     def fit_line(self) -> str:
         mem = self.ev.memory
-        if not mem:
-            return ""
-        worst = max(mem["stages"], key=lambda s: s["total_bytes"])
-        return (f"largest rank: pp rank {worst['pp_rank']} needs {worst['total_bytes'] / 1e9:.1f} GB of "
-                f"{worst['capacity_bytes'] / 1e9:.0f} GB ({mem['gpu']['label']}): "
-                + ("every rank fits" if mem["fits"] else "does NOT fit"))
+        if mem and mem["stages"]:
+            worst = max(mem["stages"], key=lambda s: s["total_bytes"])
+            return (f"largest rank: pp rank {worst['pp_rank']} needs {worst['total_bytes'] / 1e9:.1f} GB of "
+                    f"{worst['capacity_bytes'] / 1e9:.0f} GB ({mem['gpu']['label']}): "
+                    + ("every rank fits" if mem["fits"] else "does NOT fit"))
+        sm = self.ev.serving_memory
+        if sm and sm.get("ranks"):
+            worst = max(sm["ranks"], key=lambda r: r["total_bytes"])
+            fits = all(r["fits"] for r in sm["ranks"])
+            return (f"largest rank: pp rank {worst['pp_rank']} needs {worst['total_bytes'] / 2**30:.1f} GiB of "
+                    f"{worst['usable_bytes'] / 2**30:.1f} GiB usable (weights, KV cache, top-k buffer): "
+                    + ("every rank fits" if fits else "does NOT fit"))
+        return ""
 
     @property
     def memory_terms(self) -> dict[str, Any]:
@@ -139,12 +315,27 @@ class PlanView:
         from app.core.model.memory import TERM_EXPLANATIONS, TERM_LABELS
 
         mem = self.ev.memory
-        if not mem:
+        if not mem or not mem["stages"]:
             return {"rank": None, "terms": []}
         worst = max(mem["stages"], key=lambda s: s["total_bytes"])
         return {"rank": worst["pp_rank"], "terms": [
             {"label": TERM_LABELS[k], "bytes": b, "how": TERM_EXPLANATIONS[k]}
             for k, b in worst["breakdown_detail"].items() if k in TERM_LABELS]}
+
+    @property
+    def time(self) -> dict[str, Any] | None:
+        """How fast the plan trains (:attr:`Evaluation.time`): ``None`` when not judged."""
+        return self.ev.time
+
+    @property
+    def export_items(self) -> list[tuple[str, str, str]]:
+        """``(name, label, text)`` of every export, in the engine's order, the CLI line last."""
+        return [(k, EXPORT_LABELS.get(k, k.replace("_", " ")), v) for k, v in self.exports.items() if v]
+
+    @property
+    def config_download(self) -> str | None:
+        """The file name the CLI line reads an uploaded config from (offered for download)."""
+        return config_file_name(self.cfg.id) if self.cfg.id not in preset_ids() else None
 
     def page_json(self) -> dict[str, Any]:
         """``GET /api/v1/plan``: the plan, its verdict and every panel."""
@@ -154,8 +345,14 @@ class PlanView:
             "check": ev.check.to_json() if ev.check else None,
             "conversion": ev.conversion.to_json() if ev.conversion else None,
             "parallel": parallel_summary(ev), "memory": ev.memory, "stage_flops": ev.stage_flops,
-            "exports": self.exports,
+            "serving_memory": ev.serving_memory, "time": ev.time, "not_judged": ev.not_judged,
+            "judged": list(ev.verdict.judged), "exports": self.exports,
         }
+
+
+def config_file_name(model_id: str) -> str:
+    """``sha256:<hex>`` -> the file name the page offers the uploaded config under."""
+    return f"config-{model_id.removeprefix('sha256:')[:12]}.json"
 
 
 def resolve_model(model: str, store: BaseStore) -> tuple[ModelConfig, str | None]:
@@ -174,9 +371,12 @@ def resolve_model(model: str, store: BaseStore) -> tuple[ModelConfig, str | None
     return cfg, None
 
 
-def build_view(plan: Plan, problems: list[FieldProblem], store: BaseStore) -> PlanView:
+def build_view(plan: Plan, problems: list[FieldProblem], store: BaseStore, *, raw: dict[str, str] | None = None,
+               launcher: dict[str, Any] | None = None, evaluation: Evaluation | None = None) -> PlanView:
     """Evaluate ``plan`` for the page. Fields with problems keep their defaults (already in
-    ``plan``) and carry a message; the verdict is always that of the plan shown."""
+    ``plan``) and carry a message; ``raw`` is the text the URL gave for them (kept in the share
+    URL). ``launcher``: an import's report (warnings, each value's file:line); ``evaluation``: one
+    already made for this plan (a launcher import evaluates with what the script said)."""
     errors: dict[str, str] = {}
     for p in problems:  # the first problem of a field is the one to fix first
         errors.setdefault(p.field, p.message)
@@ -184,22 +384,25 @@ def build_view(plan: Plan, problems: list[FieldProblem], store: BaseStore) -> Pl
     if model_err:
         errors["model"] = f"{errors['model']}; {model_err}" if "model" in errors else model_err
         plan = replace(plan, model=cfg.id)
-    ev = evaluate(plan, cfg)
+    ev = evaluation if evaluation is not None else evaluate(plan, cfg)
     for p in ev.problems:
         errors.setdefault(p.field, p.message)
-    view = PlanView(plan, ev, errors)
+    kept = {k: v for k, v in (raw or {}).items() if k in errors and k in TABLE and k != "model"}
+    view = PlanView(plan, ev, errors, kept)
+    if launcher is None and ev.check is not None:
+        launcher = (getattr(ev.check, "extra", None) or {}).get("launcher")
+    view.launcher = launcher
+    roles = ev.check.roles if ev.check is not None else _roles(ev, cfg, plan)
+    view.cells = _cells(ev.check, roles)
     if ev.check is not None:
-        view.cells = _cells(ev.check)
         view.rows = _rows(ev)
     view.exports = exports(view)
     note = mode_note(plan)
     if note:
         view.messages.append(note)
-    if ev.not_judged:
-        view.messages.append(ev.not_judged)
-    if ev.par is not None and ev.stage_plan is not None:
+    if ev.par is not None and ev.stage_plan is not None and ev.stage_plan.pp > 1:
         m = ev.par.microbatches or 8 * ev.stage_plan.pp
-        view.messages.append(f"pipeline bubble {bubble_fraction(ev.stage_plan.pp, ev.stage_plan.vpp, m) * 100:.1f}% "
+        view.messages.append(f"pipeline bubble (closed form) {bubble_fraction(ev.stage_plan.pp, ev.stage_plan.vpp, m) * 100:.1f}% "
                              f"of wall time with {m} micro-batches" + ("" if ev.par.microbatches else " (assumed 8 × PP)"))
     return view
 
@@ -213,20 +416,38 @@ def page_data(plan: Plan, cfg: ModelConfig) -> dict[str, Any]:
     return view.page_json()
 
 
-def _cells(check: LayoutCheck) -> list[LayerCell]:
-    stage_of: dict[int, int] = {}
+def _roles(ev: Evaluation, cfg: ModelConfig, plan: Plan) -> RoleMap | None:
+    """The engine's roles without a layout (the map stays while a layout field is mid-typing)."""
+    try:
+        return ev.engine.check_roles(cfg, plan)
+    except (ValueError, NotImplementedError):
+        return None
+
+
+def _cells(check: LayoutCheck | None, roles: RoleMap | None) -> list[LayerCell]:
+    if roles is None:
+        return []
+    stage_of: dict[int, Any] = {}
     starts: set[int] = set()
-    for s in check.plan.stages:
-        for n in s.layers:
-            stage_of[n] = s.index + 1
-        if s.first_layer is not None:
-            starts.add(s.first_layer)
-    bad = {v.layer for v in check.boundary.violations}
-    cells = [LayerCell(r.layer, r.role, "F" if r.role == "full" else "S", r.ffn, r.source,
-                       stage_of.get(r.layer), r.layer in starts, r.layer in bad) for r in check.roles.layers]
-    mtp_stage = next((s.index + 1 for s in check.plan.stages if s.mtp_layers), None)
-    for r in check.roles.mtp[: check.plan.mtp_layers]:
-        cells.append(LayerCell(r.layer, "full", "M", r.ffn, r.layer, mtp_stage, False, False, mtp=True))
+    stages = check.plan.stages if check is not None else ()
+    for st in stages:
+        for n in st.layers:
+            stage_of[n] = st
+        if st.first_layer is not None:
+            starts.add(st.first_layer)
+    bad = {v.layer for v in check.blocking_violations} if check is not None else set()
+    cells = []
+    for r in roles.layers:
+        s = stage_of.get(r.layer)
+        cells.append(LayerCell(r.layer, r.role, "F" if r.role == "full" else "S", r.ffn, r.source,
+                               s.index + 1 if s else None, r.layer in starts, r.layer in bad,
+                               pp_rank=s.pp_rank if s else None, vp_stage=s.vp_stage if s else None))
+    if check is not None:
+        mtp_stage = next((s for s in stages if s.mtp_layers), None)
+        for r in roles.mtp[: check.plan.mtp_layers]:
+            cells.append(LayerCell(r.layer, "full", "M", r.ffn, r.layer, mtp_stage.index + 1 if mtp_stage else None,
+                                   False, False, mtp=True, pp_rank=mtp_stage.pp_rank if mtp_stage else None,
+                                   vp_stage=mtp_stage.vp_stage if mtp_stage else None))
     return cells
 
 
@@ -235,58 +456,83 @@ def _rows(ev: Evaluation) -> list[dict[str, Any]]:
     assert check is not None
     sized = not check.plan.errors  # a plan with errors may reach past the last layer
     rank_mem = {s["pp_rank"]: s for s in ev.memory["stages"]} if ev.memory else {}
+    serve_mem = {r["pp_rank"]: r for r in ev.serving_memory["ranks"]} if ev.serving_memory else {}
     stage_fl = {s["index"]: s["flops"] for s in ev.stage_flops["stages"]} if ev.stage_flops else {}
-    invalid = {v.stage.index for v in check.boundary.violations}
+    stage_time = {s["index"]: s for s in (ev.time or {}).get("per_stage", [])}
+    shared = {v.stage.index for v in check.boundary.violations}
+    share = check.share
     rows = []
     for rec in check.boundary.records:
         s = rec.stage
         sp_ = stage_params(cfg, check.roles, [s], tp=par.tp if par else 1, ep=par.ep if par else 1,
                            etp=par.expert_tp if par else None) if sized else None
-        rm = rank_mem.get(s.pp_rank)
+        rm, sm, st = rank_mem.get(s.pp_rank), serve_mem.get(s.pp_rank), stage_time.get(s.index)
+        start = rec.start_role or "—"
+        if s.index in shared:   # what this engine build does there: crash, silently wrong, or hand-off
+            start = f"shared ({'invalid: ' if share.blocking else ''}{share.code.replace('_', ' ')})"
         rows.append({
             "stage": s.index + 1, "pp_rank": s.pp_rank, "vp_stage": s.vp_stage,
             "range": f"{s.first_layer}–{s.last_layer}" if s.num_layers else "—",
-            "num_layers": s.num_layers, "start_role": rec.start_role, "source": rec.source_layer,
+            "num_layers": s.num_layers, "start": start, "source": rec.source_layer,
             "source_stage": rec.source_stage.index + 1 if rec.source_stage else None,
             "full_layers": [n for n in s.layers if n <= cfg.num_hidden_layers and check.roles.role(n).role == "full"],
             "params_per_gpu": sp_.per_gpu if sp_ else None,
-            "rank_memory_bytes": rm["total_bytes"] if rm else None,
-            "rank_fits": rm["fits"] if rm else None,
+            "memory": (f"{rm['total_bytes'] / 1e9:.1f} GB " + ("fits" if rm["fits"] else "OVERFLOWS")) if rm else
+                      (f"{sm['total_bytes'] / 2**30:.1f} GiB " + ("fits" if sm["fits"] else "OVERFLOWS")) if sm else "—",
             "flops": stage_fl.get(s.index),
+            "seconds": (st["forward_seconds"] + st["backward_seconds"]) if st else None,
             "extras": ", ".join(x for x in ("embedding" if s.embedding else "",
                                             f"MTP ×{s.mtp_layers}" if s.mtp_layers else "",
                                             "loss" if s.loss else "") if x),
-            "invalid": s.index in invalid,
+            "invalid": s.index in shared and share.blocking,
         })
     return rows
 
 
 def exports(view: PlanView) -> dict[str, str]:
-    """What the page offers to copy, every value shell-quoted: Megatron arguments, slime
-    ``PERF_ARGS``, the layout string and the conversion layout (:mod:`app.core.engines.megatron.export`), the
-    serving env line and command (vLLM / SGLang), and the ``isplan check`` line of the whole plan."""
+    """What the page offers to copy, every value shell-quoted: the engine's exports (Megatron
+    arguments, slime ``PERF_ARGS``, layout strings, or the serving env line and command) and the
+    ``isplan check`` line of the whole plan (an uploaded config is read from its downloaded file)."""
     out = dict(view.ev.exports())
-    out["cli"] = view.plan.cli_command()
+    out["cli"] = cli_line(view.plan, view.engine, view.config_download)
     return out
+
+
+def cli_line(plan: Plan, engine: Engine, model: str | None = None) -> str:
+    """``isplan check`` for the plan; a layout at its neutral value (a single stage) is spelled out,
+    since the CLI asks for one (``--pp 1``, or the engine's own layout field)."""
+    args = plan.cli_args(model=model)
+    field_ = engine.layout_field(plan)
+    flag = TABLE[field_].cli
+    value = getattr(plan, field_)
+    if flag and value is not None and not any(a.split("=")[0] == TABLE[n].cli for a in args for n in LAYOUT_GIVEN):
+        args += [flag, format_value(TABLE[field_], value)]
+    return shlex.join(["isplan", "check", *args])
+
+
+#: the fields any of which gives ``isplan check`` its layout
+LAYOUT_GIVEN = ("split", "pp", "layout", "ici_pipeline_parallelism", "dcn_pipeline_parallelism",
+                "layers_per_pipeline_stage")
 
 
 # ----------------------------------------------------------------------------- compare (display only)
 def plan_summary(view: PlanView) -> dict[str, Any]:
     """The numbers the compare panel puts side by side, all read from the plan's one evaluation:
     the verdict, the largest rank's memory, the compute balance (slowest stage's forward FLOPs
-    over the mean: 1.00 is perfectly even), the pipeline bubble and the GPU count."""
+    over the mean: 1.00 is perfectly even), the pipeline bubble, the step time and the GPU count."""
     ev = view.ev
     mem = ev.memory
-    worst = max(mem["stages"], key=lambda s: s["total_bytes"]) if mem else None
-    flops = [s["flops"] for s in ev.stage_flops["stages"]] if ev.stage_flops else []
+    worst = max(mem["stages"], key=lambda s: s["total_bytes"]) if mem and mem["stages"] else None
     pp_flops: dict[int, float] = {}
     for s in (ev.stage_flops or {}).get("stages", []):
         pp_flops[s["pp_rank"]] = pp_flops.get(s["pp_rank"], 0) + s["flops"]
-    balance = max(pp_flops.values()) / (sum(pp_flops.values()) / len(pp_flops)) if pp_flops and sum(flops) else None
+    total = sum(pp_flops.values())
+    balance = max(pp_flops.values()) / (total / len(pp_flops)) if pp_flops and total else None
     bubble = None
     if ev.par is not None and ev.stage_plan is not None:
         m = ev.par.microbatches or 8 * ev.stage_plan.pp
         bubble = bubble_fraction(ev.stage_plan.pp, ev.stage_plan.vpp, m)
+    t = ev.time if ev.time and "unavailable" not in ev.time else None
     return {
         "go": view.go, "blocking": [r.kind for r in view.verdict.blocking] + (["input"] if view.field_errors else []),
         "layout": getattr(view.check, "layout_string", None),
@@ -295,6 +541,8 @@ def plan_summary(view: PlanView) -> dict[str, Any]:
         "capacity_gb": worst["capacity_bytes"] / 1e9 if worst else None,
         "rank_gb": [s["total_bytes"] / 1e9 for s in mem["stages"]] if mem else [],
         "balance": balance, "bubble": bubble, "gpu_line": view.gpu_line,
+        "step_seconds": t["step_seconds"] if t else None,
+        "tokens_per_second_per_gpu": t["tokens_per_second_per_gpu"] if t else None,
     }
 
 

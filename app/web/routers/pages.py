@@ -1,43 +1,62 @@
-"""The page: ``/`` (the whole dashboard for a plan URL), ``/fragment`` (the results block for
-the page's live updates), ``/fragment/search`` (the GPU budget search, ranked, each result a
-plan URL), plus the receipt download.
+"""The page: ``/`` (the whole dashboard for a plan URL), ``/fragment`` (what htmx swaps in after
+every change), ``/profile`` (a plan that runs for a model, engine and GPU), ``/fragment/search``
+(the GPU budget search), ``/fragment/schedule`` (the simulated pipeline schedule, loaded when it
+scrolls into view), ``/about``, and the receipt download.
 
-Every change on the page (typing, drag, keys, Balance, Nearest valid) goes through one request
-queue in ``static/app.js`` to ``/fragment``; the answer draws the results and carries the
-canonical URL (``HX-Replace-Url``, or ``HX-Push-Url`` for a discrete action), so the URL always
-reproduces the screen. A pinned plan A for the compare panel rides along as ``a=<A's plan
-query>``; it is a page key, never part of the plan.
+htmx drives every request (``static/vendor/htmx-*.min.js``; docs/DESIGN.md "The page on htmx"):
+the settings form carries ``hx-get="/fragment"`` with ``hx-sync="this:queue last"`` (one request
+in flight, the latest state next: a queued request collects the form's values when it leaves),
+and the answer is morphed into the page (idiomorph), its summary and the form out of band
+(``hx-swap-oob``). The answer carries the URL that reproduces the screen: ``HX-Push-Url`` for a
+discrete change (an action, a new drag or key burst: the page asks with ``X-Isplan-History:
+push``), ``HX-Replace-Url`` otherwise. A pinned plan A for the compare panel rides along as
+``a=<A's plan query>``: a page key, never part of the plan, but part of the URL.
 
-Bounded like the API (issue 20, findings 1 and 2): a page is one :class:`PageJob` rendered by
-:func:`page_html` - in the request thread pool for a plan of an ordinary model (a few ms of
-rendering: the event loop keeps answering ``/healthz`` meanwhile), in the worker pool for a huge one (:func:`app.web.deps.in_process_or_pool`: gated per client, with the deadline; the HTML
-is compressed there too), so a 4,096-layer upload split into 4,096 stages no longer costs the
-server process seconds of CPU per request. The GPU budget search runs exactly as
-``/api/v1/search`` does (work budget, pool, deadline, cancellation, the per-client gate); a
-refusal is the search block's message.
+Bounded like the API (issue 20, findings 1 and 2): every page is one :class:`PageJob` rendered by
+:func:`page_html` - in the request thread pool for a plan of an ordinary model (a few ms: the
+event loop keeps answering ``/healthz`` meanwhile), in the worker pool for a huge one
+(:func:`app.web.deps.in_process_or_pool`: gated per client, with the deadline; the HTML is
+compressed there too). Balance / Nearest valid, ``/profile`` and the GPU budget search run in the
+worker pool within the work budget, exactly as their API twins do; a refusal is a message on the
+page.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any, cast
-from urllib.parse import parse_qsl
+from typing import Any, NamedTuple, cast
+from urllib.parse import parse_qsl, urlencode
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from jinja2 import StrictUndefined
 from starlette.concurrency import run_in_threadpool
 
+from app import __version__
 from app import settings as app_settings
 from app.core import reports
-from app.core.engines import DEFAULT_PLAN, ignored_fields
+from app.core.engines import DEFAULT_PLAN, ENGINES, engine_for, ignored_fields
+from app.core.evaluate import evaluate
+from app.core.layout.stages import PlanError as Finding  # a blocking finding (a launcher's)
 from app.core.model.config import ConfigError, ModelConfig, load_manifest, load_preset, preset_ids
 from app.core.optimise.actions import ACTIONS, apply_action
-from app.core.plan import GPUS, TABLE, FieldProblem, Plan, PlanError, plan_from_query
+from app.core.plan import (
+    BY_URL,
+    GPUS,
+    NEUTRAL_VALUES,
+    TABLE,
+    FieldProblem,
+    Plan,
+    PlanError,
+    plan_from_query,
+    unknown_keys,
+)
+from app.core.plan import ignored_fields as plan_ignored
 from app.web.assets import asset_dir
 from app.web.deps import (
     INLINE_UNITS,
@@ -58,14 +77,26 @@ from app.web.workers import TooBusy, TooMuchWork, WorkerLost, WorkTimeout
 
 router = APIRouter(include_in_schema=False)
 
-PAGE_KEYS = ("action", "a")  # page-only URL keys: a one-shot action, the pinned compare plan A
+#: page-only URL keys: a one-shot action, the pinned compare plan A
+PAGE_KEYS = ("action", "a")
+#: keys one route reads besides the plan: the search's GPU budget
+ROUTE_KEYS = {"/fragment/search": ("budget",)}
 
 
-def page_plan(request: Request) -> tuple[Plan, list[FieldProblem]]:
-    """The page's plan: lenient (a bad value keeps its default and gets a field message); an
-    empty query is the pinned slime GLM-5.2 profile."""
-    params = {k: v for k, v in request.query_params.items() if k not in PAGE_KEYS}
-    return plan_from_query(params, empty=DEFAULT_PLAN, ignored=ignored_fields)
+def page_plan(request: Request, *, route_keys: tuple[str, ...] = ()) -> tuple[Plan, list[FieldProblem], dict[str, str]]:
+    """The page's plan: lenient (a bad value keeps its default and gets a field message; its text
+    is kept for the share URL), every unknown key said; an empty query is the pinned slime
+    GLM-5.2 profile. Returns ``(plan, problems, raw text of the fields with problems)``."""
+    params = {k: v for k, v in request.query_params.items() if k not in PAGE_KEYS and k not in route_keys}
+    plan, problems = plan_from_query(params, empty=DEFAULT_PLAN, ignored=ignored_fields)
+    problems += unknown_keys(params)
+    bad = {p.field for p in problems}
+    raw = {}
+    for key, value in params.items():
+        name = BY_URL.get(key)
+        if name in bad and (key == name or name not in raw):
+            raw[name] = value[:TABLE[name].max_len]
+    return plan, problems, raw
 
 
 def _a_plan(a_query: str | None) -> tuple[Plan, list[FieldProblem]] | None:
@@ -86,14 +117,29 @@ def templates() -> Jinja2Templates:
     return t
 
 
+@lru_cache(maxsize=1)
+def vendor() -> dict[str, Any]:
+    """``static/vendor/VENDOR.json``: each vendored file with its version and SHA-256."""
+    data: dict[str, Any] = json.loads((asset_dir("static") / "vendor" / "VENDOR.json").read_text())
+    return data
+
+
+def assets() -> dict[str, Any]:
+    """What every page links: versioned assets (long-lived caching) and the engines to choose from."""
+    from app.web.caching import ASSET_VERSION, PLOTLY_FILE
+
+    v = vendor()
+    return {"asset_v": ASSET_VERSION, "plotly_file": PLOTLY_FILE, "htmx_file": v["htmx"]["file"],
+            "morph_file": v["idiomorph"]["file"], "engines": [
+                {"name": n, "label": e.label, "workflow": e.workflow, "source": e.source} for n, e in ENGINES.items()]}
+
+
 def page_context(request: Request | None, v: PlanView, **extra: Any) -> dict[str, Any]:
     """Everything a page template reads, for the view ``v``; ``extra`` overrides."""
-    from app.web.caching import ASSET_VERSION, PLOTLY_FILE  # versioned asset URLs (long-lived caching)
-
     return {"request": request, "v": v, "presets": load_manifest()[1], "preset_ids": preset_ids(),
             "upload_token_required": bool(app_settings.current().upload_token),
             "table": TABLE, "gpus": GPUS, "figures": page_figures(v), "oob": False, "compare": None,
-            "asset_v": ASSET_VERSION, "plotly_file": PLOTLY_FILE, **extra}
+            **assets(), **extra}
 
 
 class _Configs:
@@ -109,15 +155,31 @@ class _Configs:
 
 @dataclass(frozen=True)
 class PageJob:
-    """One page to render: picklable, so a worker process can render it."""
+    """One page to render: picklable, so a worker process can render it.
+
+    ``launcher``/``extra_errors``: a launcher import's report and the errors it found (they block
+    like the engine's own); ``form_shown``/``sent``: the form the page says it drew
+    (``X-Isplan-Form``) and the settings the request sent, to leave the form out of an answer that
+    would not change it (:func:`form_unchanged`)."""
 
     template: str
     plan: Plan
     problems: tuple[FieldProblem, ...]
-    a_query: str | None
     configs: tuple[ModelConfig, ...]
+    raw: tuple[tuple[str, str], ...] = ()
+    a_query: str | None = None
     context: tuple[tuple[str, Any], ...] = ()
+    launcher: dict[str, Any] | None = None
+    extra_errors: tuple[Finding, ...] = ()
+    action_note: dict[str, Any] | None = None
+    form_shown: str | None = None
+    sent: tuple[tuple[str, str], ...] | None = None
     gzip: bool = False
+
+
+class RenderedPage(NamedTuple):
+    body: bytes
+    share_query: str  # the URL query that reproduces the screen
 
 
 def _compare(a_query: str | None, b: PlanView, store: BaseStore) -> dict[str, Any]:
@@ -133,14 +195,39 @@ def _compare(a_query: str | None, b: PlanView, store: BaseStore) -> dict[str, An
                         "a_query": a.plan.query()}}
 
 
-def page_html(job: PageJob) -> bytes:
-    """The page's HTML (gzip-compressed when ``job.gzip``): the view of the plan (and of a pinned
-    plan A), rendered. Runs in the server process or in a worker."""
+def page_html(job: PageJob) -> RenderedPage:
+    """The page's HTML (gzip-compressed when ``job.gzip``) and its share query: the view of the
+    plan (and of a pinned plan A), rendered. Runs in the server process or in a worker."""
     store = cast(BaseStore, _Configs(job.configs))
-    v = build_view(job.plan, list(job.problems), store)
-    ctx = page_context(None, v, **{**dict(job.context), **_compare(job.a_query, v, store)})
+    ev = None
+    if job.launcher is not None:  # evaluated with what the script said (its errors block)
+        cfg, _ = resolve_model(job.plan.model, store)
+        ev = evaluate(job.plan, cfg, extra_errors=job.extra_errors, extra={"launcher": job.launcher})
+    v = build_view(job.plan, list(job.problems), store, raw=dict(job.raw), launcher=job.launcher, evaluation=ev)
+    if job.a_query:
+        v.page_keys["a"] = job.a_query[:8000]
+    v.action_note = job.action_note
+    extra = dict(job.context)
+    if job.sent is not None:
+        extra["same_form"] = form_unchanged(job.form_shown, dict(job.sent), v)
+    ctx = page_context(None, v, **{**extra, **_compare(job.a_query, v, store)})
     data = templates().get_template(job.template).render(ctx).encode()
-    return gzip.compress(data, 6) if job.gzip else data
+    return RenderedPage(gzip.compress(data, 6) if job.gzip else data, v.share_query)
+
+
+def form_unchanged(shown: str | None, sent: dict[str, str], v: PlanView) -> bool:
+    """Whether the settings form the page shows is already the one this answer would draw, so it
+    is not sent again: the page says it drew the form for this layout mode with no message
+    (``X-Isplan-Form: <mode>:clean``), this answer has no field message, and every field holds what
+    the request sent (no value was rewritten to its canonical form)."""
+    if shown != f"{v.plan.mode}:clean" or v.field_errors:
+        return False
+    given = {k: val for k, val in sent.items() if k in TABLE and val != "" and k not in ("model", "engine")}
+    drawn = {k: val for k, val in v.values.items() if val != "" and k not in ("model", "engine")}
+    drawn.update(v.hidden_values)
+    if "mode" not in v.query_values:   # the form always sends its mode; the canonical URL leaves out a derived one
+        drawn["mode"] = v.plan.mode
+    return given == drawn
 
 
 async def _uploaded(store: BaseStore, model_ids: list[str]) -> tuple[ModelConfig, ...]:
@@ -165,22 +252,26 @@ def _shown_config(model: str, configs: tuple[ModelConfig, ...]) -> ModelConfig:
 
 
 async def render_page(request: Request, template: str, plan: Plan, problems: list[FieldProblem], store: BaseStore,
-                      *, status_code: int = 200, a_query: str | None = None, **context: Any) -> Response:
+                      *, status_code: int = 200, a_query: str | None = None, url_header: str | None = None,
+                      **job: Any) -> Response:
     """The page ``template`` for ``plan`` (and a pinned plan A), rendered in a request thread or
-    - a plan of a huge model - in the worker pool (:func:`app.web.deps.in_process_or_pool`)."""
+    - a plan of a huge model - in the worker pool (:func:`app.web.deps.in_process_or_pool`).
+    ``url_header`` (``HX-Push-Url`` / ``HX-Replace-Url``) carries the screen's share URL; ``job``:
+    the other :class:`PageJob` fields."""
     pinned = _a_plan(a_query)
     plans = [plan] + ([pinned[0]] if pinned else [])
     configs = await _uploaded(store, [p.model for p in plans])
     units = sum(plan_units(p, _shown_config(p.model, configs)) for p in plans)
-    context.setdefault("upload_token_required", bool(app_settings.current().upload_token))
     compressed = units > INLINE_UNITS and "gzip" in request.headers.get("accept-encoding", "").lower()
-    job = PageJob(template, plan, tuple(problems), a_query, configs, tuple(context.items()), compressed)
+    page = PageJob(template, plan, tuple(problems), configs, a_query=a_query, gzip=compressed, **job)
     if units <= INLINE_UNITS:
-        body = await run_in_threadpool(page_html, job)
+        out = await run_in_threadpool(page_html, page)
     else:
-        body = await in_process_or_pool(request, units, page_html, job)
-    headers = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"} if compressed else None
-    return HTMLResponse(body, status_code=status_code, headers=headers)
+        out = await in_process_or_pool(request, units, page_html, page)
+    headers = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"} if compressed else {}
+    if url_header:
+        headers[url_header] = "/?" + out.share_query
+    return HTMLResponse(out.body, status_code=status_code, headers=headers)
 
 
 # --------------------------------------------------------------------------- routes
@@ -188,44 +279,118 @@ async def render_page(request: Request, template: str, plan: Plan, problems: lis
 
 @router.get("/", response_class=HTMLResponse)
 async def index(request: Request, store: Store) -> Response:
-    plan, problems = page_plan(request)
-    return await render_page(request, "index.html", plan, problems, store, a_query=request.query_params.get("a"))
+    plan, problems, raw = page_plan(request)
+    return await render_page(request, "index.html", plan, problems, store, a_query=request.query_params.get("a"),
+                             raw=tuple(raw.items()))
+
+
+def action_outcome(plan: Plan, cfg: ModelConfig, action: str) -> tuple[Plan, FieldProblem | None, dict[str, Any] | None]:
+    """Balance / Nearest valid (in the worker pool): the plan it found when that plan's own
+    evaluation is GO; otherwise the plan unchanged and a note offering the one found as a link."""
+    found, problem = apply_action(plan, cfg, action)
+    if problem is not None:
+        return plan, problem, None
+    candidate = evaluate(found, cfg)
+    if not candidate.problems and candidate.verdict.go:
+        return found, None, None
+    note = {"action": action, "query": found.query(), "split": ",".join(map(str, found.split or ())),
+            "headline": candidate.verdict.headline(), "reasons": [r.message for r in candidate.verdict.blocking][:3]}
+    return plan, None, note
 
 
 @router.get("/fragment", response_class=HTMLResponse)
 async def fragment(request: Request, action: str | None = None) -> Response:
     store = get_store(request)  # not a dependency: the live update's hot path
-    plan, problems = page_plan(request)
+    plan, problems, raw = page_plan(request)
+    note, applied = None, False
     if action:
-        if action in ACTIONS:
+        problem: FieldProblem | None = None
+        if action not in ACTIONS:
+            problem = FieldProblem("split", f"unknown action {action[:40]!r}")
+        else:
             cfg, _ = await run_in_threadpool(resolve_model, plan.model, store)
             try:  # in the worker pool, within the work budget (issue 9)
-                plan, problem = await bounded(request, action_cost(plan, cfg, action), apply_action, plan, cfg, action)
+                found, problem, note = await bounded(request, action_cost(plan, cfg, action), action_outcome,
+                                                     plan, cfg, action)
             except ValueError as exc:  # over the work budget, or a plan the action cannot rewrite
                 problem = FieldProblem(getattr(exc, "field", None) or "split", f"{action}: {exc}")
-        else:
-            problem = FieldProblem("split", f"unknown action {action[:40]!r}")
+            else:
+                applied = problem is None and note is None
+                if applied:
+                    plan, problems, raw = found, [], {}
         if problem is not None:
             problems = [*problems, problem]
-    resp = await render_page(request, "_results.html", plan, problems, store, a_query=request.query_params.get("a"),
-                             oob=True)
-    resp.headers["HX-Push-Url" if action else "HX-Replace-Url"] = "/?" + plan.query()
-    return resp
+    push = applied or (not action and request.headers.get("x-isplan-history") == "push")
+    sent = None if applied else tuple(request.query_params.items())
+    return await render_page(request, "_fragment.html", plan, problems, store, a_query=request.query_params.get("a"),
+                             url_header="HX-Push-Url" if push else "HX-Replace-Url", raw=tuple(raw.items()),
+                             action_note=note, form_shown=request.headers.get("x-isplan-form"), sent=sent,
+                             context=(("same_form", False),))
 
 
+#: the profiles found, by (engine, model, GPU, GPU memory): a profile's first search takes seconds
+_PROFILES: OrderedDict[tuple[str, str, str, float | None], str] = OrderedDict()
+
+
+def profile_query(cfg: ModelConfig, base: Plan) -> str:
+    """The query of ``engine_for(base.engine).profile`` for ``cfg`` (in the worker pool)."""
+    found = engine_for(base.engine).profile(cfg, Plan(model=base.model, engine=base.engine, gpu=base.gpu,
+                                                      gpu_memory_gb=base.gpu_memory_gb))
+    return replace(found, model=base.model).query()
+
+
+@router.get("/profile")
+async def profile(request: Request, store: Store) -> Response:
+    """**Start from a plan that runs**: the recommended plan of a model on an engine and GPU
+    (``engine_for(engine).profile``: the pinned launcher where one exists, else the planner's
+    best plan that fits), opened as a full URL. Load preset, switching the model or the engine and
+    an uploaded config come here; any other URL means exactly what it says. Input it cannot use
+    (or a profile over the work budget, or a busy server) opens the page on exactly that input,
+    where each field says what is wrong. The search runs in the worker pool like ``/api/v1/search``
+    (the largest budget a profile may try is its cost)."""
+    given = {k: v for k, v in request.query_params.items() if k in ("model", "engine", "gpu", "gpu_memory_gb") and v}
+    url = "/?" + urlencode(given)
+    base, problems = plan_from_query(given)
+    key = (base.engine, base.model, base.gpu, base.gpu_memory_gb)
+    if not problems and key in _PROFILES:
+        url = "/?" + _PROFILES[key]
+    elif not problems:
+        try:
+            cfg = await model_for(base.model, store)
+            query = await bounded(request, search_cost(base, cfg, PROFILE_MAX_GPUS, 1), profile_query, cfg, base)
+        except (ValueError, TooBusy, WorkTimeout, WorkerLost):
+            pass
+        else:
+            url = "/?" + query
+            _PROFILES[key] = query
+            while len(_PROFILES) > 64:
+                _PROFILES.popitem(last=False)
+    if request.headers.get("hx-request") == "true" and request.headers.get("hx-history-restore-request") != "true":
+        return Response(status_code=200, headers={"HX-Redirect": url})
+    return RedirectResponse(url, status_code=303)
+
+
+#: the largest GPU budget a training profile tries (app.core.engines.megatron.BUDGETS)
+PROFILE_MAX_GPUS = 8192
 SEARCH_TOP = 10
 
 
 @router.get("/fragment/search", response_class=HTMLResponse)
 async def search_fragment(request: Request, store: Store) -> Response:
-    """The GPU budget search on the page: ranked configurations for ``gpus``, each a link to the
-    plan URL that loads it - the same :func:`app.core.reports.search_report` as ``isplan search``
-    and ``/api/v1/search``, with the same defences: the work budget, the worker pool with its
-    deadline, cancellation when the client goes away and the per-client gate. A problem or a
-    refusal is a message in the block (the page draws it in place): 200 for a problem with the
-    search, 422 over the work budget, 429 / 503 when the server is busy."""
-    plan, problems = page_plan(request)
+    """The GPU budget search on the page: ranked configurations for ``budget`` GPUs on the plan on
+    screen, each a link to the plan URL that loads it - the same
+    :func:`app.core.reports.search_report` as ``isplan search`` and ``/api/v1/search``, with the
+    same defences: the work budget, the worker pool with its deadline, cancellation when the client
+    goes away and the per-client gate. A problem or a refusal is a message in the block (the page
+    draws it in place): 200 for a problem with the search, 422 over the work budget, 429 / 503 when
+    the server is busy."""
+    plan, problems, _ = page_plan(request, route_keys=ROUTE_KEYS["/fragment/search"])
+    budget = request.query_params.get("budget") or request.query_params.get("gpus")
     error, rows, status = None, [], 200
+    if budget:
+        plan, more = plan_from_query({**dict(parse_qsl(plan.query())), "gpus": budget})
+        problems = [p for p in problems if p.field != "gpus"] + more
+    problems = [p for p in problems if p.field in TABLE]
     if problems:
         error = "; ".join(p.message for p in problems)
     elif plan.gpus is None:
@@ -254,13 +419,52 @@ async def search_fragment(request: Request, store: Store) -> Response:
     return HTMLResponse(html, status_code=status, headers={"Retry-After": "2"} if status in (429, 503) else None)
 
 
+def schedule_html(plan: Plan, problems: tuple[FieldProblem, ...], raw: tuple[tuple[str, str], ...],
+                  configs: tuple[ModelConfig, ...]) -> bytes:
+    """The schedule block's HTML (in a request thread or the worker pool)."""
+    from app.web.figures import timeline_figure
+
+    v = build_view(plan, list(problems), cast(BaseStore, _Configs(configs)), raw=dict(raw))
+    tl = v.ev.timeline() if v.ev.time and "unavailable" not in v.ev.time else {}
+    fig = timeline_figure(tl, v.ev.time) if tl else None
+    return templates().get_template("_schedule.html").render({"request": None, "fig": fig, "v": v}).encode()
+
+
+@router.get("/fragment/schedule", response_class=HTMLResponse)
+async def schedule_fragment(request: Request, store: Store) -> Response:
+    """The simulated pipeline schedule of the plan (``Evaluation.timeline()``: every micro-batch's
+    forward and backward on every (pp rank, vp stage), real durations), as a figure; htmx loads it
+    when the block scrolls into view, so a live update does not simulate it twice. The simulation
+    is bounded by the time model's own event caps; a huge plan renders in the worker pool."""
+    plan, problems, raw = page_plan(request)
+    configs = await _uploaded(store, [plan.model])
+    units = plan_units(plan, _shown_config(plan.model, configs))
+    args = (plan, tuple(problems), tuple(raw.items()), configs)
+    if units <= INLINE_UNITS:
+        body = await run_in_threadpool(schedule_html, *args)
+    else:
+        body = await in_process_or_pool(request, units, schedule_html, *args)
+    return HTMLResponse(body)
+
+
+@router.get("/about", response_class=HTMLResponse)
+def about_page(request: Request) -> HTMLResponse:
+    """What isplan is, its sources and versions, as a page (the JSON stays at ``/api/v1/about``)."""
+    html = templates().get_template("about.html").render(
+        {"request": request, "version": __version__, "vendor": vendor(), **assets()})
+    return HTMLResponse(html)
+
+
 @router.get("/receipt")
 async def receipt_download(request: Request, store: Store) -> Response:
-    plan, problems = page_plan(request)
+    plan, problems, _ = page_plan(request)
     if problems:
         from app.web.deps import BadInput
 
         raise BadInput(problems[0].message, problems[0].field)
+    # a receipt records the plan as judged: settings its layout mode does not use are left out, so
+    # verify (which parses the recorded query strictly) reads it back
+    plan = replace(plan, **{n: NEUTRAL_VALUES[n] for n in plan_ignored(plan)})
     cfg = await model_for(plan.model, store)
     body = await in_process_or_pool(request, plan_units(plan, cfg), report_body, reports.receipt_report, plan, cfg)
     return Response(json.dumps(body, indent=2), media_type="application/json",

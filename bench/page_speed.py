@@ -1,0 +1,116 @@
+"""The page fragment against the server's floor, side by side in one run (issue 17 item 4).
+
+The real server (``uvicorn app.main:app`` through :class:`tests.browser_support.AppServer`, one
+process, loopback only) answers, on one keep-alive connection and interleaved request by request,
+``GET /healthz`` (the floor: routing, middleware, one JSON answer) and ``GET /fragment?<plan>``
+(what htmx asks after every edit: parse, evaluate, render the results with the summary and the
+settings form out of band) for the GLM-5.2 slime profile, cycling through valid and invalid splits
+(``bench.load.LOAD_SPLITS``, so no cache keyed on the layout hides the work). ``X-Isplan-History:
+replace`` is sent as the page sends it. Target: fragment p50 <= 5 x healthz p50.
+
+Also reported: the fragment's server time in process (no HTTP), split into the evaluation and the
+view (``build_view``) and the template render.
+"""
+
+from __future__ import annotations
+
+import http.client
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import ms, percentiles, save
+from bench.live_update import BASE
+from bench.load import LOAD_SPLITS
+from tests.browser_support import AppServer  # the one way the project starts a real server
+
+ROUNDS = 400
+TARGET_RATIO = 5.0
+
+
+def _get(conn: http.client.HTTPConnection, path: str, headers: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    conn.request("GET", path, headers=headers)
+    resp = conn.getresponse()
+    resp.read()
+    if resp.status != 200:
+        raise RuntimeError(f"GET {path[:80]} answered {resp.status}")
+    return time.perf_counter() - t0
+
+
+def page_query(split: str) -> str:
+    """The query the settings form sends for the benchmark's plan with ``split`` (canonical keys)."""
+    from urllib.parse import parse_qsl
+
+    from app.core.plan import plan_from_query
+
+    plan, _ = plan_from_query(dict(parse_qsl(f"{BASE}&split={split}")))
+    return plan.query() + "&mode=split"
+
+
+def over_http(rounds: int) -> dict:
+    with AppServer(Path(tempfile.mkdtemp(prefix="isplan-bench-page-"))) as srv:
+        assert srv.port is not None
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
+        # what the page sends after a boundary move: the canonical keys, the layout mode, and which form it shows
+        page = {"HX-Request": "true", "X-Isplan-History": "replace", "X-Isplan-Form": "split:clean",
+                "Accept-Encoding": "gzip"}
+        paths = [f"/fragment?{page_query(s)}" for s in LOAD_SPLITS]
+        for p in paths:  # warm up: imports, presets, caches of immutable work
+            _get(conn, p, page)
+            _get(conn, "/healthz", {})
+        health, fragment = [], []
+        for i in range(rounds):
+            health.append(_get(conn, "/healthz", {}))
+            fragment.append(_get(conn, paths[i % len(paths)], page))
+        conn.close()
+    return {"healthz": percentiles(health), "fragment": percentiles(fragment)}
+
+
+def in_process(rounds: int) -> dict:
+    from urllib.parse import parse_qsl
+
+    from starlette.requests import Request
+
+    from app.core.engines.slime import SLIME_GLM52_PROFILE
+    from app.core.plan import plan_from_query
+    from app.web.app import create_app
+    from app.web.view import build_view
+
+    app = create_app()
+    state = app.state
+    template = state.templates.get_template("_fragment.html")
+    view_s, render_s = [], []
+    for i in range(rounds + 10):
+        q = f"{BASE}&split={LOAD_SPLITS[i % len(LOAD_SPLITS)]}"
+        request = Request({"type": "http", "method": "GET", "path": "/fragment", "query_string": q.encode(),
+                           "headers": [], "scheme": "http", "server": ("127.0.0.1", 80), "root_path": "", "app": app})
+        t0 = time.perf_counter()
+        plan, problems = plan_from_query(dict(parse_qsl(q)), empty=SLIME_GLM52_PROFILE)
+        view = build_view(plan, problems, state.store)
+        t1 = time.perf_counter()
+        template.render(state.page_context(request, view, compare=None, same_form=False))
+        t2 = time.perf_counter()
+        if i >= 10:
+            view_s.append(t1 - t0)
+            render_s.append(t2 - t1)
+    return {"evaluate_and_view_p50": statistics.median(view_s), "render_p50": statistics.median(render_s)}
+
+
+def main(rounds: int = ROUNDS) -> dict:
+    http_ = over_http(rounds)
+    local = in_process(rounds // 2)
+    ratio = http_["fragment"]["p50"] / http_["healthz"]["p50"]
+    result = {"rounds": rounds, **http_, "in_process": local, "fragment_over_healthz_p50": ratio,
+              "target_ratio": TARGET_RATIO, "meets_target": ratio <= TARGET_RATIO}
+    save("page_speed", result)
+    h, f = http_["healthz"], http_["fragment"]
+    print(f"page_speed ({rounds} rounds, interleaved, one connection): /healthz p50 {ms(h['p50'])} p99 {ms(h['p99'])} | "
+          f"/fragment p50 {ms(f['p50'])} p99 {ms(f['p99'])} | ratio {ratio:.1f}x (target <= {TARGET_RATIO:.0f}x) | "
+          f"in process: evaluate + view {ms(local['evaluate_and_view_p50'])}, render {ms(local['render_p50'])}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
