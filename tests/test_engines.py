@@ -69,22 +69,28 @@ def test_role_rules_are_one_per_distinct_reading():
 
 
 # ----------------------------------------------------------------------------- no branch on a name
-_BRANCH = re.compile(r"""(==|!=|\bin|\bis)\s*\(?\s*["'](megatron|slime|hf|vllm|sglang|maxtext)["']""")
+_BRANCH = re.compile(r"""(={2,3}|!={1,2}|\bin|\bis)\s*[\(\[]?\s*["'](megatron|slime|hf|vllm|sglang|maxtext)["']""")
 
 
-def _python_outside_engines() -> list[Path]:
-    return [p for p in (REPO / "app").rglob("*.py") if "engines" not in p.relative_to(REPO / "app").parts]
+def _outside_engines() -> list[Path]:
+    """The Python outside ``app/core/engines/``, the page's templates and our own JavaScript."""
+    python = [p for p in (REPO / "app").rglob("*.py") if "engines" not in p.relative_to(REPO / "app").parts]
+    page = sorted((REPO / "templates").rglob("*.html")) + sorted(p for p in (REPO / "static").glob("*.js"))
+    return python + page
 
 
 def test_nothing_outside_engines_branches_on_an_engines_name():
     hits = []
-    for path in _python_outside_engines():
+    paths = _outside_engines()
+    assert any(p.suffix == ".html" for p in paths) and any(p.suffix == ".js" for p in paths)
+    for path in paths:
         for k, line in enumerate(path.read_text().splitlines(), start=1):
-            if _BRANCH.search(line.split("#")[0]):
+            if _BRANCH.search(line.split("#")[0] if path.suffix == ".py" else line):
                 hits.append(f"{path.relative_to(REPO)}:{k}: {line.strip()}")
     assert not hits, "\n".join(hits)
 
 
 def test_the_scan_would_see_a_branch():
     assert _BRANCH.search('if plan.engine == "vllm":') and _BRANCH.search("x in ('sglang', 'vllm')")
+    assert _BRANCH.search("{% if v.plan.engine in ['vllm', 'sglang'] %}") and _BRANCH.search("if (e === 'maxtext')")
     assert not _BRANCH.search('ENGINES = ("megatron", "slime")') and not _BRANCH.search('engine="maxtext"')
