@@ -100,6 +100,14 @@ def test_objective_time_picks_the_fastest_simulated_layout_among_those_it_lists(
             start += size
 
 
+def test_objective_time_on_a_plan_it_cannot_time_says_why():
+    # ETP defaults to TP: ETP x EP x PP = 4 x 32 x 8 = 1024 GPUs does not divide TP x CP x PP x DP = 256
+    p = isplan("plan", "glm-5.2", "--pp", "8", "--tp", "4", "--cp", "8", "--ep", "32", "--dp", "1", "--sp",
+               "--cp-comm-type", "allgather", "--objective", "time")
+    assert p.returncode == 2
+    assert "ETP x EP x PP = 4 x 32 x 8 does not divide the world of 256 GPUs" in p.stderr
+
+
 def test_search_lists_go_plans_fastest_first_and_the_pareto_frontier_is_not_dominated():
     p = isplan("search", "glm-5.2", "--gpus", "128", "--seq-length", "4096", "--top", "6", "--pareto",
                "--format", "json")

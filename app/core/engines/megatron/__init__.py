@@ -385,10 +385,12 @@ class MegatronEngine(Engine):
         if interleave_error(pp, vpp, not plan.no_overlap_p2p_communication, "--vpp") is not None:
             return {"best": None, "alternatives": [], "valid_layout_count": 0}, []
         roles = self.check_roles(cfg, plan)
-        costs = time_layer_costs(cfg, plan, roles) if objective == "time" else None
-        if objective == "time" and costs is None:
-            raise ValueError("--objective time needs a plan the time model can time (a catalogue --gpu, valid "
-                             "parallel settings)")
+        costs = None
+        if objective == "time":
+            try:
+                costs = time_layer_costs(cfg, plan, roles)
+            except ValueError as exc:
+                raise ValueError(f"--objective time needs a plan the time model can time: {exc}") from exc
         wanted = max(top, TIME_CANDIDATES) if costs is not None else top
         body = plan_report(cfg, roles, pp=pp, vpp=vpp, objective=objective if costs is None else "balanced",
                            context=plan.seq_length or 4096, top=max(0, wanted - 1), mtp_layers=plan.mtp_layers or 0,

@@ -124,7 +124,8 @@ def hardware_of(plan: Plan) -> Any:
 def time_layer_costs(cfg: ModelConfig, plan: Plan, roles: RoleMap) -> Any:
     """Per-layer forward + backward seconds of one micro-batch under the plan's settings (the
     optimiser's ``--objective time``): what one layer adds to its stage, the embedding on the first
-    stage and the output layer (+ MTP) on the last; ``None`` when the time model cannot time it."""
+    stage and the output layer (+ MTP) on the last. A plan the time model cannot time (no catalogue
+    GPU, parallel settings that do not divide the world) is a ``ValueError`` naming why."""
     from app.core.engines.megatron import parallel_config
     from app.core.layout.stages import Stage
     from app.core.model.layer_costs import LayerCosts
@@ -142,8 +143,8 @@ def time_layer_costs(cfg: ModelConfig, plan: Plan, roles: RoleMap) -> Any:
         hw = hardware_of(plan)
         s, _ = time_settings(plan, shell, parallel_config(plan, shell))
         s.validate(cfg.num_attention_heads, cfg.n_routed_experts)
-    except (ValueError, TimeInputError):
-        return None
+    except (ValueError, TimeInputError) as exc:
+        raise ValueError(str(exc)) from exc
     gr = comm.groups(tp=s.tp, cp=s.cp, dp=s.dp, pp=s.pp, ep=s.ep, etp=s.etp_, domain=hw.nvlink_domain)
     ctx = OpContext(cfg, shapes(cfg), s, hw, efficiency_for(hw.generation), get_precision(s.precision), gr)
     singles = tuple(Stage(k - 1, 0, 0, k, k, 1) for k in range(1, n + 1))
