@@ -22,10 +22,6 @@ from app.settings import Settings, SettingsError
 DEFAULT_WORKERS = 2
 
 
-def default_workers() -> int:
-    """``ISPLAN_SERVER_WORKERS``, else :data:`DEFAULT_WORKERS`."""
-    return Settings.from_env(only=("server_workers",)).server_workers
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m app.serve", description=__doc__.split("\n\n")[0])

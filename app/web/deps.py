@@ -206,12 +206,6 @@ async def bounded(request: Request, cost: Cost, fn: Callable[..., Any], *args: A
     return value
 
 
-def bounded_from_thread(request: Request, cost: Cost, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-    """:func:`bounded` for a synchronous route (it runs in a worker thread of the event loop)."""
-    from anyio.from_thread import run
-
-    return run(partial(bounded, request, cost, fn, *args, **kw))
-
 
 # --------------------------------------------------------------------------- cost of one request
 

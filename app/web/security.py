@@ -425,10 +425,6 @@ def peer_key(client: tuple[str, int] | None) -> str:
     return str(addr.ipv4_mapped or addr) if isinstance(addr, ipaddress.IPv6Address) else str(addr)
 
 
-def open_connections(client: tuple[str, int] | None) -> int:
-    """Connections this process holds from ``client``'s peer key (for tests and monitoring)."""
-    return _PEERS.get(peer_key(client), 0)
-
 
 def _no_delay(transport: Any) -> None:
     """Send each response at once (``TCP_NODELAY``). asyncio sets it only on sockets whose

@@ -47,7 +47,6 @@ from urllib.parse import parse_qsl
 
 from app import settings as app_settings
 from app.core.optimise.optimiser import RANK_DP_MAX_DEPTH, RANK_DP_MAX_WORK
-from app.core.plan import bounds
 
 log = logging.getLogger("isplan.workers")
 
@@ -503,10 +502,6 @@ async def run_bounded(fn: Callable[..., Any], *args: Any, client: str, deadline:
     return await (pool or default_pool()).run(fn, *args, client=client, deadline=seconds,
                                               is_disconnected=is_disconnected)
 
-
-def bounds_summary() -> dict[str, int]:
-    """The count bounds and the work budget, for ``/api/v1/about`` or an error message."""
-    return {**bounds.COUNT_BOUNDS, "work_budget": WorkBudget.from_env().limit}
 
 
 # --------------------------------------------------------------------------- the per-client gate
