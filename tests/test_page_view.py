@@ -203,6 +203,8 @@ def test_an_uploaded_config_opens_a_plan_that_runs_and_can_be_downloaded(client)
     name = f"config-{hashlib.sha256(data).hexdigest()[:12]}.json"
     assert f"<code>isplan check {name} " in html
     assert client.get(f"/config/{model}").content == data
+    missing = client.get("/config/sha256:" + "0" * 64)
+    assert missing.status_code == 404 and missing.json()["errors"][0]["field"] == "model"
 
 
 def test_an_htmx_upload_refusal_is_the_error_line(client):

@@ -58,7 +58,9 @@ PUBLISHED_BUDGET = {"GET /api/v1/search": (40, 20)}
 PUBLISHED_DEFAULT = (220, 70)
 AUGMENTED_BUDGET = {"GET /api/v1/search": (20, 0), "POST /upload": (120, 0), "POST /launcher": (250, 0),
                     "POST /api/v1/verify": (250, 0), "GET /fragment": (250, 0), "GET /": (200, 0),
-                    "GET /docs": (1, 0), "GET /assets/plotly.min.js": (1, 0)}
+                    "GET /docs": (1, 0), "GET /profile": (25, 0),
+                    "GET /fragment/search": (15, 0), "GET /fragment/schedule": (60, 0), "GET /about": (2, 0),
+                    "GET /config/{model_id}": (10, 0)}
 AUGMENTED_DEFAULT = (190, 0)
 
 
@@ -317,16 +319,35 @@ def _augmented_schema(app: Any, uploaded: str) -> dict[str, Any]:
             "file": {"type": "string", "format": "binary"}, "query": {"type": "string", "maxLength": 80},
             "token": {"type": "string", "maxLength": 20}}}}}},
         "responses": {"200": html_ok, "303": {"description": "redirect to the page"}, "422": bad}}}
+    redirect = {"200": {"description": "an htmx redirect (HX-Redirect)"}, "303": {"description": "redirect to the page"}}
+    picks = [p for p in state if p["name"] in ("model", "engine", "gpu", "gpu_memory_gb")]
+    paths["/profile"] = {"get": {"operationId": "profile", "parameters": copy.deepcopy(picks), "responses": redirect}}
+    paths["/fragment/search"] = {"get": {"operationId": "search_fragment", "parameters": [
+        *copy.deepcopy(state),
+        {"name": "budget", "in": "query", "required": False,
+         "schema": _anything({"type": "integer", "minimum": 1, "maximum": 512}, {"enum": ["8", "64", "0", "x"]})},
+    ], "responses": {"200": html_ok, "422": bad, "429": bad, "503": bad}}}
+    paths["/fragment/schedule"] = {"get": {"operationId": "schedule_fragment", "parameters": copy.deepcopy(state),
+                                           "responses": {"200": html_ok}}}
+    paths["/about"] = {"get": {"operationId": "about_page", "responses": {"200": html_ok}}}
+    paths["/config/{model_id}"] = {"get": {"operationId": "config_download", "parameters": [
+        {"name": "model_id", "in": "path", "required": True,
+         "schema": _anything({"enum": [uploaded, "sha256:" + "0" * 64, "glm-5.2"]})}],
+        "responses": {"200": json_ok, "404": bad}}}
     static = {"200": {"description": "OK"}}
     paths["/docs"] = {"get": {"operationId": "docs", "responses": static}}
-    paths["/assets/plotly.min.js"] = {"get": {"operationId": "plotly_js", "responses": static}}
     return spec
 
 
 def test_schema_with_request_parameters_declared(app_store):
-    """The operations and parameters the published schema leaves out, fuzzed the same way."""
+    """The operations and parameters the published schema leaves out, fuzzed the same way: every
+    route the app serves (a new page route cannot be left out)."""
     app, uploaded = app_store
     raw = _augmented_schema(app, uploaded)
+    served = {(m, r.path) for r in app.routes for m in getattr(r, "methods", None) or () if m not in ("HEAD",)}
+    served = {(m, p) for m, p in served if p not in ("/openapi.json", "/healthz") and not p.startswith("/static")}
+    fuzzed = {(m.upper(), p) for p, item in raw["paths"].items() for m in item}
+    assert served <= fuzzed, sorted(served - fuzzed)
     schema = schemathesis.openapi.from_dict(raw)
     t0 = time.perf_counter()
     run = _exercise(schema, app, AUGMENTED_BUDGET, AUGMENTED_DEFAULT)

@@ -36,7 +36,7 @@ from app.core.engines import ENGINES
 from app.core.launcher import LauncherImportError, import_launcher
 from app.core.model.config import MAX_CONFIG_BYTES, ConfigError
 from app.core.plan import FieldProblem, Plan, plan_from_query
-from app.web.deps import Store, bounded, client_of, launcher_cost
+from app.web.deps import SafeJSONResponse, Store, bounded, client_of, launcher_cost
 from app.web.routers.pages import render_page
 from app.web.store import BaseStore, QuotaExceeded, StoreUnavailable, UploadForbidden, check_token
 from app.web.view import config_file_name, resolve_model
@@ -202,7 +202,8 @@ async def launcher(request: Request, store: Store) -> Response:
 def config_download(model_id: str, store: Store) -> Response:
     """The bytes of an uploaded config (``sha256:<hex>``), as the file the page's CLI line reads."""
     data = store.data(model_id)
-    if data is None:
-        return Response("unknown config: upload it first", status_code=404, media_type="text/plain")
+    if data is None:   # isplan's error shape, as every 4xx
+        return SafeJSONResponse(status_code=404, content={"valid": False, "errors": [
+            {"code": "not_found", "message": f"unknown config {model_id[:80]!r}: upload it first", "field": "model"}]})
     return Response(data, media_type="application/json",
                     headers={"Content-Disposition": f'attachment; filename="{config_file_name(model_id)}"'})
