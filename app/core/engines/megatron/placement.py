@@ -103,14 +103,9 @@ def _positive(value: int | None, flag: str, errors: list[PlanError], minimum: in
     return True
 
 
-def materialise(spec: PipelineSpec, num_layers: int, default_mtp: int = 0) -> StagePlan:
-    """Build the stages Megatron would build for ``spec`` over ``num_layers`` decoder layers.
-
-    Never raises for rule violations: they are returned as ``errors`` (and ``stages`` is empty
-    when no placement exists). Raises :class:`LayoutInputError` only for unparsable input.
-    """
-    n_mtp = spec.mtp_layers if spec.mtp_layers is not None else default_mtp
-    errors: list[PlanError] = []
+def _refuse_out_of_range(spec: PipelineSpec, n_mtp: int) -> None:
+    """Input that is no pipeline at all (raises :class:`LayoutInputError`, exit code 2): a negative
+    MTP count, a PP / VPP / layers-per-virtual-stage below 1, a PP or VPP over isplan's bounds."""
     if n_mtp < 0:
         raise LayoutInputError(f"{MTP_FLAG} cannot be negative, got {n_mtp}")
     for value, flag in ((spec.pp, PP_FLAG), (spec.vpp, VPP_FLAG), (spec.layers_per_vstage, LPVS_FLAG)):
@@ -121,219 +116,261 @@ def materialise(spec: PipelineSpec, num_layers: int, default_mtp: int = 0) -> St
     if spec.vpp is not None and spec.vpp > MAX_VPP:
         raise LayoutInputError(f"{VPP_FLAG} {spec.vpp} is over the limit of {MAX_VPP}")
 
-    def plan(pp: int, vpp: int, stages: tuple[Stage, ...]) -> StagePlan:
-        return StagePlan(pp, vpp, num_layers, n_mtp, stages, tuple(errors), spec)
 
-    # ---- explicit sizes --------------------------------------------------------------------
+def materialise(spec: PipelineSpec, num_layers: int, default_mtp: int = 0) -> StagePlan:
+    """Build the stages Megatron would build for ``spec`` over ``num_layers`` decoder layers.
+
+    One placement rule per way of describing the pipeline: explicit sizes (:func:`_from_split`),
+    a layout string (:func:`_from_layout`) or Megatron's flags (:func:`_from_flags`). Never raises
+    for rule violations: they are returned as ``errors`` (and ``stages`` is empty when no placement
+    exists). Raises :class:`LayoutInputError` only for unparsable input.
+    """
+    n_mtp = spec.mtp_layers if spec.mtp_layers is not None else default_mtp
+    _refuse_out_of_range(spec, n_mtp)
+    errors: list[PlanError] = []
     if spec.split is not None:
-        sizes = list(spec.split)
-        split_vpp = spec.vpp or 1
-        if len(sizes) % split_vpp != 0:
-            raise LayoutInputError(
-                f"--split has {len(sizes)} entries, which does not divide by --vpp {split_vpp}; "
-                "give PP x VPP sizes in vp-major order"
-            )
-        pp = len(sizes) // split_vpp
-        if spec.pp is not None and spec.pp != pp:
-            raise LayoutInputError(
-                f"--split has {len(sizes)} entries = PP {pp} x VPP {split_vpp}, but --pp is {spec.pp}"
-            )
-        if (e := interleave_error(pp, split_vpp, spec.overlap_p2p, "--vpp")) is not None:
-            errors.append(e)
-        total = sum(sizes)
-        if total != num_layers:
-            errors.append(
-                PlanError(
-                    "layer_sum",
-                    f"stage sizes sum to {total}, but the model has {num_layers} decoder layers "
-                    "(num_hidden_layers); every layer must be placed exactly once",
-                    "--split",
-                )
-            )
-        return plan(pp, split_vpp, _assemble(pp, split_vpp, sizes, n_mtp))
+        pp, vpp, stages = _from_split(spec, num_layers, n_mtp, errors)
+    elif spec.layout is not None:
+        pp, vpp, stages = _from_layout(spec, num_layers, n_mtp, errors)
+    else:
+        pp, vpp, stages = _from_flags(spec, num_layers, n_mtp, errors)
+    return StagePlan(pp, vpp, num_layers, n_mtp, stages, tuple(errors), spec)
 
+
+_Placed = tuple[int, int, tuple[Stage, ...]]  # (PP, VPP, stages; empty when no placement exists)
+
+
+def _from_split(spec: PipelineSpec, n: int, n_mtp: int, errors: list[PlanError]) -> _Placed:
+    """Explicit vp-major stage sizes (isplan's own form, emitted as a layout string): PP x VPP
+    entries that place every decoder layer once; interleaving follows ``validate_args``
+    (``megatron/training/arguments.py``)."""
+    sizes = list(spec.split or ())
+    split_vpp = spec.vpp or 1
+    if len(sizes) % split_vpp != 0:
+        raise LayoutInputError(
+            f"--split has {len(sizes)} entries, which does not divide by --vpp {split_vpp}; "
+            "give PP x VPP sizes in vp-major order"
+        )
+    pp = len(sizes) // split_vpp
+    if spec.pp is not None and spec.pp != pp:
+        raise LayoutInputError(f"--split has {len(sizes)} entries = PP {pp} x VPP {split_vpp}, but --pp is {spec.pp}")
+    if (e := interleave_error(pp, split_vpp, spec.overlap_p2p, "--vpp")) is not None:
+        errors.append(e)
+    total = sum(sizes)
+    if total != n:
+        errors.append(PlanError("layer_sum", f"stage sizes sum to {total}, but the model has {n} decoder layers "
+                                "(num_hidden_layers); every layer must be placed exactly once", "--split"))
+    return pp, split_vpp, _assemble(pp, split_vpp, sizes, n_mtp)
+
+
+def _layout_conflict(spec: PipelineSpec) -> PlanError | None:
+    """A layout beside any other shaping flag: ``validate_args`` allows at most one of LPVS / VPP /
+    layout (even VPP 1), and ``TransformerConfig.__post_init__``
+    (``megatron/core/transformer/transformer_config.py``) refuses first/last and account_for_* with it."""
+    conflicts = [
+        f for f, on in ((VPP_FLAG, spec.vpp is not None), (LPVS_FLAG, spec.layers_per_vstage is not None),
+                        (FIRST_FLAG, spec.first is not None), (LAST_FLAG, spec.last is not None),
+                        (EMB_FLAG, spec.account_for_embedding), (LOSS_FLAG, spec.account_for_loss)) if on
+    ]
+    if not conflicts:
+        return None
+    return PlanError("layout_conflict",
+                     f"{LAYOUT_FLAG} cannot be combined with {', '.join(conflicts)}; drop them "
+                     "(the layout already says where every layer goes and how many virtual stages "
+                     "there are)", LAYOUT_FLAG)
+
+
+def _from_layout(spec: PipelineSpec, n: int, n_mtp: int, errors: list[PlanError]) -> _Placed:
+    """A ``--pipeline-model-parallel-layout`` string: parsed and checked by
+    ``megatron/core/transformer/pipeline_parallel_layer_layout.py`` (:mod:`app.core.layout.pipeline_layout`);
+    each stage holds exactly its tokens (E, t, m, L), so the embedding, loss and MTP sit where written."""
     pp = spec.pp or 1
-    n = num_layers
+    if (conflict := _layout_conflict(spec)) is not None:
+        errors.append(conflict)
+    try:
+        token_stages = parse_layout(spec.layout or "")
+    except LayoutSyntaxError as exc:
+        raise LayoutInputError(str(exc)) from None
+    detected, issues = check_layout(token_stages, pp, n, n_mtp, None)
+    errors.extend(PlanError(i.code, i.message, i.flag) for i in issues)
+    if detected is None:
+        return pp, 1, ()
+    if (e := interleave_error(pp, detected, spec.overlap_p2p, LAYOUT_FLAG)) is not None:
+        errors.append(e)
+    stages = []
+    nxt = 1
+    for i, toks in enumerate(token_stages):
+        size = toks.count("t")
+        stages.append(Stage(i, i % pp, i // pp, nxt if size else None, nxt + size - 1 if size else None,
+                            size, embedding="E" in toks, loss="L" in toks, mtp_layers=toks.count("m")))
+        nxt += size
+    return pp, detected, tuple(stages)
 
-    # ---- layout string ---------------------------------------------------------------------
-    if spec.layout is not None:
-        # validate_args: at most one of LPVS / VPP / layout (even VPP 1); TransformerConfig: the
-        # layout excludes first/last and account_for_*
-        conflicts = [
-            f for f, on in ((VPP_FLAG, spec.vpp is not None), (LPVS_FLAG, spec.layers_per_vstage is not None),
-                            (FIRST_FLAG, spec.first is not None), (LAST_FLAG, spec.last is not None),
-                            (EMB_FLAG, spec.account_for_embedding), (LOSS_FLAG, spec.account_for_loss)) if on
-        ]
-        if conflicts:
-            errors.append(
-                PlanError("layout_conflict",
-                          f"{LAYOUT_FLAG} cannot be combined with {', '.join(conflicts)}; drop them "
-                          "(the layout already says where every layer goes and how many virtual stages "
-                          "there are)", LAYOUT_FLAG)
-            )
-        try:
-            token_stages = parse_layout(spec.layout)
-        except LayoutSyntaxError as exc:
-            raise LayoutInputError(str(exc)) from None
-        detected, issues = check_layout(token_stages, pp, n, n_mtp, None)
-        errors.extend(PlanError(i.code, i.message, i.flag) for i in issues)
-        if detected is None:
-            return plan(pp, 1, ())
-        if (e := interleave_error(pp, detected, spec.overlap_p2p, LAYOUT_FLAG)) is not None:
-            errors.append(e)
-        stages = []
-        nxt = 1
-        for i, toks in enumerate(token_stages):
-            size = toks.count("t")
-            stages.append(
-                Stage(i, i % pp, i // pp, nxt if size else None, nxt + size - 1 if size else None,
-                      size, embedding="E" in toks, loss="L" in toks, mtp_layers=toks.count("m"))
-            )
-            nxt += size
-        return plan(pp, detected, tuple(stages))
 
-    # ---- Megatron flags --------------------------------------------------------------------
-    first, last = spec.first, spec.last
-    uneven = first is not None or last is not None
+def _from_flags(spec: PipelineSpec, n: int, n_mtp: int, errors: list[PlanError]) -> _Placed:
+    """Megatron's pipeline flags: the VPP (given, or derived from ``--num-layers-per-virtual-pipeline-stage``
+    by ``validate_args``), then one of three splits - uneven first/last (:func:`_uneven_sizes`),
+    account_for_* (:func:`_account_sizes`) or even (:func:`_even_sizes`) - as
+    ``transformer_block.py: get_num_layers_to_build`` builds them."""
+    pp = spec.pp or 1
     vpp = spec.vpp
     if spec.layers_per_vstage is not None:
         derived = _vpp_from_layers_per_vstage(spec, n, pp, errors)
         if derived is None:
-            return plan(pp, 1, ())
+            return pp, 1, ()
         vpp = derived
     v = vpp or 1
     vflag = LPVS_FLAG if spec.layers_per_vstage is not None else VPP_FLAG
     if (e := interleave_error(pp, v, spec.overlap_p2p, vflag, spec.layers_per_vstage)) is not None:
         errors.append(e)
+    if spec.first is not None or spec.last is not None:
+        sizes = _uneven_sizes(spec, n, pp, v, vflag, errors)
+    elif spec.account_for_embedding or spec.account_for_loss:
+        sizes = _account_sizes(spec, n, pp, v, vflag, errors)
+    else:
+        sizes = _even_sizes(n, pp, v, vflag, errors)
+    return pp, v, (() if sizes is None else _assemble(pp, v, sizes, n_mtp))
 
-    if uneven:
-        if spec.account_for_embedding or spec.account_for_loss:
-            errors.append(
-                PlanError("uneven_with_account",
-                          f"{FIRST_FLAG} / {LAST_FLAG} cannot be set together with {EMB_FLAG} / {LOSS_FLAG}; "
-                          "keep one way of shaping the edge stages", FIRST_FLAG if first is not None else LAST_FLAG)
-            )
-            return plan(pp, v, ())
-        ok = _positive(first, FIRST_FLAG, errors) & _positive(last, LAST_FLAG, errors)
-        if not ok:
-            return plan(pp, v, ())
-        if pp == 1 and first is not None and last is not None:
-            # TransformerConfig counts -1 middle ranks (no error unless N - first - last is 0) and
-            # get_num_layers_to_build gives the only rank the last stage's count: the model is
-            # whole only when that is every layer
-            if last != n or first + last == n:
-                errors.append(PlanError("uneven_needs_pp",
-                                        f"{FIRST_FLAG} {first} and {LAST_FLAG} {last} with {PP_FLAG} 1: Megatron "
-                                        f"builds {LAST_FLAG} layers on the only rank, not the model's {n}; "
-                                        f"drop {FIRST_FLAG} / {LAST_FLAG} or raise PP", PP_FLAG))
-                return plan(pp, v, ())
-            return plan(pp, v, _assemble(pp, v, [n], n_mtp))
-        for value, flag, where in ((first, FIRST_FLAG, "first"), (last, LAST_FLAG, "last")):
-            if value is not None and value % v != 0:
-                errors.append(
-                    PlanError("edge_vpp_divisibility",
-                              f"{flag} {value} (layers at the {where} stage) must be divisible by {vflag} {v}", flag)
-                )
-        middle_stages = pp - (first is not None) - (last is not None)
-        remaining = n - (first or 0) - (last or 0)
-        if remaining < 0:
-            errors.append(
-                PlanError("edges_exceed_layers",
-                          f"{FIRST_FLAG} {first or 0} + {LAST_FLAG} {last or 0} = {(first or 0) + (last or 0)} "
-                          f"exceeds the model's {n} decoder layers",
-                          FIRST_FLAG if first is not None else LAST_FLAG)
-            )
-            return plan(pp, v, ())
-        if bool(remaining) != bool(middle_stages):
-            errors.append(
-                PlanError("middle_mismatch",
-                          f"Mismatch: {remaining} middle layers remaining but {middle_stages} middle PP stages "
-                          f"available; adjust {FIRST_FLAG} / {LAST_FLAG} or {PP_FLAG}", PP_FLAG)
-            )
-            return plan(pp, v, ())
-        if pp == 2 and v > 1 and first is not None and last is not None:
-            errors.append(
-                PlanError("vpp_edges_no_middle",
-                          f"{PP_FLAG} 2 with {vflag} {spec.layers_per_vstage or v} and both {FIRST_FLAG} and "
-                          f"{LAST_FLAG} leaves no middle rank, and Megatron's get_transformer_layer_offset "
-                          f"divides by the middle rank count (ZeroDivisionError on rank 1); give only one of "
-                          f"{FIRST_FLAG} / {LAST_FLAG} (the other rank gets the rest) or a {LAYOUT_FLAG}",
-                          LAST_FLAG)
-            )
-            return plan(pp, v, ())
-        mid = 0
-        if middle_stages:
-            if remaining % middle_stages != 0:
-                near = _nearest_divisible_hint(n, pp, first, last)
-                errors.append(
-                    PlanError("middle_divisibility",
-                              f"middle layers ({remaining}) must be divisible by the {middle_stages} middle "
-                              f"pipeline stages{near}", LAST_FLAG if last is not None else FIRST_FLAG)
-                )
-                return plan(pp, v, ())
-            mid = remaining // middle_stages
-            if mid % v != 0:
-                errors.append(
-                    PlanError("middle_vpp_divisibility",
-                              f"layers on each middle pipeline rank ({mid}) must be divisible by {vflag} {v}", vflag)
-                )
-        if any(e.code in ("edge_vpp_divisibility", "middle_vpp_divisibility") for e in errors):
-            return plan(pp, v, ())
-        rank_layers = [mid] * pp
-        if first is not None:
-            rank_layers[0] = first
-        if last is not None:
-            rank_layers[-1] = last
-        sizes = [rank_layers[r] // v for _ in range(v) for r in range(pp)]
-        return plan(pp, v, _assemble(pp, v, sizes, n_mtp))
 
+def _uneven_sizes(spec: PipelineSpec, n: int, pp: int, v: int, vflag: str, errors: list[PlanError]) -> list[int] | None:
+    """``--decoder-first/last-pipeline-num-layers``: rank 0 holds ``first``, the last rank ``last``,
+    each middle rank the rest shared evenly, every rank's count cut into ``v`` equal virtual
+    chunks (``transformer_block.py: get_num_layers_to_build``; the rules of
+    ``transformer_config.py: __post_init__``). ``None`` (errors appended) when Megatron refuses."""
+    first, last = spec.first, spec.last
     if spec.account_for_embedding or spec.account_for_loss:
-        slots = n + int(spec.account_for_embedding) + int(spec.account_for_loss)
-        if slots % pp != 0:
-            errors.append(
-                PlanError("account_divisibility",
-                          f"num_layers {n} plus the embedding/loss slots = {slots} must be divisible by {PP_FLAG} {pp}",
-                          EMB_FLAG if spec.account_for_embedding else LOSS_FLAG)
-            )
-            return plan(pp, v, ())
-        per_rank = slots // pp
-        if per_rank % v != 0:
-            errors.append(
-                PlanError("account_vpp_divisibility",
-                          f"layers per pipeline rank ({per_rank}, counting the embedding/loss slots) must be "
-                          f"divisible by {vflag} {v}", vflag)
-            )
-            return plan(pp, v, ())
-        chunk = per_rank // v
-        sizes = [chunk] * (pp * v)
-        if spec.account_for_embedding:
-            sizes[0] -= 1
-        if spec.account_for_loss:
-            sizes[-1] -= 1
-        if sizes[0] < 0 or sizes[-1] < 0:
-            errors.append(
-                PlanError("account_empty_stage",
-                          "Not enough layers in the first/last virtual pipeline stage for the embedding/loss slot",
-                          EMB_FLAG if sizes[0] < 0 else LOSS_FLAG)
-            )
-            return plan(pp, v, ())
-        return plan(pp, v, _assemble(pp, v, sizes, n_mtp))
-
-    if n % pp != 0:
         errors.append(
-            PlanError("even_divisibility",
-                      f"num_layers {n} must be divisible by {PP_FLAG} {pp}; set {FIRST_FLAG} / {LAST_FLAG} "
-                      f"or {LAYOUT_FLAG} for an uneven split", PP_FLAG)
+            PlanError("uneven_with_account",
+                      f"{FIRST_FLAG} / {LAST_FLAG} cannot be set together with {EMB_FLAG} / {LOSS_FLAG}; "
+                      "keep one way of shaping the edge stages", FIRST_FLAG if first is not None else LAST_FLAG)
         )
-        return plan(pp, v, ())
+        return None
+    if not (_positive(first, FIRST_FLAG, errors) & _positive(last, LAST_FLAG, errors)):
+        return None
+    if pp == 1 and first is not None and last is not None:
+        return _one_rank_with_edges(first, last, n, errors)
+    for value, flag, where in ((first, FIRST_FLAG, "first"), (last, LAST_FLAG, "last")):
+        if value is not None and value % v != 0:
+            errors.append(PlanError("edge_vpp_divisibility", f"{flag} {value} (layers at the {where} stage) must "
+                                    f"be divisible by {vflag} {v}", flag))
+    mid = _middle_rank_layers(spec, n, pp, v, vflag, errors)
+    if mid is None or any(e.code in ("edge_vpp_divisibility", "middle_vpp_divisibility") for e in errors):
+        return None
+    rank_layers = [mid] * pp
+    if first is not None:
+        rank_layers[0] = first
+    if last is not None:
+        rank_layers[-1] = last
+    return [rank_layers[r] // v for _ in range(v) for r in range(pp)]
+
+
+def _one_rank_with_edges(first: int, last: int, n: int, errors: list[PlanError]) -> list[int] | None:
+    """PP 1 with both first and last: ``TransformerConfig`` counts -1 middle ranks (no error unless
+    N - first - last is 0) and ``get_num_layers_to_build`` gives the only rank the last stage's
+    count, so the model is whole only when that is every layer."""
+    if last != n or first + last == n:
+        errors.append(PlanError("uneven_needs_pp",
+                                f"{FIRST_FLAG} {first} and {LAST_FLAG} {last} with {PP_FLAG} 1: Megatron "
+                                f"builds {LAST_FLAG} layers on the only rank, not the model's {n}; "
+                                f"drop {FIRST_FLAG} / {LAST_FLAG} or raise PP", PP_FLAG))
+        return None
+    return [n]
+
+
+def _middle_refusal(spec: PipelineSpec, n: int, pp: int, v: int, vflag: str) -> PlanError | None:
+    """What ``transformer_config.py: __post_init__`` and ``transformer_layer.py:
+    get_transformer_layer_offset`` refuse about the middle ranks: edges over the model, "middle layers
+    remaining but no middle stages" (or the reverse), and PP 2 + VPP with both edges (a
+    ZeroDivisionError on rank 1: isplan refuses that form and never emits it)."""
+    first, last = spec.first, spec.last
+    middle_stages = pp - (first is not None) - (last is not None)
+    remaining = n - (first or 0) - (last or 0)
+    if remaining < 0:
+        return PlanError("edges_exceed_layers",
+                         f"{FIRST_FLAG} {first or 0} + {LAST_FLAG} {last or 0} = {(first or 0) + (last or 0)} "
+                         f"exceeds the model's {n} decoder layers", FIRST_FLAG if first is not None else LAST_FLAG)
+    if bool(remaining) != bool(middle_stages):
+        return PlanError("middle_mismatch",
+                         f"Mismatch: {remaining} middle layers remaining but {middle_stages} middle PP stages "
+                         f"available; adjust {FIRST_FLAG} / {LAST_FLAG} or {PP_FLAG}", PP_FLAG)
+    if pp == 2 and v > 1 and first is not None and last is not None:
+        return PlanError("vpp_edges_no_middle",
+                         f"{PP_FLAG} 2 with {vflag} {spec.layers_per_vstage or v} and both {FIRST_FLAG} and "
+                         f"{LAST_FLAG} leaves no middle rank, and Megatron's get_transformer_layer_offset "
+                         f"divides by the middle rank count (ZeroDivisionError on rank 1); give only one of "
+                         f"{FIRST_FLAG} / {LAST_FLAG} (the other rank gets the rest) or a {LAYOUT_FLAG}", LAST_FLAG)
+    return None
+
+
+def _middle_rank_layers(spec: PipelineSpec, n: int, pp: int, v: int, vflag: str,
+                        errors: list[PlanError]) -> int | None:
+    """Layers on each middle rank with first/last given (0 when there is none): the rest divided
+    by the middle ranks, which ``transformer_config.py: __post_init__`` requires to be whole and
+    divisible by VPP; ``None`` when refused (the VPP divisibility error is appended but the count
+    returned, so the caller sees every divisibility error at once)."""
+    if (refusal := _middle_refusal(spec, n, pp, v, vflag)) is not None:
+        errors.append(refusal)
+        return None
+    first, last = spec.first, spec.last
+    middle_stages = pp - (first is not None) - (last is not None)
+    if not middle_stages:
+        return 0
+    remaining = n - (first or 0) - (last or 0)
+    if remaining % middle_stages != 0:
+        near = _nearest_divisible_hint(n, pp, first, last)
+        errors.append(PlanError("middle_divisibility", f"middle layers ({remaining}) must be divisible by the "
+                                f"{middle_stages} middle pipeline stages{near}", LAST_FLAG if last is not None else FIRST_FLAG))
+        return None
+    mid = remaining // middle_stages
+    if mid % v != 0:
+        errors.append(PlanError("middle_vpp_divisibility",
+                                f"layers on each middle pipeline rank ({mid}) must be divisible by {vflag} {v}", vflag))
+    return mid
+
+
+def _account_sizes(spec: PipelineSpec, n: int, pp: int, v: int, vflag: str, errors: list[PlanError]) -> list[int] | None:
+    """``--account-for-embedding/loss-in-pipeline-split``: each adds one slot to N, the slots are
+    split evenly over the PP x VPP chunks and the first / last virtual stage gives its slot up
+    (``transformer_layer.py: get_transformer_layer_offset``, ``transformer_config.py: __post_init__``)."""
+    slots = n + int(spec.account_for_embedding) + int(spec.account_for_loss)
+    if slots % pp != 0:
+        errors.append(PlanError("account_divisibility",
+                                f"num_layers {n} plus the embedding/loss slots = {slots} must be divisible by {PP_FLAG} {pp}",
+                                EMB_FLAG if spec.account_for_embedding else LOSS_FLAG))
+        return None
+    per_rank = slots // pp
+    if per_rank % v != 0:
+        errors.append(PlanError("account_vpp_divisibility",
+                                f"layers per pipeline rank ({per_rank}, counting the embedding/loss slots) must be "
+                                f"divisible by {vflag} {v}", vflag))
+        return None
+    sizes = [per_rank // v] * (pp * v)
+    if spec.account_for_embedding:
+        sizes[0] -= 1
+    if spec.account_for_loss:
+        sizes[-1] -= 1
+    if sizes[0] < 0 or sizes[-1] < 0:
+        errors.append(PlanError("account_empty_stage",
+                                "Not enough layers in the first/last virtual pipeline stage for the embedding/loss slot",
+                                EMB_FLAG if sizes[0] < 0 else LOSS_FLAG))
+        return None
+    return sizes
+
+
+def _even_sizes(n: int, pp: int, v: int, vflag: str, errors: list[PlanError]) -> list[int] | None:
+    """No shaping flag: N / PP layers per rank, cut into VPP equal chunks, both whole
+    (``validate_args``, ``transformer_block.py: get_num_layers_to_build``)."""
+    if n % pp != 0:
+        errors.append(PlanError("even_divisibility",
+                                f"num_layers {n} must be divisible by {PP_FLAG} {pp}; set {FIRST_FLAG} / {LAST_FLAG} "
+                                f"or {LAYOUT_FLAG} for an uneven split", PP_FLAG))
+        return None
     per_rank = n // pp
     if per_rank % v != 0:
-        errors.append(
-            PlanError("vpp_divisibility",
-                      f"layers per pipeline rank ({per_rank}) must be divisible by {vflag} {v}", vflag)
-        )
-        return plan(pp, v, ())
-    return plan(pp, v, _assemble(pp, v, [per_rank // v] * (pp * v), n_mtp))
+        errors.append(PlanError("vpp_divisibility",
+                                f"layers per pipeline rank ({per_rank}) must be divisible by {vflag} {v}", vflag))
+        return None
+    return [per_rank // v] * (pp * v)
 
 
 def _vpp_from_layers_per_vstage(spec: PipelineSpec, n: int, pp: int, errors: list[PlanError]) -> int | None:
