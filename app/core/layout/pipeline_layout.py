@@ -128,79 +128,74 @@ def parse_layout(layout: str) -> list[list[str]]:
 def check_layout(
     stages: list[list[str]], pp: int, num_layers: int, mtp_layers: int, vpp: int | None
 ) -> tuple[int | None, list[LayoutIssue]]:
-    """Megatron's acceptance rules for a parsed layout; returns (detected VPP, issues)."""
-    issues: list[LayoutIssue] = []
+    """Megatron's acceptance rules for a parsed layout; returns (detected VPP, issues).
+
+    The stage count first (nothing else is judged when it does not divide by PP), then the
+    embedding / loss / decoder tokens and the MTP tokens, each rule in its own function."""
     if len(stages) % pp != 0:
-        issues.append(
-            LayoutIssue(
-                "layout_stage_count",
-                f"{FLAG} has {len(stages)} stages, which does not divide by "
-                f"--pipeline-model-parallel-size {pp}; give PP x VPP stages",
-            )
-        )
-        return None, issues
+        return None, [LayoutIssue("layout_stage_count", f"{FLAG} has {len(stages)} stages, which does not divide by "
+                                  f"--pipeline-model-parallel-size {pp}; give PP x VPP stages")]
     detected = len(stages) // pp
+    issues: list[LayoutIssue] = []
     if vpp is not None and vpp != detected:
-        issues.append(
-            LayoutIssue(
-                "layout_vpp_conflict",
-                f"--num-virtual-stages-per-pipeline-rank {vpp} conflicts with {FLAG}, "
-                f"which has {len(stages)} stages = PP {pp} x VPP {detected}",
-                "--num-virtual-stages-per-pipeline-rank",
-            )
-        )
+        issues.append(LayoutIssue("layout_vpp_conflict",
+                                  f"--num-virtual-stages-per-pipeline-rank {vpp} conflicts with {FLAG}, "
+                                  f"which has {len(stages)} stages = PP {pp} x VPP {detected}",
+                                  "--num-virtual-stages-per-pipeline-rank"))
     flat = [tok for stage in stages for tok in stage]
-    if not flat or flat[0] != "E":
-        issues.append(LayoutIssue("layout_embedding_first", f"{FLAG}: the first token must be E (embedding), got {flat[0] if flat else 'nothing'!r}"))
-    if not flat or flat[-1] != "L":
-        issues.append(LayoutIssue("layout_loss_last", f"{FLAG}: the last token must be L (loss), got {flat[-1] if flat else 'nothing'!r}"))
-    if flat.count("E") != 1:
-        issues.append(LayoutIssue("layout_embedding_count", f"{FLAG}: E (embedding) must appear exactly once, found {flat.count('E')}"))
-    if flat.count("L") != 1:
-        issues.append(LayoutIssue("layout_loss_count", f"{FLAG}: L (loss) must appear exactly once, found {flat.count('L')}"))
+    issues += _edge_token_issues(flat)
     n_t = flat.count("t")
     if n_t != num_layers:
-        issues.append(
-            LayoutIssue(
-                "layout_decoder_count",
-                f"{FLAG} has {n_t} decoder layers (t) but the model has {num_layers} (num_hidden_layers)",
-            )
-        )
+        issues.append(LayoutIssue("layout_decoder_count", f"{FLAG} has {n_t} decoder layers (t) but the model has "
+                                  f"{num_layers} (num_hidden_layers)"))
+    issues += _mtp_issues(stages, flat, pp, detected, mtp_layers)
+    return detected, issues
+
+
+def _edge_token_issues(flat: list[str]) -> list[LayoutIssue]:
+    """``validate_layer_layout``: exactly one ``E``, the first token; exactly one ``L``, the last."""
+    issues = []
+    if not flat or flat[0] != "E":
+        issues.append(LayoutIssue("layout_embedding_first",
+                                  f"{FLAG}: the first token must be E (embedding), got {flat[0] if flat else 'nothing'!r}"))
+    if not flat or flat[-1] != "L":
+        issues.append(LayoutIssue("layout_loss_last",
+                                  f"{FLAG}: the last token must be L (loss), got {flat[-1] if flat else 'nothing'!r}"))
+    if flat.count("E") != 1:
+        issues.append(LayoutIssue("layout_embedding_count",
+                                  f"{FLAG}: E (embedding) must appear exactly once, found {flat.count('E')}"))
+    if flat.count("L") != 1:
+        issues.append(LayoutIssue("layout_loss_count",
+                                  f"{FLAG}: L (loss) must appear exactly once, found {flat.count('L')}"))
+    return issues
+
+
+def _mtp_issues(stages: list[list[str]], flat: list[str], pp: int, vpp: int, mtp_layers: int) -> list[LayoutIssue]:
+    """``validate_layer_layout`` and ``TransformerConfig.__post_init__`` on ``m``: as many as
+    ``--mtp-num-layers``, after every ``t``, all in one virtual stage that is the last virtual stage
+    of its rank."""
+    issues = []
     n_m = flat.count("m")
     if n_m != mtp_layers:
-        issues.append(
-            LayoutIssue(
-                "layout_mtp_count",
-                f"{FLAG} has {n_m} MTP layers (m) but --mtp-num-layers is {mtp_layers}; "
-                + ("add 'm' to the last virtual stage of a rank" if n_m < mtp_layers else "remove the extra 'm'")
-                + " or set --mtp-num-layers to match",
-                "--mtp-num-layers",
-            )
-        )
-    if n_m:
-        first_m = flat.index("m")
-        if "t" in flat[first_m:]:
-            issues.append(LayoutIssue("layout_mtp_after_decoders", f"{FLAG}: decoder layers (t) must all come before MTP layers (m)"))
-        holders = [i for i, st in enumerate(stages) if "m" in st]
-        for i in holders:
-            rank, vp = i % pp, i // pp
-            if vp != detected - 1:
-                issues.append(
-                    LayoutIssue(
-                        "layout_mtp_not_last_vp",
-                        f"{FLAG}: MTP must sit in the last virtual stage of its rank; stage {i + 1} "
-                        f"(pp rank {rank}, vp stage {vp}) holds 'm'",
-                    )
-                )
-        if len(holders) > 1:
-            issues.append(
-                LayoutIssue(
-                    "layout_mtp_split",
-                    f"{FLAG}: all MTP layers must be in one virtual stage; found them in stages "
-                    + ", ".join(str(i + 1) for i in holders),
-                )
-            )
-    return detected, issues
+        issues.append(LayoutIssue(
+            "layout_mtp_count",
+            f"{FLAG} has {n_m} MTP layers (m) but --mtp-num-layers is {mtp_layers}; "
+            + ("add 'm' to the last virtual stage of a rank" if n_m < mtp_layers else "remove the extra 'm'")
+            + " or set --mtp-num-layers to match",
+            "--mtp-num-layers",
+        ))
+    if not n_m:
+        return issues
+    if "t" in flat[flat.index("m"):]:
+        issues.append(LayoutIssue("layout_mtp_after_decoders", f"{FLAG}: decoder layers (t) must all come before MTP layers (m)"))
+    holders = [i for i, st in enumerate(stages) if "m" in st]
+    issues += [LayoutIssue("layout_mtp_not_last_vp", f"{FLAG}: MTP must sit in the last virtual stage of its rank; "
+                           f"stage {i + 1} (pp rank {i % pp}, vp stage {i // pp}) holds 'm'")
+               for i in holders if i // pp != vpp - 1]
+    if len(holders) > 1:
+        issues.append(LayoutIssue("layout_mtp_split", f"{FLAG}: all MTP layers must be in one virtual stage; found "
+                                  "them in stages " + ", ".join(str(i + 1) for i in holders)))
+    return issues
 
 
 def _stage_text(tokens: list[str]) -> str:
