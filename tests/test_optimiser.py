@@ -356,6 +356,33 @@ def test_nearest_valid_matches_brute_force(case):
     assert res.moved == layers_moved(split, res.split)
 
 
+@st.composite
+def interleaved_splits(draw):
+    split, full = draw(splits_and_masks())
+    vpp = draw(st.sampled_from([v for v in (1, 2, 3) if len(split) % v == 0]))
+    return split, full, vpp
+
+
+@settings(max_examples=200, deadline=None)
+@given(interleaved_splits())
+def test_nearest_valid_reports_every_changed_start_like_brute_force(case):
+    """The whole answer against the brute force: split, 1-based starts, and one StartChange (with
+    the stage's pipeline rank ``j % PP`` and virtual stage ``j // PP``) per stage whose start moved."""
+    split, full, vpp = case
+    res = nearest_valid(split, full, vpp)
+    brute = brute_nearest(split, full)
+    if brute is None:
+        assert res is None
+        return
+    new = brute[2]
+    pp = len(split) // vpp
+    starts = [1 + sum(new[:j]) for j in range(len(new))]
+    old_starts = [1 + sum(split[:j]) for j in range(len(split))]
+    assert (res.moved, res.cut_shift, res.split, res.starts) == (brute[0], brute[1], new, starts)
+    assert [(c.stage, c.pp_rank, c.vp_stage, c.old_start, c.new_start) for c in res.changed] == [
+        (j, j % pp, j // pp, old_starts[j], starts[j]) for j in range(len(split)) if starts[j] != old_starts[j]]
+
+
 # --------------------------------------------------------------------------- bad input
 
 
