@@ -81,7 +81,8 @@ O(k * S) sub-space solves.
 
 *Nearest valid layout* (:func:`nearest_valid`): a layer *moves* when its stage index changes;
 their number is ``N - sum_j |old stage j & new stage j|``, which decomposes over consecutive
-cuts, so a DP over (stage, start on a full layer) minimises it exactly in O(S * W^2), tie-broken
+cuts, so a DP over (stage, start on a full layer) minimises it exactly in O(S * W^2) - the same
+recursion as the stage objective's tables (:class:`_Cuts`, one home for both) - tie-broken
 by the cut shift ``sum_j |new cut_j - old cut_j|`` and then the smallest split. The two counts
 agree while no layer moves by more than one stage; the cut shift over-counts otherwise
 (full layers 1, 4, 5 of 6: split 1,1,4 -> 3,1,2 moves 3 layers, cut shift 4).
@@ -292,125 +293,116 @@ def _layout(pb: _Problem, xs: Sequence[int], unit: str, exact: bool = True, note
     )
 
 
+# --------------------------------------------------------------------------- the cut recursion
+
+
+def _best_next(links, rest: list, join_max: bool, monotone: bool) -> tuple:
+    """One step of the recursion over stage starts on full layers: the least ``join(link, rest[y])``
+    over the next starts ``y`` that ``links`` yields as ``(y, link)`` pairs in increasing ``y``, and
+    the smallest ``y`` that reaches it (``(inf, None)`` when none does). ``join`` is ``max``
+    (``join_max``) or ``+``; both are never below the link, so with ``monotone`` links (a stage only
+    grows with ``y``) the scan stops once a link alone reaches the best value."""
+    best, best_y = _INF, None
+    for y, link in links:
+        if monotone and link >= best:
+            break
+        r = rest[y]
+        if r is _INF:
+            continue  # no layout of the later stages from y
+        v = (link if link > r else r) if join_max else link + r
+        if v < best:
+            best, best_y = v, y
+    return best, best_y
+
+
+class _Cuts:
+    """The one recursion over cuts (``x_j``: the full layer where stage ``j`` starts, in
+    ``[j, j + W - 1]``), shared by Balance's tables (least max stage cost ``G``, least sum of squared
+    stage costs ``H``) and Nearest valid's (least moved layers, then cut shift): ``T[S-1][x]`` is the
+    last stage's value and ``T[j][x]`` the :func:`_best_next` over its links; :meth:`path` walks the
+    table forward, taking the smallest next start that keeps the optimum (the smallest split)."""
+
+    def __init__(self, s: int, w: int, f: int, last, links, join_max: bool, monotone: bool):
+        self.s, self.w, self.links, self.join_max, self.monotone = s, w, links, join_max, monotone
+        table = [[_INF] * (f + 1) for _ in range(s)]
+        for x in range(s - 1, s - 1 + w):
+            table[s - 1][x] = last(x)
+        for j in range(s - 2, -1, -1):
+            rest, row = table[j + 1], table[j]
+            for x in range(j, j + w):
+                row[x] = _best_next(links(j, x), rest, join_max, monotone)[0]
+        self.table = table
+
+    def step(self, j: int, x: int, excluded: frozenset[int] = frozenset()) -> tuple:
+        """``(value, y)`` of stage ``j`` starting at ``x`` with its next start not in ``excluded``."""
+        links = self.links(j, x)
+        if excluded:
+            links = ((y, c) for y, c in links if y not in excluded)
+        return _best_next(links, self.table[j + 1], self.join_max, self.monotone)
+
+    def path(self, xs: Sequence[int]) -> list[int]:
+        """Extend starts ``xs`` (stage ``len(xs) - 1`` starts at ``xs[-1]``) to every stage."""
+        xs = list(xs)
+        for j in range(len(xs) - 1, self.s - 1):
+            y = self.step(j, xs[-1])[1]
+            assert y is not None, "cut recursion: the table guarantees a successor"
+            xs.append(y)
+        return xs
+
+
 # --------------------------------------------------------------------------- stage objective
 
 
 class _StageSolver:
-    """Exact DPs for the stage objective (see the module docstring)."""
+    """Exact DPs for the stage objective (see the module docstring), both on :class:`_Cuts`."""
 
     def __init__(self, pb: _Problem):
         self.pb = pb
-        s, w, f, bp = pb.s, pb.w, pb.f, pb.bp
-        # G[j][x]: least max stage cost of stages j..S-1 with stage j starting at full index x.
-        g = [[_INF] * (f + 1) for _ in range(s)]
-        last = s - 1
-        for x in range(last, last + w):
-            g[last][x] = bp[f] - bp[x] + pb.extra(last)
-        for j in range(s - 2, -1, -1):
-            e, nxt, row = pb.extra(j), g[j + 1], g[j]
-            hi = j + w  # the next start y is in (x, j + w]
-            for x in range(j, j + w):
-                base = bp[x] - e
-                best = _INF
-                for y in range(x + 1, hi + 1):
-                    c = bp[y] - base
-                    if c >= best:
-                        break  # stage costs only grow with y
-                    v = nxt[y]
-                    if v < best:
-                        best = c if c > v else v
-                row[x] = best
-        self.g = g
-        self._h: dict[int, list[list[float]]] = {}
+        self.g = _Cuts(pb.s, pb.w, pb.f, self._last_cost, self._cost_links, join_max=True, monotone=True)
+        self._h: dict[int, _Cuts] = {}
 
-    def h(self, bound: int) -> list[list[float]]:
+    def _last_cost(self, x: int) -> int:
+        pb = self.pb
+        return pb.bp[pb.f] - pb.bp[x] + pb.extra(pb.s - 1)
+
+    def _cost_links(self, j: int, x: int):
+        """``(y, cost of stage j = [x, y))`` for every next start ``y`` in ``(x, j + W]``."""
+        bp = self.pb.bp
+        base = bp[x] - self.pb.extra(j)
+        return ((y, bp[y] - base) for y in range(x + 1, j + self.pb.w + 1))
+
+    def h(self, bound: int) -> _Cuts:
         """H[j][x]: least sum of squared stage costs of stages j..S-1, every stage <= bound."""
-        table = self._h.get(bound)
-        if table is not None:
-            return table
-        pb = self.pb
-        s, w, f, bp = pb.s, pb.w, pb.f, pb.bp
-        h = [[_INF] * (f + 1) for _ in range(s)]
-        last = s - 1
-        for x in range(last, last + w):
-            c = bp[f] - bp[x] + pb.extra(last)
-            if c <= bound:
-                h[last][x] = c * c
-        for j in range(s - 2, -1, -1):
-            e, nxt, row = pb.extra(j), h[j + 1], h[j]
-            hi = j + w
-            for x in range(j, j + w):
-                base = bp[x] - e
-                best = _INF
-                for y in range(x + 1, hi + 1):
-                    c = bp[y] - base
+        cuts = self._h.get(bound)
+        if cuts is None:
+            def last(x: int) -> float:
+                c = self._last_cost(x)
+                return c * c if c <= bound else _INF
+
+            def links(j: int, x: int):
+                for y, c in self._cost_links(j, x):
                     if c > bound:
-                        break
-                    v = nxt[y]
-                    if v is not _INF:
-                        v += c * c
-                        if v < best:
-                            best = v
-                row[x] = best
-        self._h[bound] = h
-        return h
+                        return  # and only grows with y
+                    yield y, c * c
 
-    def complete(self, xs: list[int], bound: int) -> list[int]:
-        """Extend starts ``xs`` (stage len(xs)-1 starts at xs[-1]) to the lexicographically
-        smallest completion of least sum of squares with every stage <= bound."""
-        pb = self.pb
-        h = self.h(bound)
-        bp, w = pb.bp, pb.w
-        xs = list(xs)
-        for j in range(len(xs) - 1, pb.s - 1):
-            x = xs[-1]
-            base = bp[x] - pb.extra(j)
-            target = h[j][x]
-            for y in range(x + 1, j + w + 1):
-                c = bp[y] - base
-                if c <= bound and h[j + 1][y] is not _INF and c * c + h[j + 1][y] == target:
-                    xs.append(y)
-                    break
-            else:  # pragma: no cover - the tables guarantee a successor
-                raise AssertionError("stage DP reconstruction failed")
-        return xs
-
-    def optimum(self) -> list[int]:
-        return self.complete([0], int(self.g[0][0]))  # finite: the problem has a layout
+            cuts = self._h[bound] = _Cuts(self.pb.s, self.pb.w, self.pb.f, last, links, join_max=False, monotone=True)
+        return cuts
 
     def best_in(self, prefix: tuple[int, ...], excluded: frozenset[int], floor: tuple | None = None) -> tuple | None:
         """Key of the best layout with the given prefix of starts and the next start not in
         ``excluded``; ``None`` if that sub-space is empty."""
         pb = self.pb
-        bp, w = pb.bp, pb.w
         j = len(prefix) - 1  # stage j starts at prefix[-1]; choose the start of stage j + 1
-        stage = [bp[prefix[i + 1]] - bp[prefix[i]] + pb.extra(i) for i in range(j)]
-        pm = max(stage, default=0)
+        stage = [pb.bp[prefix[i + 1]] - pb.bp[prefix[i]] + pb.extra(i) for i in range(j)]
         ps = sum(c * c for c in stage)
-        x = prefix[-1]
-        base = bp[x] - pb.extra(j)
-        nxt = self.g[j + 1]
-        ys = [y for y in range(x + 1, j + w + 1) if y not in excluded]
-        bound = _INF
-        for y in ys:
-            c = bp[y] - base
-            v = max(pm, c, nxt[y])
-            if v < bound:
-                bound = v
-        if bound is _INF:
+        least_max = self.g.step(j, prefix[-1], excluded)[0]
+        if least_max is _INF:
             return None
-        bound = int(bound)
+        bound = int(max(max(stage, default=0), least_max))
         h = self.h(bound)
-        best, best_y = _INF, None
-        for y in ys:
-            c = bp[y] - base
-            if c > bound:
-                break
-            v = h[j + 1][y]
-            if v is not _INF and c * c + v < best:
-                best, best_y = c * c + v, y
+        best, best_y = h.step(j, prefix[-1], excluded)
         assert best_y is not None  # bound is finite, so some successor reaches it
-        xs = self.complete([*prefix, best_y], bound)
+        xs = h.path([*prefix, best_y])
         return (bound, ps + best, ps + best, tuple(xs))
 
 
@@ -812,6 +804,24 @@ def count_valid_layouts(full: Sequence[bool], num_stages: int) -> int:
     return math.comb(sum(mask) - 1, s - 1)  # comb is 0 when S > F
 
 
+def _nearest_input(split: Sequence[int], full: Sequence[bool], vpp: int) -> tuple[list[bool], list[int]]:
+    """The mask and the stage sizes of a :func:`nearest_valid` question; ``ValueError`` on bad input."""
+    vpp = _check_count(vpp, "vpp")
+    mask = _check_mask(full)
+    sizes = list(split)
+    for i, v in enumerate(sizes):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
+            raise ValueError(f"stage {i} size must be a non-negative integer, got {v!r}")
+    if not sizes:
+        raise ValueError("split must have at least one stage")
+    if len(sizes) % vpp:
+        raise ValueError(f"split has {len(sizes)} stages, not a multiple of vpp = {vpp}")
+    total = sum(sizes)
+    if total != len(mask):
+        raise ValueError(f"split sums to {total} layers but the model has N = {len(mask)}")
+    return mask, sizes
+
+
 def nearest_valid(split: Sequence[int], full: Sequence[bool], vpp: int = 1) -> NearestValid | None:
     """The valid layout with ``len(split)`` stages that moves the fewest layers.
 
@@ -819,23 +829,12 @@ def nearest_valid(split: Sequence[int], full: Sequence[bool], vpp: int = 1) -> N
     ``sum_j |new cut_j - old cut_j|``, then the lexicographically smallest split. Zero-sized
     stages are allowed in the input. Returns ``None`` when no valid layout of that many stages
     exists; raises ``ValueError`` when the split does not sum to the number of layers.
+
+    The DP is :class:`_Cuts` (Balance's recursion) with the link ``moved * scale + shift`` summed
+    over the stages: the shift of a cut is at most N, so the scale keeps the order lexicographic.
     """
-    vpp = _check_count(vpp, "vpp")
-    mask = _check_mask(full)
-    sizes = list(split)
-    for i, v in enumerate(sizes):
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
-            raise ValueError(f"stage {i} size must be a non-negative integer, got {v!r}")
-    n = len(mask)
-    s = len(sizes)
-    if s == 0:
-        raise ValueError("split must have at least one stage")
-    if s % vpp:
-        raise ValueError(f"split has {s} stages, not a multiple of vpp = {vpp}")
-    total = sum(sizes)
-    if total != n:
-        raise ValueError(f"split sums to {total} layers but the model has N = {n}")
-    pp = s // vpp
+    mask, sizes = _nearest_input(split, full, vpp)
+    n, s = len(mask), len(sizes)
     pos = [i for i, is_full in enumerate(mask) if is_full]
     f = len(pos)
     if not mask[0] or s > f:
@@ -844,38 +843,24 @@ def nearest_valid(split: Sequence[int], full: Sequence[bool], vpp: int = 1) -> N
     old = [0]
     for v in sizes:
         old.append(old[-1] + v)  # old[j] = 0-based first layer of stage j, old[s] = n
-    w = f - s + 1
+    scale = n * s + 1
 
     def moved_in(j: int, a: int, b: int) -> int:
         """Layers of new stage j = [a, b) that were not in old stage j."""
         overlap = min(b, old[j + 1]) - max(a, old[j])
         return (b - a) - (overlap if overlap > 0 else 0)
 
-    # D[j][x]: least moved * scale + shift of stages j..S-1 when stage j starts at full index x
-    # (the shift of a cut is at most N, so the scale keeps the order lexicographic)
-    scale = n * s + 1
-    worst = (n + 1) * scale
-    d = [[worst] * (f + 1) for _ in range(s)]
-    for x in range(s - 1, s - 1 + w):
-        d[s - 1][x] = moved_in(s - 1, pos[x], n) * scale
+    def links(j: int, x: int):
+        a = pos[x]
+        return ((y, moved_in(j, a, pos[y]) * scale + abs(pos[y] - old[j + 1])) for y in range(x + 1, j + f - s + 2))
 
-    def via(j: int, x: int, y: int) -> int:
-        return d[j + 1][y] + moved_in(j, pos[x], pos[y]) * scale + abs(pos[y] - old[j + 1])
-
-    for j in range(s - 2, -1, -1):
-        row = d[j]
-        for x in range(j, j + w):
-            row[x] = min(via(j, x, y) for y in range(x + 1, j + w + 1))
-    xs = [0]
-    for j in range(s - 1):
-        x = xs[-1]
-        xs.append(next(y for y in range(x + 1, j + w + 1) if via(j, x, y) == d[j][x]))
-    moved, shift = divmod(d[0][0], scale)
-    starts0 = [pos[x] for x in xs]
-    new_split = [b - a for a, b in zip(starts0, starts0[1:] + [n])]
+    cuts = _Cuts(s, f - s + 1, f, lambda x: moved_in(s - 1, pos[x], n) * scale, links, join_max=False, monotone=False)
+    moved, shift = divmod(int(cuts.table[0][0]), scale)  # finite: the problem has a layout
+    starts0 = [pos[x] for x in cuts.path([0])]
+    pp = s // vpp
     changed = tuple(
         StartChange(stage=j, pp_rank=j % pp, vp_stage=j // pp, old_start=old[j] + 1, new_start=starts0[j] + 1)
-        for j in range(s)
-        if starts0[j] != old[j]
+        for j in range(s) if starts0[j] != old[j]
     )
+    new_split = [b - a for a, b in zip(starts0, starts0[1:] + [n])]
     return NearestValid(split=new_split, starts=[p + 1 for p in starts0], moved=moved, cut_shift=shift, changed=changed)
