@@ -54,7 +54,8 @@ ranks are independent given their states, so the best cost-to-go is a function o
 ``(beta, r, sigma_r)``: an exact memoised DP from ``(0, beta)`` to ``(beta, F)``, with three phases
 as above (least max; least (sum of squared rank costs, sum of squared stage costs), an additive
 pair compared lexicographically; smallest split by one forward greedy pass per vp round over the
-DAG of optimal transitions, pruned backward after each round). Phase 1 starts from the best
+DAG of optimal transitions, pruned backward after each round); one enumeration of a rank's cuts
+(``_RankSolver._walk_rank``) serves all three, each phase giving only its own cut rule. Phase 1 starts from the best
 *stage* layout's rank maximum and only searches for strict improvements; transitions above the
 current bound are cut (monotone in the cut), and so are states whose remaining cost cannot fit
 ``(ranks left) * bound``. Worst case O(W^(V-1) * P * W^(2V)) transitions (W^(V-1) boundary tuples,
@@ -439,6 +440,11 @@ class _BudgetExceeded(Exception):
     pass
 
 
+#: What the rank walk's ``admit`` answers for a candidate cut: take it, skip it, or stop (every
+#: larger cut of that round costs more).
+_TAKE, _SKIP, _STOP = object(), object(), object()
+
+
 class _RankSolver:
     """Exact rank-major DP for the rank objective with VPP > 1 (see the module docstring).
 
@@ -494,61 +500,80 @@ class _RankSolver:
         rec(1, p, ())
         return out
 
+    def _walk_rank(self, r: int, st: tuple[int, ...], final: tuple[int, ...], prefix: tuple[int, ...],
+                   excl: frozenset[int], admit, leaf) -> None:
+        """The one enumeration behind the rank DP's three phases: every state ``sigma_(r+1)`` that
+        rank ``r`` (state ``st``) can hand on. Round by round, cut ``j = v*P + r + 1`` takes each
+        value above ``st[v]`` (the prefix's, if fixed; leaving a full layer for every later rank),
+        ``c`` being the rank's cost so far (chunk costs, the embedding on rank 0's first chunk);
+        ``admit(c, last_round)`` answers :data:`_TAKE`, :data:`_SKIP` or :data:`_STOP` (every larger
+        value costs more), a forbidden ``excl`` value is skipped, and ``leaf(state, cost, sum of
+        squared chunk costs)`` sees each complete state. Each candidate costs one work unit."""
+        pb = self.pb
+        p, nv, bp = pb.pp, pb.vpp, pb.bp
+        rr, t = r + 1, len(prefix)
+        ex = pb.fe if r == 0 else 0
+        nxt = [0] * nv
+
+        def rec(v: int, partial: int, sq: int) -> None:
+            if v == nv:
+                leaf(tuple(nxt), partial, sq)
+                return
+            a = st[v]
+            base = bp[a] - (ex if v == 0 else 0)
+            j = v * p + rr
+            last = v == nv - 1
+            seen = 0
+            for y in self._ys(j, a, final[v] - (p - rr), prefix):
+                seen += 1
+                s = bp[y] - base
+                c = partial + s
+                verdict = admit(c, last)
+                if verdict is _STOP:
+                    break
+                if verdict is _SKIP or (j == t and y in excl):
+                    continue
+                nxt[v] = y
+                rec(v + 1, c, sq + s * s)
+            self._spend(seen)
+
+        rec(0, 0, 0)
+
     def _minmax(self, beta: tuple[int, ...], cap: float, prefix: tuple[int, ...], excl: frozenset[int]):
         """Least possible max rank cost with these boundaries, among layouts whose every rank
         costs <= cap (``inf`` if there is none)."""
         pb = self.pb
-        p, nv, bp, fe, le = pb.pp, pb.vpp, pb.bp, pb.fe, pb.le
-        t = len(prefix)
-        ys = self._ys
+        p, bp, fe, le = pb.pp, pb.bp, pb.fe, pb.le
         final = beta + (pb.f,)
         phi_end = sum(bp[x] for x in final)
         memo: list[dict] = [{} for _ in range(p)]
 
         def f(r: int, st: tuple[int, ...], phi: int):
-            d = memo[r]
-            got = d.get(st)
+            got = memo[r].get(st)
             if got is not None:
                 return got
             ex = fe if r == 0 else 0
+            rest = phi_end - phi + ex + le  # this rank and the later ones, together
             if r == p - 1:
-                c = phi_end - phi + ex + le
-                res = c if c <= cap else _INF
-                d[st] = res
-                return res
-            if phi_end - phi + ex + le > (p - r) * cap:
-                d[st] = _INF
-                return _INF
-            rr = r + 1
-            nxt = [0] * nv
-            best = _INF
+                res = rest if rest <= cap else _INF
+            elif rest > (p - r) * cap:
+                res = _INF
+            else:
+                best = [_INF]
 
-            def rec(v: int, partial: int) -> None:
-                nonlocal best
-                if v == nv:
-                    sub = f(rr, tuple(nxt), phi + partial - ex)
+                def admit(c: int, last: bool) -> object:
+                    return _STOP if c >= best[0] or c > cap else _TAKE  # dearer for every larger y
+
+                def leaf(nxt: tuple[int, ...], partial: int, sq: int) -> None:
+                    sub = f(r + 1, nxt, phi + partial - ex)
                     cand = partial if partial > sub else sub
-                    if cand < best:
-                        best = cand
-                    return
-                a = st[v]
-                base = bp[a]
-                j = v * p + rr
-                seen = 0
-                for y in ys(j, a, final[v] - (p - rr), prefix):
-                    seen += 1
-                    c = partial + bp[y] - base
-                    if c >= best or c > cap:
-                        break  # dearer for every larger y
-                    if j == t and y in excl:
-                        continue
-                    nxt[v] = y
-                    rec(v + 1, c)
-                self._spend(seen)
+                    if cand < best[0]:
+                        best[0] = cand
 
-            rec(0, ex)
-            d[st] = best
-            return best
+                self._walk_rank(r, st, final, prefix, excl, admit, leaf)
+                res = best[0]
+            memo[r][st] = res
+            return res
 
         init = (0,) + beta
         return f(0, init, sum(bp[x] for x in init))
@@ -558,8 +583,6 @@ class _RankSolver:
         returns (value or None, memo)."""
         pb = self.pb
         p, nv, bp, fe, le = pb.pp, pb.vpp, pb.bp, pb.fe, pb.le
-        t = len(prefix)
-        ys = self._ys
         final = beta + (pb.f,)
         phi_end = sum(bp[x] for x in final)
         memo: list[dict] = [{} for _ in range(p)]
@@ -569,141 +592,120 @@ class _RankSolver:
             if st in d:
                 return d[st]
             ex = fe if r == 0 else 0
+            mass = phi_end - phi + ex + le  # this rank and the later ones, together
             if r == p - 1:
                 stages = [bp[final[v]] - bp[st[v]] for v in range(nv)]
                 stages[0] += ex
                 stages[-1] += le
                 c = sum(stages)
-                res = (c * c, sum(x * x for x in stages)) if c <= cap else None
-                d[st] = res
-                return res
-            if phi_end - phi + ex + le > (p - r) * cap:
+                d[st] = (c * c, sum(x * x for x in stages)) if c <= cap else None
+            elif mass > (p - r) * cap:
                 d[st] = None
-                return None
-            rr = r + 1
-            later = p - rr  # ranks after this one
-            mass = phi_end - phi + ex + le  # this rank and the later ones, together
-            nxt = [0] * nv
-            best = None
-
-            def rec(v: int, partial: int, sq: int) -> None:
-                nonlocal best
-                if v == nv:
-                    sub = g(rr, tuple(nxt), phi + partial - ex)
-                    if sub is not None:
-                        cand = (partial * partial + sub[0], sq + sub[1])
-                        if best is None or cand < best:
-                            best = cand
-                    return
-                a = st[v]
-                base = bp[a] - (ex if v == 0 else 0)
-                j = v * p + rr
-                last = v == nv - 1
-                seen = 0
-                for y in ys(j, a, final[v] - (p - rr), prefix):
-                    seen += 1
-                    s = bp[y] - base
-                    c = partial + s
-                    if c > cap:
-                        break
-                    if best is not None:
-                        # This rank ends at some cost x >= c (== c for the last chunk) and the later
-                        # ranks share mass - x, so q >= x^2 + (mass - x)^2 / later: convex in x,
-                        # least at x = mass / (later + 1), increasing beyond it.
-                        x = c if last or c * (later + 1) >= mass else None
-                        if x is not None and (x * x) * later + (mass - x) ** 2 > best[0] * later:
-                            if c * (later + 1) >= mass:
-                                break  # and only grows with y
-                            continue
-                    if j == t and y in excl:
-                        continue
-                    nxt[v] = y
-                    rec(v + 1, c, sq + s * s)
-                self._spend(seen)
-
-            rec(0, 0, 0)
-            d[st] = best
-            return best
+            else:
+                d[st] = self._sumsq_step(r, st, final, cap, mass, prefix, excl,
+                                         lambda nxt, partial: g(r + 1, nxt, phi + partial - ex))
+            return d[st]
 
         init = (0,) + beta
         return g(0, init, sum(bp[x] for x in init)), memo
 
+    def _sumsq_step(self, r, st, final, cap, mass, prefix, excl, rest) -> tuple | None:
+        """The least (sum of squared rank costs, sum of squared stage costs) of ranks ``r..P-1``
+        from state ``st``, ``rest(state, rank r's cost)`` being the later ranks' value (or None)."""
+        later = self.pb.pp - r - 1  # ranks after this one
+        best: list = [None]
+
+        def admit(c: int, last: bool) -> object:
+            if c > cap:
+                return _STOP
+            if best[0] is not None:
+                # This rank ends at some cost x >= c (== c for the last chunk) and the later
+                # ranks share mass - x, so q >= x^2 + (mass - x)^2 / later: convex in x,
+                # least at x = mass / (later + 1), increasing beyond it.
+                x = c if last or c * (later + 1) >= mass else None
+                if x is not None and (x * x) * later + (mass - x) ** 2 > best[0][0] * later:
+                    return _STOP if c * (later + 1) >= mass else _SKIP  # a stop: it only grows with y
+            return _TAKE
+
+        def leaf(nxt: tuple[int, ...], partial: int, sq: int) -> None:
+            sub = rest(nxt, partial)
+            if sub is not None:
+                cand = (partial * partial + sub[0], sq + sub[1])
+                if best[0] is None or cand < best[0]:
+                    best[0] = cand
+
+        self._walk_rank(r, st, final, prefix, excl, admit, leaf)
+        return best[0]
+
     def _optimal_edges(self, beta, r, st, cap, memo, prefix, excl):
         """Successor states of ``(beta, r, st)`` on optimal (phase-2) paths."""
-        pb = self.pb
-        p, nv, bp, fe = pb.pp, pb.vpp, pb.bp, pb.fe
-        t = len(prefix)
-        final = beta + (pb.f,)
-        if r == p - 1:
+        final = beta + (self.pb.f,)
+        if r == self.pb.pp - 1:
             return [final]
         target = memo[r][st]
-        ex = fe if r == 0 else 0
-        rr = r + 1
-        nxt = [0] * nv
         out = []
 
-        def rec(v: int, partial: int, sq: int) -> None:
-            if v == nv:
-                sub = memo[rr].get(tuple(nxt))
-                if sub is not None and (partial * partial + sub[0], sq + sub[1]) == target:
-                    out.append(tuple(nxt))
-                return
-            a = st[v]
-            base = bp[a] - (ex if v == 0 else 0)
-            j = v * p + rr
-            seen = 0
-            for y in self._ys(j, a, final[v] - (p - rr), prefix):
-                seen += 1
-                s = bp[y] - base
-                c = partial + s
-                if c > cap or c * c > target[0]:
-                    break
-                if j == t and y in excl:
-                    continue
-                nxt[v] = y
-                rec(v + 1, c, sq + s * s)
-            self._spend(seen)
+        def admit(c: int, last: bool) -> object:
+            return _STOP if c > cap or c * c > target[0] else _TAKE
 
-        rec(0, 0, 0)
+        def leaf(nxt: tuple[int, ...], partial: int, sq: int) -> None:
+            sub = memo[r + 1].get(nxt)
+            if sub is not None and (partial * partial + sub[0], sq + sub[1]) == target:
+                out.append(nxt)
+
+        self._walk_rank(r, st, final, prefix, excl, admit, leaf)
         return out
 
     def best_in(self, prefix: tuple[int, ...], excl: frozenset[int], floor: tuple | None = None) -> tuple | None:
-        pb = self.pb
-        p, nv = pb.pp, pb.vpp
+        """Key of the best layout of a sub-space by the rank objective, in three exact phases: the
+        least maximum, the least (sum of squared rank costs, sum of squared stage costs) at it, the
+        smallest cut sequence among those."""
         seed = self.stage.best_in(prefix, excl)  # a layout of this sub-space: an upper bound
         if seed is None:
             return None
-        seed_xs = seed[-1]
-        cap = _key(pb, seed_xs, "rank")[0]
         betas = self._betas(prefix, excl)
-        # phase 1: the least maximum. Search only for strict improvements on the best known
-        # value; unless the floor (a lower bound) already shows the seed's maximum is optimal.
-        if floor is None or floor[0] < cap:
-            seed_beta = tuple(seed_xs[v * p] for v in range(1, nv))
-            for i, beta in enumerate(sorted(betas, key=lambda b: b != seed_beta)):
-                before = self.left
-                val = self._minmax(beta, cap - 1, prefix, excl)
-                if i == 0 and (before - self.left) * len(betas) > self.left:
-                    # probe: at this rate the other boundary tuples would not fit the budget
-                    raise _BudgetExceeded(
-                        f"the exact rank DP would need about {(before - self.left) * len(betas):,} work "
-                        f"units (limit {RANK_DP_MAX_WORK:,})"
-                    )
-                if val < cap:
-                    cap = val
-        bound = cap
-        # phase 2: least (sum of squared rank costs, sum of squared stage costs) at that maximum
+        bound = self._least_max(seed[-1], betas, prefix, excl, floor)
         memos, sums = {}, {}
         for beta in betas:
             val, memo = self._sumsq(beta, bound, prefix, excl)
             if val is not None:
                 sums[beta], memos[beta] = val, memo
         best_sum = min(sums.values())
-        # phase 3: lexicographically smallest cut sequence among the optimal paths
+        starts = [beta for beta, val in sums.items() if val == best_sum]
+        xs = self._smallest_path(starts, bound, memos, prefix, excl)
+        return (bound, best_sum[0], best_sum[1], tuple(xs))
+
+    def _least_max(self, seed_xs, betas, prefix, excl, floor) -> int:
+        """Phase 1, the least maximum rank cost: search only for strict improvements on the seed's,
+        unless the floor (a lower bound) already shows the seed's maximum is optimal."""
+        pb = self.pb
+        p, nv = pb.pp, pb.vpp
+        cap = _key(pb, seed_xs, "rank")[0]
+        if floor is not None and floor[0] >= cap:
+            return cap
+        seed_beta = tuple(seed_xs[v * p] for v in range(1, nv))
+        for i, beta in enumerate(sorted(betas, key=lambda b: b != seed_beta)):
+            before = self.left
+            val = self._minmax(beta, cap - 1, prefix, excl)
+            if i == 0 and (before - self.left) * len(betas) > self.left:
+                # probe: at this rate the other boundary tuples would not fit the budget
+                raise _BudgetExceeded(
+                    f"the exact rank DP would need about {(before - self.left) * len(betas):,} work "
+                    f"units (limit {RANK_DP_MAX_WORK:,})"
+                )
+            if val < cap:
+                cap = val
+        return cap
+
+    def _smallest_path(self, betas, bound, memos, prefix, excl) -> list[int]:
+        """Phase 3, the lexicographically smallest cut sequence among the optimal paths from the
+        boundary tuples ``betas``: one forward greedy pass per vp round over the DAG of optimal
+        transitions, pruned backward after each round."""
+        pb = self.pb
+        p, nv = pb.pp, pb.vpp
         layers: list[dict] = [{} for _ in range(p + 1)]
-        for beta, val in sums.items():
-            if val == best_sum:
-                layers[0][(beta, (0,) + beta)] = None
+        for beta in betas:
+            layers[0][(beta, (0,) + beta)] = None
         for r in range(p):
             for node in layers[r]:
                 beta, st = node
@@ -722,12 +724,12 @@ class _RankSolver:
             for r in range(p - 1, -1, -1):
                 alive[r] = {node for node in alive[r] if any(nd in alive[r + 1] for nd in layers[r][node])}
         assert all(len(alive[r]) == 1 for r in range(p + 1)), "rank DP lexicographic pass"
-        path = [next(iter(alive[r])) for r in range(p)]
         xs = [0] * pb.s
-        for r, (_, st) in enumerate(path):
+        for r in range(p):
+            _, st = next(iter(alive[r]))
             for v in range(nv):
                 xs[v * p + r] = st[v]
-        return (bound, best_sum[0], best_sum[1], tuple(xs))
+        return xs
 
 
 # --------------------------------------------------------------------------- public API
