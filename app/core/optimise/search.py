@@ -79,6 +79,173 @@ class SearchSpace:
     offload: tuple[bool, ...] = (False, True)
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """One parallel shape of the enumeration; the recompute x offload options are walked inside it."""
+
+    pp: int
+    tp: int
+    cp: int
+    ep: int
+    etp: int
+    vpp: int
+
+
+class _BudgetSearch:
+    """The search's state for one model and budget: the candidate axes, the memory and FLOP inputs,
+    the caches (layout per (PP, VPP), parameters per shape, activations per setting) and the counts
+    of what was dropped and why."""
+
+    def __init__(self, cfg: ModelConfig, gpus: int, roles: RoleMap, space: SearchSpace, capacity: int,
+                 workload: dict[str, Any], mtp_layers: int, timer: Any):
+        self.cfg, self.gpus, self.roles, self.space, self.capacity = cfg, gpus, roles, space, capacity
+        self.workload, self.mtp_layers, self.timer = workload, mtp_layers, timer
+        self.full = [r.role == "full" for r in roles.layers]
+        mem = memory_costs(cfg, roles, mtp_layers=mtp_layers)
+        self.costs, self.first_extra, self.last_extra = list(mem.costs), mem.first_stage_extra, mem.last_stage_extra
+        heads, experts = cfg.num_attention_heads, cfg.n_routed_experts
+        # TP must divide the heads, and a GQA model's key-value heads g must be a multiple or a divisor of
+        # TP (NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py __post_init__)
+        kv_heads = cfg.num_key_value_heads if cfg.attention == "gqa" else heads
+        self.tps = space.tp or tuple(t for t in divisors(heads) if t <= 8 and (kv_heads % t == 0 or t % kv_heads == 0))
+        self.cps = space.cp or (1, 2, 4, 8, 16)
+        self.pps = space.pp or tuple(p for p in (1, 2, 4, 8, 16) if p <= len(roles.full_layers))
+        self.eps = space.ep or tuple(divisors(experts) if experts else (1,))
+        self.counts = {"combinations": 0, "constraint": 0, "no_layout": 0, "memory": 0, "feasible": 0, "dominated": 0}
+        # cheapest first; the last option saves the most memory (full recompute + offload)
+        self.options = sorted(((rc, off) for rc in space.recompute for off in space.offload),
+                              key=lambda o: RECOMPUTE_FACTOR[o[0]] * (OFFLOAD_FACTOR if o[1] else 1.0))
+        self.leanest = max(self.options, key=lambda o: (RECOMPUTE_ORDER.index(o[0]), o[1]))
+        self.plans: dict[tuple[int, int], StagePlan | None] = {}
+        self.imbalance: dict[tuple[int, int], float] = {}
+        self.params_cache: dict[tuple[int, ...], list] = {}
+        self.acts_cache: dict[tuple[Any, ...], list] = {}
+
+    def _drop(self, why: str, n: int, *, counted: bool = False) -> None:
+        """``n`` combinations dropped for ``why`` (already in ``combinations`` when ``counted``)."""
+        if not counted:
+            self.counts["combinations"] += n
+        self.counts[why] += n
+
+    def shapes(self):
+        """Every shape whose groups fit the budget (GPUs / (TP*CP*PP) whole, ETP*EP*PP dividing the
+        world) and whose VPP can interleave (PP > 2); the others are counted as ``constraint``."""
+        n_opts, n_vpp = len(self.options), len(self.space.vpp)
+        for pp in self.pps:
+            for tp in self.tps:
+                etps = sorted({1, tp})
+                for cp in self.cps:
+                    if self.gpus % (tp * cp * pp):  # world = TP*CP*PP*DP: DP would not be whole
+                        self._drop("constraint", len(self.eps) * len(etps) * n_vpp * n_opts)
+                        continue
+                    for ep in self.eps:
+                        for etp in etps:
+                            if self.gpus % (etp * ep * pp):  # the expert grid must divide the world
+                                self._drop("constraint", n_vpp * n_opts)
+                                continue
+                            for vpp in self.space.vpp:
+                                self.counts["combinations"] += n_opts
+                                if vpp > 1 and pp <= 2:  # interleaving needs PP > 2
+                                    self._drop("constraint", n_opts, counted=True)
+                                    continue
+                                yield _Shape(pp, tp, cp, ep, etp, vpp)
+
+    def plan_for(self, pp: int, vpp: int) -> StagePlan | None:
+        """The optimal valid layout for memory at (PP, VPP), placed as Megatron builds it (cached,
+        with its FLOP imbalance); ``None`` when no valid layout exists."""
+        key = (pp, vpp)
+        if key not in self.plans:
+            lay = optimal_layout(self.costs, self.full, pp, vpp, first_stage_extra=self.first_extra,
+                                 last_stage_extra=self.last_extra)
+            plan = None if lay is None else materialise(PipelineSpec(split=tuple(lay.split), vpp=vpp, overlap_p2p=True),
+                                                        self.cfg.num_hidden_layers, default_mtp=self.mtp_layers)
+            self.plans[key] = None if plan is None or plan.errors else plan
+            built = self.plans[key]
+            if built is not None:
+                sample = self.workload["seq_length"] or self.workload["tokens_per_gpu"] or 4096
+                self.imbalance[key] = stage_flops(self.cfg, self.roles, built, seq_length=sample)["imbalance"]
+        return self.plans[key]
+
+    def config(self, sh: _Shape, rc: str, off: bool) -> ParallelConfig:
+        """The parallel config the search launches ``sh`` with, at one recompute / offload option."""
+        w = self.workload
+        return ParallelConfig(
+            tp=sh.tp, cp=sh.cp, pp=sh.pp, gpus=self.gpus, ep=sh.ep, etp=sh.etp,
+            vpp=sh.vpp if sh.vpp > 1 else None, sp=sh.tp > 1, mbs=w["mbs"],
+            num_microbatches=w["num_microbatches"], seq_length=w["seq_length"],
+            tokens_per_gpu=w["tokens_per_gpu"], recompute=rc, **recompute_flags(rc),
+            optimizer_cpu_offload=off, use_precision_aware_optimizer=off,
+            cp_comm_type=cp_comm_type(self.cfg, sh.cp), gpu=w["gpu"], gpu_capacity_bytes=w["gpu_capacity_bytes"])
+
+    def totals_for(self, plan: StagePlan, par: ParallelConfig, params: list) -> list[int]:
+        akey = (par.pp, par.vpp, par.tp, par.expert_tp, par.cp, par.recompute, par.data_parallel)
+        if akey not in self.acts_cache:
+            self.acts_cache[akey] = rank_activations(self.cfg, self.roles, plan, par)
+        return rank_totals(self.cfg, self.roles, plan, par, params, self.acts_cache[akey])
+
+    def evaluate(self, sh: _Shape) -> dict[str, Any] | None:
+        """The result row of ``sh`` at its cheapest option that fits, or ``None`` (counted: no valid
+        layout, a Megatron constraint, or memory). Memory only falls from the cheapest option to the
+        leanest, so the leanest is probed first: if it overflows, every option does."""
+        n_opts = len(self.options)
+        plan = self.plan_for(sh.pp, sh.vpp)
+        if plan is None:
+            self._drop("no_layout", n_opts, counted=True)
+            return None
+        try:
+            probe = self.config(sh, *self.leanest)
+        except ValueError:
+            self._drop("constraint", n_opts, counted=True)
+            return None
+        if any(not c.ok and not c.warning for c in check_parallel(self.cfg, probe, plan)):
+            self._drop("constraint", n_opts, counted=True)
+            return None
+        pkey = (sh.pp, sh.vpp, sh.tp, sh.ep, sh.etp)
+        if pkey not in self.params_cache:
+            self.params_cache[pkey] = per_rank_params(self.cfg, self.roles, plan, tp=sh.tp, ep=sh.ep, etp=sh.etp)
+        params = self.params_cache[pkey]
+        if max(self.totals_for(plan, probe, params)) > self.capacity:
+            self._drop("memory", n_opts, counted=True)
+            return None
+        return self.cheapest_fit(sh, plan, probe, params)
+
+    def cheapest_fit(self, sh: _Shape, plan: StagePlan, probe: ParallelConfig, params: list) -> dict[str, Any] | None:
+        """Walk the options from the cheapest up; the first that fits is the shape's row, the
+        costlier ones are counted as ``dominated`` (they fit but always rank below it)."""
+        for k, (rc, off) in enumerate(self.options):
+            par = probe if (rc, off) == self.leanest else self.config(sh, rc, off)
+            totals = self.totals_for(plan, par, params)
+            if max(totals) > self.capacity:
+                self.counts["memory"] += 1
+                continue
+            self.counts["feasible"] += 1
+            self.counts["dominated"] += len(self.options) - k - 1
+            return self.row(sh, plan, (rc, off), par, max(totals))
+        return None
+
+    def row(self, sh: _Shape, plan: StagePlan, option: tuple[str, bool], par: ParallelConfig,
+            max_bytes: int) -> dict[str, Any]:
+        """One result: the shape, its settings, layout, memory and the ranking model's estimates."""
+        rc, off = option
+        m = par.microbatches or max(8 * sh.pp, 1)
+        bubble = bubble_fraction(sh.pp, sh.vpp, m)
+        imbalance = self.imbalance[(sh.pp, sh.vpp)]
+        score = imbalance * RECOMPUTE_FACTOR[rc] * (OFFLOAD_FACTOR if off else 1.0) / (1 - bubble)
+        row = {
+            "tp": sh.tp, "cp": sh.cp, "pp": sh.pp, "dp": par.data_parallel, "ep": sh.ep, "etp": sh.etp,
+            "vpp": sh.vpp, "edp": par.edp, "sp": par.sp, "recompute": rc,
+            "recompute_method": par.recompute_method,
+            "recompute_num_layers": par.recompute_num_layers, "cp_comm_type": par.cp_comm_type,
+            "optimizer_cpu_offload": off, "use_precision_aware_optimizer": off,
+            "split": plan.sizes, "megatron_flags": megatron_flags(plan)[0],
+            "max_rank_bytes": max_bytes, "headroom_bytes": self.capacity - max_bytes,
+            "imbalance": imbalance, "bubble": bubble,
+            "microbatches": m, "relative_step_time": score,
+        }
+        row["predicted_tokens_per_second_per_gpu"] = self.timer(row, plan, par)
+        return row
+
+
 def search(
     cfg: ModelConfig,
     gpus: int,
@@ -105,7 +272,6 @@ def search(
     if seq_length is None and tokens_per_gpu is None:
         seq_length = 4096
     capacity = resolve_gpu(gpu, gpu_capacity_bytes).capacity_bytes
-    space = space or SearchSpace()
     t0 = time.perf_counter()
     from app.core.engines import engine_for
 
@@ -113,134 +279,12 @@ def search(
     if not found.budget_search:
         raise ValueError(f"the GPU-budget search plans Megatron-family training jobs; {found.label} is not one")
     roles = found.check_roles(cfg, Plan(model=cfg.id, engine=engine, mtp_layers=mtp_layers or None))
-    timer = _timer(cfg, roles, gpus, engine, base, gpu=gpu, seq_length=seq_length, tokens_per_gpu=tokens_per_gpu,
-                   mbs=mbs, num_microbatches=num_microbatches, mtp_layers=mtp_layers)
-    full = [r.role == "full" for r in roles.layers]
-    mem = memory_costs(cfg, roles, mtp_layers=mtp_layers)
-    costs, first_extra, last_extra = list(mem.costs), mem.first_stage_extra, mem.last_stage_extra
-    heads, experts = cfg.num_attention_heads, cfg.n_routed_experts
-    # TP must divide the heads, and a GQA model's key-value heads g must be a multiple or a divisor of
-    # TP (NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py __post_init__)
-    kv_heads = cfg.num_key_value_heads if cfg.attention == "gqa" else heads
-    tps = space.tp or tuple(t for t in divisors(heads) if t <= 8 and (kv_heads % t == 0 or t % kv_heads == 0))
-    cps = space.cp or (1, 2, 4, 8, 16)
-    pps = space.pp or tuple(p for p in (1, 2, 4, 8, 16) if p <= len(roles.full_layers))
-    eps = space.ep or tuple(divisors(experts) if experts else (1,))
-    counts = {"combinations": 0, "constraint": 0, "no_layout": 0, "memory": 0, "feasible": 0, "dominated": 0}
-    plans: dict[tuple[int, int], StagePlan | None] = {}
-    imbalance: dict[tuple[int, int], float] = {}
-    sample = seq_length
-
-    def plan_for(pp: int, vpp: int) -> StagePlan | None:
-        key = (pp, vpp)
-        if key not in plans:
-            lay = optimal_layout(costs, full, pp, vpp, first_stage_extra=first_extra, last_stage_extra=last_extra)
-            if lay is None:
-                plans[key] = None
-            else:
-                plan = materialise(PipelineSpec(split=tuple(lay.split), vpp=vpp, overlap_p2p=True),
-                                   cfg.num_hidden_layers, default_mtp=mtp_layers)
-                plans[key] = None if plan.errors else plan
-            built = plans[key]
-            if built is not None:
-                sf = stage_flops(cfg, roles, built, seq_length=sample or tokens_per_gpu or 4096)
-                imbalance[key] = sf["imbalance"]
-        return plans[key]
-
-    # cheapest first; the last option saves the most memory (full recompute + offload)
-    options = sorted(((rc, off) for rc in space.recompute for off in space.offload),
-                     key=lambda o: RECOMPUTE_FACTOR[o[0]] * (OFFLOAD_FACTOR if o[1] else 1.0))
-    leanest = max(options, key=lambda o: (RECOMPUTE_ORDER.index(o[0]), o[1]))
-    params_cache: dict[tuple[int, ...], list] = {}
-    acts_cache: dict[tuple[Any, ...], list] = {}
-
-    def totals_for(plan: StagePlan, par: ParallelConfig, params: list) -> list[int]:
-        akey = (par.pp, par.vpp, par.tp, par.expert_tp, par.cp, par.recompute, par.data_parallel)
-        if akey not in acts_cache:
-            acts_cache[akey] = rank_activations(cfg, roles, plan, par)
-        return rank_totals(cfg, roles, plan, par, params, acts_cache[akey])
-    feasible: list[dict[str, Any]] = []
-    per_vpp = len(options)
-    for pp in pps:
-        for tp in tps:
-            etps = sorted({1, tp})
-            for cp in cps:
-                mp = tp * cp * pp
-                if gpus % mp:  # world = TP*CP*PP*DP: DP would not be whole
-                    skipped = len(eps) * len(etps) * len(space.vpp) * per_vpp
-                    counts["combinations"] += skipped
-                    counts["constraint"] += skipped
-                    continue
-                for ep in eps:
-                    for etp in etps:
-                        if gpus % (etp * ep * pp):  # the expert grid must divide the world
-                            skipped = len(space.vpp) * per_vpp
-                            counts["combinations"] += skipped
-                            counts["constraint"] += skipped
-                            continue
-                        for vpp in space.vpp:
-                            counts["combinations"] += len(options)
-                            if vpp > 1 and pp <= 2:  # interleaving needs PP > 2
-                                counts["constraint"] += len(options)
-                                continue
-                            plan = plan_for(pp, vpp)
-                            if plan is None:
-                                counts["no_layout"] += len(options)
-                                continue
-
-                            def config(rc: str, off: bool, tp: int = tp, cp: int = cp, pp: int = pp, ep: int = ep,
-                                       etp: int = etp, vpp: int = vpp) -> ParallelConfig:
-                                return ParallelConfig(
-                                    tp=tp, cp=cp, pp=pp, gpus=gpus, ep=ep, etp=etp,
-                                    vpp=vpp if vpp > 1 else None, sp=tp > 1, mbs=mbs,
-                                    num_microbatches=num_microbatches, seq_length=seq_length,
-                                    tokens_per_gpu=tokens_per_gpu, recompute=rc, **recompute_flags(rc),
-                                    optimizer_cpu_offload=off, use_precision_aware_optimizer=off,
-                                    cp_comm_type=cp_comm_type(cfg, cp), gpu=gpu, gpu_capacity_bytes=gpu_capacity_bytes)
-
-                            try:
-                                probe = config(*leanest)
-                            except ValueError:
-                                counts["constraint"] += len(options)
-                                continue
-                            if any(not c.ok and not c.warning for c in check_parallel(cfg, probe, plan)):
-                                counts["constraint"] += len(options)
-                                continue
-                            pkey = (pp, vpp, tp, ep, etp)
-                            if pkey not in params_cache:
-                                params_cache[pkey] = per_rank_params(cfg, roles, plan, tp=tp, ep=ep, etp=etp)
-                            params = params_cache[pkey]
-                            # memory only falls from the cheapest option to the leanest one: if the
-                            # leanest overflows, every option does
-                            if max(totals_for(plan, probe, params)) > capacity:
-                                counts["memory"] += len(options)
-                                continue
-                            for k, (rc, off) in enumerate(options):
-                                par = probe if (rc, off) == leanest else config(rc, off)
-                                totals = totals_for(plan, par, params)
-                                if max(totals) > capacity:
-                                    counts["memory"] += 1
-                                    continue
-                                counts["feasible"] += 1
-                                counts["dominated"] += len(options) - k - 1
-                                m = par.microbatches or max(8 * pp, 1)
-                                bubble = bubble_fraction(pp, vpp, m)
-                                score = (imbalance[(pp, vpp)] * RECOMPUTE_FACTOR[rc]
-                                         * (OFFLOAD_FACTOR if off else 1.0) / (1 - bubble))
-                                row = {
-                                    "tp": tp, "cp": cp, "pp": pp, "dp": par.data_parallel, "ep": ep, "etp": etp,
-                                    "vpp": vpp, "edp": par.edp, "sp": par.sp, "recompute": rc,
-                                    "recompute_method": par.recompute_method,
-                                    "recompute_num_layers": par.recompute_num_layers, "cp_comm_type": par.cp_comm_type,
-                                    "optimizer_cpu_offload": off, "use_precision_aware_optimizer": off,
-                                    "split": plan.sizes, "megatron_flags": megatron_flags(plan)[0],
-                                    "max_rank_bytes": max(totals), "headroom_bytes": capacity - max(totals),
-                                    "imbalance": imbalance[(pp, vpp)], "bubble": bubble,
-                                    "microbatches": m, "relative_step_time": score,
-                                }
-                                row["predicted_tokens_per_second_per_gpu"] = timer(row, plan, par)
-                                feasible.append(row)
-                                break  # the costlier options of this shape also fit but are dominated
+    workload = {"gpu": gpu, "gpu_capacity_bytes": gpu_capacity_bytes, "seq_length": seq_length,
+                "tokens_per_gpu": tokens_per_gpu, "mbs": mbs, "num_microbatches": num_microbatches}
+    timer = _timer(cfg, roles, gpus, engine, base, mtp_layers=mtp_layers,
+                   **{k: v for k, v in workload.items() if k != "gpu_capacity_bytes"})
+    run = _BudgetSearch(cfg, gpus, roles, space or SearchSpace(), capacity, workload, mtp_layers, timer)
+    feasible = [row for sh in run.shapes() if (row := run.evaluate(sh)) is not None]
     feasible.sort(key=lambda r: (-(r["predicted_tokens_per_second_per_gpu"] or 0.0), round(r["relative_step_time"], 9),
                                  r["tp"] * r["cp"] * r["pp"], -r["headroom_bytes"]))
     elapsed = time.perf_counter() - t0
@@ -250,8 +294,8 @@ def search(
         "gpu": resolve_gpu(gpu, gpu_capacity_bytes).__dict__,
         "seq_length": seq_length,
         "tokens_per_gpu": tokens_per_gpu,
-        "counts": counts,
-        "evaluated_per_second": counts["combinations"] / elapsed if elapsed > 0 else None,
+        "counts": run.counts,
+        "evaluated_per_second": run.counts["combinations"] / elapsed if elapsed > 0 else None,
         "seconds": elapsed,
         "ranking_model": ("predicted tokens/s/GPU (app/core/time: per-stage op costs and communication, the pipeline "
                           "in closed form; each listed plan is then timed with the simulated schedule); ties: the "
