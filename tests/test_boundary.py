@@ -9,22 +9,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.engines.megatron.check import run_check
-from app.core.layout.stages import PipelineSpec, parse_split
+from app.core.layout.stages import PipelineSpec
 from app.core.model.config import load_config_bytes, load_model
+from app.core.plan import parse_sizes
 from tests.conftest import tiny_config
 
 GLM52 = load_model("glm-5.2")
 
 
 def test_seed_valid_pp8_profile():
-    r = run_check(GLM52, PipelineSpec(split=parse_split("14,8,8,8,8,8,8,16")))
+    r = run_check(GLM52, PipelineSpec(split=parse_sizes("14,8,8,8,8,8,8,16")))
     assert r.valid
     assert [s["first_layer"] for s in r.to_json()["stages"]] == [1, 15, 23, 31, 39, 47, 55, 63]
     assert all(s["start_role"] == "full" for s in r.to_json()["stages"])
 
 
 def test_seed_negative_control_has_exactly_four_invalid_starts():
-    r = run_check(GLM52, PipelineSpec(split=parse_split("10,10,10,10,10,10,9,9")))
+    r = run_check(GLM52, PipelineSpec(split=parse_sizes("10,10,10,10,10,10,9,9")))
     body = r.to_json()
     assert not r.valid
     # seed 000: 21 <- 19, 41 <- 39, 61 <- 59, 70 <- 67
@@ -39,7 +40,7 @@ def test_seed_negative_control_has_exactly_four_invalid_starts():
 
 
 def test_seed_sum_77_is_invalid():
-    r = run_check(GLM52, PipelineSpec(split=parse_split("10,10,10,10,10,10,9,8")))
+    r = run_check(GLM52, PipelineSpec(split=parse_sizes("10,10,10,10,10,10,9,8")))
     assert not r.valid and r.to_json()["errors"][0]["code"] == "layer_sum"
 
 

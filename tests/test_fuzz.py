@@ -40,7 +40,7 @@ from app.core.launcher import (
     parse_launcher,
 )
 from app.core.layout.pipeline_layout import MAX_EXPANDED, LayoutSyntaxError, parse_layout
-from app.core.layout.stages import LayoutInputError, PipelineSpec, StagePlan, parse_split
+from app.core.layout.stages import LayoutInputError, PipelineSpec, StagePlan
 from app.core.model.config import (
     MAX_CONFIG_BYTES,
     ConfigError,
@@ -50,7 +50,8 @@ from app.core.model.config import (
     preset_ids,
 )
 from app.core.model.roles import PatternError
-from app.core.plan import BY_URL, TABLE, Plan, plan_from_query
+from app.core.plan import BY_URL, TABLE, Plan, parse_sizes, plan_from_query
+from app.core.plan.bounds import MAX_LAYERS
 from app.core.receipt import (
     ReceiptError,
     build_receipt,
@@ -126,7 +127,7 @@ TEXT = st.text(CHARS, max_size=120)
 INTS = st.one_of(st.integers(-3, 300), st.integers(), st.sampled_from([0, 1, 2, 8, 78, 4096, 4097, 65536, 10**9, 10**12, -1]))
 
 
-# --------------------------------------------------------------------------- stages: parse_split / materialise
+# --------------------------------------------------------------------------- stages: parse_sizes / materialise
 
 
 SPLIT_TEXT = st.one_of(
@@ -144,11 +145,12 @@ SPLIT_TEXT = st.one_of(
 @given(text=SPLIT_TEXT)
 @example(text="²")  # found: '²'.isdigit() is True but int('²') raises a plain ValueError
 @example(text="14,8,٣")
-def test_parse_split_raises_only_layout_input_error(text):
-    """parse_split: a tuple of non-negative ints (the entries as written) or LayoutInputError."""
-    result, exc = call(parse_split, text, allowed=(LayoutInputError,))
+def test_parse_sizes_raises_only_value_error(text):
+    """parse_sizes (what the CLI's --split / --near and the URL's split read with): a tuple of ints
+    0..MAX_LAYERS (the entries as written) or ValueError."""
+    result, exc = call(parse_sizes, text, allowed=(ValueError,))
     if exc is None:
-        assert isinstance(result, tuple) and result and all(isinstance(v, int) and v >= 0 for v in result)
+        assert isinstance(result, tuple) and result and all(isinstance(v, int) and 0 <= v <= MAX_LAYERS for v in result)
         assert result == tuple(int(p) for p in text.split(","))
 
 
@@ -163,7 +165,7 @@ NUM_LAYERS = st.one_of(st.just(78), st.integers(0, 200))
        default_mtp=st.integers(0, 3))
 def test_materialise_split_raises_only_layout_input_error(text, pp, vpp, mtp, overlap, num_layers, default_mtp):
     """materialise(split=...) on parsed sizes: a StagePlan (rule violations in .errors) or LayoutInputError."""
-    sizes, exc = call(parse_split, text, allowed=(LayoutInputError,))
+    sizes, exc = call(parse_sizes, text, allowed=(ValueError,))
     assume(exc is None)
     spec = PipelineSpec(split=sizes, pp=pp, vpp=vpp, mtp_layers=mtp, overlap_p2p=overlap)
     plan, exc = call(materialise, spec, num_layers, default_mtp=default_mtp, allowed=(LayoutInputError,))
@@ -965,7 +967,7 @@ def test_web_bodies_found_by_the_fuzzers(client, path, body):
 @pytest.mark.parametrize("query", ["split=80", "split=14,8,8,8,8,8,8,18", "split=%C2%B2", "pattern=X&layout=Q"])
 @pytest.mark.parametrize("path", ["/", "/api/v1/plan", "/api/v1/params"])
 def test_web_queries_found_by_the_fuzzers(client, path, query):
-    """Queries the build_view / parse_split fuzzers found, sent to the app: never a 500, and the page
+    """Queries the build_view / split-parsing fuzzers found, sent to the app: never a 500, and the page
     stays a page (HTML with the field message, not the JSON error of the API)."""
     r = client.get(f"{path}?{query}")
     assert r.status_code < 500, f"{path}?{query} answered {r.status_code}"

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 
 from app.core.engines import role_rule
-from app.core.engines.megatron.placement import materialise, megatron_flags, spec_from_flags
+from app.core.engines.megatron.placement import materialise, megatron_flags
 from app.core.layout.stages import PipelineSpec
 from app.core.model.roles import derive_roles
 from tests.conftest import make_config, tiny_config
+from tests.test_stages import spec_from_launcher
 
 
 def codes(plan):
@@ -29,8 +30,8 @@ def test_pp2_with_vpp_is_accepted_by_default_and_no_message_names_a_nonexistent_
     assert codes(off) == ["interleave_needs_pp"]
     assert "--no-overlap-p2p-communication" in off.errors[0].message
     assert "--overlap-p2p-communication" not in off.errors[0].message.replace("--no-overlap", "")
-    assert spec_from_flags(["--pipeline-model-parallel-size", "2"]).overlap_p2p is True
-    assert spec_from_flags(["--no-overlap-p2p-communication"]).overlap_p2p is False
+    assert spec_from_launcher(["--pipeline-model-parallel-size", "2"], 16).overlap_p2p is True
+    assert spec_from_launcher(["--no-overlap-p2p-communication"], 16).overlap_p2p is False
 
 
 def test_layers_per_vstage_counts_the_embedding_and_loss_slots():
@@ -87,7 +88,7 @@ def test_export_never_emits_first_and_last_for_pp2_with_vpp():
     args, _ = megatron_flags(plan)
     assert "--decoder-last-pipeline-num-layers" not in args
     assert args[args.index("--decoder-first-pipeline-num-layers") + 1] == "4"
-    again = materialise(spec_from_flags(args), 16)
+    again = materialise(spec_from_launcher(args, 16), 16)
     assert not again.errors and sizes(again) == [2, 6, 2, 6]
 
 

@@ -7,9 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.engines.megatron.placement import materialise, megatron_flags, spec_from_flags
+from app.core.engines.megatron.export import shell_join
+from app.core.engines.megatron.placement import materialise, megatron_flags
+from app.core.launcher import launcher_request, parse_launcher
 from app.core.layout.pipeline_layout import LayoutSyntaxError, parse_layout
-from app.core.layout.stages import LayoutInputError, PipelineSpec, parse_split
+from app.core.layout.stages import LayoutInputError, PipelineSpec
+from app.core.plan import parse_sizes
+from tests.conftest import make_config, tiny_config
 
 
 def ranges(plan):
@@ -18,6 +22,15 @@ def ranges(plan):
 
 def codes(plan):
     return [e.code for e in plan.errors]
+
+
+def spec_from_launcher(args: list[str], n: int, mtp: int = 0) -> PipelineSpec:
+    """Megatron arguments read back the way the app reads them: a trainer line through the launcher
+    reader (``parse_launcher``, ``launcher_request``) for an ``n``-layer model with ``mtp`` MTP layers."""
+    cfg = make_config(tiny_config(n, num_nextn_predict_layers=mtp))
+    req = launcher_request(parse_launcher(shell_join(["python3", "pretrain_gpt.py", *args]) + "\n", strict=True), cfg)
+    assert not req.errors and not req.unresolved, (args, req.errors, req.unresolved)
+    return req.spec
 
 
 def test_facts_worked_example_16_layers_pp4_vpp2_first2_last2():
@@ -118,15 +131,15 @@ def test_interleaving_with_overlap_p2p_needs_only_pp_above_1():
 
 
 def test_split_sum_and_shape():
-    plan = materialise(PipelineSpec(split=parse_split("10,10,10,10,10,10,9,8")), 78)
+    plan = materialise(PipelineSpec(split=parse_sizes("10,10,10,10,10,10,9,8")), 78)
     assert codes(plan) == ["layer_sum"] and "sum to 77" in plan.errors[0].message
     plan = materialise(PipelineSpec(split=(2, 2, 2, 2, 2, 2), vpp=2), 12)
     assert plan.pp == 3 and plan.vpp == 2 and [(s.pp_rank, s.vp_stage) for s in plan.stages][3] == (0, 1)
     with pytest.raises(LayoutInputError, match="does not divide by --vpp 4"):
         materialise(PipelineSpec(split=(2, 2, 2), vpp=4), 6)
     for bad in ("", "1,,2", "1,x", "-3,5", "1.5,2"):
-        with pytest.raises(LayoutInputError):
-            parse_split(bad)
+        with pytest.raises(ValueError):
+            parse_sizes(bad)
 
 
 # --------------------------------------------------------------------------- layout strings
@@ -211,7 +224,7 @@ def test_flags_to_stages_to_flags_round_trip(n, pp, vpp, first, last, emb, loss,
         return
     assert sum(plan.sizes) == n
     args, _ = megatron_flags(plan)
-    again = materialise(spec_from_flags(args), n)
+    again = materialise(spec_from_launcher(args, n, mtp), n)
     assert not again.errors
     assert stage_tuple(again) == stage_tuple(plan)
     assert megatron_flags(again)[0] == args
@@ -229,6 +242,6 @@ def test_any_split_round_trips_through_emitted_flags(sizes, vpp, mtp):
     if plan.errors:
         return
     args, _ = megatron_flags(plan)
-    again = materialise(spec_from_flags(args), n)
+    again = materialise(spec_from_launcher(args, n, mtp), n)
     assert not again.errors, (sizes, args, again.errors)
     assert stage_tuple(again) == stage_tuple(plan)

@@ -12,13 +12,8 @@ A :class:`PipelineSpec` is how a user describes a pipeline: stage sizes, Megatro
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
-
-from app.core.plan.bounds import MAX_STAGES
-
-_WHOLE = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: str.isdigit() also accepts superscripts
 
 
 class LayoutInputError(ValueError):
@@ -129,23 +124,3 @@ class StagePlan:
 
     def rank_stages(self, pp_rank: int) -> list[Stage]:
         return [s for s in self.stages if s.pp_rank == pp_rank]
-
-
-def parse_split(text: str) -> tuple[int, ...]:
-    """``14,8,8,8,8,8,8,16`` -> sizes. Whitespace around entries is allowed."""
-    if text is None or not str(text).strip():
-        raise LayoutInputError("--split is empty; give stage sizes such as 14,8,8,8,8,8,8,16")
-    parts = [p.strip() for p in str(text).split(",")]
-    if len(parts) > MAX_STAGES:
-        raise LayoutInputError(f"--split has {len(parts):,} entries; the limit is {MAX_STAGES:,}")
-    out = []
-    for k, p in enumerate(parts, start=1):
-        if not _WHOLE.fullmatch(p) or len(p) > 9:
-            raise LayoutInputError(f"--split entry {k} is {p!r}; every stage size must be a whole number")
-        value = int(p)
-        if value < 0:
-            raise LayoutInputError(f"--split entry {k} is {value}; a stage size cannot be negative")
-        out.append(value)
-    return tuple(out)
-
-

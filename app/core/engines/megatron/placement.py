@@ -32,7 +32,8 @@ Sources (NVIDIA/Megatron-LM):
 Read at NVIDIA/Megatron-LM commit d98e8a64ddf34856e74b24714e3bedb2f5a39553 (2026-08-22).
 
 The reverse direction, :func:`megatron_flags`, expresses any plan as first/last (+VPP) flags when
-they can, otherwise as a layout string; parsing the emitted flags gives the same stages back.
+they can, otherwise as a layout string; reading the emitted flags back (a launcher line through
+:func:`app.core.launcher.parse_launcher` and ``launcher_request``) gives the same stages.
 """
 
 
@@ -483,39 +484,3 @@ def megatron_flags(plan: StagePlan) -> tuple[list[str], str]:
     if form["vpp"] is not None:
         args += [VPP_FLAG, str(form["vpp"])]
     return args, layout
-
-
-def spec_from_flags(args: list[str]) -> PipelineSpec:
-    """Parse a Megatron argument list (as emitted by :func:`megatron_flags`) back into a spec."""
-    values: dict[str, str] = {}
-    switches: set[str] = set()
-    i = 0
-    value_flags = {PP_FLAG, FIRST_FLAG, LAST_FLAG, VPP_FLAG, LPVS_FLAG, LAYOUT_FLAG, MTP_FLAG}
-    while i < len(args):
-        a = args[i]
-        if a in value_flags:
-            if i + 1 >= len(args):
-                raise LayoutInputError(f"{a} has no value")
-            values[a] = args[i + 1]
-            i += 2
-        elif a in (EMB_FLAG, LOSS_FLAG, NO_OVERLAP_FLAG):
-            switches.add(a)
-            i += 1
-        else:
-            raise LayoutInputError(f"unknown pipeline argument {a!r}")
-
-    def as_int(flag: str) -> int | None:
-        if flag not in values:
-            return None
-        try:
-            return int(values[flag])
-        except ValueError:
-            raise LayoutInputError(f"{flag} must be a whole number, got {values[flag]!r}") from None
-
-    return PipelineSpec(
-        pp=as_int(PP_FLAG), vpp=as_int(VPP_FLAG), layers_per_vstage=as_int(LPVS_FLAG),
-        first=as_int(FIRST_FLAG), last=as_int(LAST_FLAG), account_for_embedding=EMB_FLAG in switches,
-        account_for_loss=LOSS_FLAG in switches, layout=values.get(LAYOUT_FLAG), mtp_layers=as_int(MTP_FLAG),
-        overlap_p2p=NO_OVERLAP_FLAG not in switches,
-    )
-
