@@ -512,15 +512,18 @@ def test_replace_keeps_config_frozen():
 
 
 def test_rank_totals_fast_path_equals_the_full_report():
-    from app.core.engines.megatron.parallel import slime_glm52_training
+    from app.core.engines.megatron import pipeline_spec
     from app.core.engines.megatron.placement import materialise
+    from app.core.engines.slime import SLIME_GLM52_PROFILE
+    from app.core.evaluate import evaluate
     from app.core.model.config import load_model
     from app.core.model.memory import rank_totals, training_memory
     from app.core.model.roles import derive_roles
 
     cfg = load_model("glm-5.2")
-    spec, par = slime_glm52_training()
-    plan = materialise(spec, 78, default_mtp=1)  # with an MTP layer: the MTP path of the fast path too
+    par = evaluate(SLIME_GLM52_PROFILE, cfg).par   # the pinned slime profile the presets open
+    # with an MTP layer: the MTP path of the fast path too
+    plan = materialise(replace(pipeline_spec(SLIME_GLM52_PROFILE), mtp_layers=1), 78)
     roles = derive_roles(cfg)
     full = training_memory(cfg, plan, par, roles)
     assert rank_totals(cfg, roles, plan, par) == [s["total_bytes"] for s in full["stages"]]
