@@ -240,38 +240,72 @@ TERM_EXPLANATIONS = {
 # --------------------------------------------------------------------------- activations
 
 
-def layer_activation_terms(cfg: ModelConfig, par: ParallelConfig, *, ffn: str, indexer: bool,
-                           mtp: bool = False) -> dict[str, float]:
-    """Bytes per CP-local token of one layer for one micro-batch with nothing recomputed
-    (the table in the module docstring)."""
-    H, h = cfg.hidden_size, cfg.num_attention_heads
-    rq, rkv = cfg.q_lora_rank, cfg.kv_lora_rank
-    dn, dr, dv = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
-    tp, etp = par.tp, par.expert_tp
-    s_div = tp if par.sp else 1
+def _attention_terms(cfg: ModelConfig, tp: int) -> dict[str, float]:
+    """The attention rows of the module docstring's table, per CP-local token.
+
+    MLA: the q / kv latents and their norms (replicated over TP), the up-projected q, k, v heads
+    over ``dn + dr`` / ``dv``, the FP32 log-sum-exp and the o_proj input, TP-sharded. GQA / MHA: q
+    over h heads, k and v over the g key-value heads (TP above g keeps one whole query group per
+    GPU), all of head_dim d."""
+    h = cfg.num_attention_heads
     t: dict[str, float] = {}
-    t["attn_norm_input"] = 2 * H / s_div
-    t["attn_norm_output"] = 2 * H / s_div
     if cfg.attention == "gqa":
-        # GQA / MHA: q over h heads, k and v over the g key-value heads, all of head_dim d
         d, g = cfg.head_dim, cfg.num_key_value_heads
+        kv_local = max(g / tp, 1)
         t["q_heads"] = 2 * h * d / tp
-        kv_local = max(g / tp, 1)  # TP above g keeps one whole query group per GPU
         t["k_heads"] = 2 * kv_local * d
         t["v_heads"] = 2 * kv_local * d
         t["attn_softmax_lse"] = 4 * h / tp
         t["attn_output"] = 2 * h * d / tp
-    else:
-        if rq:
-            t["q_latent"] = 2 * rq
-            t["q_latent_norm"] = 2 * rq
-        t["kv_latent"] = 2 * (rkv + dr)
-        t["kv_latent_norm"] = 2 * rkv
-        t["q_heads"] = 2 * h * (dn + dr) / tp
-        t["k_heads"] = 2 * h * (dn + dr) / tp
-        t["v_heads"] = 2 * h * dv / tp
-        t["attn_softmax_lse"] = 4 * h / tp
-        t["attn_output"] = 2 * h * dv / tp
+        return t
+    rq, rkv = cfg.q_lora_rank, cfg.kv_lora_rank
+    dn, dr, dv = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+    if rq:
+        t["q_latent"] = 2 * rq
+        t["q_latent_norm"] = 2 * rq
+    t["kv_latent"] = 2 * (rkv + dr)
+    t["kv_latent_norm"] = 2 * rkv
+    t["q_heads"] = 2 * h * (dn + dr) / tp
+    t["k_heads"] = 2 * h * (dn + dr) / tp
+    t["v_heads"] = 2 * h * dv / tp
+    t["attn_softmax_lse"] = 4 * h / tp
+    t["attn_output"] = 2 * h * dv / tp
+    return t
+
+
+def _ffn_terms(cfg: ModelConfig, ffn: str, tp: int, etp: int, s_div: int) -> dict[str, float]:
+    """The FFN rows per CP-local token: a dense layer's gate+up output and SwiGLU output over TP;
+    an MoE layer's FP32 router logits with top-k probs and int32 ids (``(4E + 8k) / s_div``), its
+    ``k ETP / TP`` routed rows of width ``i / ETP`` (input, fc1, act, output) and the TP-sharded
+    shared experts."""
+    if ffn == "dense":
+        return {"dense_fc1": 4 * cfg.intermediate_size / tp, "dense_act": 2 * cfg.intermediate_size / tp}
+    H, k, i = cfg.hidden_size, cfg.num_experts_per_tok, cfg.moe_intermediate_size
+    rows = k * etp / tp  # routed rows per CP-local token on one GPU
+    t: dict[str, float] = {
+        "router": (4 * cfg.n_routed_experts + 8 * k) / s_div,
+        "expert_input": 2 * H * rows,
+        "expert_fc1": 4 * (i / etp) * rows,
+        "expert_act": 2 * (i / etp) * rows,
+        "expert_output": 2 * H * rows,
+    }
+    if cfg.n_shared_experts:
+        t["shared_fc1"] = 4 * cfg.n_shared_experts * i / tp
+        t["shared_act"] = 2 * cfg.n_shared_experts * i / tp
+    return t
+
+
+def layer_activation_terms(cfg: ModelConfig, par: ParallelConfig, *, ffn: str, indexer: bool,
+                           mtp: bool = False) -> dict[str, float]:
+    """Bytes per CP-local token of one layer for one micro-batch with nothing recomputed
+    (the table in the module docstring): the norms' inputs and outputs (``2H / s_div`` each, SP
+    shards them over TP), the attention (:func:`_attention_terms`), the indexer's query, key,
+    weights and FP32 top-k scores on a layer that computes its top-k, the FFN (:func:`_ffn_terms`)
+    and an MTP layer's enorm / hnorm / eh_proj inputs."""
+    H = cfg.hidden_size
+    s_div = par.tp if par.sp else 1
+    t: dict[str, float] = {"attn_norm_input": 2 * H / s_div, "attn_norm_output": 2 * H / s_div}
+    t.update(_attention_terms(cfg, par.tp))
     if indexer and cfg.has_indexer:
         t["idx_q"] = 2 * cfg.index_n_heads * cfg.index_head_dim
         t["idx_k"] = 4 * cfg.index_head_dim
@@ -279,20 +313,7 @@ def layer_activation_terms(cfg: ModelConfig, par: ParallelConfig, *, ffn: str, i
         t["idx_topk_scores"] = 4 * cfg.index_topk
     t["mlp_norm_input"] = 2 * H / s_div
     t["mlp_norm_output"] = 2 * H / s_div
-    if ffn == "dense":
-        t["dense_fc1"] = 4 * cfg.intermediate_size / tp
-        t["dense_act"] = 2 * cfg.intermediate_size / tp
-    else:
-        k, i = cfg.num_experts_per_tok, cfg.moe_intermediate_size
-        rows = k * etp / tp  # routed rows per CP-local token on one GPU
-        t["router"] = (4 * cfg.n_routed_experts + 8 * k) / s_div
-        t["expert_input"] = 2 * H * rows
-        t["expert_fc1"] = 4 * (i / etp) * rows
-        t["expert_act"] = 2 * (i / etp) * rows
-        t["expert_output"] = 2 * H * rows
-        if cfg.n_shared_experts:
-            t["shared_fc1"] = 4 * cfg.n_shared_experts * i / tp
-            t["shared_act"] = 2 * cfg.n_shared_experts * i / tp
+    t.update(_ffn_terms(cfg, ffn, par.tp, par.expert_tp, s_div))
     if mtp:
         t["mtp_inputs"] = 8 * H / s_div
     return t
