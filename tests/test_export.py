@@ -243,11 +243,12 @@ def test_exports_are_inert_in_real_bash(hostile, tmp_path):
 
 
 def test_settings_from_a_parallel_config_match_slimes_glm52_recipe():
-    from app.core.engines.megatron.parallel import slime_glm52_training
+    from app.core.engines.slime import SLIME_GLM52_PROFILE
+    from app.core.evaluate import evaluate
 
-    spec, par = slime_glm52_training()
-    check = run_check(load_model("glm-5.2"), spec)
-    argv = slime_argv(check, ExportSettings.from_parallel(par))
+    # the pinned profile the presets open, exported the way the slime engine exports it
+    ev = evaluate(SLIME_GLM52_PROFILE, load_model("glm-5.2"))
+    argv = slime_argv(ev.check, ExportSettings.from_plan(SLIME_GLM52_PROFILE, ev.par))
     # THUDM/slime scripts/run-glm5.2-744B-A40B.sh PERF_ARGS / OPTIMIZER_ARGS values
     for flag, value in (("--tensor-model-parallel-size", "4"), ("--context-parallel-size", "8"),
                         ("--expert-model-parallel-size", "32"), ("--expert-tensor-parallel-size", "1"),

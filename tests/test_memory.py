@@ -512,15 +512,123 @@ def test_replace_keeps_config_frozen():
 
 
 def test_rank_totals_fast_path_equals_the_full_report():
-    from app.core.engines.megatron.parallel import slime_glm52_training
+    from app.core.engines.megatron import pipeline_spec
     from app.core.engines.megatron.placement import materialise
+    from app.core.engines.slime import SLIME_GLM52_PROFILE
+    from app.core.evaluate import evaluate
     from app.core.model.config import load_model
     from app.core.model.memory import rank_totals, training_memory
     from app.core.model.roles import derive_roles
 
     cfg = load_model("glm-5.2")
-    spec, par = slime_glm52_training()
-    plan = materialise(spec, 78, default_mtp=1)  # with an MTP layer: the MTP path of the fast path too
+    par = evaluate(SLIME_GLM52_PROFILE, cfg).par   # the pinned slime profile the presets open
+    # with an MTP layer: the MTP path of the fast path too
+    plan = materialise(replace(pipeline_spec(SLIME_GLM52_PROFILE), mtp_layers=1), 78)
     roles = derive_roles(cfg)
     full = training_memory(cfg, plan, par, roles)
     assert rank_totals(cfg, roles, plan, par) == [s["total_bytes"] for s in full["stages"]]
+
+
+# --------------------------------------------------------------------------- Megatron's estimate, generated
+
+
+def _megatron_matrices(raw: dict, bias: bool) -> dict[str, int]:
+    """The weight matrices of one layer part of a tiny MLA config, listed one by one as Megatron-Core
+    builds them (linear_q_down_proj, q_layernorm, linear_q_up_proj, linear_kv_down_proj,
+    kv_layernorm, linear_kv_up_proj, linear_proj; SwiGLU fc1 = gate + up, fc2), the way
+    report_theoretical_memory counts them (no DSA indexer, RMSNorm = one weight vector)."""
+    H, h, rq, rkv = raw["hidden_size"], raw["num_attention_heads"], raw["q_lora_rank"], raw["kv_lora_rank"]
+    dn, dr, dv = raw["qk_nope_head_dim"], raw["qk_rope_head_dim"], raw["v_head_dim"]
+    E, i, S = raw["n_routed_experts"], raw["moe_intermediate_size"], raw["n_shared_experts"]
+    attn = (H * rq + rq + rq * h * (dn + dr)          # q down, q norm, q up
+            + H * rkv + H * dr + rkv + rkv * h * (dn + dv)   # kv down (latent + rope key), kv norm, kv up
+            + h * dv * H)                              # output projection
+    swiglu = lambda width: 2 * H * width + width * H  # noqa: E731 - fc1 (gate + up) and fc2
+    return {"attn": attn, "dense": swiglu(raw["intermediate_size"]), "shared": S * swiglu(i),
+            "routed": E * swiglu(i), "norms": 2 * H, "router": H * E + (E if bias else 0)}
+
+
+@settings(max_examples=60, deadline=None)
+@given(layers=st.sampled_from([4, 8, 12, 16]), dense_first=st.integers(0, 3), mtp=st.integers(0, 1),
+       tp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2, 4]), cp=st.sampled_from([1, 2]),
+       ep=st.sampled_from([1, 2, 4]), etp=st.sampled_from([1, 2]), dp=st.sampled_from([1, 2, 4]),
+       dist=st.booleans(), bias=st.booleans(), tied=st.booleans())
+def test_megatron_theoretical_weights_and_optimizer_on_generated_configs(layers, dense_first, mtp, tp, pp, cp,
+                                                                        ep, etp, dp, dist, bias, tied):
+    raw = tiny_config(layers, first_k_dense_replace=dense_first, num_nextn_predict_layers=mtp,
+                      tie_word_embeddings=tied)
+    cfg = make_config(raw)
+    par = ParallelConfig(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, dp=dp, seq_length=64, distributed_optimizer=dist)
+    m = _megatron_matrices(raw, bias)
+    H = raw["hidden_size"]
+    n_moe = layers - dense_first
+    mtp_moe = mtp if n_moe else 0            # an MTP layer copies the last decoder layer's FFN kind
+    unit = 128 * tp
+    emb = H * (-(-raw["vocab_size"] // unit) * unit)
+    tp_sh = ((m["attn"] + m["dense"]) * dense_first + (m["attn"] + m["shared"]) * n_moe) / pp
+    tp_sh += (m["attn"] + m["dense"]) * (mtp - mtp_moe) + (m["attn"] + m["shared"]) * mtp_moe + emb
+    tp_sh = (tp_sh + (emb if pp == 1 and not tied else 0)) / tp
+    repl = (m["norms"] * layers + m["router"] * n_moe + H) / pp + m["norms"] * mtp + m["router"] * mtp_moe
+    exp = (m["routed"] * n_moe / pp + m["routed"] * mtp_moe) / (etp * ep)
+    world = tp * pp * cp * dp
+    d_dense, d_exp = max(1, world // (tp * pp * cp)), max(1, world // (etp * ep * pp))
+    bpp = (lambda d: 6 + 12 / d) if dist else (lambda d: 18.0)
+    mt = megatron_theoretical(cfg, par, add_bias_linear=bias)
+    assert mt["params_most_loaded_shard"] == round(tp_sh + repl + exp)
+    assert mt["params_most_loaded_shard_split"] == {"tp_sharded": round(tp_sh), "replicated": round(repl),
+                                                    "routed_experts": round(exp)}
+    assert mt["weight_and_optimizer_bytes"] == pytest.approx((tp_sh + repl) * bpp(d_dense) + exp * bpp(d_exp),
+                                                             abs=1)
+    assert (mt["data_parallel_size"], mt["expert_data_parallel_size"]) == (d_dense, d_exp)
+
+
+@settings(max_examples=60, deadline=None)
+@given(layers=st.sampled_from([4, 8]), tp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2, 4]),
+       vpp=st.sampled_from([None, 2]), m=st.sampled_from([None, 1, 2, 8]), sp=st.booleans(),
+       recompute=st.sampled_from(["none", "selective"]), mbs=st.sampled_from([1, 2]), seq=st.sampled_from([32, 64]))
+def test_megatron_theoretical_activations_on_generated_configs(layers, tp, pp, vpp, m, sp, recompute, mbs, seq):
+    """Korthikanti et al.'s per-layer formulas as Megatron's compute_activation_memory(_without_sp)
+    apply them, written out per branch."""
+    raw = tiny_config(layers)
+    cfg = make_config(raw)
+    vpp = vpp if pp > 1 else None
+    par = ParallelConfig(tp=tp, pp=pp, vpp=vpp, sp=sp and tp > 1, recompute=recompute, mbs=mbs, seq_length=seq,
+                         num_microbatches=m)
+    H, I = raw["hidden_size"], raw["intermediate_size"]
+    V = -(-raw["vocab_size"] // (128 * tp)) * (128 * tp)
+    sbh = seq * mbs * H
+    scale = (1 + (pp - 1) / (pp * vpp)) if vpp else (min(1, m / pp) if pp > 1 and m is not None else 1)
+    if par.sp and recompute == "selective":
+        want = (sbh * (18 + 4 * I / H) * layers + 8 * seq * mbs * pp + sbh * pp) * scale
+        want = (want + (sbh * 4 * (1 + V / H) if pp == 1 else 0)) / tp
+    else:
+        want = (sbh * (10 + 24 / tp) * layers + 8 * seq * mbs * pp + sbh * pp) * scale
+        want = (want + ((seq * mbs * V / tp + sbh) * 2 if pp == 1 else 0)) * 1.05
+    mt = megatron_theoretical(cfg, par)
+    assert mt["activation_bytes"] == pytest.approx(want, rel=1e-12, abs=1)
+    assert mt["activation_seq_length"] == seq
+
+
+@settings(max_examples=60, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4, 8]), ep=st.sampled_from([1, 2, 8]), dp_attn=st.booleans(),
+       kv=st.sampled_from(["bf16", "fp8"]), wdt=st.sampled_from(["bf16", "fp8"]), mtp=st.booleans(),
+       context=st.integers(1, 300_000), batch=st.integers(1, 40))
+def test_inference_budget_is_the_boundary_on_generated_settings(tp, ep, dp_attn, kv, wdt, mtp, context, batch):
+    """max_context_tokens and max_batch are the largest values that still fit (one more does not),
+    each re-checked through the estimate itself at that setting; the KV total is bytes per token x
+    context x sequences per GPU."""
+    cfg = load_model("glm-5.2")
+    kw = dict(tp=tp, ep=ep, dp_attention=dp_attn, kv_dtype=kv, weight_dtype=wdt, include_mtp=mtp,
+              gpu="h200-141gb")
+    r = inference_memory(cfg, context=context, batch=batch, **kw)
+    seqs = -(-batch // tp) if dp_attn else batch
+    assert r["sequences_per_gpu"] == seqs
+    assert r["kv_bytes_per_gpu"] == r["kv"]["bytes_per_token"] * context * seqs
+    assert r["fits"] == (r["weights_bytes_per_gpu"] + r["kv_bytes_per_gpu"] <= r["capacity_bytes"])
+    if r["max_context_tokens"] >= 1:
+        assert inference_memory(cfg, context=r["max_context_tokens"], batch=batch, **kw)["fits"]
+    assert not inference_memory(cfg, context=r["max_context_tokens"] + 1, batch=batch, **kw)["fits"]
+    step = tp if dp_attn else 1   # with DP attention the batch grows in whole sequences per GPU
+    if r["max_batch"] >= 1:
+        assert inference_memory(cfg, context=context, batch=r["max_batch"], **kw)["fits"]
+    assert not inference_memory(cfg, context=context, batch=r["max_batch"] + step, **kw)["fits"]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.engines.megatron.parallel import check_parallel, parallel_report, slime_glm52_training
+from app.core.engines.megatron.parallel import check_parallel
 from app.core.engines.megatron.placement import materialise
+from app.core.engines.slime import SLIME_GLM52_PROFILE
+from app.core.evaluate import evaluate
 from app.core.layout.stages import PipelineSpec
 from app.core.model.config import load_model
 from app.core.model.parallelism import GPU_PRESETS, ParallelConfig, resolve_gpu
@@ -49,13 +51,17 @@ def test_slime_profile_is_256_gpus_edp_1_and_passes_every_check(glm52):
     mtp = by_name(checks)["mtp_cp"]
     assert mtp.level == "info" and not mtp.warning and mtp.ok
     assert "accepted" in mtp.message and "anyway" not in mtp.message
-    report = parallel_report(glm52, par)
-    assert report["gpus"] == 256 and report["expert_grid"]["edp"] == 1 and report["ok"]
+    # the same without a stage plan (what the parallel checks alone say)
+    assert par.world == 256 and par.expert_grid["edp"] == 1 and all(c.ok for c in check_parallel(glm52, par))
 
 
-def test_slime_preset_matches_the_hand_built_profile():
-    spec, par = slime_glm52_training()
-    assert par == slime_par()
+def test_slime_preset_matches_the_hand_built_profile(glm52):
+    """The pinned profile the page and the presets open (slime's GLM-5.2 launcher), as the one
+    evaluation reads it, is the launch FACTS.md section 1 quotes (the profile states DP 1 where the
+    hand-built one states 256 GPUs: the same world)."""
+    ev = evaluate(SLIME_GLM52_PROFILE, glm52)
+    assert ev.par == slime_par(gpus=None, dp=1) and ev.par.world == slime_par().world == 256
+    spec = ev.stage_plan.spec
     assert (spec.pp, spec.first, spec.last) == (8, 14, 16)
 
 

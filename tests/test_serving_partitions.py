@@ -8,13 +8,13 @@ engines' own per-rank (start, end) form, the full layers come from the checkpoin
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from app.core.engines.rules import EngineInputError
 from app.core.engines.serving import (
     default_partition,
-    parse_partition,
     serving_check,
     serving_check_report,
     serving_plan,
@@ -137,22 +137,26 @@ def test_placement_lm_head_and_mtp_on_last_rank():
     assert [(s.first_layer, s.last_layer) for s in plan.stages] == [(1, 18), (19, 38), (39, 58), (59, 78)]
 
 
-def test_parse_partition_errors_name_the_variable_length_and_sum():
-    assert parse_partition(" 18, 20,20 ,20", 78, 4) == [18, 20, 20, 20]  # int() strips blanks
-    with pytest.raises(EngineInputError, match=r"VLLM_PP_LAYER_PARTITION has 3 entries.*4 ranks.*pp_size=4"):
-        parse_partition("26,26,26", 78, 4)
-    with pytest.raises(EngineInputError, match=r"SGLANG_PP_LAYER_PARTITION entries sum to 77.*78 decoder layers"):
-        parse_partition("19,19,20,19", 78, 4, engine="sglang")
+def _partition_errors(text: str, pp: int, engine: str = "vllm") -> str:
+    """The errors the engine's check gives for a ``*_PP_LAYER_PARTITION`` text (the launcher reader's path)."""
+    return "; ".join(e["message"] for e in serving_check(GLM52, engine, pp, text).to_json()["errors"])
+
+
+def test_partition_text_errors_name_the_variable_length_and_sum():
+    assert serving_check(GLM52, "vllm", 4, " 18, 20,20 ,20").sizes == (18, 20, 20, 20)  # int() strips blanks
+    assert re.search(r"VLLM_PP_LAYER_PARTITION has 3 entries.*4 ranks.*pp_size=4", _partition_errors("26,26,26", 4))
+    assert re.search(r"SGLANG_PP_LAYER_PARTITION entries sum to 77.*78 decoder layers",
+                     _partition_errors("19,19,20,19", 4, "sglang"))
     with pytest.raises(EngineInputError, match=r"VLLM_PP_LAYER_PARTITION entry 2 is 'x'.*Invalid partition string"):
-        parse_partition("18,x,20,20", 78, 4)
+        serving_check(GLM52, "vllm", 4, "18,x,20,20")
     with pytest.raises(EngineInputError, match="entry 2 is ''"):
-        parse_partition("18,,20,20", 78, 4)
+        serving_check(GLM52, "vllm", 4, "18,,20,20")
     with pytest.raises(EngineInputError, match="negative"):
-        parse_partition("-2,40,20,20", 78, 4)
+        serving_check(GLM52, "vllm", 4, "-2,40,20,20")
     with pytest.raises(EngineInputError, match="empty"):
-        parse_partition("  ", 78, 4)
+        serving_check(GLM52, "vllm", 4, "  ")
     with pytest.raises(EngineInputError, match="not a serving engine"):
-        parse_partition("78", 78, 1, engine="megatron")
+        serving_check(GLM52, "megatron", 1, "78")
 
 
 def test_wrong_sum_or_length_is_an_error_in_the_check_not_a_verdict():

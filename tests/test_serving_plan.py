@@ -8,14 +8,12 @@ import shlex
 
 import pytest
 
-from app.core.engines.rules import EngineInputError
 from app.core.engines.serving import (
     best_serving_partition,
     engine_roles,
     export_partition,
     serving_check,
     serving_plan,
-    serving_plan_report,
 )
 from app.core.model.config import load_model
 from app.core.model.serving_memory import ServingMemorySettings, serving_memory
@@ -79,12 +77,24 @@ def test_export_quotes_and_round_trips_through_shlex():
 
 
 def test_plan_report_shape_and_no_valid_partition():
-    body = serving_plan_report(GLM52, "sglang", 4, tp=8, objective="layers")
-    assert body["valid"] and body["best"]["partition"] == [18, 20, 20, 20]
-    assert {"valid", "stages", "violations", "errors", "export", "memory"} <= set(body)
-    assert body["default"]["partition"] == [19, 19, 20, 20]
-    assert body["export"]["command"].startswith("python -m sglang.launch_server")
-    none = serving_plan_report(GLM52, "vllm", len(FULL) + 1)
-    assert not none["valid"] and none["errors"][0]["code"] == "no_valid_partition"
-    with pytest.raises(EngineInputError, match="unknown serving setting"):
-        serving_plan_report(GLM52, "vllm", 4, contxt=5)
+    """``isplan plan --engine sglang --pp 4 --tp 8`` and its API twin: the best partition, evaluated
+    again as ``isplan check`` (the check's shape, the export), beside the engine's default."""
+    from urllib.parse import parse_qsl
+
+    from app.core.evaluate import evaluate
+    from app.core.plan import strict_plan, unknown_keys
+    from app.core.reports import check_report, plan_search_report
+
+    query = {"model": "glm-5.2", "engine": "sglang", "pp": "4", "tp": "8"}
+    body = plan_search_report(strict_plan(query), GLM52, objective="layers").body
+    assert body["best"]["split"] == [18, 20, 20, 20]
+    best = strict_plan(dict(parse_qsl(body["best"]["query"])))
+    checked = check_report(best, GLM52).body
+    assert checked["valid"] and {"valid", "stages", "violations", "errors", "exports"} <= set(checked)
+    assert evaluate(best, GLM52).exports()["serve_command"].startswith("python -m sglang.launch_server")
+    default = evaluate(strict_plan(query), GLM52).check
+    assert [s.num_layers for s in default.plan.stages] == [19, 19, 20, 20]
+    none = plan_search_report(strict_plan({"model": "glm-5.2", "engine": "vllm", "pp": str(len(FULL) + 1)}), GLM52)
+    assert not none.verdict.go and [r.code for r in none.verdict.blocking] == ["no_valid_layout"]
+    assert body["best"] and none.body["best"] is None
+    assert [p.field for p in unknown_keys(["contxt"])] == ["contxt"]   # an unknown serving setting

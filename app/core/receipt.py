@@ -205,6 +205,33 @@ def verdict_from_dict(d: dict[str, Any]) -> Verdict:
                    tuple(d.get("judged", ("layout",))))
 
 
+def _model_record(cfg: ModelConfig, model_revision: str | None) -> dict[str, Any]:
+    """The model as a receipt records it: its id and description, both digests, provenance,
+    layer count and revision (pinned when a full 40-hex commit)."""
+    return {
+        "id": cfg.id,
+        "label": cfg.label,
+        "source": cfg.source,
+        "sha256": cfg.sha256,
+        "canonical_sha256": cfg.canonical_sha256,
+        "provenance": cfg.provenance,
+        "upstream_repo": cfg.upstream_repo,
+        "num_layers": cfg.num_hidden_layers,
+        "revision": model_revision,
+        "revision_pinned": is_immutable(model_revision),
+    }
+
+
+def _unpinned_warnings(model_revision: str | None, engine_commit: str | None) -> list[str]:
+    """The warning of a receipt without an immutable model revision or engine commit, naming which."""
+    missing = [w for w, ok in (("model revision", is_immutable(model_revision)),
+                               ("engine commit", is_immutable(engine_commit))) if not ok]
+    if not missing:
+        return []
+    return [f"unpinned: no immutable {' or '.join(missing)}; pass --model-revision / "
+            "--engine-commit with full 40-hex commits"]
+
+
 def build_receipt(
     cfg: ModelConfig,
     layouts: list[LayoutInput],
@@ -227,35 +254,18 @@ def build_receipt(
                for name, spec, freq, offset, warns in layouts]
     checks = _checks(cfg, model_revision, engine_commit, entries)
     pinned = is_immutable(model_revision) and is_immutable(engine_commit)
-    warnings = []
-    if not pinned:
-        missing = [w for w, ok in (("model revision", is_immutable(model_revision)),
-                                   ("engine commit", is_immutable(engine_commit))) if not ok]
-        warnings.append(f"unpinned: no immutable {' or '.join(missing)}; pass --model-revision / "
-                        "--engine-commit with full 40-hex commits")
     receipt: dict[str, Any] = {
         "receipt_version": RECEIPT_VERSION,
         "tool": {"name": "isplan", "version": __version__},
         "created_utc": created_utc or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "model": {
-            "id": cfg.id,
-            "label": cfg.label,
-            "source": cfg.source,
-            "sha256": cfg.sha256,
-            "canonical_sha256": cfg.canonical_sha256,
-            "provenance": cfg.provenance,
-            "upstream_repo": cfg.upstream_repo,
-            "num_layers": cfg.num_hidden_layers,
-            "revision": model_revision,
-            "revision_pinned": is_immutable(model_revision),
-        },
+        "model": _model_record(cfg, model_revision),
         "engine": {"semantics": engine, "commit": engine_commit, "commit_pinned": is_immutable(engine_commit)},
         "pattern": pattern,
         "layouts": entries,
         "checks": checks,
         "valid": all(e["valid"] for e in entries) and not any(c["result"] == "fail" for c in checks),
         "unpinned": not pinned,
-        "warnings": warnings,
+        "warnings": _unpinned_warnings(model_revision, engine_commit),
     }
     if plan is not None:
         receipt["plan"] = plan
@@ -558,6 +568,67 @@ def _layout_differences(lay: dict[str, Any], fresh: dict[str, Any], name: str) -
     return out
 
 
+def _config_differences(model: dict[str, Any], cfg: ModelConfig) -> list[str]:
+    """The config is identified by its digests (bytes and canonical JSON) and its layer count,
+    never by a description."""
+    return [f"model.{field}: receipt has {_short(model.get(field), 80)}, the config gives {actual!r}"
+            for field, actual in (("sha256", cfg.sha256), ("canonical_sha256", cfg.canonical_sha256),
+                                  ("num_layers", cfg.num_hidden_layers)) if not _same(model.get(field), actual)]
+
+
+def _rebuild_layouts(cfg: ModelConfig, layouts: list[Any], requests: list[LayoutRequest], engine: str,
+                     pattern: str | None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every recorded layout materialised again from its recorded inputs, and how each differs
+    (a layout whose inputs no longer materialise is a difference and is left out). The warnings
+    recorded at creation may include launcher notes, so they are taken as recorded."""
+    rebuilt, differences = [], []
+    for lay, (name, spec, freq, offset) in zip(layouts, requests):
+        try:
+            fresh = _layout_entry(cfg, name, spec, freq, offset, (), engine, pattern)
+        except (LayoutInputError, PatternError, ValueError) as exc:
+            differences.append(f"layout {_short(name)}: its inputs no longer materialise: {exc}")
+            continue
+        fresh["warnings"] = lay.get("warnings", [])
+        rebuilt.append(fresh)
+        differences += _layout_differences(lay, fresh, name)
+    return rebuilt, differences
+
+
+def _checks_differences(receipt: dict[str, Any], model: dict[str, Any], cfg: ModelConfig,
+                        rebuilt: list[dict[str, Any]], complete: bool) -> tuple[list[str], bool]:
+    """The release-gate checks and ``valid`` recomputed from the rebuilt layouts (compared only
+    when every layout rebuilt); returns the differences and the recomputed ``valid``."""
+    eng = receipt["engine"]
+    repo = model.get("upstream_repo") or "(user-supplied file)"
+    fresh_checks = _checks(cfg, model.get("revision"), eng.get("commit"), rebuilt, upstream_repo=repo)
+    out = []
+    if not _same(receipt.get("checks"), fresh_checks) and complete:
+        recorded = {c["name"]: c for c in receipt.get("checks", [])
+                    if isinstance(c, dict) and isinstance(c.get("name"), str)}
+        out += [f"check {c['name']}: receipt has {_short(recorded.get(c['name']))}, recomputed {_short(c)}"
+                for c in fresh_checks if not _same(recorded.get(c["name"]), c)]
+    fresh_valid = all(e["valid"] for e in rebuilt) and not any(c["result"] == "fail" for c in fresh_checks)
+    if not _same(receipt.get("valid"), fresh_valid) and complete:
+        out.append(f"valid: receipt says {_short(receipt.get('valid'), 40)}, recomputed {fresh_valid}")
+    return out, fresh_valid
+
+
+def _pinning_findings(receipt: dict[str, Any], model: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """``unpinned`` recomputed (pinned = an immutable model revision and engine commit), and notes
+    on the writing tool's version and on an unpinned receipt."""
+    eng = receipt["engine"]
+    pinned = is_immutable(model.get("revision")) and is_immutable(eng.get("commit"))
+    differences, notes = [], []
+    if not _same(receipt.get("unpinned"), not pinned):
+        differences.append(f"unpinned: receipt says {_short(receipt.get('unpinned'), 40)}, recomputed {not pinned}")
+    tool = receipt.get("tool", {})
+    if isinstance(tool, dict) and tool.get("version") != __version__:
+        notes.append(f"written by isplan {_short(tool.get('version'), 40)}, verified with {__version__}")
+    if not pinned:
+        notes.append("the receipt is unpinned (no immutable model revision and engine commit)")
+    return differences, notes
+
+
 def verify_receipt(receipt: Any, *, config_path: str | None = None,
                    config: ModelConfig | None = None, key: bytes | None = None) -> dict[str, Any]:
     """Recompute ``receipt`` and list every difference (empty list = verified).
@@ -566,9 +637,10 @@ def verify_receipt(receipt: Any, *, config_path: str | None = None,
     ``sha256:`` id; the CLI passes ``--config``), else read from ``config_path`` (the CLI user's
     own argument), else the receipt's preset. A receipt never makes this open a path. Every count
     is bounded (:mod:`app.core.plan.bounds`) before any work; ``key`` (default ``ISPLAN_RECEIPT_KEY``)
-    makes ``body_hmac_sha256`` required and checked."""
+    makes ``body_hmac_sha256`` required and checked. Differences come in this order: signature,
+    plan record, config digests, layouts, plan verdicts, checks and ``valid``, ``unpinned``."""
     model, layouts, engine, pattern = _check_shape(receipt)
-    requests = _layout_requests(layouts)
+    requests = _layout_requests(layouts)   # every count bounded before any config is read
     differences, notes = _signature_findings(receipt, key if key is not None else configured_key())
     plan_problems, record = _plan_record(receipt)
     differences += plan_problems
@@ -576,53 +648,27 @@ def verify_receipt(receipt: Any, *, config_path: str | None = None,
         cfg = config if config is not None else _load_for_verify(model, config_path)
     except ConfigError as exc:
         raise ReceiptError(f"the config cannot be loaded: {exc}") from None
-    for field, actual in (("sha256", cfg.sha256), ("canonical_sha256", cfg.canonical_sha256),
-                          ("num_layers", cfg.num_hidden_layers)):
-        if not _same(model.get(field), actual):
-            differences.append(f"model.{field}: receipt has {_short(model.get(field), 80)}, "
-                               f"the config gives {actual!r}")
-
-    rebuilt_layouts = []
-    for lay, (name, spec, freq, offset) in zip(layouts, requests):
-        try:
-            fresh = _layout_entry(cfg, name, spec, freq, offset, (), engine, pattern)
-        except (LayoutInputError, PatternError, ValueError) as exc:
-            differences.append(f"layout {_short(name)}: its inputs no longer materialise: {exc}")
-            continue
-        # warnings recorded at creation may include launcher notes; compare the rest
-        fresh["warnings"] = lay.get("warnings", [])
-        rebuilt_layouts.append(fresh)
-        differences += _layout_differences(lay, fresh, name)
-    complete = len(rebuilt_layouts) == len(layouts)
-
+    differences += _config_differences(model, cfg)
+    rebuilt, layout_diffs = _rebuild_layouts(cfg, layouts, requests, engine, pattern)
+    differences += layout_diffs
+    complete = len(rebuilt) == len(layouts)
     top_verdict = None
     if record is not None:
-        plan_diffs, top_verdict = _plan_differences(record, receipt, cfg, engine, pattern,
-                                                    rebuilt_layouts if complete else None)
+        plan_diffs, top_verdict = _plan_differences(record, receipt, cfg, engine, pattern, rebuilt if complete else None)
         differences += plan_diffs
     elif "verdict" not in receipt:
         notes.append("the receipt records no plan: its layouts were verified, it makes no go / no-go claim")
-    eng = receipt["engine"]
-    repo = model.get("upstream_repo") or "(user-supplied file)"
-    fresh_checks = _checks(cfg, model.get("revision"), eng.get("commit"), rebuilt_layouts, upstream_repo=repo)
-    if not _same(receipt.get("checks"), fresh_checks) and complete:
-        recorded = {c["name"]: c for c in receipt.get("checks", [])
-                    if isinstance(c, dict) and isinstance(c.get("name"), str)}
-        for c in fresh_checks:
-            r = recorded.get(c["name"])
-            if not _same(r, c):
-                differences.append(f"check {c['name']}: receipt has {_short(r)}, recomputed {_short(c)}")
-    fresh_valid = all(e["valid"] for e in rebuilt_layouts) and not any(c["result"] == "fail" for c in fresh_checks)
-    if not _same(receipt.get("valid"), fresh_valid) and complete:
-        differences.append(f"valid: receipt says {_short(receipt.get('valid'), 40)}, recomputed {fresh_valid}")
-    pinned = is_immutable(model.get("revision")) and is_immutable(eng.get("commit"))
-    if not _same(receipt.get("unpinned"), not pinned):
-        differences.append(f"unpinned: receipt says {_short(receipt.get('unpinned'), 40)}, recomputed {not pinned}")
-    tool = receipt.get("tool", {})
-    if isinstance(tool, dict) and tool.get("version") != __version__:
-        notes.append(f"written by isplan {_short(tool.get('version'), 40)}, verified with {__version__}")
-    if not pinned:
-        notes.append("the receipt is unpinned (no immutable model revision and engine commit)")
+    check_diffs, fresh_valid = _checks_differences(receipt, model, cfg, rebuilt, complete)
+    pin_diffs, pin_notes = _pinning_findings(receipt, model)
+    differences += check_diffs + pin_diffs
+    return _verification_report(model, cfg, layouts, differences, notes + pin_notes,
+                                fresh_valid if complete else False, top_verdict)
+
+
+def _verification_report(model: dict[str, Any], cfg: ModelConfig, layouts: list[Any], differences: list[str],
+                         notes: list[str], valid: bool, verdict: Any) -> dict[str, Any]:
+    """What ``isplan verify`` answers: ok when nothing differs, the first :data:`MAX_DIFFERENCES`
+    differences (and how many more), the notes, the config it used and the recomputed verdicts."""
     ok = not differences
     return {
         "ok": ok,
@@ -632,8 +678,8 @@ def verify_receipt(receipt: Any, *, config_path: str | None = None,
             [f"... and {len(differences) - MAX_DIFFERENCES:,} more"] if len(differences) > MAX_DIFFERENCES else []),
         "notes": notes,
         "model": {"id": cfg.id, "sha256": cfg.sha256},
-        "valid": fresh_valid if complete else False,
-        "verdict": top_verdict,
+        "valid": valid,
+        "verdict": verdict,
     }
 
 

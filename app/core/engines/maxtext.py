@@ -298,20 +298,6 @@ def maxtext_check(cfg: ModelConfig, pipeline: MaxTextPipeline,
                         tuple(errors), tuple(warnings))
 
 
-def maxtext_check_report(cfg: ModelConfig, index_share_pattern: str | None = None, **config: Any) -> dict[str, Any]:
-    """The JSON body of ``isplan check --engine maxtext``: ``config`` takes MaxText's own keys
-    (``ici_pipeline_parallelism``, ``dcn_pipeline_parallelism``, ``num_layers_per_pipeline_stage``,
-    ``num_pipeline_repeats``, ``pipeline_parallel_layers``, ``num_pipeline_microbatches``,
-    ``pipeline_delay_activation_forwarding``, ``micro_batch_size_to_train_on``, ``decoder_block``,
-    ``first_num_dense_layers``); an unknown key is an error naming it."""
-    known = {f.name for f in fields(MaxTextPipeline)}
-    unknown = sorted(set(config) - known)
-    if unknown:
-        raise EngineInputError(f"unknown MaxText key(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    pipeline = replace(MaxTextPipeline(), **{k: v for k, v in config.items() if v is not None})
-    return maxtext_check(cfg, pipeline, index_share_pattern).to_json()
-
-
 #: MaxText's config keys (its messages name them) -> plan fields
 MAXTEXT_FLAGS = {"index_share_pattern": "pattern", "pipeline_parallel_layers": "pipeline_parallel_layers",
                  "num_layers_per_pipeline_stage": "layers_per_pipeline_stage",

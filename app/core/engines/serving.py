@@ -124,20 +124,6 @@ def partition_errors(sizes: Sequence[int], num_layers: int, pp: int, env_var: st
     return errors
 
 
-def parse_partition(text: str, num_layers: int, pp: int, *, engine: str = "vllm") -> list[int]:
-    """``VLLM_PP_LAYER_PARTITION`` / ``SGLANG_PP_LAYER_PARTITION`` text -> layer counts per rank.
-
-    Raises :class:`EngineInputError` naming the variable when an entry is not a whole number,
-    when the list has the wrong length or when it does not sum to ``num_layers``.
-    """
-    mod = engine_module(engine)
-    sizes = read_partition(text, mod.env_var)
-    errors = partition_errors(sizes, num_layers, _check_size(pp, "--pp", MAX_PP), mod.env_var)
-    if errors:
-        raise EngineInputError("; ".join(e.message for e in errors))
-    return sizes
-
-
 def serving_stages(sizes: Sequence[int], mtp_layers: int) -> tuple[Stage, ...]:
     """One stage per rank from layer 1 on; embedding on rank 0, lm_head + MTP on the last rank."""
     stages = []
@@ -425,7 +411,7 @@ def best_serving_partition(cfg: ModelConfig, engine: str, pp: int, *, k: int = 1
 
 _MEMORY_KEYS = {"ep", "weight_dtype", "kv_dtype", "context", "concurrency", "max_batched_tokens",
                 "gpu_memory_utilization", "indexer_cache_on_all_layers"}
-_OTHER_KEYS = {"tp", "mtp", "version", "model", "gpu_memory", "k", "allow_shared_starts", "objective"}
+_OTHER_KEYS = {"tp", "mtp", "version", "model", "gpu_memory"}
 
 
 def _settings(settings: dict[str, Any]) -> tuple[ServingMemorySettings, dict[str, Any]]:
@@ -456,36 +442,6 @@ def serving_check_report(cfg: ModelConfig, engine: str, pp: int, partition: str 
     body["export"] = export_partition(cfg, check.engine, check.plan.pp, check.sizes, tp=ms.tp,
                                       model=other.get("model")) if check.plan.stages else None
     body["memory"] = serving_memory(cfg, check.plan, check.roles, ms).to_json() if check.plan.stages else None
-    return body
-
-
-def serving_plan_report(cfg: ModelConfig, engine: str, pp: int, **settings: Any) -> dict[str, Any]:
-    """The JSON body of ``isplan plan --engine vllm|sglang --pp N``: the best partition (its
-    verdict in the ``isplan check`` shape, export and memory), the next ``k - 1`` candidates, and
-    the engine default's verdict for comparison. ``valid`` is false when no valid partition exists."""
-    ms, other = _settings(settings)
-    mtp, version = other.get("mtp", True), other.get("version")
-    found = best_serving_partition(cfg, engine, pp, k=other.get("k", 3), mtp=mtp, version=version, memory=ms,
-                                   model=other.get("model"), allow_shared_starts=other.get("allow_shared_starts", False),
-                                   objective=other.get("objective", "memory"))
-    default = serving_check(cfg, engine, pp, None, tp=ms.tp, mtp=mtp, version=version)
-    base = {"engine": default.engine, "pp": default.plan.pp, "tp": ms.tp,
-            "default": {"partition": list(default.sizes), "valid": default.valid,
-                        "violations": default.to_json()["violations"]}}
-    if not found:
-        n_full = len(default.roles.full_layers)
-        return {**base, "valid": False, "stages": [], "violations": [], "best": None, "candidates": [],
-                "errors": [{"code": "no_valid_partition", "flag": "--pp", "message": (
-                    f"no partition of {cfg.num_hidden_layers} layers over {pp} ranks starts every rank on a "
-                    f"full layer ({n_full} full layers); use fewer pipeline ranks")}],
-                "warnings": [], "export": None, "memory": None}
-    best = found[0].check
-    body = best.to_json()
-    body.update(base)
-    body["best"] = found[0].to_dict()
-    body["candidates"] = [c.to_dict() for c in found]
-    body["export"] = found[0].export
-    body["memory"] = serving_memory(cfg, best.plan, best.roles, ms).to_json()
     return body
 
 

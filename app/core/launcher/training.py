@@ -90,6 +90,63 @@ class LauncherRequest:
     report: dict
 
 
+class _FlagReader:
+    """Integer flags of a parsed launcher; a value that is not an integer joins ``unresolved``
+    (each read of it, in read order) and reads as absent."""
+
+    def __init__(self, parsed: LauncherParse, unresolved: tuple[str, ...]):
+        self.parsed = parsed
+        self.unresolved = unresolved
+
+    def num(self, flag: str) -> int | None:
+        try:
+            return self.parsed.int_value(flag)
+        except ValueError as exc:
+            self.unresolved = self.unresolved + (str(exc),)
+            return None
+
+
+def _unresolved_flags(parsed: LauncherParse) -> tuple[tuple[str, ...], list[str]]:
+    """(pipeline flags whose value could not be resolved: the check cannot run; warnings for the
+    other unresolved flags, after the reader's own), each naming its file:line."""
+    unresolved = tuple(
+        f"{u.flag} ({where(u.file, u.line)}): {u.reason}" for u in parsed.unresolved
+        if u.flag in PIPELINE_FLAGS and u.flag not in parsed.values
+    )
+    warnings = list(parsed.warnings)
+    warnings += [f"{u.flag} ({where(u.file, u.line)}) is unresolved: {u.reason}" for u in parsed.unresolved
+                 if u.flag not in PIPELINE_FLAGS and u.flag not in parsed.values]
+    return unresolved, warnings
+
+
+def _spelling_warnings(parsed: LauncherParse) -> list[str]:
+    """Flags Megatron's parser would stop on: ``--overlap-p2p-communication`` (overlap is on by
+    default; the switch is ``--no-overlap-p2p-communication``, megatron/training/arguments.py) and
+    the old ``--virtual-pipeline-model-parallel-size``."""
+    out = []
+    if "--overlap-p2p-communication" in parsed.switches:
+        out.append("--overlap-p2p-communication is not a Megatron option (its parser would stop on it): p2p "
+                   "overlap is on by default and the switch is --no-overlap-p2p-communication "
+                   "(megatron/training/arguments.py); drop it")
+    if "--virtual-pipeline-model-parallel-size" in parsed.values:
+        out.append("--virtual-pipeline-model-parallel-size is not a Megatron option any more (its parser would "
+                   "stop on it); it is read here as --num-virtual-stages-per-pipeline-rank, use that name")
+    return out
+
+
+def _launcher_record(parsed: LauncherParse) -> dict[str, Any]:
+    """What was read, for the page and the CLI: every value with the file and line that set it,
+    the files, the trainer's line, the switches, the unresolved flags and the reader's warnings."""
+    return {
+        "values": parsed.provenance(),  # {flag: {value, file, line}}: every value read, with where it was set
+        "files": list(parsed.files),
+        "trainer": {"file": parsed.trainer[0], "line": parsed.trainer[1]} if parsed.trainer else None,
+        "switches": sorted(parsed.switches),
+        "unresolved": [{"flag": u.flag, "file": u.file, "line": u.line, "raw": u.raw, "reason": u.reason} for u in parsed.unresolved],
+        "warnings": list(parsed.warnings),
+    }
+
+
 def launcher_request(parsed: LauncherParse, cfg: Any) -> LauncherRequest:
     """Map the parsed flags onto a :class:`PipelineSpec` for ``cfg``.
 
@@ -98,41 +155,21 @@ def launcher_request(parsed: LauncherParse, cfg: Any) -> LauncherRequest:
     MTP layer: Megatron's and slime's default is ``None`` (THUDM/slime ``slime/utils/arguments.py``
     at 624b824a898ab0ec1fcb4d373004c7f3852bf515 resets ``--mtp-num-layers`` to ``default=None``). p2p overlap is on unless the script passes
     ``--no-overlap-p2p-communication``. A ``--num-layers`` that differs from the config's
-    ``num_hidden_layers`` is an error.
+    ``num_hidden_layers`` is an error (:func:`model_disagreements`); without
+    ``--pipeline-model-parallel-size`` PP is Megatron's default 1.
     """
-    unresolved = tuple(
-        f"{u.flag} ({where(u.file, u.line)}): {u.reason}" for u in parsed.unresolved
-        if u.flag in PIPELINE_FLAGS and u.flag not in parsed.values
-    )
-    warnings = list(parsed.warnings)
-    warnings += [f"{u.flag} ({where(u.file, u.line)}) is unresolved: {u.reason}" for u in parsed.unresolved
-                 if u.flag not in PIPELINE_FLAGS and u.flag not in parsed.values]
-    errors: list[PlanError] = []
-
-    def num(flag: str) -> int | None:
-        try:
-            return parsed.int_value(flag)
-        except ValueError as exc:
-            nonlocal unresolved
-            unresolved = unresolved + (str(exc),)
-            return None
-
+    unresolved, warnings = _unresolved_flags(parsed)
+    read = _FlagReader(parsed, unresolved)
+    num = read.num
     vpp = num("--num-virtual-stages-per-pipeline-rank")
     legacy = num("--virtual-pipeline-model-parallel-size")
-    if vpp is None and legacy is not None:
-        vpp = legacy
+    vpp = legacy if vpp is None and legacy is not None else vpp
     mtp = num("--mtp-num-layers")
     if mtp is None and "--mtp-num-layers" not in parsed.values and cfg.num_nextn_predict_layers:
         warnings.append(f"--mtp-num-layers is not in the script, so the plan builds no MTP layer (Megatron's and "
                         f"slime's default is None) although the model has {cfg.num_nextn_predict_layers}")
-    errors += model_disagreements(parsed, cfg, num)
-    if "--overlap-p2p-communication" in parsed.switches:
-        warnings.append("--overlap-p2p-communication is not a Megatron option (its parser would stop on it): p2p "
-                        "overlap is on by default and the switch is --no-overlap-p2p-communication "
-                        "(megatron/training/arguments.py); drop it")
-    if "--virtual-pipeline-model-parallel-size" in parsed.values:
-        warnings.append("--virtual-pipeline-model-parallel-size is not a Megatron option any more (its parser would "
-                        "stop on it); it is read here as --num-virtual-stages-per-pipeline-rank, use that name")
+    errors = model_disagreements(parsed, cfg, num)
+    warnings += _spelling_warnings(parsed)
     pp = num("--pipeline-model-parallel-size")
     if pp is None and "--pipeline-model-parallel-size" not in parsed.values:
         warnings.append("--pipeline-model-parallel-size is not in the script; Megatron's default is 1")
@@ -148,13 +185,6 @@ def launcher_request(parsed: LauncherParse, cfg: Any) -> LauncherRequest:
         mtp_layers=mtp if mtp is not None else 0,
         overlap_p2p="--no-overlap-p2p-communication" not in parsed.switches,
     )
-    report = {
-        "values": parsed.provenance(),  # {flag: {value, file, line}}: every value read, with where it was set
-        "files": list(parsed.files),
-        "trainer": {"file": parsed.trainer[0], "line": parsed.trainer[1]} if parsed.trainer else None,
-        "switches": sorted(parsed.switches),
-        "unresolved": [{"flag": u.flag, "file": u.file, "line": u.line, "raw": u.raw, "reason": u.reason} for u in parsed.unresolved],
-        "warnings": list(parsed.warnings),
-    }
-    return LauncherRequest(spec, num("--dsa-indexer-topk-freq"), num("--dsa-indexer-skip-topk-offset"),
-                           unresolved, tuple(warnings), tuple(errors), report)
+    freq, offset = num("--dsa-indexer-topk-freq"), num("--dsa-indexer-skip-topk-offset")
+    return LauncherRequest(spec, freq, offset, read.unresolved, tuple(warnings), tuple(errors),
+                           _launcher_record(parsed))

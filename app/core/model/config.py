@@ -483,67 +483,76 @@ def _qwen3_moe_layer_types(raw: dict[str, Any], n: int) -> tuple[str, ...] | Non
     return tuple("dense" if i in only or (i + 1) % step else "sparse" for i in range(n))
 
 
-def config_from_dict(
-    raw: dict[str, Any],
-    *,
-    data: bytes,
-    id: str,
-    source: str,
-    provenance: str,
-    upstream_repo: str | None = None,
-    label: str | None = None,
-) -> ModelConfig:
-    """Validate a parsed config and build a :class:`ModelConfig`; ``data`` are the exact bytes."""
-    original = raw
-    if raw.get("model_type") == "gpt2":
-        raw = _gpt2_aliases(raw)
+def _read_dimensions(raw: dict[str, Any]) -> dict[str, Any]:
+    """``model_type`` (a string, or absent) and the four sizes every family needs: layers, hidden
+    size, attention heads, vocabulary."""
     model_type = raw.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
         raise ConfigError("model_type must be a string", "model_type")
-    n = _int_field(raw, "num_hidden_layers", None, required=True)
-    assert n is not None
-    hidden = _int_field(raw, "hidden_size", None, required=True)
-    heads = _int_field(raw, "num_attention_heads", None, required=True)
-    vocab = _int_field(raw, "vocab_size", None, required=True)
-    has_dsa = model_type in ("glm_moe_dsa", "deepseek_v32") or raw.get("index_n_heads") is not None
-    # the transformers config classes' defaults when a DSA config omits the indexer sizes
-    # (GlmMoeDsaConfig: 32 heads x 128, top-k 2048; DeepseekV32Config: 64 heads x 128, top-k 2048)
-    dsa_defaults = _DSA_DEFAULTS.get(model_type or "", (0, 0, 0))
-    index_topk_pattern = raw.get("index_topk_pattern")
-    if index_topk_pattern is not None:
-        if not isinstance(index_topk_pattern, str):
-            raise ConfigError("index_topk_pattern must be a string of F and S", "index_topk_pattern")
-        if len(index_topk_pattern) != n:
-            raise ConfigError(
-                f"index_topk_pattern has {len(index_topk_pattern)} characters but num_hidden_layers is {n}",
-                "index_topk_pattern",
-            )
-        bad = sorted(set(index_topk_pattern) - {"F", "S"})
-        if bad:
-            raise ConfigError(
-                f"index_topk_pattern may only contain 'F' and 'S'; found {bad[:5]}", "index_topk_pattern"
-            )
-    family: dict[str, Any] = {}
+    return {
+        "model_type": model_type,
+        "num_hidden_layers": _int_field(raw, "num_hidden_layers", None, required=True),
+        "hidden_size": _int_field(raw, "hidden_size", None, required=True),
+        "num_attention_heads": _int_field(raw, "num_attention_heads", None, required=True),
+        "vocab_size": _int_field(raw, "vocab_size", None, required=True),
+    }
+
+
+def _read_topk_pattern(raw: dict[str, Any], n: int) -> str | None:
+    """``index_topk_pattern``: one ``F`` (full: computes its top-k) or ``S`` (shared) per decoder layer."""
+    pattern = raw.get("index_topk_pattern")
+    if pattern is None:
+        return None
+    if not isinstance(pattern, str):
+        raise ConfigError("index_topk_pattern must be a string of F and S", "index_topk_pattern")
+    if len(pattern) != n:
+        raise ConfigError(
+            f"index_topk_pattern has {len(pattern)} characters but num_hidden_layers is {n}",
+            "index_topk_pattern",
+        )
+    bad = sorted(set(pattern) - {"F", "S"})
+    if bad:
+        raise ConfigError(
+            f"index_topk_pattern may only contain 'F' and 'S'; found {bad[:5]}", "index_topk_pattern"
+        )
+    return pattern
+
+
+def _read_family(raw: dict[str, Any], dims: dict[str, Any]) -> dict[str, Any]:
+    """The attention family's fields: a known GQA type's (:func:`_gqa_fields`), else MLA, which
+    needs the four MLA sizes (the first missing one is named)."""
+    model_type = dims["model_type"]
     if model_type in GQA_MODEL_TYPES:
-        family = _gqa_fields(raw, model_type, n, hidden, heads)  # type: ignore[arg-type]
-    else:
-        missing = [f for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-                   if raw.get(f) is None]
-        if missing:
-            raise ConfigError(
-                f"model_type {model_type!r} is not one isplan can read completely: it is not a known GQA family "
-                f"({', '.join(GQA_MODEL_TYPES)}) and, as an MLA model, {missing[0]} is missing "
-                f"(MLA types: {', '.join(MLA_MODEL_TYPES)})",
-                missing[0] if model_type in MLA_MODEL_TYPES or model_type is None else "model_type",
-            )
-        family = {"moe_router_bias": True}
+        return _gqa_fields(raw, model_type, dims["num_hidden_layers"], dims["hidden_size"],
+                           dims["num_attention_heads"])
+    missing = [f for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+               if raw.get(f) is None]
+    if missing:
+        raise ConfigError(
+            f"model_type {model_type!r} is not one isplan can read completely: it is not a known GQA family "
+            f"({', '.join(GQA_MODEL_TYPES)}) and, as an MLA model, {missing[0]} is missing "
+            f"(MLA types: {', '.join(MLA_MODEL_TYPES)})",
+            missing[0] if model_type in MLA_MODEL_TYPES or model_type is None else "model_type",
+        )
+    return {"moe_router_bias": True}
+
+
+def _read_sharing_and_embeddings(raw: dict[str, Any]) -> dict[str, Any]:
+    """IndexShare's ``index_topk_freq`` / ``index_skip_topk_offset``, ``tie_word_embeddings``
+    (a boolean, default false), ``q_lora_rank`` and the MTP layer count."""
     freq = _int_field(raw, "index_topk_freq", None)
     offset = _int_field(raw, "index_skip_topk_offset", None)
     tie = raw.get("tie_word_embeddings", False)
     if not isinstance(tie, bool):
         raise ConfigError("tie_word_embeddings must be true or false", "tie_word_embeddings")
-    q_lora = _int_field(raw, "q_lora_rank", None)
-    mtp = _int_field(raw, "num_nextn_predict_layers", 0)
+    return {"index_topk_freq": freq, "index_skip_topk_offset": offset, "tie_word_embeddings": tie,
+            "q_lora_rank": _int_field(raw, "q_lora_rank", None),
+            "num_nextn_predict_layers": _int_field(raw, "num_nextn_predict_layers", 0)}
+
+
+def _read_ffn(raw: dict[str, Any]) -> dict[str, Any]:
+    """The FFN sizes: leading dense layers, routed experts and experts per token (no more than the
+    experts), dense and expert widths, shared experts, MoE layer frequency."""
     first_dense = _int_field(raw, "first_k_dense_replace", 0)
     experts = _int_field(raw, "n_routed_experts", 0)
     topk = _int_field(raw, "num_experts_per_tok", 0)
@@ -551,19 +560,7 @@ def config_from_dict(
         raise ConfigError(
             f"num_experts_per_tok ({topk}) exceeds n_routed_experts ({experts})", "num_experts_per_tok"
         )
-    fields: dict[str, Any] = {
-        "id": id,
-        "source": source,
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "canonical_sha256": canonical_digest(original),
-        "provenance": provenance,
-        "upstream_repo": upstream_repo,
-        "label": label or id,
-        "model_type": model_type,
-        "num_hidden_layers": n,
-        "hidden_size": hidden,
-        "vocab_size": vocab,
-        "num_attention_heads": heads,
+    return {
         "intermediate_size": _int_field(raw, "intermediate_size", 0),
         "moe_intermediate_size": _int_field(raw, "moe_intermediate_size", 0),
         "n_routed_experts": experts,
@@ -571,27 +568,26 @@ def config_from_dict(
         "num_experts_per_tok": topk,
         "first_k_dense_replace": first_dense,
         "moe_layer_freq": _int_field(raw, "moe_layer_freq", 1),
-        "q_lora_rank": q_lora,
-        "kv_lora_rank": _int_field(raw, "kv_lora_rank", 0),
-        "qk_nope_head_dim": _int_field(raw, "qk_nope_head_dim", 0),
-        "qk_rope_head_dim": _int_field(raw, "qk_rope_head_dim", 0),
-        "v_head_dim": _int_field(raw, "v_head_dim", 0),
-        "index_n_heads": _int_field(raw, "index_n_heads", dsa_defaults[0]) if has_dsa else 0,
-        "index_head_dim": _int_field(raw, "index_head_dim", dsa_defaults[1]) if has_dsa else 0,
-        "index_topk": _int_field(raw, "index_topk", dsa_defaults[2]) if has_dsa else 0,
-        "index_topk_freq": freq,
-        "index_skip_topk_offset": offset,
-        "index_topk_pattern": index_topk_pattern,
-        "indexer_types": _str_list(raw, "indexer_types", ("full", "shared"), n),
-        "mlp_layer_types": _str_list(raw, "mlp_layer_types", ("dense", "sparse"), n),
-        "num_nextn_predict_layers": mtp,
-        "tie_word_embeddings": tie,
-        "max_position_embeddings": _int_field(raw, "max_position_embeddings", None),
-        "extra": {k: v for k, v in original.items() if k not in _NEEDED and k not in _GPT2_EXTRA},
-        "raw": original,
     }
-    fields.update(family)
-    cfg = ModelConfig(**fields)
+
+
+def _read_mla_and_indexer(raw: dict[str, Any], model_type: str | None) -> dict[str, Any]:
+    """MLA's latent ranks and head dims (0 when absent), and the DSA indexer's sizes when the model
+    has one (a DSA type, or ``index_n_heads`` given), defaulting to the transformers config
+    classes' values when a DSA config omits them (GlmMoeDsaConfig: 32 heads x 128, top-k 2048;
+    DeepseekV32Config: 64 heads x 128, top-k 2048)."""
+    has_dsa = model_type in ("glm_moe_dsa", "deepseek_v32") or raw.get("index_n_heads") is not None
+    dsa_defaults = _DSA_DEFAULTS.get(model_type or "", (0, 0, 0))
+    out = {name: _int_field(raw, name, 0) for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                                                        "v_head_dim")}
+    for name, default in zip(("index_n_heads", "index_head_dim", "index_topk"), dsa_defaults):
+        out[name] = _int_field(raw, name, default) if has_dsa else 0
+    return out
+
+
+def _refuse_inconsistent(cfg: ModelConfig) -> ModelConfig:
+    """What only the built config can tell: more experts per token than routed experts, and
+    ``indexer_types`` on a model without an indexer."""
     if cfg.n_routed_experts and cfg.num_experts_per_tok > cfg.n_routed_experts:
         raise ConfigError(
             f"num_experts_per_tok ({cfg.num_experts_per_tok}) exceeds the {cfg.n_routed_experts} routed experts",
@@ -603,6 +599,51 @@ def config_from_dict(
             "indexer_types",
         )
     return cfg
+
+
+def config_from_dict(
+    raw: dict[str, Any],
+    *,
+    data: bytes,
+    id: str,
+    source: str,
+    provenance: str,
+    upstream_repo: str | None = None,
+    label: str | None = None,
+) -> ModelConfig:
+    """Validate a parsed config and build a :class:`ModelConfig`; ``data`` are the exact bytes.
+
+    The fields are read group by group, each by its reader, in this order (so the first bad field
+    named is always the same): a GPT-2 config's names mapped (:func:`_gpt2_aliases`), dimensions,
+    top-k pattern, attention family, IndexShare / embeddings / MTP, FFN, MLA and indexer sizes,
+    per-layer type lists, ``max_position_embeddings``; then the checks on the built config."""
+    original = raw
+    if raw.get("model_type") == "gpt2":
+        raw = _gpt2_aliases(raw)
+    dims = _read_dimensions(raw)
+    n = dims["num_hidden_layers"]
+    fields: dict[str, Any] = {
+        "id": id,
+        "source": source,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "canonical_sha256": canonical_digest(original),
+        "provenance": provenance,
+        "upstream_repo": upstream_repo,
+        "label": label or id,
+        **dims,
+        "index_topk_pattern": _read_topk_pattern(raw, n),
+    }
+    family = _read_family(raw, dims)
+    fields.update(_read_sharing_and_embeddings(raw))
+    fields.update(_read_ffn(raw))
+    fields.update(_read_mla_and_indexer(raw, dims["model_type"]))
+    fields["indexer_types"] = _str_list(raw, "indexer_types", ("full", "shared"), n)
+    fields["mlp_layer_types"] = _str_list(raw, "mlp_layer_types", ("dense", "sparse"), n)
+    fields["max_position_embeddings"] = _int_field(raw, "max_position_embeddings", None)
+    fields["extra"] = {k: v for k, v in original.items() if k not in _NEEDED and k not in _GPT2_EXTRA}
+    fields["raw"] = original
+    fields.update(family)
+    return _refuse_inconsistent(ModelConfig(**fields))
 
 
 def load_config_bytes(

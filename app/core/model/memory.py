@@ -147,6 +147,7 @@ of Korthikanti et al. (no MoE, no CP, no indexer, no uneven stages).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from app.core.layout.stages import Stage, StagePlan
@@ -239,38 +240,72 @@ TERM_EXPLANATIONS = {
 # --------------------------------------------------------------------------- activations
 
 
-def layer_activation_terms(cfg: ModelConfig, par: ParallelConfig, *, ffn: str, indexer: bool,
-                           mtp: bool = False) -> dict[str, float]:
-    """Bytes per CP-local token of one layer for one micro-batch with nothing recomputed
-    (the table in the module docstring)."""
-    H, h = cfg.hidden_size, cfg.num_attention_heads
-    rq, rkv = cfg.q_lora_rank, cfg.kv_lora_rank
-    dn, dr, dv = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
-    tp, etp = par.tp, par.expert_tp
-    s_div = tp if par.sp else 1
+def _attention_terms(cfg: ModelConfig, tp: int) -> dict[str, float]:
+    """The attention rows of the module docstring's table, per CP-local token.
+
+    MLA: the q / kv latents and their norms (replicated over TP), the up-projected q, k, v heads
+    over ``dn + dr`` / ``dv``, the FP32 log-sum-exp and the o_proj input, TP-sharded. GQA / MHA: q
+    over h heads, k and v over the g key-value heads (TP above g keeps one whole query group per
+    GPU), all of head_dim d."""
+    h = cfg.num_attention_heads
     t: dict[str, float] = {}
-    t["attn_norm_input"] = 2 * H / s_div
-    t["attn_norm_output"] = 2 * H / s_div
     if cfg.attention == "gqa":
-        # GQA / MHA: q over h heads, k and v over the g key-value heads, all of head_dim d
         d, g = cfg.head_dim, cfg.num_key_value_heads
+        kv_local = max(g / tp, 1)
         t["q_heads"] = 2 * h * d / tp
-        kv_local = max(g / tp, 1)  # TP above g keeps one whole query group per GPU
         t["k_heads"] = 2 * kv_local * d
         t["v_heads"] = 2 * kv_local * d
         t["attn_softmax_lse"] = 4 * h / tp
         t["attn_output"] = 2 * h * d / tp
-    else:
-        if rq:
-            t["q_latent"] = 2 * rq
-            t["q_latent_norm"] = 2 * rq
-        t["kv_latent"] = 2 * (rkv + dr)
-        t["kv_latent_norm"] = 2 * rkv
-        t["q_heads"] = 2 * h * (dn + dr) / tp
-        t["k_heads"] = 2 * h * (dn + dr) / tp
-        t["v_heads"] = 2 * h * dv / tp
-        t["attn_softmax_lse"] = 4 * h / tp
-        t["attn_output"] = 2 * h * dv / tp
+        return t
+    rq, rkv = cfg.q_lora_rank, cfg.kv_lora_rank
+    dn, dr, dv = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+    if rq:
+        t["q_latent"] = 2 * rq
+        t["q_latent_norm"] = 2 * rq
+    t["kv_latent"] = 2 * (rkv + dr)
+    t["kv_latent_norm"] = 2 * rkv
+    t["q_heads"] = 2 * h * (dn + dr) / tp
+    t["k_heads"] = 2 * h * (dn + dr) / tp
+    t["v_heads"] = 2 * h * dv / tp
+    t["attn_softmax_lse"] = 4 * h / tp
+    t["attn_output"] = 2 * h * dv / tp
+    return t
+
+
+def _ffn_terms(cfg: ModelConfig, ffn: str, tp: int, etp: int, s_div: int) -> dict[str, float]:
+    """The FFN rows per CP-local token: a dense layer's gate+up output and SwiGLU output over TP;
+    an MoE layer's FP32 router logits with top-k probs and int32 ids (``(4E + 8k) / s_div``), its
+    ``k ETP / TP`` routed rows of width ``i / ETP`` (input, fc1, act, output) and the TP-sharded
+    shared experts."""
+    if ffn == "dense":
+        return {"dense_fc1": 4 * cfg.intermediate_size / tp, "dense_act": 2 * cfg.intermediate_size / tp}
+    H, k, i = cfg.hidden_size, cfg.num_experts_per_tok, cfg.moe_intermediate_size
+    rows = k * etp / tp  # routed rows per CP-local token on one GPU
+    t: dict[str, float] = {
+        "router": (4 * cfg.n_routed_experts + 8 * k) / s_div,
+        "expert_input": 2 * H * rows,
+        "expert_fc1": 4 * (i / etp) * rows,
+        "expert_act": 2 * (i / etp) * rows,
+        "expert_output": 2 * H * rows,
+    }
+    if cfg.n_shared_experts:
+        t["shared_fc1"] = 4 * cfg.n_shared_experts * i / tp
+        t["shared_act"] = 2 * cfg.n_shared_experts * i / tp
+    return t
+
+
+def layer_activation_terms(cfg: ModelConfig, par: ParallelConfig, *, ffn: str, indexer: bool,
+                           mtp: bool = False) -> dict[str, float]:
+    """Bytes per CP-local token of one layer for one micro-batch with nothing recomputed
+    (the table in the module docstring): the norms' inputs and outputs (``2H / s_div`` each, SP
+    shards them over TP), the attention (:func:`_attention_terms`), the indexer's query, key,
+    weights and FP32 top-k scores on a layer that computes its top-k, the FFN (:func:`_ffn_terms`)
+    and an MTP layer's enorm / hnorm / eh_proj inputs."""
+    H = cfg.hidden_size
+    s_div = par.tp if par.sp else 1
+    t: dict[str, float] = {"attn_norm_input": 2 * H / s_div, "attn_norm_output": 2 * H / s_div}
+    t.update(_attention_terms(cfg, par.tp))
     if indexer and cfg.has_indexer:
         t["idx_q"] = 2 * cfg.index_n_heads * cfg.index_head_dim
         t["idx_k"] = 4 * cfg.index_head_dim
@@ -278,20 +313,7 @@ def layer_activation_terms(cfg: ModelConfig, par: ParallelConfig, *, ffn: str, i
         t["idx_topk_scores"] = 4 * cfg.index_topk
     t["mlp_norm_input"] = 2 * H / s_div
     t["mlp_norm_output"] = 2 * H / s_div
-    if ffn == "dense":
-        t["dense_fc1"] = 4 * cfg.intermediate_size / tp
-        t["dense_act"] = 2 * cfg.intermediate_size / tp
-    else:
-        k, i = cfg.num_experts_per_tok, cfg.moe_intermediate_size
-        rows = k * etp / tp  # routed rows per CP-local token on one GPU
-        t["router"] = (4 * cfg.n_routed_experts + 8 * k) / s_div
-        t["expert_input"] = 2 * H * rows
-        t["expert_fc1"] = 4 * (i / etp) * rows
-        t["expert_act"] = 2 * (i / etp) * rows
-        t["expert_output"] = 2 * H * rows
-        if cfg.n_shared_experts:
-            t["shared_fc1"] = 4 * cfg.n_shared_experts * i / tp
-            t["shared_act"] = 2 * cfg.n_shared_experts * i / tp
+    t.update(_ffn_terms(cfg, ffn, par.tp, par.expert_tp, s_div))
     if mtp:
         t["mtp_inputs"] = 8 * H / s_div
     return t
@@ -338,17 +360,64 @@ def _stored_per_token(terms: dict[str, float], dropped: frozenset[str] = frozens
     return sum(v for k, v in terms.items() if k not in dropped)
 
 
+def _full_recompute_stored(cfg: ModelConfig, par: ParallelConfig, stage: Stage, full: list[float]) -> float:
+    """Bytes one virtual stage keeps per micro-batch under ``--recompute-granularity full``.
+
+    A checkpoint keeps its input, ``2H`` per token (split over TP with
+    ``--distribute-saved-activations``, NVIDIA/Megatron-LM ``megatron/core/tensor_parallel/random.py:619-621``;
+    SP is off then). ``uniform`` N: one input per group of N decoder layers, an MTP layer its two
+    inputs. ``block`` N: the first N decoder layers keep their input, the rest everything, and an MTP
+    layer everything ("recompute_method == 'block' is not supported for MTP yet. Skipping
+    recompute.", ``multi_token_prediction.py:1630-1634``). ``full`` holds each layer's activations
+    with nothing recomputed, decoder layers then MTP layers. Megatron refuses full recompute without
+    a method and a layer count (engines/megatron/parallel.py); the estimate of such a plan reads
+    uniform / 1."""
+    H, tok = cfg.hidden_size, par.tokens_per_microbatch
+    s_div = par.tp if par.sp else 1
+    n_rec, method = par.recompute_num_layers or 1, par.recompute_method or "uniform"
+    kept = 2 * H / (par.tp if par.distribute_saved_activations else s_div) * tok
+    n_dec = stage.num_layers
+    if method == "uniform":
+        groups = math.ceil(n_dec / n_rec) if n_dec else 0
+        return groups * kept + stage.mtp_layers * (kept + 2 * H / s_div * tok)
+    blocked = min(n_rec, n_dec)
+    return blocked * kept + sum(full[blocked:n_dec]) + sum(full[n_dec:])
+
+
+def _recompute_working_set(par: ParallelConfig, full_layer_bytes: list[float]) -> float:
+    """Full recompute rebuilds a group while backward runs, one micro-batch at a time: the N
+    largest layers of the rank under ``uniform`` N, one layer under ``block``; nothing otherwise."""
+    if par.recompute != "full" or not full_layer_bytes:
+        return 0.0
+    n = 1 if par.recompute_method == "block" else min(par.recompute_num_layers or 1, len(full_layer_bytes))
+    return sum(sorted(full_layer_bytes, reverse=True)[:n])
+
+
+def _keeps_topk(cfg: ModelConfig, roles: RoleMap, par: ParallelConfig) -> bool:
+    """Whether full and MTP layers keep their top-k indices: a model with an indexer does, except
+    under full recompute when no layer is shared (each layer recomputes its own top-k, FACTS
+    section 7)."""
+    return cfg.has_indexer and not (par.recompute == "full" and all(r.role == "full" for r in roles.layers))
+
+
+def _loss_logits(cfg: ModelConfig, par: ParallelConfig, stages: list[Stage]) -> float:
+    """FP32 logits of one micro-batch per loss head the rank holds (the main head on the loss
+    stage, one per MTP layer): ``t * ceil(V / TP) * 4`` B each (vocab-parallel cross-entropy)."""
+    heads = sum(int(s.loss) + s.mtp_layers for s in stages)
+    return float(heads * par.tokens_per_microbatch * math.ceil(cfg.vocab_size / par.tp) * 4)
+
+
 def _rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: ParallelConfig,
                       rank: int) -> dict[str, Any]:
-    H = cfg.hidden_size
-    s_div = par.tp if par.sp else 1
+    """The activation-side terms of pipeline rank ``rank`` (module docstring): each virtual stage's
+    stored bytes per micro-batch times the micro-batches it holds in flight
+    (:func:`in_flight_microbatches`), the IndexShare top-k indices of its full and MTP layers, the
+    recompute working set, one indexer logits buffer where a layer has an indexer, and the loss
+    logits."""
     tok = par.tokens_per_microbatch
     stages = sorted(plan.rank_stages(rank), key=lambda s: s.vp_stage)
     counts = in_flight_microbatches(plan.pp, plan.vpp or 1, par.microbatches, rank)
-    acts = topk = 0.0
-    per_mb: list[float] = []
-    full_layer_bytes: list[float] = []
-    # per-token (everything, stored under this recompute mode) for each distinct layer kind:
+    # (everything, stored under this recompute mode) per token for each distinct layer kind:
     # a stage has at most a handful of kinds, so the terms are derived once per kind
     per_kind: dict[tuple[str, bool, bool], tuple[float, float]] = {}
 
@@ -358,33 +427,17 @@ def _rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Pa
             per_kind[kind] = (sum(terms.values()), _stored_per_token(terms, selective_dropped(cfg, par.modules, kind[0])))
         return per_kind[kind]
 
-    # under full recompute a model with no shared layer keeps no top-k: each layer recomputes its own
-    keep_topk = cfg.has_indexer and not (par.recompute == "full" and all(r.role == "full" for r in roles.layers))
+    keep_topk = _keeps_topk(cfg, roles, par)
+    acts = topk = 0.0
+    per_mb: list[float] = []
+    full_layer_bytes: list[float] = []
     holds_indexer = False
     for v, st in enumerate(stages):
         kinds = _layer_kinds(roles, st)
         full = [kind_bytes(k)[0] * tok for k in kinds]
         full_layer_bytes.extend(full)
-        n_dec = st.num_layers
-        if par.recompute == "full":
-            # Megatron refuses full recompute without a method and a layer count (engines/megatron/parallel.py);
-            # the estimate of such a plan reads uniform / 1
-            n_rec, method = par.recompute_num_layers or 1, par.recompute_method or "uniform"
-            # a checkpoint keeps its input: 2H per token (split over TP with --distribute-saved-activations,
-            # megatron/core/tensor_parallel/random.py:619-621; SP is off then)
-            kept = 2 * H / (par.tp if par.distribute_saved_activations else s_div) * tok
-            if method == "uniform":
-                groups = math.ceil(n_dec / n_rec) if n_dec else 0
-                stored = groups * kept
-                stored += st.mtp_layers * (kept + 2 * H / s_div * tok)   # its two inputs
-            else:  # block: first N layers keep their input, the rest everything
-                blocked = min(n_rec, n_dec)
-                stored = blocked * kept + sum(full[blocked:n_dec])
-                # "recompute_method == 'block' is not supported for MTP yet. Skipping recompute."
-                # (multi_token_prediction.py:1630-1634): an MTP layer keeps everything
-                stored += sum(full[n_dec:])
-        else:
-            stored = sum(kind_bytes(k)[1] * tok for k in kinds)
+        stored = (_full_recompute_stored(cfg, par, st, full) if par.recompute == "full"
+                  else sum(kind_bytes(k)[1] * tok for k in kinds))
         c = counts[v] if v < len(counts) else 0
         per_mb.append(stored)
         acts += c * stored
@@ -392,19 +445,12 @@ def _rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Pa
         holds_indexer = holds_indexer or owners > 0
         if keep_topk:
             topk += c * owners * tok * cfg.index_topk * 4
-    working = 0.0
-    if par.recompute == "full" and full_layer_bytes:
-        n = 1 if par.recompute_method == "block" else min(par.recompute_num_layers or 1, len(full_layer_bytes))
-        working = sum(sorted(full_layer_bytes, reverse=True)[:n])
-    vocab_shard = math.ceil(cfg.vocab_size / par.tp)
-    heads = sum(int(s.loss) + s.mtp_layers for s in stages)
-    logits = heads * tok * vocab_shard * 4
     return {
         "activations": acts,
-        "recompute_working_set": working,
+        "recompute_working_set": _recompute_working_set(par, full_layer_bytes),
         "topk_indices": topk,
         "indexer_logits": float(indexer_logits_bytes(par)) if holds_indexer else 0.0,
-        "logits": float(logits),
+        "logits": _loss_logits(cfg, par, stages),
         "in_flight": counts,
         "per_microbatch_stored": per_mb,
     }
@@ -533,39 +579,35 @@ def rank_totals(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Parallel
 # --------------------------------------------------------------------------- Megatron's estimate
 
 
-def megatron_theoretical(cfg: ModelConfig, par: ParallelConfig, *, mtp_layers: int | None = None,
-                         make_vocab_size_divisible_by: int | None = None, add_bias_linear: bool = False,
-                         seq_length: int | None = None) -> dict[str, Any]:
-    """What ``report_theoretical_memory`` (NVIDIA/Megatron-LM
-    ``megatron/training/theoretical_memory_usage.py``) prints for these flags, in bytes.
+@dataclass(frozen=True)
+class MegatronBuckets:
+    """Megatron's parameter buckets (``theoretical_memory_usage.py`` after PR #4687): the decoder
+    block and the MTP block, each split into TP-sharded, replicated and routed-expert parameters,
+    plus the padded embedding (``H * padded_vocab``)."""
 
-    Re-implemented from its formulas (not copied): MLA attention
-    ``rq (H + h (dn+dr) + 1) + rkv (H + h (dn+dv) + 1) + H dr + h dv H`` (no indexer), SwiGLU FFNs
-    ``3 H I``, shared experts ``3 H S i``, routed experts ``3 H i E``, norms ``2H``, router ``H E``
-    (+E with ``--add-bias-linear``; GLM runs use ``--disable-bias-linear``), final norm ``H``,
-    embedding ``H * padded_vocab`` (padded to a multiple of 128 * TP). Most-loaded shard:
-    ``(tp_block / PP + tp_mtp + embedding) / TP + repl_block / PP + repl_mtp +
-    (expert_block / PP + expert_mtp) / (ETP EP)``; bytes ``18`` or ``6 + 12 / DP`` for the dense
-    buckets with ``DP = world / (TP PP CP)`` and ``6 + 12 / EDP`` for experts.
-    Activations: with SP and selective recompute the Korthikanti ``s b H (18 + 4 I / H)`` per layer
-    formula divided by TP, otherwise the "without SP" formula ``s b H (10 + 24 / TP)`` per layer
-    times 1.05; both multiply by all ``num_layers`` (the first stage holds PP micro-batches of
-    ``L / PP`` layers), add embedding terms, scale by the interleaving penalty or
-    ``min(1, m / PP)``, and use the full sequence length (no CP split).
+    tp_block: int
+    repl_block: int
+    exp_block: int
+    tp_mtp: int
+    repl_mtp: int
+    exp_mtp: int
+    embedding: int
+    padded_vocab: int
+    untied: bool
+
+
+def megatron_layer_params(cfg: ModelConfig, add_bias_linear: bool = False) -> dict[str, int]:
+    """Parameters of each layer part as Megatron's ``report_theoretical_memory`` counts them.
+
+    MLA attention ``rq (H + h (dn+dr) + 1) + rkv (H + h (dn+dv) + 1) + H dr + h dv H`` (no DSA
+    indexer; ``H h (dn+dr)`` for the q projection without a q LoRA); GQA ``H h d + 2 H g d + h d H``
+    (+ ``2d`` with qk_layernorm); SwiGLU FFNs ``3 H I``; shared experts ``3 H S i``; routed experts
+    ``3 H i E``; norms ``2H``; router ``H E`` (+E with ``--add-bias-linear``); final norm ``H``.
     """
     H, h = cfg.hidden_size, cfg.num_attention_heads
     rq, rkv = cfg.q_lora_rank, cfg.kv_lora_rank
     dn, dr, dv = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
     E = cfg.n_routed_experts
-    tp, pp, cp = par.tp, par.pp, par.cp
-    roles = derive_roles(cfg)
-    n_layers = cfg.num_hidden_layers
-    moe_pattern = [1 if r.ffn == "moe" else 0 for r in roles.layers] if E else [0] * n_layers
-    n_moe = sum(moe_pattern)
-    n_dense = n_layers - n_moe
-    n_mtp = cfg.num_nextn_predict_layers if mtp_layers is None else mtp_layers
-    mtp_moe = n_mtp * moe_pattern[-1] if n_mtp else 0
-    mtp_dense = n_mtp - mtp_moe
     norm = 1  # RMSNorm
     if cfg.attention == "gqa":
         # Megatron's non-MLA self-attention: q, k, v and o over kv_channels d with g query groups
@@ -575,77 +617,73 @@ def megatron_theoretical(cfg: ModelConfig, par: ParallelConfig, *, mtp_layers: i
     else:
         q_term = rq * (H + h * (dn + dr) + norm) if rq else H * h * (dn + dr)
         attn = q_term + rkv * (H + h * (dn + dv) + norm) + H * dr + h * dv * H
-    dense_mlp = 3 * H * cfg.intermediate_size
-    shared = 3 * H * cfg.n_shared_experts * cfg.moe_intermediate_size
-    routed = 3 * H * cfg.moe_intermediate_size * E if E else 0
-    layernorm = 2 * H * norm
-    router = (H * E + (E if add_bias_linear else 0)) if E else 0
-    final_ln = norm * H
-    # --make-vocab-size-divisible-by (default: the launch's, itself Megatron's 128) times TP
-    # (megatron/training/tokenizer ``_vocab_size_with_padding``)
-    unit = (make_vocab_size_divisible_by or par.make_vocab_size_divisible_by) * tp
+    return {
+        "attn": attn,
+        "dense_mlp": 3 * H * cfg.intermediate_size,
+        "shared": 3 * H * cfg.n_shared_experts * cfg.moe_intermediate_size,
+        "routed": 3 * H * cfg.moe_intermediate_size * E if E else 0,
+        "layernorm": 2 * H * norm,
+        "router": (H * E + (E if add_bias_linear else 0)) if E else 0,
+        "final_ln": norm * H,
+    }
+
+
+def megatron_buckets(cfg: ModelConfig, par: ParallelConfig, mtp_layers: int | None,
+                     make_vocab_size_divisible_by: int | None, add_bias_linear: bool) -> MegatronBuckets:
+    """Megatron's buckets over the config's dense / MoE layer pattern (:func:`megatron_layer_params`);
+    an MTP layer takes the last decoder layer's FFN kind. The vocabulary is padded to
+    ``--make-vocab-size-divisible-by`` (the launch's, itself Megatron's 128) times TP
+    (``megatron/training/tokenizer`` ``_vocab_size_with_padding``)."""
+    lp = megatron_layer_params(cfg, add_bias_linear)
+    roles = derive_roles(cfg)
+    n_layers = cfg.num_hidden_layers
+    moe_pattern = [1 if r.ffn == "moe" else 0 for r in roles.layers] if cfg.n_routed_experts else [0] * n_layers
+    n_moe = sum(moe_pattern)
+    n_dense = n_layers - n_moe
+    n_mtp = cfg.num_nextn_predict_layers if mtp_layers is None else mtp_layers
+    mtp_moe = n_mtp * moe_pattern[-1] if n_mtp else 0
+    mtp_dense = n_mtp - mtp_moe
+    unit = (make_vocab_size_divisible_by or par.make_vocab_size_divisible_by) * par.tp
     padded_vocab = -(-cfg.vocab_size // unit) * unit
-    embedding = H * padded_vocab
-    untied = not cfg.tie_word_embeddings
+    attn, ln, router = lp["attn"], lp["layernorm"], lp["router"]
+    return MegatronBuckets(
+        tp_block=(attn + lp["dense_mlp"]) * n_dense + (attn + lp["shared"]) * n_moe,
+        repl_block=ln * n_dense + (ln + router) * n_moe + lp["final_ln"],
+        exp_block=lp["routed"] * n_moe,
+        tp_mtp=(attn + lp["dense_mlp"]) * mtp_dense + (attn + lp["shared"]) * mtp_moe,
+        repl_mtp=ln * mtp_dense + (ln + router) * mtp_moe,
+        exp_mtp=lp["routed"] * mtp_moe,
+        embedding=cfg.hidden_size * padded_vocab,
+        padded_vocab=padded_vocab,
+        untied=not cfg.tie_word_embeddings,
+    )
 
-    tp_block = (attn + dense_mlp) * n_dense + (attn + shared) * n_moe
-    repl_block = layernorm * n_dense + (layernorm + router) * n_moe + final_ln
-    exp_block = routed * n_moe
-    tp_mtp = (attn + dense_mlp) * mtp_dense + (attn + shared) * mtp_moe
-    repl_mtp = layernorm * mtp_dense + (layernorm + router) * mtp_moe
-    exp_mtp = routed * mtp_moe
-    etp, ep = par.expert_tp, par.ep
-    world = par.world
-    dp = max(1, world // (tp * pp * cp))
-    edp = max(1, world // (etp * ep * pp))
 
-    tp_shard = (tp_block / pp + tp_mtp + embedding) / tp
-    repl_shard = repl_block / pp + repl_mtp
-    exp_shard = (exp_block / pp + exp_mtp) / (etp * ep)
-    if untied and pp == 1:
-        tp_shard += embedding / tp
-    most_loaded = tp_shard + repl_shard + exp_shard
-    other = tp_block / (pp * tp) + repl_block / pp + exp_block / (pp * etp * ep) if pp > 1 else None
+def megatron_weight_optimizer(b: MegatronBuckets, par: ParallelConfig) -> tuple[float, dict[str, Any]]:
+    """Megatron's weight + optimizer bytes of the most loaded shard, and the report's fields on it.
+
+    Most-loaded shard ``(tp_block / PP + tp_mtp + embedding) / TP + repl_block / PP + repl_mtp +
+    (expert_block / PP + expert_mtp) / (ETP EP)`` (+ the untied lm_head at PP 1); bytes per param
+    ``18`` without the distributed optimizer, else ``6 + 12 / DP`` for the dense buckets with
+    ``DP = world / (TP PP CP)`` and ``6 + 12 / EDP`` for experts (``EDP = world / (ETP EP PP)``)."""
+    tp, pp, cp, etp, ep = par.tp, par.pp, par.cp, par.expert_tp, par.ep
+    dp = max(1, par.world // (tp * pp * cp))
+    edp = max(1, par.world // (etp * ep * pp))
+    tp_shard = (b.tp_block / pp + b.tp_mtp + b.embedding) / tp
+    repl_shard = b.repl_block / pp + b.repl_mtp
+    exp_shard = (b.exp_block / pp + b.exp_mtp) / (etp * ep)
+    if b.untied and pp == 1:
+        tp_shard += b.embedding / tp
+    other = b.tp_block / (pp * tp) + b.repl_block / pp + b.exp_block / (pp * etp * ep) if pp > 1 else None
 
     def bpp(d: int) -> float:
         return 18.0 if not par.distributed_optimizer else 6 + 12 / d
 
     weight_opt = (tp_shard + repl_shard) * bpp(dp) + exp_shard * bpp(edp)
-
-    # activations
-    # Megatron's --seq-length: the whole sample (it never divides by CP); slime packs mbs into it
-    s = seq_length if seq_length is not None else par.sample_length
-    b = 1 if par.tokens_per_gpu is not None else par.mbs
-    m = par.microbatches
-    vpp = par.vpp if par.vpp and par.vpp > 1 else None
-    I = cfg.intermediate_size
-    sp_selective = par.sp and par.recompute == "selective"
-    if sp_selective:
-        act = s * b * H * (18 + 4 * I / H) * n_layers
-    else:
-        act = s * b * H * (10 + 24 / tp) * n_layers
-    act += 8 * s * b * pp + s * b * H * pp
-    if vpp is not None:
-        act *= 1 + (pp - 1) / (pp * vpp)
-    elif pp > 1 and m is not None:
-        act *= min(1, m / pp)
-    if sp_selective:
-        if pp == 1:
-            act += s * b * H * 4 * (1 + padded_vocab / H)
-        act /= tp
-        formula = "compute_activation_memory (SP + selective recompute)"
-    else:
-        if pp == 1:
-            act += (s * b * padded_vocab / tp + s * b * H) * 2
-        act *= 1.05
-        formula = "compute_activation_memory_without_sp"
-    return {
-        "source": "NVIDIA/Megatron-LM megatron/training/theoretical_memory_usage.py: report_theoretical_memory "
-                  "(weights/optimizer as after PR #4687: TP-sharded, replicated and routed-expert buckets)",
-        "padded_vocab_size": padded_vocab,
+    return weight_opt, {
         "data_parallel_size": dp,
         "expert_data_parallel_size": edp,
-        "params_most_loaded_shard": round(most_loaded),
+        "params_most_loaded_shard": round(tp_shard + repl_shard + exp_shard),
         "params_most_loaded_shard_split": {"tp_sharded": round(tp_shard), "replicated": round(repl_shard),
                                            "routed_experts": round(exp_shard)},
         "params_other_shards": round(other) if other is not None else None,
@@ -654,6 +692,62 @@ def megatron_theoretical(cfg: ModelConfig, par: ParallelConfig, *, mtp_layers: i
         "weight_and_optimizer_bytes": round(weight_opt),
         "weight_and_optimizer_gib": weight_opt / GIB,
         "weight_and_optimizer_mib": weight_opt / MIB,
+    }
+
+
+def megatron_activations(cfg: ModelConfig, par: ParallelConfig, padded_vocab: int,
+                         seq_length: int | None) -> tuple[float, str, int]:
+    """Megatron's activation estimate: (bytes, formula name, sequence length).
+
+    With SP and selective recompute the Korthikanti ``s b H (18 + 4 I / H)`` per layer formula
+    divided by TP, otherwise the "without SP" formula ``s b H (10 + 24 / TP)`` per layer times 1.05;
+    both multiply by all ``num_layers`` (the first stage holds PP micro-batches of ``L / PP``
+    layers), add embedding terms ``8 s b PP + s b H PP`` (and the output layer at PP 1), scale by
+    the interleaving penalty ``1 + (PP - 1) / (PP VPP)`` or ``min(1, m / PP)``, and use the whole
+    ``--seq-length`` (Megatron never divides it by CP; slime packs ``mbs`` into it, so ``b = 1``)."""
+    H, tp, pp = cfg.hidden_size, par.tp, par.pp
+    s = seq_length if seq_length is not None else par.sample_length
+    b = 1 if par.tokens_per_gpu is not None else par.mbs
+    m = par.microbatches
+    vpp = par.vpp if par.vpp and par.vpp > 1 else None
+    sp_selective = par.sp and par.recompute == "selective"
+    if sp_selective:
+        act = s * b * H * (18 + 4 * cfg.intermediate_size / H) * cfg.num_hidden_layers
+    else:
+        act = s * b * H * (10 + 24 / tp) * cfg.num_hidden_layers
+    act += 8 * s * b * pp + s * b * H * pp
+    if vpp is not None:
+        act *= 1 + (pp - 1) / (pp * vpp)
+    elif pp > 1 and m is not None:
+        act *= min(1, m / pp)
+    if sp_selective:
+        if pp == 1:
+            act += s * b * H * 4 * (1 + padded_vocab / H)
+        return act / tp, "compute_activation_memory (SP + selective recompute)", s
+    if pp == 1:
+        act += (s * b * padded_vocab / tp + s * b * H) * 2
+    return act * 1.05, "compute_activation_memory_without_sp", s
+
+
+def megatron_theoretical(cfg: ModelConfig, par: ParallelConfig, *, mtp_layers: int | None = None,
+                         make_vocab_size_divisible_by: int | None = None, add_bias_linear: bool = False,
+                         seq_length: int | None = None) -> dict[str, Any]:
+    """What ``report_theoretical_memory`` (NVIDIA/Megatron-LM
+    ``megatron/training/theoretical_memory_usage.py``) prints for these flags, in bytes.
+
+    Re-implemented from its formulas (not copied): the parameter buckets
+    (:func:`megatron_layer_params`, :func:`megatron_buckets`), the weight + optimizer bytes of the
+    most loaded shard (:func:`megatron_weight_optimizer`) and the activations
+    (:func:`megatron_activations`); docs/MODELS.md section 4 states them.
+    """
+    b = megatron_buckets(cfg, par, mtp_layers, make_vocab_size_divisible_by, add_bias_linear)
+    weight_opt, wo = megatron_weight_optimizer(b, par)
+    act, formula, s = megatron_activations(cfg, par, b.padded_vocab, seq_length)
+    return {
+        "source": "NVIDIA/Megatron-LM megatron/training/theoretical_memory_usage.py: report_theoretical_memory "
+                  "(weights/optimizer as after PR #4687: TP-sharded, replicated and routed-expert buckets)",
+        "padded_vocab_size": b.padded_vocab,
+        **wo,
         "activation_formula": formula,
         "activation_seq_length": s,
         "activation_bytes": round(act),
@@ -725,12 +819,8 @@ def _explain(cfg: ModelConfig, par: ParallelConfig, actual: list[dict[str, Any]]
     return txt
 
 
-def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
-                    roles: RoleMap | None = None) -> dict[str, Any]:
-    """Training memory per GPU of every pipeline rank (all its virtual stages), JSON-ready.
-
-    Raises ``ValueError`` for a plan Megatron would refuse or whose PP / VPP disagree with ``par``.
-    """
+def _refuse_mismatched_plan(plan: StagePlan, par: ParallelConfig) -> None:
+    """A memory estimate needs a plan Megatron accepts, with the PP / VPP of ``par``."""
     if plan.errors or not plan.stages:
         msg = "; ".join(e.message for e in plan.errors) or "the plan has no stages"
         raise ValueError(f"cannot estimate memory for an invalid pipeline plan: {msg}")
@@ -738,14 +828,13 @@ def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
         raise ValueError(f"the plan has PP={plan.pp} but the parallel config has PP={par.pp}")
     if (plan.vpp or 1) != (par.vpp or 1):
         raise ValueError(f"the plan has VPP={plan.vpp} but the parallel config has VPP={par.vpp}")
-    roles = roles or derive_roles(cfg)
-    gpu = resolve_gpu(par.gpu, par.gpu_capacity_bytes)
-    cap = gpu.capacity_bytes
-    params = per_rank_params(cfg, roles, plan, tp=par.tp, ep=par.ep, etp=par.expert_tp)
-    acts = rank_activations(cfg, roles, plan, par)
-    actual = _memory_for(cfg, roles, plan, par, par.optimizer_cpu_offload, params, acts, cap)
-    alt = _memory_for(cfg, roles, plan, par, not par.optimizer_cpu_offload, params, acts, cap)
-    with_off, without_off = (actual, alt) if par.optimizer_cpu_offload else (alt, actual)
+
+
+def _megatron_beside_model(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan, actual: list[dict[str, Any]],
+                           without_off: list[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`megatron_theoretical` for this plan, with how far it under-reports the model's own
+    fullest rank without offload (``vs_model``) and why (``where_it_under_reports``, the module
+    docstring's list of what Megatron's estimate leaves out)."""
     mt = megatron_theoretical(cfg, par, mtp_layers=plan.mtp_layers)
     worst_no_off = max(without_off, key=lambda e: e["total_bytes"])
     ours_state = sum(worst_no_off["breakdown_detail"][k] for k in (
@@ -771,10 +860,24 @@ def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
         "dense optimizer shard uses DP = world/(TP*PP*CP) instead of DP*CP (over-reports with CP > 1)",
         "optimizer CPU offload is ignored (over-reports when it is on)",
     ]
-    host = host_memory(par, with_off)
-    explanation = _explain(cfg, par, actual, alt, gpu.label, cap)
-    notes = [
-        (f"capacity convention: {gpu.label}; CUDA context, NCCL buffers and allocator fragmentation are not "
+    return mt
+
+
+def _recompute_note(par: ParallelConfig) -> str:
+    """The recompute setting in words: ``full`` with its method and layer count, ``selective``
+    with its modules."""
+    if par.recompute == "full":
+        return f"recompute: full ({par.recompute_method or 'no method'}, {par.recompute_num_layers or 'no'} layer(s))"
+    if par.recompute == "selective":
+        return f"recompute: selective ({' + '.join(par.modules)})"
+    return f"recompute: {par.recompute}"
+
+
+def _training_notes(cfg: ModelConfig, par: ParallelConfig, roles: RoleMap, gpu_label: str,
+                    host: dict[str, Any]) -> list[str]:
+    """The conventions behind a training estimate, one sentence each (module docstring)."""
+    return [
+        (f"capacity convention: {gpu_label}; CUDA context, NCCL buffers and allocator fragmentation are not "
          "itemised and must fit in the headroom"),
         f"tokens per GPU per micro-batch t = {par.tokens_per_microbatch} (after the CP split"
         + (", slime --max-tokens-per-gpu" if par.tokens_per_gpu is not None else "") + ")",
@@ -787,10 +890,7 @@ def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
         "distributed optimizer shards: dense over DP*CP = "
         f"{par.dense_optimizer_shards}, experts over EDP = {par.edp}" if par.distributed_optimizer
         else "no distributed optimizer: 18 B/param everywhere",
-        f"recompute: {par.recompute}" + (f" ({par.recompute_method or 'no method'}, "
-                                         f"{par.recompute_num_layers or 'no'} layer(s))"
-                                         if par.recompute == "full" else
-                                         f" ({' + '.join(par.modules)})" if par.recompute == "selective" else ""),
+        _recompute_note(par),
         ("no top-k indices are kept: under full recompute every layer of this model recomputes its own top-k"
          if cfg.has_indexer and par.recompute == "full" and all(r.role == "full" for r in roles.layers) else
          "the IndexShare top-k indices of every full and MTP layer are kept per in-flight micro-batch "
@@ -800,6 +900,36 @@ def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
          if cfg.has_indexer else "no indexer: no indexer logits"),
         "logits: FP32 t x ceil(V/TP) x 4 B for one micro-batch per loss head (main + each MTP layer)",
     ]
+
+
+def _offload_comparison(with_off: list[dict[str, Any]], without_off: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every rank's total with and without ``--optimizer-cpu-offload``."""
+    return {
+        "with_offload": [{"pp_rank": e["pp_rank"], "total_bytes": e["total_bytes"], "fits": e["fits"],
+                          "host_bytes": e["host_bytes"]} for e in with_off],
+        "without_offload": [{"pp_rank": e["pp_rank"], "total_bytes": e["total_bytes"], "fits": e["fits"],
+                             "dominant_term": e["dominant_term"]} for e in without_off],
+    }
+
+
+def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
+                    roles: RoleMap | None = None) -> dict[str, Any]:
+    """Training memory per GPU of every pipeline rank (all its virtual stages), JSON-ready: each
+    rank's terms (:func:`_rank_entry`) with the plan's offload setting and with the other one,
+    host memory per node, Megatron's own estimate beside it, and the conventions as notes.
+
+    Raises ``ValueError`` for a plan Megatron would refuse or whose PP / VPP disagree with ``par``.
+    """
+    _refuse_mismatched_plan(plan, par)
+    roles = roles or derive_roles(cfg)
+    gpu = resolve_gpu(par.gpu, par.gpu_capacity_bytes)
+    cap = gpu.capacity_bytes
+    params = per_rank_params(cfg, roles, plan, tp=par.tp, ep=par.ep, etp=par.expert_tp)
+    acts = rank_activations(cfg, roles, plan, par)
+    actual = _memory_for(cfg, roles, plan, par, par.optimizer_cpu_offload, params, acts, cap)
+    alt = _memory_for(cfg, roles, plan, par, not par.optimizer_cpu_offload, params, acts, cap)
+    with_off, without_off = (actual, alt) if par.optimizer_cpu_offload else (alt, actual)
+    host = host_memory(par, with_off)
     return {
         "gpus": par.world,
         "gpu": gpu.to_dict(),
@@ -810,16 +940,11 @@ def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
         "stages": actual,
         "fits": all(e["fits"] for e in actual),
         "max_rank": max(actual, key=lambda e: e["total_bytes"])["pp_rank"],
-        "offload_comparison": {
-            "with_offload": [{"pp_rank": e["pp_rank"], "total_bytes": e["total_bytes"], "fits": e["fits"],
-                              "host_bytes": e["host_bytes"]} for e in with_off],
-            "without_offload": [{"pp_rank": e["pp_rank"], "total_bytes": e["total_bytes"], "fits": e["fits"],
-                                 "dominant_term": e["dominant_term"]} for e in without_off],
-        },
+        "offload_comparison": _offload_comparison(with_off, without_off),
         "host_memory": host,
-        "megatron_theoretical": mt,
-        "explanation": explanation,
-        "notes": notes,
+        "megatron_theoretical": _megatron_beside_model(cfg, par, plan, actual, without_off),
+        "explanation": _explain(cfg, par, actual, alt, gpu.label, cap),
+        "notes": _training_notes(cfg, par, roles, gpu.label, host),
     }
 
 
@@ -887,45 +1012,29 @@ def indexer_bytes_per_token_layer(cfg: ModelConfig) -> int:
     return cfg.index_head_dim + 4 if cfg.has_indexer else 0
 
 
-def inference_memory(cfg: ModelConfig, *, tp: int = 1, ep: int = 1, dp_attention: bool = False,
-                     kv_dtype: str = "bf16", context: int | None = None, batch: int = 1,
-                     gpu: str = "h100-80gb", gpu_capacity_bytes: int | None = None,
-                     weight_dtype: str = "bf16", include_mtp: bool = False,
-                     roles: RoleMap | None = None) -> dict[str, Any]:
-    """Serving memory per GPU: weights under TP / EP plus the KV cache of ``batch`` sequences of
-    ``context`` tokens, and the largest context / batch that fits.
-
-    Conventions:
-
-    * Weights: one pipeline stage over all decoder layers (+ MTP when ``include_mtp``), split with
-      :func:`parameters.stage_params`; routed experts are whole experts over EP (ETP 1) when
-      ``ep > 1``, TP-sharded when ``ep == 1``. ``dp_attention`` replicates the attention weights
-      (MLA up/out projections) on every GPU; everything else keeps its TP / EP split.
-      ``weight_dtype="fp8"`` stores every decoder linear weight (attention, indexer, FFN, experts,
-      MTP eh_proj) in 1 B and keeps embedding, lm_head, norms and router in BF16; block scales
-      (< 0.1 %) are ignored.
-    * KV per token: ``layers * latent + indexer_layers * 132`` where ``latent`` is 1152 B (BF16) or
-      656 B (FP8 ``fp8_ds_mla``) for GLM-5.2 and indexer layers are those that own an indexer
-      (the 21 full layers; + MTP when served). MLA has one latent head, so TP does not shard it:
-      every GPU of a TP group holds the whole cache of its sequences. FACTS counts the decoder
-      layers only (MTP excluded by default).
-    * Sequences per GPU: all ``batch`` sequences without DP attention; ``ceil(batch / tp)`` with
-      it (each attention-DP rank serves its own sequences).
-    """
+def _refuse_bad_serving_args(tp: int, ep: int, batch: int, weight_dtype: str, context: int) -> None:
     if tp < 1 or ep < 1 or batch < 1:
         raise ValueError("tp, ep and batch must be >= 1")
     if weight_dtype not in WEIGHT_DTYPES:
         raise ValueError(f"weight_dtype must be one of {WEIGHT_DTYPES}, got {weight_dtype!r}")
-    context = context if context is not None else (cfg.max_position_embeddings or 131072)
     if context < 1:
         raise ValueError("context must be >= 1 token")
-    roles = roles or derive_roles(cfg)
-    g = resolve_gpu(gpu, gpu_capacity_bytes)
-    n_mtp = cfg.num_nextn_predict_layers if include_mtp else 0
+
+
+def serving_weights(cfg: ModelConfig, roles: RoleMap, *, tp: int, ep: int, dp_attention: bool,
+                    weight_dtype: str, n_mtp: int) -> tuple[int, int, float]:
+    """(dense params, routed-expert params, weight bytes) per serving GPU.
+
+    One pipeline stage over all decoder layers (+ ``n_mtp`` MTP layers), split with
+    :func:`parameters.stage_params`; routed experts are whole experts over EP (ETP 1) when
+    ``ep > 1``, TP-sharded when ``ep == 1``. ``dp_attention`` replicates the attention weights
+    (MLA up/out projections) on every GPU. ``weight_dtype="fp8"`` stores every decoder linear
+    weight (attention, indexer, FFN, experts, MTP eh_proj) in 1 B and keeps embedding, lm_head,
+    norms and router in BF16 (one embedding copy: the MTP layer shares it); block scales
+    (< 0.1 %) are ignored."""
     whole = Stage(0, 0, 0, 1, cfg.num_hidden_layers, cfg.num_hidden_layers, embedding=True, loss=True,
                   mtp_layers=n_mtp)   # the whole model on one GPU group (no pipeline)
-    etp = 1 if ep > 1 else tp
-    sp = stage_params(cfg, roles, [whole], tp=tp, ep=ep, etp=etp)
+    sp = stage_params(cfg, roles, [whole], tp=tp, ep=ep, etp=1 if ep > 1 else tp)
     sh = shapes(cfg)
     n_attn = cfg.num_hidden_layers + n_mtp
     dense = sp.dense_per_gpu
@@ -933,65 +1042,111 @@ def inference_memory(cfg: ModelConfig, *, tp: int = 1, ep: int = 1, dp_attention
         dense += n_attn * (sh.attn_sharded - math.ceil(sh.attn_sharded / tp))
     expert = sp.expert_per_gpu
     if weight_dtype == "bf16":
-        weights = 2 * (dense + expert)
-    else:
-        n_moe = sum(1 for r in roles.layers if r.ffn == "moe") + (n_mtp if cfg.n_routed_experts else 0)
-        # one stage holds one embedding copy (the MTP layer shares it) and the lm_head
-        keep_bf16 = (math.ceil(sh.embedding / tp) + math.ceil(sh.lm_head / tp)
-                     + n_attn * sh.norms + sh.final_norm + n_moe * sh.router + n_mtp * 3 * cfg.hidden_size)
-        weights = 2 * keep_bf16 + (dense + expert - keep_bf16)
+        return dense, expert, 2 * (dense + expert)
+    n_moe = sum(1 for r in roles.layers if r.ffn == "moe") + (n_mtp if cfg.n_routed_experts else 0)
+    keep_bf16 = (math.ceil(sh.embedding / tp) + math.ceil(sh.lm_head / tp)
+                 + n_attn * sh.norms + sh.final_norm + n_moe * sh.router + n_mtp * 3 * cfg.hidden_size)
+    return dense, expert, 2 * keep_bf16 + (dense + expert - keep_bf16)
+
+
+def serving_kv(cfg: ModelConfig, roles: RoleMap, *, kv_dtype: str, tp: int, n_mtp: int) -> dict[str, Any]:
+    """KV cache bytes per token on one GPU: ``layers * latent + indexer_layers * indexer key``
+    (:func:`kv_bytes_per_token_layer`, :func:`indexer_bytes_per_token_layer`), where the indexer
+    layers are those that own an indexer (+ MTP when served)."""
     latent = kv_bytes_per_token_layer(cfg, kv_dtype, tp=tp)
     idx = indexer_bytes_per_token_layer(cfg)
     idx_layers = sum(1 for r in roles.layers if r.has_indexer) + (n_mtp if cfg.has_indexer else 0)
     kv_layers = cfg.num_hidden_layers + n_mtp
     per_token = kv_layers * latent + idx_layers * idx
-    seqs = math.ceil(batch / tp) if dp_attention else batch
-    per_seq = per_token * context
-    kv_total = per_seq * seqs
-    total = weights + kv_total
-    cap = g.capacity_bytes
-    avail = cap - weights
+    return {
+        "latent_bytes_per_token_layer": latent,  # MLA latent, or GQA K+V of the GPU's heads
+        "kv_bytes_per_token_layer": latent,
+        "indexer_bytes_per_token_layer": idx,
+        "layers": kv_layers,
+        "indexer_layers": idx_layers,
+        "bytes_per_token": per_token,
+        "latent_only_bytes_per_token": kv_layers * latent,
+        "mtp_included": bool(n_mtp),
+    }
+
+
+def serving_budget(capacity: int, weights: float, per_token: int, seqs: int, context: int,
+                   tp: int, dp_attention: bool) -> tuple[int, int]:
+    """(longest context for ``seqs`` sequences per GPU, most sequences of ``context`` tokens) that
+    fit after the weights, with no runtime reserve; with DP attention each of the TP GPUs serves
+    its own sequences, so the batch is ``tp`` times the sequences per GPU."""
+    avail = capacity - weights
     max_tokens_per_gpu = max(0, avail // per_token) if per_token else 0
     max_context = max_tokens_per_gpu // seqs if seqs else 0
+    per_seq = per_token * context
     max_seqs = max(0, avail // per_seq) if per_seq else 0
-    max_batch = max_seqs * tp if dp_attention else max_seqs
+    return int(max_context), int(max_seqs * tp if dp_attention else max_seqs)
+
+
+def _serving_notes(cfg: ModelConfig, kv: dict[str, Any], tp: int, context: int) -> list[str]:
+    """The KV conventions of a serving estimate, one sentence each."""
+    layers, latent, idx_layers = kv["layers"], kv["latent_bytes_per_token_layer"], kv["indexer_layers"]
+    per_seq = kv["bytes_per_token"] * context
+    return [
+        f"KV per token = {layers} x {latent} B latent + {idx_layers} x {kv['indexer_bytes_per_token_layer']} B "
+        f"indexer keys = {kv['bytes_per_token']:,} B"
+        + (" (MTP layer included)" if kv["mtp_included"] else " (decoder layers only; MTP not served)"),
+        ("MLA caches one latent head per token, so TP does not shard the KV cache"
+         if cfg.attention == "mla" else
+         f"GQA: {cfg.num_key_value_heads} key-value heads of {cfg.head_dim} over TP={tp}: "
+         f"{math.ceil(cfg.num_key_value_heads / tp)} per GPU"),
+        (f"one {context:,}-token sequence: {per_seq / GB:.1f} GB = {per_seq / GIB:.1f} GiB; KV without "
+         f"indexer keys {layers * latent * context / GB:.1f} GB = {layers * latent * context / GIB:.1f} GiB"),
+        ("max_context_tokens: longest context for the given sequences per GPU; max_batch: most "
+         "sequences at the given context; both after weights, with no runtime reserve"),
+    ]
+
+
+def inference_memory(cfg: ModelConfig, *, tp: int = 1, ep: int = 1, dp_attention: bool = False,
+                     kv_dtype: str = "bf16", context: int | None = None, batch: int = 1,
+                     gpu: str = "h100-80gb", gpu_capacity_bytes: int | None = None,
+                     weight_dtype: str = "bf16", include_mtp: bool = False,
+                     roles: RoleMap | None = None) -> dict[str, Any]:
+    """Serving memory per GPU: weights under TP / EP (:func:`serving_weights`) plus the KV cache
+    (:func:`serving_kv`) of ``batch`` sequences of ``context`` tokens (default: the config's
+    ``max_position_embeddings``, else 131072), and the largest context / batch that fits
+    (:func:`serving_budget`).
+
+    MLA has one latent head, so TP does not shard it: every GPU of a TP group holds the whole cache
+    of its sequences; sequences per GPU are all ``batch`` without DP attention, ``ceil(batch / tp)``
+    with it (each attention-DP rank serves its own). FACTS counts the decoder layers only (MTP
+    excluded by default; ``include_mtp`` serves it). docs/MODELS.md section 6 states the numbers.
+    """
+    context = context if context is not None else (cfg.max_position_embeddings or 131072)
+    _refuse_bad_serving_args(tp, ep, batch, weight_dtype, context)
+    roles = roles or derive_roles(cfg)
+    g = resolve_gpu(gpu, gpu_capacity_bytes)
+    n_mtp = cfg.num_nextn_predict_layers if include_mtp else 0
+    dense, expert, weights = serving_weights(cfg, roles, tp=tp, ep=ep, dp_attention=dp_attention,
+                                             weight_dtype=weight_dtype, n_mtp=n_mtp)
+    kv = serving_kv(cfg, roles, kv_dtype=kv_dtype, tp=tp, n_mtp=n_mtp)
+    seqs = math.ceil(batch / tp) if dp_attention else batch
+    per_seq = kv["bytes_per_token"] * context
+    total = weights + per_seq * seqs
+    cap = g.capacity_bytes
+    max_context, max_batch = serving_budget(cap, weights, kv["bytes_per_token"], seqs, context, tp, dp_attention)
     return {
         "gpu": g.to_dict(),
-        "tp": tp, "ep": ep, "etp": etp, "dp_attention": dp_attention,
+        "tp": tp, "ep": ep, "etp": 1 if ep > 1 else tp, "dp_attention": dp_attention,
         "weight_dtype": weight_dtype, "kv_dtype": kv_dtype, "include_mtp": include_mtp,
         "params_per_gpu": {"dense": dense, "expert": expert, "total": dense + expert},
         "weights_bytes_per_gpu": int(weights),
-        "kv": {
-            "latent_bytes_per_token_layer": latent,  # MLA latent, or GQA K+V of the GPU's heads
-            "kv_bytes_per_token_layer": latent,
-            "indexer_bytes_per_token_layer": idx,
-            "layers": kv_layers,
-            "indexer_layers": idx_layers,
-            "bytes_per_token": per_token,
-            "latent_only_bytes_per_token": kv_layers * latent,
-            "mtp_included": bool(n_mtp),
-        },
+        "kv": kv,
         "context": context,
         "batch": batch,
         "sequences_per_gpu": seqs,
         "kv_bytes_per_sequence": per_seq,
-        "kv_bytes_per_gpu": kv_total,
+        "kv_bytes_per_gpu": per_seq * seqs,
         "total_bytes_per_gpu": int(total),
         "capacity_bytes": cap,
         "fits": total <= cap,
         "headroom_bytes": int(cap - total),
-        "max_context_tokens": int(max_context),
-        "max_batch": int(max_batch),
-        "notes": [
-            f"KV per token = {kv_layers} x {latent} B latent + {idx_layers} x {idx} B indexer keys = {per_token:,} B"
-            + (" (MTP layer included)" if n_mtp else " (decoder layers only; MTP not served)"),
-            ("MLA caches one latent head per token, so TP does not shard the KV cache"
-             if cfg.attention == "mla" else
-             f"GQA: {cfg.num_key_value_heads} key-value heads of {cfg.head_dim} over TP={tp}: "
-             f"{math.ceil(cfg.num_key_value_heads / tp)} per GPU"),
-            (f"one {context:,}-token sequence: {per_seq / GB:.1f} GB = {per_seq / GIB:.1f} GiB; KV without "
-             f"indexer keys {kv_layers * latent * context / GB:.1f} GB = {kv_layers * latent * context / GIB:.1f} GiB"),
-            ("max_context_tokens: longest context for the given sequences per GPU; max_batch: most "
-             "sequences at the given context; both after weights, with no runtime reserve"),
-        ],
+        "max_context_tokens": max_context,
+        "max_batch": max_batch,
+        "notes": _serving_notes(cfg, kv, tp, context),
     }

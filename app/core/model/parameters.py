@@ -47,7 +47,7 @@ expert.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.layout.stages import Stage, StagePlan
@@ -247,81 +247,116 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+@dataclass
+class _Tally:
+    """Running counts of :func:`stage_params`: the parameters by component, and by how a GPU holds
+    them (TP-sharded, replicated, routed experts, GQA k/v projections held whole per query group)."""
+
+    cfg: ModelConfig
+    sh: Shapes
+    tp: int
+    comp: dict[str, int] = field(default_factory=lambda: {k: 0 for k in COMPONENTS})
+    sharded: int = 0
+    replicated: int = 0
+    expert: int = 0
+    kv_total: int = 0
+    kv_gpu: int = 0
+
+    @property
+    def kv_whole(self) -> bool:
+        """GQA with TP above the key-value heads g (Megatron accepts TP a multiple of g,
+        ``transformer_config.py``: "num_query_groups ... must be a multiple or divisor of
+        tensor_model_parallel_size") keeps one whole query group's k and v projections on each GPU:
+        ``kv_proj / g`` per layer instead of ``kv_proj / TP``."""
+        return self.cfg.attention == "gqa" and self.tp > self.cfg.num_key_value_heads
+
+    def add_attention(self) -> None:
+        """One attention block: the up / output projections TP-sharded (the k / v projections whole
+        per query group under :attr:`kv_whole`), the down-projections and their norms replicated."""
+        self.sharded += self.sh.attn_sharded - (self.sh.kv_proj if self.kv_whole else 0)
+        self.replicated += self.sh.attn_replicated
+        if self.kv_whole:
+            self.kv_total += self.sh.kv_proj
+            self.kv_gpu += self.sh.kv_proj // self.cfg.num_key_value_heads
+
+    def add_decoder_layer(self, has_indexer: bool, ffn: str) -> None:
+        """A decoder layer: attention and norms, the indexer (replicated) where it owns one, and a
+        dense FFN (TP-sharded) or an MoE block (routed experts, TP-sharded shared expert,
+        replicated router)."""
+        sh, comp = self.sh, self.comp
+        comp["attention"] += sh.attention
+        comp["norms"] += sh.norms
+        self.add_attention()
+        self.replicated += sh.norms
+        if has_indexer:
+            comp["indexer"] += sh.indexer
+            self.replicated += sh.indexer
+        if ffn == "dense":
+            comp["dense_ffn"] += sh.dense_ffn
+            self.sharded += sh.dense_ffn
+            return
+        comp["routed_experts"] += sh.routed_experts
+        comp["shared_expert"] += sh.shared_expert
+        comp["router"] += sh.router
+        self.expert += sh.routed_experts
+        self.sharded += sh.shared_expert
+        self.replicated += sh.router
+
+    def add_ends(self, stage: Stage) -> None:
+        """The embedding (vocab-parallel; learned positions replicated) on the first stage and on
+        the MTP stage, which shares it; the lm_head (vocab-parallel) and final norm on the loss stage."""
+        sh, comp = self.sh, self.comp
+        if stage.embedding or stage.mtp_layers > 0:
+            comp["embedding"] += sh.embedding + sh.position_embedding
+            self.sharded += sh.embedding
+            self.replicated += sh.position_embedding
+        if stage.loss:
+            comp["lm_head"] += sh.lm_head
+            comp["final_norm"] += sh.final_norm
+            self.sharded += sh.lm_head
+            self.replicated += sh.final_norm
+
+    def add_mtp_layer(self) -> None:
+        """An MTP layer: attention (split as above), norms, indexer, MoE (a dense FFN in a model
+        without routed experts); eh_proj (2H^2) is column-parallel, enorm / hnorm / shared-head
+        norm (3H) are replicated."""
+        cfg, sh = self.cfg, self.sh
+        self.comp["mtp"] += mtp_layer_total(cfg, sh, with_bias=False)
+        self.add_attention()
+        self.sharded += sh.shared_expert + (sh.mtp_extra - 3 * cfg.hidden_size)
+        self.replicated += sh.norms + sh.indexer + sh.router + 3 * cfg.hidden_size
+        self.expert += sh.routed_experts
+        if not cfg.n_routed_experts:
+            self.sharded += sh.dense_ffn
+
+
+def _expert_per_gpu(cfg: ModelConfig, expert: int, ep: int, etp: int) -> int:
+    """Routed-expert parameters on one GPU: ``ceil(E / EP)`` whole experts, each split over ETP."""
+    if not cfg.n_routed_experts:
+        return 0
+    per_expert_total = expert // cfg.n_routed_experts  # all experts' weights of these layers / E
+    return _ceil_div(per_expert_total * _ceil_div(cfg.n_routed_experts, ep), etp)
+
+
 def stage_params(cfg: ModelConfig, roles: RoleMap, stages: list[Stage], *, tp: int = 1, ep: int = 1,
                  etp: int | None = None) -> StageParams:
-    """Parameters of a set of stages (e.g. all virtual stages of one pipeline rank).
-
-    GQA with TP above the key-value heads g (Megatron accepts TP a multiple of g,
-    ``transformer_config.py``: "num_query_groups ... must be a multiple or divisor of
-    tensor_model_parallel_size") keeps one whole query group's k and v projections on each GPU:
-    ``kv_proj / g`` per layer instead of ``kv_proj / TP``."""
-    etp = tp if etp is None else etp
-    sh = shapes(cfg)
-    comp = {k: 0 for k in COMPONENTS}
-    dense_sharded = dense_repl = expert = 0
-    kv_whole = cfg.attention == "gqa" and tp > cfg.num_key_value_heads
-    attn_sharded = sh.attn_sharded - (sh.kv_proj if kv_whole else 0)
-    kv_total = kv_gpu = 0  # k/v projections held whole per query group (kv_whole only)
-
-    def add_attention() -> None:
-        nonlocal dense_sharded, dense_repl, kv_total, kv_gpu
-        dense_sharded += attn_sharded
-        dense_repl += sh.attn_replicated
-        if kv_whole:
-            kv_total += sh.kv_proj
-            kv_gpu += sh.kv_proj // cfg.num_key_value_heads
-
+    """Parameters of a set of stages (e.g. all virtual stages of one pipeline rank): every decoder
+    layer, the embedding / head ends and every MTP layer (:class:`_Tally`); per GPU the sharded
+    part over TP, the replicated part whole, routed experts over EP x ETP."""
+    t = _Tally(cfg, shapes(cfg), tp)
     for s in stages:
         for n in s.layers:
             r = roles.role(n)
-            comp["attention"] += sh.attention
-            comp["norms"] += sh.norms
-            add_attention()
-            dense_repl += sh.norms
-            if r.has_indexer:
-                comp["indexer"] += sh.indexer
-                dense_repl += sh.indexer
-            if r.ffn == "dense":
-                comp["dense_ffn"] += sh.dense_ffn
-                dense_sharded += sh.dense_ffn
-            else:
-                comp["routed_experts"] += sh.routed_experts
-                comp["shared_expert"] += sh.shared_expert
-                comp["router"] += sh.router
-                expert += sh.routed_experts
-                dense_sharded += sh.shared_expert
-                dense_repl += sh.router
-        has_embedding = s.embedding or s.mtp_layers > 0
-        if has_embedding:
-            comp["embedding"] += sh.embedding + sh.position_embedding
-            dense_sharded += sh.embedding
-            dense_repl += sh.position_embedding
-        if s.loss:
-            comp["lm_head"] += sh.lm_head
-            comp["final_norm"] += sh.final_norm
-            dense_sharded += sh.lm_head
-            dense_repl += sh.final_norm
+            t.add_decoder_layer(r.has_indexer, r.ffn)
+        t.add_ends(s)
         for _ in range(s.mtp_layers):
-            comp["mtp"] += mtp_layer_total(cfg, sh, with_bias=False)
-            # MTP layer: attention (split as above), norms, indexer, MoE; eh_proj (2H^2) is
-            # column-parallel, enorm / hnorm / shared-head norm (3H) are replicated
-            add_attention()
-            dense_sharded += sh.shared_expert + (sh.mtp_extra - 3 * cfg.hidden_size)
-            dense_repl += sh.norms + sh.indexer + sh.router + 3 * cfg.hidden_size
-            expert += sh.routed_experts
-            if not cfg.n_routed_experts:
-                dense_sharded += sh.dense_ffn
-    experts_per_rank = _ceil_div(cfg.n_routed_experts, ep) if cfg.n_routed_experts else 0
-    expert_per_gpu = 0
-    if cfg.n_routed_experts:
-        per_expert_total = expert // cfg.n_routed_experts  # all experts' weights of these layers / E
-        expert_per_gpu = _ceil_div(per_expert_total * experts_per_rank, etp)
+            t.add_mtp_layer()
     return StageParams(
-        components=comp,
-        dense_total=dense_sharded + dense_repl + kv_total,
-        expert_total=expert,
-        dense_per_gpu=_ceil_div(dense_sharded, tp) + dense_repl + kv_gpu,
-        expert_per_gpu=expert_per_gpu,
+        components=t.comp,
+        dense_total=t.sharded + t.replicated + t.kv_total,
+        expert_total=t.expert,
+        dense_per_gpu=_ceil_div(t.sharded, tp) + t.replicated + t.kv_gpu,
+        expert_per_gpu=_expert_per_gpu(cfg, t.expert, ep, tp if etp is None else etp),
     )
 
 

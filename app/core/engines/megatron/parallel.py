@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from math import prod
-from typing import Any
 
 from app.core.engines.megatron.placement import interleave_error
-from app.core.layout.stages import PipelineSpec, StagePlan
+from app.core.layout.stages import StagePlan
 from app.core.model.config import ModelConfig
 from app.core.model.parallelism import Check, ParallelConfig, _try, divisors, nearest_divisors
 
@@ -488,29 +487,3 @@ def check_parallel(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None
     """Every rule of ``rules`` (Megatron's :data:`RULES`; an engine built on Megatron adds its own)
     for ``par`` (and the stage plan, when there is one), each check carrying the plan field that fixes it."""
     return _placed([c for rule in rules for c in rule(cfg, par, plan)])
-
-
-def parallel_report(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None = None) -> dict[str, Any]:
-    """JSON-ready: the config, ``gpus``, ``expert_grid`` and the checks."""
-    checks = check_parallel(cfg, par, plan)
-    return {
-        "gpus": par.world,
-        "dp": par.data_parallel,
-        "expert_grid": par.expert_grid,
-        "ok": all(c.ok for c in checks),
-        "checks": [c.to_dict() for c in checks],
-        "config": par.to_dict(),
-    }
-
-
-def slime_glm52_training() -> tuple[PipelineSpec, ParallelConfig]:
-    """The slime GLM-5.2 training profile (THUDM/slime ``scripts/run-glm5.2-744B-A40B.sh``, FACTS.md
-    section 1): TP4 CP8 PP8 (first 14, last 16) EP32 ETP1 SP on 256 H100s, full uniform recompute of
-    1 layer, ``--max-tokens-per-gpu 8192``, mbs 1, ``--allgather-cp``, distributed optimizer (slime
-    always builds it) with ``--optimizer-cpu-offload --use-precision-aware-optimizer``."""
-    spec = PipelineSpec(pp=8, first=14, last=16)
-    par = ParallelConfig(tp=4, cp=8, pp=8, gpus=256, ep=32, etp=1, sp=True, mbs=1, tokens_per_gpu=8192,
-                         recompute="full", recompute_method="uniform", recompute_num_layers=1,
-                         optimizer_cpu_offload=True, use_precision_aware_optimizer=True,
-                         distributed_optimizer=True, gpu="h100-80gb", cp_comm_type="allgather")
-    return spec, par
