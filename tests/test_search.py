@@ -119,3 +119,53 @@ def test_search_cli():
     assert len(body["results"]) == 3 and "ranking_model" in body
     bad = isplan("search", "--gpus", "0")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_the_search_lists_exactly_the_cheapest_fitting_option_of_every_admitted_shape():
+    """Completeness, by brute force over a small space: every shape the budget admits (whole DP,
+    ETP x EP x PP dividing the world, interleaving only at PP > 2) with a valid layout and no
+    blocking Megatron check contributes exactly one row, its cheapest recompute / offload option that
+    fits (costs 1, 1.05, 4/3 x 1.10 with offload), judged option by option with check_parallel and
+    training_memory; no other row appears, and every drop is counted."""
+    from itertools import product
+
+    from app.core.model.layer_costs import memory_costs
+    from app.core.optimise.optimiser import optimal_layout
+
+    gpus = 128
+    space = SearchSpace(tp=(2, 8), cp=(1, 2), pp=(2, 4, 8, 16), ep=(8, 32, 64), vpp=(1, 2),
+                        recompute=("none", "selective", "full"), offload=(False, True))
+    body = search(GLM52, gpus, seq_length=4096, space=space, top=10_000)
+    roles = derive_roles(GLM52)
+    mem = memory_costs(GLM52, roles, mtp_layers=0)
+    full_mask = [r.role == "full" for r in roles.layers]
+    cost = {"none": 1.0, "selective": 1.05, "full": 4 / 3}
+    options = sorted(product(space.recompute, space.offload), key=lambda o: cost[o[0]] * (1.10 if o[1] else 1.0))
+    expected = set()
+    for pp, tp, cp, ep, vpp in product(space.pp, space.tp, space.cp, space.ep, space.vpp):
+        for etp in sorted({1, tp}):
+            if gpus % (tp * cp * pp) or gpus % (etp * ep * pp) or (vpp > 1 and pp <= 2):
+                continue
+            lay = optimal_layout(list(mem.costs), full_mask, pp, vpp, mem.first_stage_extra, mem.last_stage_extra)
+            if lay is None:
+                continue
+            plan = materialise(PipelineSpec(split=tuple(lay.split), vpp=vpp, overlap_p2p=True), 78)
+            for rc, off in options:
+                flags = {"recompute_method": "uniform", "recompute_num_layers": 1} if rc == "full" else {}
+                par = ParallelConfig(tp=tp, cp=cp, pp=pp, gpus=gpus, ep=ep, etp=etp, vpp=vpp if vpp > 1 else None,
+                                     sp=tp > 1, seq_length=4096, recompute=rc, optimizer_cpu_offload=off,
+                                     use_precision_aware_optimizer=off,
+                                     cp_comm_type="allgather" if cp > 1 else "p2p", **flags)
+                if [c for c in check_parallel(GLM52, par, plan) if not c.ok and not c.warning]:
+                    break
+                if training_memory(GLM52, plan, par, roles)["fits"]:
+                    expected.add((tp, cp, pp, ep, etp, vpp, rc, off))
+                    break
+    got = {(r["tp"], r["cp"], r["pp"], r["ep"], r["etp"], r["vpp"], r["recompute"], r["optimizer_cpu_offload"])
+           for r in body["results"]}
+    assert expected and got == expected
+    c = body["counts"]
+    assert c["feasible"] == len(expected) and c["dominated"] and c["no_layout"]  # PP 16 x VPP 2 > 21 full layers
+    assert c["combinations"] == sum(len(space.pp) * len(space.cp) * len(space.ep) * len({1, tp}) * len(space.vpp)
+                                    * len(options) for tp in space.tp)
+    assert c["combinations"] == c["constraint"] + c["no_layout"] + c["memory"] + c["feasible"] + c["dominated"]

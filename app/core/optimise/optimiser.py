@@ -381,7 +381,10 @@ class _StageSolver:
                 return c * c if c <= bound else _INF
 
             def links(j: int, x: int):
-                for y, c in self._cost_links(j, x):
+                bp = self.pb.bp
+                base = bp[x] - self.pb.extra(j)
+                for y in range(x + 1, j + self.pb.w + 1):
+                    c = bp[y] - base  # the stage's cost (as in _cost_links)
                     if c > bound:
                         return  # and only grows with y
                     yield y, c * c
