@@ -219,6 +219,27 @@ def test_json_shape_and_exposed_items_add_up() -> None:
     assert len(j["timeline"]["rank"]) == 2 * 32 * 20
 
 
+def test_shared_layer_costs_do_not_leak_between_settings() -> None:
+    """Layer costs are cached across calls by model, layer kind and per-layer settings: a plan timed
+    after another with other settings (TP, precision, recompute, constants) gets the step time it
+    gets when timed first, with the cache emptied."""
+    from app.core.time import model as time_model
+
+    cfg, roles, plan = _llama_plan(4, 1)
+    hw = get_hardware("h100-80gb")
+    a = TimeSettings(tp=4, pp=4, dp=2, mbs=1, global_batch=64, seq_length=8192, sp=True, precision="fp8")
+    others = [replace(a, tp=8, dp=1), replace(a, precision="bf16"), replace(a, recompute="full",
+              recompute_method="uniform", recompute_num_layers=1)]
+    time_model._LAYER_CACHE.clear()
+    time_model._PARAMS_CACHE.clear()
+    first = step_time(cfg, roles, plan, a, hw).to_json(timeline=False)
+    for other in others:
+        step_time(cfg, roles, plan, other, hw)
+    slow = replace(CONSTANTS["hopper"], gemm={"bf16": 0.3, "fp8": 0.3})
+    assert step_time(cfg, roles, plan, a, hw, efficiency=slow).step_seconds > first["step_seconds"] * 1.5
+    assert step_time(cfg, roles, plan, a, hw).to_json(timeline=False) == first
+
+
 def test_more_dp_never_beats_the_communication_free_rate() -> None:
     """The same per-GPU work (micro-batches per DP rank fixed) on more DP ranks adds gradient
     traffic: tokens/s/GPU never rises, and stays at most the DP-1 value."""
