@@ -42,7 +42,7 @@ they add up to ``step_seconds``) and ``total`` (the work or transfer, hidden or 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.layout.stages import Stage, StagePlan
@@ -288,9 +288,7 @@ LAYER_CACHE_SIZE = 512
 
 def _shared_layer_cache(cfg: ModelConfig, s: TimeSettings, ctx: OpContext) -> dict[Any, tuple[LayerCost, dict[str, float]]]:
     """The per-layer cost cache for one model, settings and set of constants (:data:`_LAYER_CACHE`)."""
-    eff = ctx.eff
-    key = (cfg, layer_settings_key(s, ctx.hw), tuple(sorted(eff.gemm.items())),
-           tuple(getattr(eff, f.name) for f in fields(eff) if f.name != "gemm"))
+    key = (cfg, layer_settings_key(s, ctx.hw), ctx.eff.key())
     if key not in _LAYER_CACHE and len(_LAYER_CACHE) >= LAYER_CACHE_SIZE:
         _LAYER_CACHE.clear()
     return _LAYER_CACHE.setdefault(key, {})

@@ -80,6 +80,7 @@ class Gemm:
     count: float = 1.0  # grouped GEMMs: the number of equal problems in one kernel
     low_precision: bool = True  # runs in the plan's precision (else BF16)
     module: str = ""  # recompute module it belongs to
+    grouped: bool = False  # a routed-expert grouped GEMM (its own ceiling, Efficiency.gemm_grouped)
 
     @property
     def flops(self) -> float:
@@ -155,7 +156,7 @@ class OpContext:
 
 
 def gemm_seconds(ctx: OpContext, m: float, n: float, k: float, *, low: bool, count: float = 1.0,
-                 out_bytes: float = ACT_BYTES) -> float:
+                 out_bytes: float = ACT_BYTES, grouped: bool = False) -> float:
     """One GEMM kernel (``count`` equal problems): tensor time at the ceiling plus operand traffic
     plus the launch (:mod:`app.core.time.efficiency`)."""
     if m <= 0 or n <= 0 or k <= 0 or count <= 0:
@@ -164,7 +165,7 @@ def gemm_seconds(ctx: OpContext, m: float, n: float, k: float, *, low: bool, cou
     in_b = ctx.prec.gemm_bytes if low else ACT_BYTES
     flops = 2.0 * m * n * k * count
     nbytes = ((m * k + k * n) * in_b + m * n * out_bytes) * count
-    return (flops / (ctx.hw.peak_flops(dtype) * ctx.eff.gemm_ceiling(dtype))
+    return (flops / (ctx.hw.peak_flops(dtype) * ctx.eff.gemm_ceiling(dtype, grouped))
             + nbytes / (ctx.hw.hbm_bw * ctx.eff.mem) + ctx.eff.kernel)
 
 
@@ -211,8 +212,8 @@ def layer_gemms(ctx: OpContext, role: LayerRole) -> list[Gemm]:
         local = -(-E // ep)
         m_e = t_moe * topk * ep * etp / E
         out.append(Gemm("router", t_moe, E, H, low_precision=False, module="moe"))
-        out.append(Gemm("experts_fc1", m_e, 2 * i / etp, H, count=local, module="moe"))
-        out.append(Gemm("experts_fc2", m_e, H, i / etp, count=local, module="moe"))
+        out.append(Gemm("experts_fc1", m_e, 2 * i / etp, H, count=local, module="moe", grouped=True))
+        out.append(Gemm("experts_fc2", m_e, H, i / etp, count=local, module="moe", grouped=True))
         if cfg.n_shared_experts:
             width = cfg.n_shared_experts * i
             out.append(Gemm("shared_fc1", t, 2 * width / tp, H, module="shared_experts"))
@@ -304,10 +305,11 @@ def _add_gemms(ctx: OpContext, lc: LayerCost, gemms: list[Gemm]) -> None:
     kernels (:func:`_add_kernels`), so each GEMM adds its time less ``kernel`` per kernel."""
     s, eff = ctx.s, ctx.eff
     for g in gemms:
-        f = gemm_seconds(ctx, g.m, g.n, g.k, low=g.low_precision, count=g.count)
-        wgrad = gemm_seconds(ctx, g.k, g.n, g.m, low=g.low_precision, count=g.count, out_bytes=4)
-        dgrad = 0.0 if g.module == "indexer" else gemm_seconds(ctx, g.m, g.k, g.n, low=g.low_precision,
-                                                                count=g.count)
+        low, count, grouped = g.low_precision, g.count, g.grouped
+        f = gemm_seconds(ctx, g.m, g.n, g.k, low=low, count=count, grouped=grouped)
+        wgrad = gemm_seconds(ctx, g.k, g.n, g.m, low=low, count=count, out_bytes=4, grouped=grouped)
+        dgrad = 0.0 if g.module == "indexer" else gemm_seconds(ctx, g.m, g.k, g.n, low=low, count=count,
+                                                                grouped=grouped)
         b = wgrad + dgrad
         lc.fwd.gemm += f - eff.kernel
         lc.bwd.gemm += b - (2 if dgrad else 1) * eff.kernel
