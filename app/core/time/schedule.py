@@ -25,8 +25,10 @@ virtual micro-batches, then the cool-down backwards; virtual micro-batch ``k`` m
 then chunk 1, ...), and backward ``k`` runs chunk ``VPP - 1 - chunk(k)``. Megatron refuses
 ``m % G`` in ``1 .. PP - 1`` (a ``RuntimeError``) and ``G > m``; so does :func:`simulate`.
 
-The simulation visits each step once (a worklist over ranks, each step's dependencies are
-checked in O(1)): O(steps) time, about 2 * m * VPP * PP steps. With equal costs on every stage
+The worklist over ranks (each step's dependencies checked in O(1)) runs once per shape - PP, VPP,
+micro-batches, group - on the dependencies alone and yields a :class:`StepGraph` (cached); each
+simulation is then one pass over that graph with the stages' durations and sends
+(:func:`run_graph`): O(steps) time, about 2 * m * VPP * PP steps. With equal costs on every stage
 and no send time, its makespan is exactly ``(m + (PP - 1) / VPP) * (f + b)`` for per-rank
 forward / backward time ``f`` / ``b`` per micro-batch, i.e. the bubble ``(PP - 1) / (VPP * m + PP - 1)``
 of FACTS.md section 7 (property-tested in ``tests/test_time_schedule.py``).
@@ -143,7 +145,7 @@ def _per_stage(values: float | Sequence[float], n: int, name: str) -> list[float
 
 
 def rank_orders(pp: int, vpp: int, num_microbatches: int, group: int | None = None) -> list[list[tuple[bool, int, int]]]:
-    """Every rank's :func:`rank_order` (computed once when one schedule is simulated twice)."""
+    """Every rank's :func:`rank_order` (what :func:`step_graph` runs the worklist over)."""
     return [rank_order(pp, vpp, num_microbatches, r, group) for r in range(pp)]
 
 
@@ -274,15 +276,14 @@ def _busy(steps: tuple[int, ...], durations: list[float]) -> float:
 def simulate(pp: int, vpp: int, num_microbatches: int, fwd: Sequence[float], bwd: Sequence[float], *,
              send_fwd: float | Sequence[float] = 0.0, send_bwd: float | Sequence[float] = 0.0,
              ready: Sequence[Sequence[float]] | None = None, group: int | None = None,
-             orders: list[list[tuple[bool, int, int]]] | None = None, record: bool = True) -> Schedule:
+             record: bool = True) -> Schedule:
     """Simulate one iteration (module docstring) on :func:`step_graph` with :func:`run_graph`.
 
     ``fwd`` / ``bwd``: per-micro-batch time of each stage, vp-major (``PP * VPP`` values).
     ``send_fwd[s]``: activation transfer from stage ``s`` to ``s + 1``; ``send_bwd[s]``: gradient
     transfer from stage ``s + 1`` to ``s`` (scalars apply to every boundary). ``ready[r][c]``:
-    earliest start of chunk ``c``'s first forward on rank ``r``. ``orders``: accepted for
-    compatibility (the graph is cached per shape); ``record=False`` keeps no timeline (the makespan,
-    busy and end times only)."""
+    earliest start of chunk ``c``'s first forward on rank ``r``. ``record=False`` keeps no
+    timeline (the makespan, busy and end times only)."""
     m = num_microbatches
     g = step_graph(pp, vpp, m, group)
     n_stages = pp * vpp
