@@ -155,6 +155,29 @@ def test_experts_get_the_tokens_routed_to_them() -> None:
     assert (fc1.m, fc1.count, fc1.n, fc1.k) == (2048, 16, 2 * 768, 2048)
 
 
+def test_routed_experts_run_at_the_grouped_ceiling_dense_gemms_at_the_dense_one() -> None:
+    """B200 MXFP8, Qwen3-30B-A3B at EP 8 (16 local experts of 2048 tokens each): the grouped
+    expert GEMM ``fc1`` takes ``2 M N K x 16 / (4.5 PFLOPS x g_grouped)`` plus its operand traffic
+    (FP8 inputs of 1 B, BF16 output) over ``HBM x m`` plus one kernel gap; the attention's ``qkv``
+    projection the same at the dense ceiling ``g`` - each by hand from the catalogue's figures."""
+    from app.core.time.ops import gemm_seconds
+
+    cfg = load_model(str(CONFIGS / "Qwen3-30B-A3B.json"))
+    s = TimeSettings(ep=8, dp=8, seq_length=4096, precision="mxfp8")
+    ctx = _ctx(cfg, s, "b200-180gb")
+    eff, prec = CONSTANTS["blackwell"], get_precision("mxfp8")
+    assert eff.gemm_grouped["fp8"] < eff.gemm["fp8"]
+    role = derive_roles(cfg, role_rule("megatron")).role(1)
+    by_name = {g.name: g for g in layer_gemms(ctx, role)}
+    for name, ceiling in (("experts_fc1", eff.gemm_grouped["fp8"]), ("qkv", eff.gemm["fp8"])):
+        g = by_name[name]
+        want = (2 * g.m * g.n * g.k * g.count / (4.5e15 * ceiling)
+                + ((g.m * g.k + g.k * g.n) * prec.gemm_bytes + g.m * g.n * 2) * g.count / (7.7e12 * eff.mem)
+                + eff.kernel)
+        got = gemm_seconds(ctx, g.m, g.n, g.k, low=True, count=g.count, grouped=g.grouped)
+        assert got == pytest.approx(want, rel=1e-9), name
+
+
 # --------------------------------------------------------------------------- model FLOPs
 
 
@@ -217,6 +240,27 @@ def test_json_shape_and_exposed_items_add_up() -> None:
     assert len(j["per_stage"]) == 20
     assert j["tokens_per_second_per_gpu"] == pytest.approx(64 * 8192 / (r.step_seconds * 32))  # 4 x 4 x 2 GPUs
     assert len(j["timeline"]["rank"]) == 2 * 32 * 20
+
+
+def test_shared_layer_costs_do_not_leak_between_settings() -> None:
+    """Layer costs are cached across calls by model, layer kind and per-layer settings: a plan timed
+    after another with other settings (TP, precision, recompute, constants) gets the step time it
+    gets when timed first, with the cache emptied."""
+    from app.core.time import model as time_model
+
+    cfg, roles, plan = _llama_plan(4, 1)
+    hw = get_hardware("h100-80gb")
+    a = TimeSettings(tp=4, pp=4, dp=2, mbs=1, global_batch=64, seq_length=8192, sp=True, precision="fp8")
+    others = [replace(a, tp=8, dp=1), replace(a, precision="bf16"), replace(a, recompute="full",
+              recompute_method="uniform", recompute_num_layers=1)]
+    time_model._LAYER_CACHE.clear()
+    time_model._PARAMS_CACHE.clear()
+    first = step_time(cfg, roles, plan, a, hw).to_json(timeline=False)
+    for other in others:
+        step_time(cfg, roles, plan, other, hw)
+    slow = replace(CONSTANTS["hopper"], gemm={"bf16": 0.3, "fp8": 0.3})
+    assert step_time(cfg, roles, plan, a, hw, efficiency=slow).step_seconds > first["step_seconds"] * 1.5
+    assert step_time(cfg, roles, plan, a, hw).to_json(timeline=False) == first
 
 
 def test_more_dp_never_beats_the_communication_free_rate() -> None:
@@ -306,51 +350,53 @@ def test_precision_flags_are_megatron_options() -> None:
 
 
 def test_calibration_rows_within_their_stated_bound() -> None:
-    """The six calibration rows (the constants are fitted on them, each timed with every setting it
-    states): within 1 % on the direct path (measured: max 0.6 %). Through ``isplan time`` - the
+    """The six calibration rows (the constants are fitted on them and the development rows, each
+    timed with every setting it states): within 3.5 % on the direct path (measured: max 3.0 %, H100
+    Llama-3-70B; mean 1.2 %). Through ``isplan time`` - the
     flags only - the four rows whose settings the flags carry agree with it (the two paths are one
     computation, tests/test_time_bench.py); the two 26.08 rows ran EP overlap, FP8 attention / an
     MXFP8 output layer and full-iteration CUDA graphs that no flag says, and are predicted slower
-    than measured (measured: -18.0 % DeepSeek-V3 GB200, -23.6 % Qwen3-30B GB300)."""
+    than measured (measured: -19.6 % DeepSeek-V3 GB200, -23.8 % Qwen3-30B GB300)."""
     from bench.steptime import CALIBRATION, evaluate, load_rows
 
     res = evaluate(load_rows(CALIBRATION), direct=True)
     assert len(res) == 6
     for r in res:
-        assert abs(r["direct_err"]) <= 0.01, r["id"]
+        assert abs(r["direct_err"]) <= 0.035, r["id"]
         hidden = r["id"].startswith("mb-26.08")
         if hidden:
             assert -0.25 <= r["err"] < -0.10, r["id"]
         else:
-            assert abs(r["err"]) <= 0.01, r["id"]
+            assert abs(r["err"]) <= 0.035, r["id"]
 
 
 def test_development_rows_stay_within_their_stated_bounds() -> None:
-    """The 104 development rows of the held-out runs (guided the physics, never fitted on), through
-    ``isplan time``, at the figures docs/MODELS.md states: mean |error| <= 14 %, 87 % of runs within
-    25 %, the predicted order of two runs of one model right in >= 92 % of the pairs the inputs can
-    order (measured: 13.2 %, 91 / 104, 629 / 676 = 93.0 %; 79 more pairs are one launch measured in
-    two containers, which no input orders)."""
+    """The 104 development rows of the held-out runs (guided the physics; the constants are fitted on
+    them and the calibration rows), through ``isplan time``, at the figures docs/MODELS.md states:
+    mean |error| <= 11 %, 88 % of runs within 25 %, the predicted order of two runs of one model
+    right in >= 92 % of the pairs the inputs can order (measured: 10.5 %, 92 / 104, 629 / 676 =
+    93.0 %; 79 more pairs are one launch measured in two containers, which no input orders)."""
     from bench.steptime import HOLDOUT, evaluate, load_rows, split_holdout, summary
 
     dev, _ = split_holdout(load_rows(HOLDOUT))
     s = summary(evaluate(dev))
     assert s["failed"] == 0 and s["predicted"] == 104
-    assert s["mean_abs_err"] <= 0.14
-    assert s["within_25pct"] >= 0.87 * s["predicted"]
+    assert s["mean_abs_err"] <= 0.11
+    assert s["within_25pct"] >= 0.88 * s["predicted"]
     assert s["concordance"] >= 0.92
 
 
 def test_locked_test_rows_stay_at_their_reported_figures() -> None:
     """The 56 locked test rows, evaluated once after the model was final (docs/MODELS.md,
-    "Validation"): mean |error| 13.6 %, max 33.8 %, 50 / 56 within 25 %, order 230 / 236 = 97.5 %.
-    A regression guard at those figures, not a target the model was tuned to."""
+    "Validation"): mean |error| 11.5 %, max 32.6 %, 52 / 56 within 25 %, order 230 / 236 = 97.5 %
+    (the previous model: 13.6 %, 33.8 %, 50 / 56, 97.5 %). A regression guard at those figures, not
+    a target the model was tuned to."""
     from bench.steptime import HOLDOUT, evaluate, load_rows, split_holdout, summary
 
     _, test = split_holdout(load_rows(HOLDOUT))
     s = summary(evaluate(test))
     assert s["failed"] == 0 and s["predicted"] == 56
-    assert s["mean_abs_err"] <= 0.14
-    assert s["max_abs_err"] <= 0.35
-    assert s["within_25pct"] >= 50
+    assert s["mean_abs_err"] <= 0.12
+    assert s["max_abs_err"] <= 0.34
+    assert s["within_25pct"] >= 52
     assert s["concordance"] >= 0.95

@@ -117,3 +117,49 @@ def test_large_schedule_is_fast() -> None:
     assert time.perf_counter() - t0 < 1.0
     assert len(s.rank) == 2 * 512 * 64
     assert s.bubble_fraction == pytest.approx(closed_form_bubble(16, 4, 512))
+
+
+def _reference_schedule(pp: int, v: int, m: int, fwd: list[float], bwd: list[float], send: float
+                        ) -> dict[tuple[int, int, bool], tuple[float, float]]:
+    """The schedule by plain relaxation, independent of the simulator's cached graph: sweep the
+    ranks' Megatron orders (``rank_order``) again and again, running each rank's next step whenever
+    its input exists, until every step has run."""
+    orders = [rank_order(pp, v, m, r) for r in range(pp)]
+    done: dict[tuple[int, int, bool], tuple[float, float]] = {}
+    ptr, free, n = [0] * pp, [0.0] * pp, pp * v
+    while any(ptr[r] < len(orders[r]) for r in range(pp)):
+        for r in range(pp):
+            while ptr[r] < len(orders[r]):
+                is_b, c, i = orders[r][ptr[r]]
+                s = c * pp + r
+                need = (s + 1, i, True) if is_b and s < n - 1 else (s - 1, i, False) if not is_b and s > 0 else None
+                if need is not None and need not in done:
+                    break
+                start = max(free[r], done[need][1] + send if need else 0.0)
+                done[(s, i, is_b)] = (start, start + (bwd[s] if is_b else fwd[s]))
+                free[r] = done[(s, i, is_b)][1]
+                ptr[r] += 1
+    return done
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), pp=st.integers(1, 5), v=st.integers(1, 3), groups=st.integers(1, 4))
+def test_the_cached_graph_runs_the_schedule_a_plain_relaxation_runs(data: st.DataObject, pp: int, v: int,
+                                                                     groups: int) -> None:
+    """The simulator builds each shape's dependency graph once and re-runs it with new durations;
+    every step's start and end equal a plain re-implementation's, for any costs, twice in a row
+    (the second run reuses the cached graph)."""
+    v = 1 if pp == 1 else v
+    n, m = pp * v, pp * groups
+    for _ in range(2):
+        fwd = data.draw(st.lists(st.floats(0.1, 5.0), min_size=n, max_size=n))
+        bwd = data.draw(st.lists(st.floats(0.1, 9.0), min_size=n, max_size=n))
+        send = data.draw(st.floats(0.0, 2.0))
+        s = simulate(pp, v, m, fwd, bwd, send_fwd=send, send_bwd=send)
+        want = _reference_schedule(pp, v, m, fwd, bwd, send)
+        got = {(c * pp + r, i, bw): (a, e) for r, c, i, bw, a, e in
+               zip(s.rank, s.chunk, s.microbatch, s.backward, s.start, s.end)}
+        assert got.keys() == want.keys()
+        for key, (a, e) in want.items():
+            assert got[key] == pytest.approx((a, e), abs=1e-9), key
+        assert s.makespan == pytest.approx(max(e for _, e in want.values()), abs=1e-9)

@@ -49,14 +49,14 @@ from app.core.layout.stages import Stage, StagePlan
 from app.core.model.config import ModelConfig
 from app.core.model.flops import mtp_role
 from app.core.model.hardware import Hardware
-from app.core.model.parameters import shapes, stage_params
+from app.core.model.parameters import StageParams, shapes, stage_params
 from app.core.model.roles import LayerRole, RoleMap
 from app.core.time import comm
 from app.core.time.efficiency import Efficiency, efficiency_for
 from app.core.time.model_flops import model_flops_per_token
 from app.core.time.ops import ACT_BYTES, LayerCost, OpContext, embedding_cost, head_cost, layer_cost
 from app.core.time.precision import get_precision
-from app.core.time.schedule import Schedule, ScheduleError, rank_orders, simulate
+from app.core.time.schedule import Schedule, ScheduleError, simulate
 from app.core.time.settings import TimeInputError, TimeSettings
 
 ADAM_BYTES_PER_PARAM = 30.0
@@ -241,25 +241,27 @@ def _recomputed(stage: Stage, s: TimeSettings) -> set[int]:
     return set(layers)
 
 
-def _add_layer(sc: _StageCost, lc: LayerCost, exp: dict[str, float], recompute: float) -> None:
-    """Add one layer to a stage; each direction takes the longer of the GPU stream (compute and
-    exposed communication) and the host issuing its kernels (``host_fwd`` / ``host_bwd``)."""
+def _add_layer(sc: _StageCost, lc: LayerCost, exp: dict[str, float], recompute: float, count: int = 1) -> None:
+    """Add ``count`` equal layers to a stage; each direction takes the longer of the GPU stream
+    (compute and exposed communication) and the host issuing its kernels (``host_fwd`` / ``host_bwd``):
+    ``f = max(fwd + tp_f + ep_f + cp_f, host_fwd)``, ``b = max(bwd + tp_b + ep_b + cp_b + recompute,
+    host_bwd (+ host_fwd when recomputed))``."""
     gpu_f = lc.fwd.total + exp["tp_f"] + exp["ep_f"] + exp["cp_f"]
     gpu_b = lc.bwd.total + exp["tp_b"] + exp["ep_b"] + exp["cp_b"] + recompute
     f = max(gpu_f, lc.host_fwd)
     b = max(gpu_b, lc.host_bwd + (lc.host_fwd if recompute else 0.0))
-    sc.fwd += f
-    sc.bwd += b
-    sc.host += (f - gpu_f) + (b - gpu_b)
-    sc.compute += lc.fwd.total + lc.bwd.total
-    sc.recompute += recompute
-    sc.tp[0] += exp["tp_f"] + exp["tp_b"]
-    sc.tp[1] += lc.tp_fwd + lc.tp_bwd
-    sc.ep[0] += exp["ep_f"] + exp["ep_b"]
-    sc.ep[1] += lc.ep_fwd + lc.ep_bwd
-    sc.cp[0] += exp["cp_f"] + exp["cp_b"]
-    sc.cp[1] += lc.cp_fwd + lc.cp_bwd
-    sc.flops += lc.flops_fwd
+    sc.fwd += count * f
+    sc.bwd += count * b
+    sc.host += count * ((f - gpu_f) + (b - gpu_b))
+    sc.compute += count * (lc.fwd.total + lc.bwd.total)
+    sc.recompute += count * recompute
+    sc.tp[0] += count * (exp["tp_f"] + exp["tp_b"])
+    sc.tp[1] += count * (lc.tp_fwd + lc.tp_bwd)
+    sc.ep[0] += count * (exp["ep_f"] + exp["ep_b"])
+    sc.ep[1] += count * (lc.ep_fwd + lc.ep_bwd)
+    sc.cp[0] += count * (exp["cp_f"] + exp["cp_b"])
+    sc.cp[1] += count * (lc.cp_fwd + lc.cp_bwd)
+    sc.flops += count * lc.flops_fwd
 
 
 def _check(cfg: ModelConfig, plan: StagePlan, s: TimeSettings) -> None:
@@ -277,11 +279,44 @@ def _check(cfg: ModelConfig, plan: StagePlan, s: TimeSettings) -> None:
         raise TimeInputError("the stage plan has no stages", "layout")
 
 
+#: Layer costs by (model, layer kind, :func:`layer_settings_key`, constants), shared across calls: a
+#: live page re-evaluates one plan after every edit and a search times many plans of one layer
+#: shape. Bounded: cleared when it holds :data:`LAYER_CACHE_SIZE` settings.
+_LAYER_CACHE: dict[Any, dict[Any, tuple[LayerCost, dict[str, float]]]] = {}
+LAYER_CACHE_SIZE = 512
+
+
+def _shared_layer_cache(cfg: ModelConfig, s: TimeSettings, ctx: OpContext) -> dict[Any, tuple[LayerCost, dict[str, float]]]:
+    """The per-layer cost cache for one model, settings and set of constants (:data:`_LAYER_CACHE`)."""
+    key = (cfg, layer_settings_key(s, ctx.hw), ctx.eff.key())
+    if key not in _LAYER_CACHE and len(_LAYER_CACHE) >= LAYER_CACHE_SIZE:
+        _LAYER_CACHE.clear()
+    return _LAYER_CACHE.setdefault(key, {})
+
+
+def _stage_layer_counts(cfg: ModelConfig, roles: RoleMap, st: Stage, s: TimeSettings, first_mtp: int
+                        ) -> dict[tuple[Any, bool], tuple[LayerRole, int]]:
+    """A stage's decoder and MTP layers grouped by (layer kind, recomputed) with their count:
+    equal layers cost the same, so a stage adds each kind once."""
+    redo = _recomputed(st, s)
+    out: dict[tuple[Any, bool], tuple[LayerRole, int]] = {}
+    for n in st.layers:
+        role = roles.role(n)
+        key: tuple[Any, bool] = (_layer_key(role), n in redo or s.recompute == "selective")
+        out[key] = (role, out[key][1] + 1) if key in out else (role, 1)
+    for k in range(first_mtp + 1, first_mtp + st.mtp_layers + 1):
+        role = mtp_role(cfg, roles, k)
+        out[(("mtp", k), s.recompute == "selective")] = (role, 1)
+    return out
+
+
 def stage_costs(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: TimeSettings, ctx: OpContext,
                 cache: dict[Any, tuple[LayerCost, dict[str, float]]] | None = None) -> list[_StageCost]:
-    """Forward / backward seconds per micro-batch of every stage (vp-major). ``cache``: layer costs
-    by layer kind, reusable across plans whose per-layer settings agree (:func:`quick_step_seconds`)."""
-    cache = {} if cache is None else cache
+    """Forward / backward seconds per micro-batch of every stage (vp-major): the sum over its layers
+    of :func:`_add_layer`, plus the embedding and the output layer (+ MTP logits) on their stages.
+    ``cache``: layer costs by layer kind, reusable across plans whose per-layer settings agree
+    (:func:`quick_step_seconds`); by default the shared :data:`_LAYER_CACHE`."""
+    cache = _shared_layer_cache(cfg, s, ctx) if cache is None else cache
     ep_share = ep_overlap_share(s)
     ep_sm = min(1.0, EP_COMM_SMS / ctx.hw.sms) if ctx.hw.sms else 0.0
 
@@ -292,20 +327,14 @@ def stage_costs(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: TimeSettin
             cache[key] = (lc, _exposed(lc, s, ep_share, ep_sm))
         return cache[key]
 
-    out = []
-    mtp_seen = 0
+    out, mtp_seen = [], 0
     full = s.recompute == "full"
     for st in plan.stages:
         sc = _StageCost(st)
-        redo = _recomputed(st, s)
-        for n in st.layers:
-            lc, exp = cost(roles.role(n))
-            rc = _recompute_seconds(lc, exp, s, full) if (not full or n in redo) and s.recompute != "none" else 0.0
-            _add_layer(sc, lc, exp, rc)
-        for k in range(mtp_seen + 1, mtp_seen + st.mtp_layers + 1):
-            lc, exp = cost(mtp_role(cfg, roles, k))
-            rc = _recompute_seconds(lc, exp, s, False) if s.recompute == "selective" else 0.0
-            _add_layer(sc, lc, exp, rc)
+        for (_kind, redo), (role, count) in _stage_layer_counts(cfg, roles, st, s, mtp_seen).items():
+            lc, exp = cost(role)
+            rc = _recompute_seconds(lc, exp, s, full and not role.mtp) if redo else 0.0
+            _add_layer(sc, lc, exp, rc, count)
         mtp_seen += st.mtp_layers
         if st.embedding:
             ec = embedding_cost(ctx)
@@ -317,38 +346,69 @@ def stage_costs(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: TimeSettin
     return out
 
 
-def _dp_times(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: TimeSettings, ctx: OpContext
-              ) -> tuple[list[list[float]], list[list[float]], list[list[int]], list[float]]:
-    """Per rank and chunk: gradient reduction and parameter all-gather seconds, parameters held;
-    per rank the optimizer step."""
+@dataclass(frozen=True)
+class _DataParallel:
+    """Per rank and chunk: gradient reduction ``rs`` and parameter all-gather ``ag`` seconds and the
+    parameters held ``npar``; per rank the optimizer step ``opt``."""
+
+    rs: list[list[float]]
+    ag: list[list[float]]
+    npar: list[list[int]]
+    opt: list[float]
+
+
+#: Parameters of a stage by (model, its layers' kinds, embedding, loss, MTP layers, TP, EP, ETP):
+#: :func:`app.core.model.parameters.stage_params` reads only a layer's FFN kind and indexer.
+_PARAMS_CACHE: dict[Any, StageParams] = {}
+
+
+def _stage_params(cfg: ModelConfig, roles: RoleMap, st: Stage, tp: int, ep: int, etp: int) -> StageParams:
+    """:func:`app.core.model.parameters.stage_params` of one stage (cached in :data:`_PARAMS_CACHE`:
+    equal stages of many plans hold equal parameters)."""
+    kinds = tuple((r.ffn, r.has_indexer) for r in (roles.role(n) for n in st.layers))
+    key = (cfg, kinds, st.embedding, st.loss, st.mtp_layers, tp, ep, etp)
+    if key not in _PARAMS_CACHE:
+        if len(_PARAMS_CACHE) >= LAYER_CACHE_SIZE * 8:
+            _PARAMS_CACHE.clear()
+        _PARAMS_CACHE[key] = stage_params(cfg, roles, [st], tp=tp, ep=ep, etp=etp)
+    return _PARAMS_CACHE[key]
+
+
+def _optimizer_seconds(shard: float, s: TimeSettings, hw: Hardware, mem_eff: float, grad_b: float) -> float:
+    """Adam on ``shard`` parameters: ``shard * 30 B / (HBM * m)`` on the GPU; with CPU offload
+    ``shard * 32 B / host_bw + shard * (grad + param bytes) / h2d_bw``."""
+    if s.optimizer_cpu_offload:
+        return shard * HOST_ADAM_BYTES_PER_PARAM / hw.host_bw + shard * (grad_b + ACT_BYTES) / hw.h2d_bw
+    return shard * ADAM_BYTES_PER_PARAM / (hw.hbm_bw * mem_eff)
+
+
+def _dp_times(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: TimeSettings, ctx: OpContext) -> _DataParallel:
+    """Each chunk's gradient reduce-scatter of its dense (DP x CP group) and expert (EDP group)
+    parameters at ``grad_b`` bytes and its parameter all-gather at the precision's
+    ``param_gather_bytes`` (without the distributed optimizer: an all-reduce, nothing gathered),
+    and each rank's optimizer step on its shard ``dense / DP + expert / EDP``."""
     hw, eff, gr = ctx.hw, ctx.eff, ctx.groups
     grad_b = 4.0 if s.grad_reduce_in_fp32 else 2.0
     par_b = ctx.prec.param_gather_bytes
-    rs = [[0.0] * s.vpp for _ in range(s.pp)]
-    ag = [[0.0] * s.vpp for _ in range(s.pp)]
-    npar = [[0] * s.vpp for _ in range(s.pp)]
-    opt = [0.0] * s.pp
+    dp = _DataParallel([[0.0] * s.vpp for _ in range(s.pp)], [[0.0] * s.vpp for _ in range(s.pp)],
+                       [[0] * s.vpp for _ in range(s.pp)], [0.0] * s.pp)
     dense_shard = gr["dp"].size if s.distributed_optimizer else 1
     expert_shard = gr["edp"].size if s.distributed_optimizer else 1
     for st in plan.stages:
-        p = stage_params(cfg, roles, [st], tp=s.tp, ep=s.ep, etp=s.etp_)
+        p = _stage_params(cfg, roles, st, s.tp, s.ep, s.etp_)
         r, c = st.pp_rank, st.vp_stage
-        npar[r][c] = p.per_gpu
+        dp.npar[r][c] = p.per_gpu
         if s.distributed_optimizer:
-            rs[r][c] = (comm.reduce_scatter(gr["dp"], p.dense_per_gpu * grad_b, hw, eff)
-                        + comm.reduce_scatter(gr["edp"], p.expert_per_gpu * grad_b, hw, eff))
-            ag[r][c] = (comm.all_gather(gr["dp"], p.dense_per_gpu * par_b, hw, eff)
-                        + comm.all_gather(gr["edp"], p.expert_per_gpu * par_b, hw, eff))
+            dp.rs[r][c] = (comm.reduce_scatter(gr["dp"], p.dense_per_gpu * grad_b, hw, eff)
+                           + comm.reduce_scatter(gr["edp"], p.expert_per_gpu * grad_b, hw, eff))
+            dp.ag[r][c] = (comm.all_gather(gr["dp"], p.dense_per_gpu * par_b, hw, eff)
+                           + comm.all_gather(gr["edp"], p.expert_per_gpu * par_b, hw, eff))
         else:
-            rs[r][c] = (comm.all_reduce(gr["dp"], p.dense_per_gpu * grad_b, hw, eff)
-                        + comm.all_reduce(gr["edp"], p.expert_per_gpu * grad_b, hw, eff))
+            dp.rs[r][c] = (comm.all_reduce(gr["dp"], p.dense_per_gpu * grad_b, hw, eff)
+                           + comm.all_reduce(gr["edp"], p.expert_per_gpu * grad_b, hw, eff))
         shard = p.dense_per_gpu / dense_shard + p.expert_per_gpu / expert_shard
-        if s.optimizer_cpu_offload:
-            opt[r] += (shard * HOST_ADAM_BYTES_PER_PARAM / hw.host_bw
-                       + shard * (grad_b + ACT_BYTES) / hw.h2d_bw)
-        else:
-            opt[r] += shard * ADAM_BYTES_PER_PARAM / (hw.hbm_bw * eff.mem)
-    return rs, ag, npar, opt
+        dp.opt[r] += _optimizer_seconds(shard, s, hw, eff.mem, grad_b)
+    return dp
 
 
 def layer_settings_key(s: TimeSettings, hw: Hardware) -> tuple[Any, ...]:
@@ -360,6 +420,18 @@ def layer_settings_key(s: TimeSettings, hw: Hardware) -> tuple[Any, ...]:
             s.moe_dispatcher, s.fp8_attention, s.cuda_graph)
 
 
+def _context(cfg: ModelConfig, s: TimeSettings, hw: Hardware, efficiency: Efficiency | None = None) -> OpContext:
+    """The op context of a launch: precision, constants of the GPU's generation, placed groups."""
+    prec = get_precision(s.precision)
+    try:
+        hw.peak_flops(prec.gemm_dtype)
+    except ValueError as exc:
+        raise TimeInputError(str(exc), "precision") from None
+    eff = efficiency or efficiency_for(hw.generation)
+    gr = comm.groups(tp=s.tp, cp=s.cp, dp=s.dp, pp=s.pp, ep=s.ep, etp=s.etp_, domain=hw.nvlink_domain)
+    return OpContext(cfg, shapes(cfg), s, hw, eff, prec, gr)
+
+
 def quick_step_seconds(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: TimeSettings, hw: Hardware,
                        cache: dict[Any, Any]) -> float:
     """A fast estimate of :func:`step_time`'s ``step_seconds`` for ranking many plans (the GPU-budget
@@ -368,141 +440,165 @@ def quick_step_seconds(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: Tim
     backward per micro-batch (exact for equal stages: ``(V m + P - 1) c``) - and the gradient
     reduce-scatter / parameter all-gather exposed unless overlapped. ``cache`` maps
     :func:`layer_settings_key` to layer costs shared across plans."""
-    prec = get_precision(s.precision)
-    eff = efficiency_for(hw.generation)
-    gr = comm.groups(tp=s.tp, cp=s.cp, dp=s.dp, pp=s.pp, ep=s.ep, etp=s.etp_, domain=hw.nvlink_domain)
-    ctx = OpContext(cfg, shapes(cfg), s, hw, eff, prec, gr)
+    ctx = _context(cfg, s, hw)
     costs = stage_costs(cfg, roles, plan, s, ctx, cache.setdefault(layer_settings_key(s, hw), {}))
     per_rank = [0.0] * s.pp
     for c in costs:
         per_rank[c.stage.pp_rank] += c.fwd + c.bwd
     slowest = max(per_rank)
     pipeline = s.num_microbatches * slowest + (s.pp - 1) * slowest / s.vpp
-    rs, ag, _, opt = _dp_times(cfg, roles, plan, s, ctx)
-    dp = 0.0 if s.overlap_grad_reduce else max(sum(row) for row in rs)
+    d = _dp_times(cfg, roles, plan, s, ctx)
+    dp = 0.0 if s.overlap_grad_reduce else max(sum(row) for row in d.rs)
     if s.distributed_optimizer and not s.overlap_param_gather:
-        dp += max(sum(row) for row in ag)
-    return pipeline + dp + max(opt)
+        dp += max(sum(row) for row in d.ag)
+    return pipeline + dp + max(d.opt)
 
 
-def step_time(cfg: ModelConfig, roles: RoleMap, stage_plan: StagePlan, settings: TimeSettings, hardware: Hardware,
-              *, efficiency: Efficiency | None = None) -> StepTime:
-    """The time of one training step (module docstring). Raises :class:`TimeInputError` for
-    settings or a layout it cannot time."""
-    s, hw, plan = settings, hardware, stage_plan
-    _check(cfg, plan, s)
-    prec = get_precision(s.precision)
-    try:
-        hw.peak_flops(prec.gemm_dtype)
-    except ValueError as exc:
-        raise TimeInputError(str(exc), "precision") from None
-    eff = efficiency or efficiency_for(hw.generation)
-    gr = comm.groups(tp=s.tp, cp=s.cp, dp=s.dp, pp=s.pp, ep=s.ep, etp=s.etp_, domain=hw.nvlink_domain)
-    ctx = OpContext(cfg, shapes(cfg), s, hw, eff, prec, gr)
-    m = s.num_microbatches
-    costs = stage_costs(cfg, roles, plan, s, ctx)
-    n_stages = len(costs)
-    # PP sends: the activation of one micro-batch (sequence-parallel shard with SP)
+def _pp_sends(cfg: ModelConfig, s: TimeSettings, ctx: OpContext, n_stages: int) -> list[float]:
+    """Seconds to send one micro-batch's activation ``t * H * 2 B`` (``/ TP`` with SP) across each
+    stage boundary ``i -> i + 1``, on the link between pipeline ranks ``i % PP`` and ``(i + 1) % PP``."""
     act = ctx.t * cfg.hidden_size * ACT_BYTES / (s.tp if (s.sp and s.tp > 1) else 1)
     sends = [0.0] * n_stages
     if s.pp > 1:
         for i in range(n_stages - 1):
-            a, b = i % s.pp, (i + 1) % s.pp
-            sends[i] = comm.p2p_between(gr["pp"], a, b, act, hw, eff)
-    rs, ag, npar, opt = _dp_times(cfg, roles, plan, s, ctx)
-    ready = None
-    if s.distributed_optimizer and s.overlap_param_gather and gr["dp"].size * max(1, gr["edp"].size) > 1:
-        ready = []
-        for r in range(s.pp):
-            acc, row = 0.0, []
-            for c in range(s.vpp):
-                acc += ag[r][c]
-                row.append(acc)
-            ready.append(row)
-    fwd = [c.fwd for c in costs]
-    bwd = [c.bwd for c in costs]
+            sends[i] = comm.p2p_between(ctx.groups["pp"], i % s.pp, (i + 1) % s.pp, act, ctx.hw, ctx.eff)
+    return sends
+
+
+def _params_ready(s: TimeSettings, ctx: OpContext, dp: _DataParallel) -> list[list[float]] | None:
+    """With ``overlap_param_gather``: when chunk ``c`` of rank ``r`` may start, ``sum_{c' <= c}
+    ag[r][c']`` (the chunks gathered in order on a communication stream); else None."""
+    gr = ctx.groups
+    if not (s.distributed_optimizer and s.overlap_param_gather and gr["dp"].size * max(1, gr["edp"].size) > 1):
+        return None
+    ready = []
+    for r in range(s.pp):
+        acc, row = 0.0, []
+        for c in range(s.vpp):
+            acc += dp.ag[r][c]
+            row.append(acc)
+        ready.append(row)
+    return ready
+
+
+def _pipeline(s: TimeSettings, costs: list[_StageCost], sends: list[float], ready: list[list[float]] | None,
+              record: bool) -> tuple[Schedule, float]:
+    """The simulated schedule with the PP sends, and the makespan of the same schedule with free
+    sends (what the sends expose is the difference)."""
+    m = s.num_microbatches
+    fwd, bwd = [c.fwd for c in costs], [c.bwd for c in costs]
     try:
-        orders = rank_orders(s.pp, s.vpp, m, s.microbatch_group)
+        sched = simulate(s.pp, s.vpp, m, fwd, bwd, send_fwd=sends, send_bwd=sends, ready=ready,
+                         group=s.microbatch_group, record=record)
     except ScheduleError as exc:  # a schedule Megatron refuses (VPP without PP, m against PP): fail closed
         raise TimeInputError(str(exc), "vpp" if s.vpp > 1 else "global_batch") from None
-    sched = simulate(s.pp, s.vpp, m, fwd, bwd, send_fwd=sends, send_bwd=sends, ready=ready,
-                     group=s.microbatch_group, orders=orders)
-    no_send = (simulate(s.pp, s.vpp, m, fwd, bwd, ready=ready, group=s.microbatch_group, orders=orders,
-                        record=False).makespan if s.pp > 1 and any(sends) else sched.makespan)
-    # gradient reduction on each rank's communication stream
-    bucket = max(40_000_000, 1_000_000 * gr["dp"].size)
-    rank_end = []
+    if s.pp == 1 or not any(sends):
+        return sched, sched.makespan
+    free = simulate(s.pp, s.vpp, m, fwd, bwd, ready=ready, group=s.microbatch_group, record=False)
+    return sched, free.makespan
+
+
+def _gradient_ends(s: TimeSettings, ctx: OpContext, sched: Schedule, dp: _DataParallel) -> list[float]:
+    """When each rank's compute and gradient reduction end. With ``overlap_grad_reduce`` chunk
+    ``c``'s reduce-scatter ``t`` starts at its last backward's start ``b0`` (after the previous
+    chunk's) and ends no earlier than that backward's end ``b1`` plus one bucket's share
+    ``t * min(1, bucket / params)``, ``bucket = max(40M, 1M * DP)``; without, all run after the
+    rank's last step."""
+    bucket = max(40_000_000, 1_000_000 * ctx.groups["dp"].size)
+    out = []
     for r in range(s.pp):
         free = 0.0
         ends = sched.last_backward[r]
-        order = sorted(range(s.vpp), key=lambda c: ends[c][1])
-        for c in order:
-            t_rs = rs[r][c]
+        for c in sorted(range(s.vpp), key=lambda c: ends[c][1]):
+            t_rs = dp.rs[r][c]
             if t_rs <= 0:
                 continue
-            b_start, b_end = sched.last_backward[r][c]
+            b_start, b_end = ends[c]
             if s.overlap_grad_reduce:
-                tail = t_rs * min(1.0, bucket / max(1, npar[r][c]))
-                free = max(free, b_start) + t_rs
-                free = max(free, b_end + tail)
+                free = max(max(free, b_start) + t_rs, b_end + t_rs * min(1.0, bucket / max(1, dp.npar[r][c])))
             else:
                 free = max(free, sched.compute_end[r]) + t_rs
-        rank_end.append(max(sched.compute_end[r], free))
-    crit = max(range(s.pp), key=lambda r: rank_end[r] + opt[r])
+        out.append(max(sched.compute_end[r], free))
+    return out
+
+
+def _step_tail(cfg: ModelConfig, s: TimeSettings, ctx: OpContext, dp: _DataParallel, overlapped_gather: bool
+               ) -> tuple[float, float]:
+    """What follows the optimizer on every rank: the parameter all-gather when not overlapped
+    (``max_r sum_c ag[r][c]``), and the tied-embedding gradient all-reduce between the first and the
+    last pipeline rank (``V * H / TP`` gradients)."""
     ag_exposed = 0.0
-    if s.distributed_optimizer and not (s.overlap_param_gather and ready is not None):
-        ag_exposed = max(sum(row) for row in ag)
+    if s.distributed_optimizer and not overlapped_gather:
+        ag_exposed = max(sum(row) for row in dp.ag)
     emb_sync = 0.0
     if cfg.tie_word_embeddings and s.pp > 1:
+        hw, gr = ctx.hw, ctx.groups
         emb_group = comm.Group("embedding", 2, gr["pp"].stride * (s.pp - 1), hw.nvlink_domain)
         emb_sync = comm.all_reduce(emb_group, cfg.vocab_size * cfg.hidden_size / s.tp *
-                                   (4.0 if s.grad_reduce_in_fp32 else 2.0), hw, eff)
-    t_opt = opt[crit]
-    step = rank_end[crit] + t_opt + ag_exposed + emb_sync
-    # ---- breakdown on the critical rank
+                                   (4.0 if s.grad_reduce_in_fp32 else 2.0), hw, ctx.eff)
+    return ag_exposed, emb_sync
+
+
+def _breakdown(s: TimeSettings, costs: list[_StageCost], sends: list[float], sched: Schedule, free_makespan: float,
+               crit: int, rank_end: float, opt: float, dp_total: float, tail: float) -> dict[str, dict[str, float]]:
+    """Seconds per step on the critical rank ``crit``: per-stage items times ``m``; the PP sends
+    exposed ``min(idle, makespan - makespan with free sends)``, the rest of the idle time bubble;
+    DP what follows its last step (``rank_end - compute_end + tail``)."""
+    m = s.num_microbatches
     mine = [c for c in costs if c.stage.pp_rank == crit]
-    busy = sched.busy[crit]
-    compute = m * sum(c.compute for c in mine)
-    recompute = m * sum(c.recompute for c in mine)
-    idle = sched.compute_end[crit] - busy
-    pp_exposed = min(idle, max(0.0, sched.makespan - no_send)) if s.pp > 1 else 0.0
+
+    def total(attr: str, i: int | None = None) -> float:
+        return m * sum((getattr(c, attr) if i is None else getattr(c, attr)[i]) for c in mine)
+
+    idle = sched.compute_end[crit] - sched.busy[crit]
+    pp_exposed = min(idle, max(0.0, sched.makespan - free_makespan)) if s.pp > 1 else 0.0
     pp_total = m * sum(sends[c.stage.index] + (sends[c.stage.index - 1] if c.stage.index else 0.0) for c in mine)
-    dp_exposed = rank_end[crit] - sched.compute_end[crit] + ag_exposed + emb_sync
-    dp_total = sum(rs[crit]) + sum(ag[crit]) + emb_sync
-    breakdown = {
-        "compute": {"exposed": compute, "total": compute},
-        "recompute": {"exposed": recompute, "total": recompute},
-        "host": {"exposed": m * sum(c.host for c in mine), "total": m * sum(c.host for c in mine)},
-        "tp": {"exposed": m * sum(c.tp[0] for c in mine), "total": m * sum(c.tp[1] for c in mine)},
-        "cp": {"exposed": m * sum(c.cp[0] for c in mine), "total": m * sum(c.cp[1] for c in mine)},
-        "ep": {"exposed": m * sum(c.ep[0] for c in mine), "total": m * sum(c.ep[1] for c in mine)},
-        "pp": {"exposed": pp_exposed, "total": pp_total},
-        "bubble": {"exposed": idle - pp_exposed, "total": idle - pp_exposed},
-        "dp": {"exposed": dp_exposed, "total": dp_total},
-        "optimizer": {"exposed": t_opt, "total": t_opt},
-    }
+    out = {name: {"exposed": total(name), "total": total(name)} for name in ("compute", "recompute", "host")}
+    out.update({name: {"exposed": total(name, 0), "total": total(name, 1)} for name in ("tp", "cp", "ep")})
+    out["pp"] = {"exposed": pp_exposed, "total": pp_total}
+    out["bubble"] = {"exposed": idle - pp_exposed, "total": idle - pp_exposed}
+    out["dp"] = {"exposed": rank_end - sched.compute_end[crit] + tail, "total": dp_total}
+    out["optimizer"] = {"exposed": opt, "total": opt}
+    return {name: out[name] for name in BREAKDOWN}
+
+
+def step_time(cfg: ModelConfig, roles: RoleMap, stage_plan: StagePlan, settings: TimeSettings, hardware: Hardware,
+              *, efficiency: Efficiency | None = None, record: bool = True) -> StepTime:
+    """The time of one training step (module docstring): ``step_seconds = rank_end[crit] +
+    opt[crit] + exposed all-gather + tied-embedding all-reduce``, ``crit`` the rank whose end of
+    compute and gradient reduction plus optimizer is latest. ``record=False`` keeps no timeline.
+    Raises :class:`TimeInputError` for settings or a layout it cannot time."""
+    s, hw, plan = settings, hardware, stage_plan
+    _check(cfg, plan, s)
+    ctx = _context(cfg, s, hw, efficiency)
+    costs = stage_costs(cfg, roles, plan, s, ctx)
+    sends = _pp_sends(cfg, s, ctx, len(costs))
+    dp = _dp_times(cfg, roles, plan, s, ctx)
+    ready = _params_ready(s, ctx, dp)
+    sched, free_makespan = _pipeline(s, costs, sends, ready, record)
+    rank_end = _gradient_ends(s, ctx, sched, dp)
+    crit = max(range(s.pp), key=lambda r: rank_end[r] + dp.opt[r])
+    ag_exposed, emb_sync = _step_tail(cfg, s, ctx, dp, ready is not None)
+    step = rank_end[crit] + dp.opt[crit] + ag_exposed + emb_sync
+    breakdown = _breakdown(s, costs, sends, sched, free_makespan, crit, rank_end[crit], dp.opt[crit],
+                           sum(dp.rs[crit]) + sum(dp.ag[crit]) + emb_sync, ag_exposed + emb_sync)
+    return _result(cfg, roles, s, hw, ctx, step, breakdown, costs, sched, crit)
+
+
+def _result(cfg: ModelConfig, roles: RoleMap, s: TimeSettings, hw: Hardware, ctx: OpContext, step: float,
+            breakdown: dict[str, dict[str, float]], costs: list[_StageCost], sched: Schedule, crit: int) -> StepTime:
+    """Tokens/s/GPU ``GBS * seq / (step * world)``, model TFLOP/s/GPU (``model_flops_per_token``,
+    Megatron-Bridge's convention) and MFU over the dense peak of the GEMM precision and of BF16."""
     tokens = s.gbs * s.seq_length
-    world = s.world
     per_token = model_flops_per_token(cfg, roles, seq_length=s.seq_length, tp=s.tp, mtp_layers=s.mtp_layers,
                                       vocab_divisible_by=s.vocab_divisible_by)
-    tflops = per_token * tokens / (step * world) / 1e12
+    tflops = per_token * tokens / (step * s.world) / 1e12
     notes = []
     if s.tp > 1 and not s.sp and cfg.n_routed_experts:
         notes.append("MoE with TP > 1 needs sequence parallelism in Megatron; timed as if SP were on for the MoE")
     return StepTime(
-        step_seconds=step,
-        tokens_per_second_per_gpu=tokens / (step * world),
-        model_tflops_per_gpu=tflops,
-        mfu=tflops * 1e12 / hw.peak_flops(prec.gemm_dtype),
-        mfu_bf16=tflops * 1e12 / hw.peak_flops("bf16"),
-        bubble_fraction=sched.bubble_fraction,
-        breakdown=breakdown,
-        per_stage=tuple(c.to_dict() for c in costs),
-        schedule=sched,
-        critical_rank=crit,
-        model_flops_per_token=per_token,
-        settings=s,
-        hardware=hw,
-        groups=gr,
-        notes=tuple(notes),
-    )
+        step_seconds=step, tokens_per_second_per_gpu=tokens / (step * s.world), model_tflops_per_gpu=tflops,
+        mfu=tflops * 1e12 / hw.peak_flops(ctx.prec.gemm_dtype), mfu_bf16=tflops * 1e12 / hw.peak_flops("bf16"),
+        bubble_fraction=sched.bubble_fraction, breakdown=breakdown, per_stage=tuple(c.to_dict() for c in costs),
+        schedule=sched, critical_rank=crit, model_flops_per_token=per_token, settings=s, hardware=hw,
+        groups=ctx.groups, notes=tuple(notes))

@@ -80,6 +80,7 @@ class Gemm:
     count: float = 1.0  # grouped GEMMs: the number of equal problems in one kernel
     low_precision: bool = True  # runs in the plan's precision (else BF16)
     module: str = ""  # recompute module it belongs to
+    grouped: bool = False  # a routed-expert grouped GEMM (its own ceiling, Efficiency.gemm_grouped)
 
     @property
     def flops(self) -> float:
@@ -155,7 +156,7 @@ class OpContext:
 
 
 def gemm_seconds(ctx: OpContext, m: float, n: float, k: float, *, low: bool, count: float = 1.0,
-                 out_bytes: float = ACT_BYTES) -> float:
+                 out_bytes: float = ACT_BYTES, grouped: bool = False) -> float:
     """One GEMM kernel (``count`` equal problems): tensor time at the ceiling plus operand traffic
     plus the launch (:mod:`app.core.time.efficiency`)."""
     if m <= 0 or n <= 0 or k <= 0 or count <= 0:
@@ -164,7 +165,7 @@ def gemm_seconds(ctx: OpContext, m: float, n: float, k: float, *, low: bool, cou
     in_b = ctx.prec.gemm_bytes if low else ACT_BYTES
     flops = 2.0 * m * n * k * count
     nbytes = ((m * k + k * n) * in_b + m * n * out_bytes) * count
-    return (flops / (ctx.hw.peak_flops(dtype) * ctx.eff.gemm_ceiling(dtype))
+    return (flops / (ctx.hw.peak_flops(dtype) * ctx.eff.gemm_ceiling(dtype, grouped))
             + nbytes / (ctx.hw.hbm_bw * ctx.eff.mem) + ctx.eff.kernel)
 
 
@@ -211,8 +212,8 @@ def layer_gemms(ctx: OpContext, role: LayerRole) -> list[Gemm]:
         local = -(-E // ep)
         m_e = t_moe * topk * ep * etp / E
         out.append(Gemm("router", t_moe, E, H, low_precision=False, module="moe"))
-        out.append(Gemm("experts_fc1", m_e, 2 * i / etp, H, count=local, module="moe"))
-        out.append(Gemm("experts_fc2", m_e, H, i / etp, count=local, module="moe"))
+        out.append(Gemm("experts_fc1", m_e, 2 * i / etp, H, count=local, module="moe", grouped=True))
+        out.append(Gemm("experts_fc2", m_e, H, i / etp, count=local, module="moe", grouped=True))
         if cfg.n_shared_experts:
             width = cfg.n_shared_experts * i
             out.append(Gemm("shared_fc1", t, 2 * width / tp, H, module="shared_experts"))
@@ -293,28 +294,38 @@ def host_ops(ctx: OpContext, role: LayerRole, gemms: list[Gemm]) -> tuple[float,
     return fwd, bwd
 
 
-def layer_cost(ctx: OpContext, role: LayerRole) -> LayerCost:
-    """Every op of one layer (decoder or MTP) for one micro-batch on one GPU."""
-    from app.core.time import comm
+#: GEMM modules sharded over TP: the GEMM time a TP communication overlap can hide under
+TP_SHARDED_MODULES = ("attn_proj", "mla_up_proj", "mlp", "shared_experts", "mtp")
 
-    cfg, s, eff, hw = ctx.cfg, ctx.s, ctx.eff, ctx.hw
-    lc = LayerCost()
-    gemms = layer_gemms(ctx, role)
+
+def _add_gemms(ctx: OpContext, lc: LayerCost, gemms: list[Gemm]) -> None:
+    """Each GEMM forward ``f = gemm_seconds(M, N, K)``; backward the data gradient ``(M, K, N)`` and
+    the weight gradient ``(K, N, M)`` with its FP32 main-grad output (the indexer's projections a
+    weight gradient only: their input is detached). Launch gaps are counted with the layer's
+    kernels (:func:`_add_kernels`), so each GEMM adds its time less ``kernel`` per kernel."""
+    s, eff = ctx.s, ctx.eff
     for g in gemms:
-        f = gemm_seconds(ctx, g.m, g.n, g.k, low=g.low_precision, count=g.count)
-        # backward: dgrad (M, K, N) and wgrad (K, N, M) with an FP32 main-grad accumulation;
-        # the indexer's projections get a weight gradient only (its input is detached)
-        wgrad = gemm_seconds(ctx, g.k, g.n, g.m, low=g.low_precision, count=g.count, out_bytes=4)
-        dgrad = 0.0 if g.module == "indexer" else gemm_seconds(ctx, g.m, g.k, g.n, low=g.low_precision,
-                                                                count=g.count)
+        low, count, grouped = g.low_precision, g.count, g.grouped
+        f = gemm_seconds(ctx, g.m, g.n, g.k, low=low, count=count, grouped=grouped)
+        wgrad = gemm_seconds(ctx, g.k, g.n, g.m, low=low, count=count, out_bytes=4, grouped=grouped)
+        dgrad = 0.0 if g.module == "indexer" else gemm_seconds(ctx, g.m, g.k, g.n, low=low, count=count,
+                                                                grouped=grouped)
         b = wgrad + dgrad
         lc.fwd.gemm += f - eff.kernel
         lc.bwd.gemm += b - (2 if dgrad else 1) * eff.kernel
         lc.modules[g.module] = lc.modules.get(g.module, 0.0) + f
-        if g.module in ("attn_proj", "mla_up_proj", "mlp", "shared_experts", "mtp") and s.tp > 1:
+        if g.module in TP_SHARDED_MODULES and s.tp > 1:
             lc.tp_gemm_fwd += f
             lc.tp_gemm_bwd += b
         lc.flops_fwd += g.flops
+
+
+def _add_attention(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
+    """Flash attention ``F / (rate * a_fwd)`` forward and ``2.5 F / (rate * a_bwd)`` backward, ``F``
+    the layer's ``sparse_attention`` FLOPs over TP x CP, ``rate`` the BF16 peak (FP8 attention: the
+    FP8 peak x :data:`FP8_ATTN_FRACTION`); the DSA indexer's scoring ``I`` (over CP: duplicated over
+    TP) at the BF16 peak forward, and backward ``2 I`` over the selected top-k pairs' share only."""
+    cfg, s, eff, hw = ctx.cfg, ctx.s, ctx.eff, ctx.hw
     terms = sequence_layer_flops(cfg, role, seq_length=s.seq_length, mbs=s.mbs)
     attn_flops = terms["sparse_attention"] / (s.tp * s.cp)
     peak16 = hw.peak_flops("bf16")
@@ -333,8 +344,15 @@ def layer_cost(ctx: OpContext, role: LayerRole) -> LayerCost:
     lc.fwd.attention += lc.attn_fwd
     lc.bwd.attention += lc.attn_bwd
     lc.modules["core_attn"] = lc.attn_fwd
-    mem = _elementwise(ctx, role, gemms)
-    for key, nbytes in mem.items():
+
+
+def _add_memory_and_host(ctx: OpContext, lc: LayerCost, role: LayerRole, gemms: list[Gemm]) -> None:
+    """Memory-bound work ``bytes / (HBM * m)`` forward, twice backward (:func:`_elementwise`); a
+    gap of ``kernel`` per kernel (two per GEMM, eight more per layer, twelve more per MoE layer;
+    twice as many backward); the host's issue time ``ops * host_op`` (:func:`host_ops`), none under
+    a full-iteration CUDA graph."""
+    eff = ctx.eff
+    for key, nbytes in _elementwise(ctx, role, gemms).items():
         sec = mem_seconds(ctx, nbytes)
         lc.fwd.memory += sec
         lc.bwd.memory += 2 * sec
@@ -342,19 +360,26 @@ def layer_cost(ctx: OpContext, role: LayerRole) -> LayerCost:
     n_kernels = 2 * len(gemms) + 8 + (12 if role.ffn == "moe" else 0)
     lc.fwd.kernel += n_kernels * eff.kernel
     lc.bwd.kernel += 2 * n_kernels * eff.kernel
-    if s.cuda_graph != "full_iteration":  # a full-iteration graph replays the step: nothing to issue
+    if ctx.s.cuda_graph != "full_iteration":  # a full-iteration graph replays the step: nothing to issue
         ops_f, ops_b = host_ops(ctx, role, gemms)
         lc.host_fwd, lc.host_bwd = ops_f * eff.host_op, ops_b * eff.host_op
-    # ---- communication (raw seconds)
-    gr = ctx.groups
+
+
+def _add_communication(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
+    """Raw seconds per direction (module docstring, "Communication per layer"): TP ``n`` collectives
+    of the ``t x H`` activation (SP: reduce-scatter / all-gather, ``n = 2`` + 2 for a dense MLP or
+    ETP > 1; else 2 all-reduces); EP dispatch + combine of ``t_moe * topk * H``; CP the K/V ring
+    ``(CP - 1)`` / ``2 (CP - 1)`` steps, or an all-gather and a reduce-scatter (``allgather``, DSA)."""
+    from app.core.time import comm
+
+    cfg, s, hw, eff, gr = ctx.cfg, ctx.s, ctx.hw, ctx.eff, ctx.groups
     act = ctx.t * cfg.hidden_size * ACT_BYTES
     if s.tp > 1:
         if s.sp:
             n_coll = 2 + (2 if (role.ffn == "dense" or s.etp_ > 1) else 0)
             per = comm.reduce_scatter(gr["tp"], act, hw, eff)
         else:
-            n_coll = 2
-            per = comm.all_reduce(gr["tp"], act, hw, eff)
+            n_coll, per = 2, comm.all_reduce(gr["tp"], act, hw, eff)
         lc.tp_fwd = lc.tp_bwd = n_coll * per
     if role.ffn == "moe" and s.ep > 1:
         dedup = s.moe_dispatcher == "flex"
@@ -372,6 +397,19 @@ def layer_cost(ctx: OpContext, role: LayerRole) -> LayerCost:
             step = comm.p2p(gr["cp"], kv, hw, eff)
             lc.cp_fwd = (s.cp - 1) * step
             lc.cp_bwd = 2 * (s.cp - 1) * step
+
+
+def layer_cost(ctx: OpContext, role: LayerRole) -> LayerCost:
+    """Every op of one layer (decoder or MTP) for one micro-batch on one GPU: its GEMMs
+    (:func:`layer_gemms`, :func:`_add_gemms`), attention and indexer (:func:`_add_attention`),
+    memory-bound work, kernel gaps and host issue (:func:`_add_memory_and_host`), and the raw
+    communication per parallel dimension (:func:`_add_communication`)."""
+    lc = LayerCost()
+    gemms = layer_gemms(ctx, role)
+    _add_gemms(ctx, lc, gemms)
+    _add_attention(ctx, lc, role)
+    _add_memory_and_host(ctx, lc, role, gemms)
+    _add_communication(ctx, lc, role)
     return lc
 
 

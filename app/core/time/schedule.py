@@ -25,8 +25,10 @@ virtual micro-batches, then the cool-down backwards; virtual micro-batch ``k`` m
 then chunk 1, ...), and backward ``k`` runs chunk ``VPP - 1 - chunk(k)``. Megatron refuses
 ``m % G`` in ``1 .. PP - 1`` (a ``RuntimeError``) and ``G > m``; so does :func:`simulate`.
 
-The simulation visits each step once (a worklist over ranks, each step's dependencies are
-checked in O(1)): O(steps) time, about 2 * m * VPP * PP steps. With equal costs on every stage
+The worklist over ranks (each step's dependencies checked in O(1)) runs once per shape - PP, VPP,
+micro-batches, group - on the dependencies alone and yields a :class:`StepGraph` (cached); each
+simulation is then one pass over that graph with the stages' durations and sends
+(:func:`run_graph`): O(steps) time, about 2 * m * VPP * PP steps. With equal costs on every stage
 and no send time, its makespan is exactly ``(m + (PP - 1) / VPP) * (f + b)`` for per-rank
 forward / backward time ``f`` / ``b`` per micro-batch, i.e. the bubble ``(PP - 1) / (VPP * m + PP - 1)``
 of FACTS.md section 7 (property-tested in ``tests/test_time_schedule.py``).
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 
@@ -119,20 +122,13 @@ def rank_order(pp: int, vpp: int, m: int, rank: int, group: int | None = None) -
     total = m * vpp
     table = schedule_table(m, vpp, g)
     warm = min((pp - rank - 1) * 2 + (vpp - 1) * g, total)
-
-    def fwd(k: int) -> tuple[bool, int, int]:
-        i, c = table[k]
-        return (False, c, i)
-
-    def bwd(k: int) -> tuple[bool, int, int]:
-        i, c = table[k]
-        return (True, vpp - 1 - c, i)
-
-    order = [fwd(k) for k in range(warm)]
+    fwd = [(False, c, i) for i, c in table]
+    bwd = [(True, vpp - 1 - c, i) for i, c in table]
+    order = fwd[:warm]
     for k in range(total - warm):
-        order.append(fwd(warm + k))
-        order.append(bwd(k))
-    order.extend(bwd(k) for k in range(total - warm, total))
+        order.append(fwd[warm + k])
+        order.append(bwd[k])
+    order.extend(bwd[total - warm:])
     return order
 
 
@@ -149,106 +145,160 @@ def _per_stage(values: float | Sequence[float], n: int, name: str) -> list[float
 
 
 def rank_orders(pp: int, vpp: int, num_microbatches: int, group: int | None = None) -> list[list[tuple[bool, int, int]]]:
-    """Every rank's :func:`rank_order` (computed once when one schedule is simulated twice)."""
+    """Every rank's :func:`rank_order` (what :func:`step_graph` runs the worklist over)."""
     return [rank_order(pp, vpp, num_microbatches, r, group) for r in range(pp)]
+
+
+@dataclass(frozen=True)
+class StepGraph:
+    """The dependency structure of one iteration, independent of the durations: every step in the
+    order the worklist runs it (module docstring), and for step ``k`` the index of the rank's
+    previous step (``prev``), of the step whose output it needs (``dep``: ``F(s - 1, i)`` for a
+    forward, ``B(s + 1, i)`` for a backward), which send it waits for (``send``: ``s - 1`` forward,
+    ``S + s`` backward, ``2 S`` none, for ``S`` stages) and which duration it takes (``dur``: ``s``
+    forward, ``S + s`` backward). Index ``n`` (the step count) is a slot that stays 0. A backward's
+    own forward ran earlier on its rank, so the rank's previous step already bounds it."""
+
+    pp: int
+    vpp: int
+    num_microbatches: int
+    rank: tuple[int, ...]
+    chunk: tuple[int, ...]
+    microbatch: tuple[int, ...]
+    backward: tuple[bool, ...]
+    prev: tuple[int, ...]
+    dep: tuple[int, ...]
+    send: tuple[int, ...]
+    dur: tuple[int, ...]
+    first: tuple[int, ...]  # 1 + rank * VPP + chunk on a (rank, chunk)'s first forward (its ``ready``), else 0
+    last_backward: tuple[tuple[int, ...], ...]  # [rank][chunk] index of its last backward (n: none)
+    last_step: tuple[int, ...]  # per rank the index of its last step
+    rank_durations: tuple[tuple[int, ...], ...]  # per rank the ``dur`` index of its steps, in order
+
+
+def _graph_steps(pp: int, vpp: int, m: int, orders: list[list[tuple[bool, int, int]]]) -> list[tuple[int, ...]]:
+    """The worklist over the ranks' orders, run on the dependencies alone: each rank runs its next
+    steps while their inputs exist; one row ``(rank, chunk, micro-batch, backward, stage, dep)`` per
+    step in run order, ``dep`` the run index of the input step or -1."""
+    n_stages, last = pp * vpp, pp * vpp - 1
+    f_idx = [-1] * (n_stages * m)
+    b_idx = [-1] * (n_stages * m)
+    ptr = [0] * pp
+    rows: list[tuple[int, ...]] = []
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        before = remaining
+        for r in range(pp):
+            order, p = orders[r], ptr[r]
+            while p < len(order):
+                is_b, c, i = order[p]
+                s = c * pp + r
+                if is_b:
+                    dep = b_idx[(s + 1) * m + i] if s < last else -2
+                else:
+                    dep = f_idx[(s - 1) * m + i] if s > 0 else -2
+                if dep == -1:
+                    break
+                (b_idx if is_b else f_idx)[s * m + i] = len(rows)
+                rows.append((r, c, i, int(is_b), s, max(dep, -1)))
+                p += 1
+                remaining -= 1
+            ptr[r] = p
+        if remaining == before:
+            raise ScheduleError("the pipeline schedule deadlocked (a dependency that never completes)")
+    return rows
+
+
+@lru_cache(maxsize=32)
+def step_graph(pp: int, vpp: int, num_microbatches: int, group: int | None = None) -> StepGraph:
+    """The :class:`StepGraph` of Megatron's schedule for these sizes (cached: a live page and a
+    search time many plans of one shape; only the durations change between them)."""
+    m = num_microbatches
+    _check(pp, vpp, m, group)
+    n_stages, none = pp * vpp, 2 * pp * vpp
+    rows = _graph_steps(pp, vpp, m, rank_orders(pp, vpp, m, group))
+    n = len(rows)
+    prev, send, dur, first = [n] * n, [none] * n, [0] * n, [0] * n
+    last_on, seen = [n] * pp, set()
+    last_b = [[n] * vpp for _ in range(pp)]
+    per_rank: list[list[int]] = [[] for _ in range(pp)]
+    for k, (r, c, _i, is_b, s, _d) in enumerate(rows):
+        prev[k], last_on[r] = last_on[r], k
+        if is_b:
+            last_b[r][c] = k
+            dur[k] = n_stages + s
+            if s < n_stages - 1:
+                send[k] = n_stages + s
+        else:
+            dur[k] = s
+            if s > 0:
+                send[k] = s - 1
+            if (r, c) not in seen:
+                seen.add((r, c))
+                first[k] = 1 + r * vpp + c
+        per_rank[r].append(dur[k])
+    ranks, chunks, mbs, bwds, _stages, deps = zip(*rows) if rows else ((),) * 6
+    return StepGraph(pp, vpp, m, ranks, chunks, mbs, tuple(map(bool, bwds)), tuple(prev),
+                     tuple(n if d < 0 else d for d in deps), tuple(send), tuple(dur), tuple(first),
+                     tuple(tuple(row) for row in last_b), tuple(last_on), tuple(tuple(x) for x in per_rank))
+
+
+def run_graph(g: StepGraph, durations: Sequence[float], sends: Sequence[float],
+              ready: Sequence[float] | None = None) -> tuple[list[float], list[float]]:
+    """Start and end of every step of ``g`` (index ``n`` is the zero slot):
+    ``start_k = max(end[prev_k], end[dep_k] + sends[send_k], ready[first_k])``,
+    ``end_k = start_k + durations[dur_k]``; ``ready[0]`` = 0 for steps without a wait."""
+    n = len(g.prev)
+    start = [0.0] * (n + 1)
+    end = [0.0] * (n + 1)
+    wait = ready if ready is not None else ()
+    for k, p, d, si, di, fi in zip(range(n), g.prev, g.dep, g.send, g.dur, g.first):
+        a = end[p]
+        b = end[d] + sends[si]
+        if b > a:
+            a = b
+        if fi and wait and wait[fi] > a:
+            a = wait[fi]
+        start[k] = a
+        end[k] = a + durations[di]
+    return start, end
+
+
+def _busy(steps: tuple[int, ...], durations: list[float]) -> float:
+    """A rank's compute time: its steps' durations added in run order (as its stream runs them, so
+    the makespan is never below it by rounding)."""
+    t = 0.0
+    for di in steps:
+        t += durations[di]
+    return t
 
 
 def simulate(pp: int, vpp: int, num_microbatches: int, fwd: Sequence[float], bwd: Sequence[float], *,
              send_fwd: float | Sequence[float] = 0.0, send_bwd: float | Sequence[float] = 0.0,
              ready: Sequence[Sequence[float]] | None = None, group: int | None = None,
-             orders: list[list[tuple[bool, int, int]]] | None = None, record: bool = True) -> Schedule:
-    """Simulate one iteration (module docstring).
+             record: bool = True) -> Schedule:
+    """Simulate one iteration (module docstring) on :func:`step_graph` with :func:`run_graph`.
 
     ``fwd`` / ``bwd``: per-micro-batch time of each stage, vp-major (``PP * VPP`` values).
     ``send_fwd[s]``: activation transfer from stage ``s`` to ``s + 1``; ``send_bwd[s]``: gradient
     transfer from stage ``s + 1`` to ``s`` (scalars apply to every boundary). ``ready[r][c]``:
-    earliest start of chunk ``c``'s first forward on rank ``r``. ``orders``: :func:`rank_orders`
-    already computed for these PP / VPP / micro-batches; ``record=False`` keeps no timeline (the
-    makespan, busy and end times only)."""
+    earliest start of chunk ``c``'s first forward on rank ``r``. ``record=False`` keeps no
+    timeline (the makespan, busy and end times only)."""
     m = num_microbatches
-    _check(pp, vpp, m, group)
+    g = step_graph(pp, vpp, m, group)
     n_stages = pp * vpp
-    f_t = _per_stage(fwd, n_stages, "fwd")
-    b_t = _per_stage(bwd, n_stages, "bwd")
-    sf = _per_stage(send_fwd, n_stages, "send_fwd")
-    sb = _per_stage(send_bwd, n_stages, "send_bwd")
-    if orders is None:
-        orders = rank_orders(pp, vpp, m, group)
-    # flat step encoding: stage * m + micro-batch; -1.0 = not yet run
-    f_end = [-1.0] * (n_stages * m)
-    b_end = [-1.0] * (n_stages * m)
-    free = [0.0] * pp
-    busy = [0.0] * pp
-    ptr = [0] * pp
-    first_fwd_done = [[False] * vpp for _ in range(pp)]
-    last_b: list[list[tuple[float, float]]] = [[(0.0, 0.0)] * vpp for _ in range(pp)]
-    col_rank: list[int] = []
-    col_chunk: list[int] = []
-    col_mb: list[int] = []
-    col_bwd: list[bool] = []
-    col_start: list[float] = []
-    col_end: list[float] = []
-    remaining = sum(len(o) for o in orders)
-    last = n_stages - 1
-    while remaining:
-        progressed = False
-        for r in range(pp):
-            order = orders[r]
-            p = ptr[r]
-            t_free = free[r]
-            while p < len(order):
-                is_b, c, i = order[p]
-                s = c * pp + r
-                if is_b:
-                    own = f_end[s * m + i]
-                    if own < 0:
-                        break
-                    if s < last:
-                        dep = b_end[(s + 1) * m + i]
-                        if dep < 0:
-                            break
-                        dep += sb[s]
-                        start = max(t_free, dep, own)
-                    else:
-                        start = max(t_free, own)
-                    dur = b_t[s]
-                    end = start + dur
-                    b_end[s * m + i] = end
-                    last_b[r][c] = (start, end)
-                else:
-                    if s > 0:
-                        dep = f_end[(s - 1) * m + i]
-                        if dep < 0:
-                            break
-                        start = max(t_free, dep + sf[s - 1])
-                    else:
-                        start = t_free
-                    if ready is not None and not first_fwd_done[r][c]:
-                        start = max(start, ready[r][c])
-                        first_fwd_done[r][c] = True
-                    dur = f_t[s]
-                    end = start + dur
-                    f_end[s * m + i] = end
-                if record:
-                    col_rank.append(r)
-                    col_chunk.append(c)
-                    col_mb.append(i)
-                    col_bwd.append(is_b)
-                    col_start.append(start)
-                    col_end.append(end)
-                busy[r] += dur
-                t_free = end
-                p += 1
-                remaining -= 1
-                progressed = True
-            ptr[r] = p
-            free[r] = t_free
-        if not progressed:
-            raise ScheduleError("the pipeline schedule deadlocked (a dependency that never completes)")
-    makespan = max(free) if free else 0.0
-    return Schedule(pp, vpp, m, makespan, tuple(busy), tuple(free),
-                    tuple(tuple(x) for x in last_b), tuple(col_rank), tuple(col_chunk), tuple(col_mb),
-                    tuple(col_bwd), tuple(col_start), tuple(col_end))
+    f_t, b_t = _per_stage(fwd, n_stages, "fwd"), _per_stage(bwd, n_stages, "bwd")
+    sf, sb = _per_stage(send_fwd, n_stages, "send_fwd"), _per_stage(send_bwd, n_stages, "send_bwd")
+    wait = None if ready is None else [0.0] + [float(ready[r][c]) for r in range(pp) for c in range(vpp)]
+    durations = f_t + b_t
+    start, end = run_graph(g, durations, sf + sb + [0.0], wait)
+    busy = tuple(_busy(idx, durations) for idx in g.rank_durations)
+    compute_end = tuple(end[k] for k in g.last_step)
+    last_b = tuple(tuple((start[k], end[k]) for k in row) for row in g.last_backward)
+    n = len(g.prev)
+    cols = ((g.rank, g.chunk, g.microbatch, g.backward, tuple(start[:n]), tuple(end[:n])) if record
+            else ((), (), (), (), (), ()))
+    return Schedule(pp, vpp, m, max(compute_end) if compute_end else 0.0, busy, compute_end, last_b, *cols)
 
 
 def closed_form_bubble(pp: int, vpp: int, num_microbatches: int) -> float:

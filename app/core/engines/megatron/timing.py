@@ -213,7 +213,8 @@ def plan_time(cfg: ModelConfig, plan: Plan, stages: StagePlan, roles: RoleMap, p
                                                               f"{MAX_EVENTS:,}" if max_events < MAX_EVENTS else ""),
                 "field": "global_batch"}
     try:
-        result = step_time(cfg, roles, stages, settings.validate(cfg.num_attention_heads, cfg.n_routed_experts), hw)
+        result = step_time(cfg, roles, stages, settings.validate(cfg.num_attention_heads, cfg.n_routed_experts), hw,
+                           record=timeline)
     except TimeInputError as exc:
         return {"unavailable": f"no step time: {exc}", "field": exc.field}
     body = result.to_json(timeline=timeline)
