@@ -6,6 +6,8 @@ import hashlib
 import json
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from app.core.model.config import (
     MAX_CONFIG_BYTES,
@@ -16,7 +18,7 @@ from app.core.model.config import (
     load_model,
     load_preset,
 )
-from tests.conftest import SHARED, tiny_config
+from tests.conftest import REPO, SHARED, tiny_config
 
 
 def test_shipped_presets_are_the_shared_reference_bytes():
@@ -157,3 +159,30 @@ def test_dsa_sizes_default_like_transformers_when_omitted():
         raw.pop(k)
     cfg = load_config_bytes(json.dumps(raw).encode())  # glm_moe_dsa: 32 x 128, top-k 2048
     assert (cfg.index_n_heads, cfg.index_head_dim, cfg.index_topk) == (32, 128, 2048) and cfg.has_indexer
+
+
+#: integer fields every config reader reads whatever the family (a DSA config also its indexer sizes)
+_INT_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size", "intermediate_size",
+               "moe_intermediate_size", "n_routed_experts", "n_shared_experts", "num_experts_per_tok",
+               "first_k_dense_replace", "moe_layer_freq", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+               "qk_rope_head_dim", "v_head_dim", "num_nextn_predict_layers", "index_topk_freq",
+               "index_skip_topk_offset", "max_position_embeddings")
+_DSA_FIELDS = ("index_n_heads", "index_head_dim", "index_topk")
+
+
+@settings(max_examples=150, deadline=None)
+@given(base=st.sampled_from(["glm-5.2", "deepseek-v3", "llama-3.1-70b", "qwen3-235b-a22b", "tiny"]),
+       field=st.sampled_from(_INT_FIELDS + _DSA_FIELDS),
+       bad=st.sampled_from([("x", "must be an integer"), (True, "must be an integer"), (2.5, "must be an integer"),
+                            ([3], "must be an integer"), (-3, "must not be negative")]))
+def test_one_bad_integer_field_is_refused_naming_that_field(base, field, bad):
+    """A valid config with one integer field made wrong is refused with that field named (the
+    reader's words: 'must be an integer' / 'must not be negative'), whichever family reads it."""
+    raw = json.loads((REPO / f"app/core/presets/{base}.json").read_text()) if base != "tiny" else tiny_config(8)
+    dsa = raw.get("model_type") in ("glm_moe_dsa", "deepseek_v32") or "index_n_heads" in raw
+    assume(field not in _DSA_FIELDS or dsa)
+    value, words = bad
+    raw[field] = value
+    with pytest.raises(ConfigError) as err:
+        load_config_bytes(json.dumps(raw).encode())
+    assert err.value.field == field and str(err.value).startswith(f"{field} {words}")

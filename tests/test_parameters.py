@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from app.core.engines.megatron.placement import materialise
 from app.core.layout.stages import PipelineSpec
 from app.core.model.config import load_config_bytes, load_model
@@ -66,3 +69,44 @@ def test_per_rank_split_sums_to_the_model_and_shards():
     for a, b in zip(one, sharded):
         assert b.per_gpu < a.per_gpu
         assert b.expert_per_gpu * 32 == a.expert_per_gpu  # 256 experts split 32 ways exactly
+
+
+_FAMILIES = {
+    "glm-5.2": lambda: load_model("glm-5.2"),
+    "llama-3.1-70b": lambda: load_model("llama-3.1-70b"),
+    "qwen3-235b-a22b": lambda: load_model("qwen3-235b-a22b"),
+    "deepseek-v3": lambda: load_model("deepseek-v3"),
+    "tiny-dense": lambda: make_config(tiny_config(8, n_routed_experts=0, num_experts_per_tok=0, first_k_dense_replace=8,
+                                                  num_nextn_predict_layers=0)),
+    "gpt2": lambda: make_config({"model_type": "gpt2", "n_layer": 6, "n_embd": 64, "n_head": 4, "vocab_size": 100}),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(family=st.sampled_from(sorted(_FAMILIES)), data=st.data())
+def test_stage_params_on_generated_splits_sum_to_the_model_and_split_experts_by_hand(family, data):
+    """Any split, any TP / EP / ETP: the ranks' parameters add up to the model's count (no MTP
+    layer built), TP 1 EP 1 puts everything on the GPU, the routed experts on a GPU are
+    ``ceil(E / EP)`` whole experts of ``3 H i`` per MoE layer, each split over ETP, and more TP
+    never adds parameters to a GPU."""
+    cfg = _FAMILIES[family]()
+    roles = derive_roles(cfg)
+    n = cfg.num_hidden_layers
+    pp = data.draw(st.sampled_from([1, 2, 3, 4]))
+    cuts = sorted(data.draw(st.sets(st.integers(1, n - 1), min_size=pp - 1, max_size=pp - 1)))
+    split = tuple(b - a for a, b in zip([0, *cuts], [*cuts, n]))
+    plan = materialise(PipelineSpec(split=split), n, default_mtp=0)
+    tp_lo, tp_hi = sorted(data.draw(st.lists(st.sampled_from([1, 2, 4, 8, 16]), min_size=2, max_size=2)))
+    ep, etp = data.draw(st.sampled_from([1, 2, 3, 8])), data.draw(st.sampled_from([1, 2]))
+    whole = per_rank_params(cfg, roles, plan)
+    assert sum(r.total for r in whole) == count_parameters(cfg, roles).main_total
+    assert all(r.per_gpu == r.total for r in whole)
+    lo = per_rank_params(cfg, roles, plan, tp=tp_lo, ep=ep, etp=etp)
+    hi = per_rank_params(cfg, roles, plan, tp=tp_hi, ep=ep, etp=etp)
+    for rank, (a, b) in enumerate(zip(lo, hi)):
+        assert b.per_gpu <= a.per_gpu
+        moe_layers = sum(1 for s in plan.rank_stages(rank) for layer in s.layers if roles.role(layer).ffn == "moe")
+        E = cfg.n_routed_experts
+        per_expert = 3 * cfg.hidden_size * cfg.moe_intermediate_size * moe_layers
+        want = -(-per_expert * -(-E // ep) // etp) if E else 0
+        assert a.expert_per_gpu == want
