@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 
 from app.core.engines.serving import best_serving_partition, export_partition
+from app.core.evaluate import evaluate
 from app.core.launcher import (
     ServeLauncherError,
+    import_launcher,
     parse_serve_launcher,
-    serve_launcher_report,
 )
 from app.core.model.config import load_model
+from app.core.plan import Plan
 
 GLM52 = load_model("glm-5.2")
 
@@ -138,12 +140,26 @@ def test_too_large_and_not_utf8():
         parse_serve_launcher(b"vllm serve \xff")
 
 
-def test_report_checks_the_launched_partition():
-    body = serve_launcher_report(GLM52, "export VLLM_PP_LAYER_PARTITION=19,20,20,19\n"
-                                        "vllm serve zai-org/GLM-5.2 -tp 8 -pp 4\n")
-    assert not body["valid"] and body["launch"]["partition"] == [19, 20, 20, 19]
-    assert [v["layer"] for v in body["violations"]] == [20, 40, 60]
-    assert body["export"]["command"] == ("vllm serve zai-org/GLM-5.2 --tensor-parallel-size 8 "
-                                         "--pipeline-parallel-size 4")
-    default = serve_launcher_report(GLM52, "python3 -m sglang.launch_server --model-path m --pp-size 2")
-    assert default["partition"] == [39, 39] and default["partition_source"] == "default"
+def test_the_launched_partition_is_the_plan_the_evaluation_judges():
+    """The app's path for a serve launcher (the CLI's --launcher, the page's import): the launch
+    becomes the plan and evaluate() judges it. 19,20,20,19 starts ranks on layers 20, 40, 60, which
+    are shared (GLM-5.2's full layers are 1-3 and 7 + 4k, FACTS.md); 18,20,20,20 starts on 19, 39,
+    59, all full, and is offered as the serve command at 128k context."""
+    bad = import_launcher("export VLLM_PP_LAYER_PARTITION=19,20,20,19\n"
+                          "vllm serve zai-org/GLM-5.2 -tp 8 -pp 4\n", GLM52, Plan(model="glm-5.2"))
+    assert bad.report["serve"]["partition"] == [19, 20, 20, 19]
+    ev = evaluate(bad.plan, GLM52)
+    assert [v.layer for v in ev.check.boundary.violations] == [20, 40, 60]
+    assert not ev.verdict.go and "boundary" in {r.kind for r in ev.verdict.blocking}
+    assert "serve_command" not in ev.exports()   # no serve command for a NO-GO plan
+    good = import_launcher("export VLLM_PP_LAYER_PARTITION=18,20,20,20\n"
+                           "vllm serve zai-org/GLM-5.2 -tp 8 -pp 4\n", GLM52, Plan(model="glm-5.2", context=131072))
+    ev = evaluate(good.plan, GLM52)
+    assert ev.verdict.go
+    assert ev.exports()["serve_command"] == ("vllm serve zai-org/GLM-5.2 --tensor-parallel-size 8 "
+                                             "--pipeline-parallel-size 4")
+    default = import_launcher("python3 -m sglang.launch_server --model-path m --pp-size 2", GLM52,
+                              Plan(model="glm-5.2"))
+    ev = evaluate(default.plan, GLM52)
+    assert default.plan.engine == "sglang" and ev.check.partition_source == "default"
+    assert [s.num_layers for s in ev.stage_plan.stages] == [39, 39]

@@ -407,44 +407,6 @@ def best_serving_partition(cfg: ModelConfig, engine: str, pp: int, *, k: int = 1
     return out
 
 
-# --------------------------------------------------------------------------- report functions
-
-_MEMORY_KEYS = {"ep", "weight_dtype", "kv_dtype", "context", "concurrency", "max_batched_tokens",
-                "gpu_memory_utilization", "indexer_cache_on_all_layers"}
-_OTHER_KEYS = {"tp", "mtp", "version", "model", "gpu_memory"}
-
-
-def _settings(settings: dict[str, Any]) -> tuple[ServingMemorySettings, dict[str, Any]]:
-    unknown = sorted(set(settings) - _MEMORY_KEYS - _OTHER_KEYS)
-    if unknown:
-        raise EngineInputError(f"unknown serving setting(s): {', '.join(unknown)}; known: "
-                               f"{', '.join(sorted(_MEMORY_KEYS | _OTHER_KEYS))}")
-    mem = {k: v for k, v in settings.items() if k in _MEMORY_KEYS and v is not None}
-    other = {k: v for k, v in settings.items() if k in _OTHER_KEYS and v is not None}
-    try:
-        ms = ServingMemorySettings(tp=other.get("tp", 1), capacity_gib=other.get("gpu_memory"), **mem).validate()
-    except ServingMemoryError as exc:
-        raise EngineInputError(str(exc)) from None
-    return ms, other
-
-
-def serving_check_report(cfg: ModelConfig, engine: str, pp: int, partition: str | Sequence[int] | None = None,
-                         **settings: Any) -> dict[str, Any]:
-    """The JSON body of ``isplan check --engine vllm|sglang``: the verdict (``valid``, ``stages``,
-    ``violations``, ``errors`` as for training), the export of the checked partition and the
-    serving memory per rank. Settings: ``tp``, ``ep``, ``mtp``, ``version``, ``model``,
-    ``gpu_memory`` (GiB per GPU), ``gpu_memory_utilization``, ``weight_dtype``, ``kv_dtype``,
-    ``context``, ``concurrency``, ``max_batched_tokens``, ``indexer_cache_on_all_layers``."""
-    ms, other = _settings(settings)
-    check = serving_check(cfg, engine, pp, partition, tp=ms.tp, mtp=other.get("mtp", True),
-                          version=other.get("version"))
-    body = check.to_json()
-    body["export"] = export_partition(cfg, check.engine, check.plan.pp, check.sizes, tp=ms.tp,
-                                      model=other.get("model")) if check.plan.stages else None
-    body["memory"] = serving_memory(cfg, check.plan, check.roles, ms).to_json() if check.plan.stages else None
-    return body
-
-
 # --------------------------------------------------------------------------- the engine
 
 

@@ -42,7 +42,6 @@ from app.core.launcher.serving import (
     ServeLaunch,
     ServeLauncherError,
     parse_serve_launcher,
-    serve_launcher_report,
 )
 from app.core.launcher.text import MAX_LAUNCHER_BYTES, MAX_SOURCE_DEPTH, MAX_TOTAL_BYTES, LauncherError, where
 from app.core.launcher.training import (
@@ -66,5 +65,5 @@ __all__ = [
     "ServeLaunch", "ServeLauncherError", "UnresolvedValue", "candidate_config", "fail_closed", "import_launcher",
     "import_serve_launcher", "import_work_estimate", "launcher_gpus", "launcher_request", "model_disagreements",
     "parse_launcher", "parse_serve_launcher", "read_launcher", "read_launcher_files", "read_work_bound",
-    "serve_launcher_report", "training_engine", "where",
+    "training_engine", "where",
 ]

@@ -241,18 +241,3 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
             raise ServeLauncherError(f"{where(part.file, part.line)}: {ENV_VARS_BY_ENGINE[engine]} is "
                                      f"{part.value!r}, not a comma list of whole numbers") from None
     return ServeLaunch(engine, model.value, tp, pp, sizes, got, tuple(warnings), work)
-
-
-def serve_launcher_report(cfg: Any, text: str | bytes, **settings: Any) -> dict[str, Any]:
-    """The JSON body of a serving launch check: what the launch says (``launch``, with line
-    numbers) and the serving check of that partition (the engine default when the launch sets
-    none). ``settings`` as for :func:`app.core.engines.serving.serving_check_report` (``tp`` and
-    ``model`` come from the launch)."""
-    from app.core.engines.serving import serving_check_report
-
-    launch = parse_serve_launcher(text)
-    body = serving_check_report(cfg, launch.engine, launch.pp, launch.partition,
-                                **{**settings, "tp": launch.tp, "model": launch.model})
-    body["launch"] = launch.to_json()
-    body["warnings"] = list(launch.warnings) + body["warnings"]
-    return body
