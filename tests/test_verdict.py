@@ -137,3 +137,25 @@ def test_gqa_key_value_heads_must_divide_or_be_divided_by_tp():
     assert "kv_heads_tp" not in {r["code"] for r in ok["verdict"]["blocking"]}
     code, bad = run_cli(["check", "llama-3.1-70b", "--pp", "4", "--tp", "6", "--format", "json"])
     assert code == 1 and "kv_heads_tp" in {r["code"] for r in bad["verdict"]["blocking"]}
+
+
+#: a GO serving plan (every rank starts on a full layer: 19, 39, 59 are 7 + 4k; it fits at 128k)
+SERVING_GO = "model=glm-5.2&engine=vllm&mode=split&split=18,20,20,20&pp=4&tp=8&context=131072"
+
+
+@pytest.mark.parametrize("route", ["/api/v1/check", "/api/v1/plan", "/api/v1/memory", "/api/v1/flops",
+                                   "/api/v1/search?gpus=64&top=1&pareto=true&"])
+def test_a_key_that_is_no_setting_is_refused_by_the_api_as_the_page_refuses_it(client, route):
+    """The page says NO-GO for a URL with a misspelt key (an input reason naming it), so the API
+    must not answer that URL as if the key were absent: a 422 naming the key and the setting it
+    resembles. A route's own parameters (search's gpus, top, pareto) stay accepted."""
+    assert _page_verdict(client.get("/?" + SERVING_GO).text)[0] == "GO"
+    page = client.get("/?" + SERVING_GO + "&contxt=5").text
+    assert _page_verdict(page)[0] == "NO-GO"
+    assert "unknown setting 'contxt'; did you mean context?" in unescape(page)
+    sep = "" if route.endswith("&") else "?"
+    assert client.get(route + sep + SERVING_GO).status_code in (200, 422)
+    r = client.get(route + sep + SERVING_GO + "&contxt=5")
+    assert r.status_code == 422
+    assert r.json()["errors"][0] == {"code": "bad_input", "field": "contxt",
+                                     "message": "unknown setting 'contxt'; did you mean context?"}

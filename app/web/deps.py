@@ -101,7 +101,20 @@ def get_plan(request: Request) -> Plan:
     GLM-5.2's plan (issue 17)."""
     from app.core.engines import ignored_fields
 
-    return strict_plan(request.query_params, ignored=ignored_fields)
+    return strict_plan(request.query_params, ignored=ignored_fields, allowed=route_parameters(request))
+
+
+def route_parameters(request: Request) -> tuple[str, ...]:
+    """The query parameters the request's route declares itself (``top``, ``pareto``, ``timeline``
+    ...): besides the plan's fields, the only keys a strict route accepts."""
+    dependant = getattr(request.scope.get("route"), "dependant", None)
+    names: list[str] = []
+    todo = [dependant] if dependant is not None else []
+    while todo:
+        dep = todo.pop()
+        names += [param.alias for param in dep.query_params]
+        todo += dep.dependencies
+    return tuple(names)
 
 
 PlanDep = Annotated[Plan, Depends(get_plan)]

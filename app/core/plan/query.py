@@ -70,10 +70,14 @@ def plan_from_query(params: Mapping[str, str], *, empty: Plan | None = None,
     return plan, problems + conflicts
 
 
-def strict_plan(params: Mapping[str, str], *, empty: Plan | None = None, ignored: IgnoredFields | None = None) -> Plan:
+def strict_plan(params: Mapping[str, str], *, empty: Plan | None = None, ignored: IgnoredFields | None = None,
+                allowed: Iterable[str] = ()) -> Plan:
     """:func:`plan_from_query` for the API: any problem is a :class:`PlanError` (a 422), and a
-    setting that does not apply (to the layout mode or to the engine: ``ignored``) is one."""
+    setting that does not apply (to the layout mode or to the engine: ``ignored``) is one. So is a
+    key that is no setting and not one of the route's own parameters (``allowed``): the page
+    says NO-GO for it (:func:`unknown_keys`), so the API must not answer as if it were absent."""
     plan, problems = plan_from_query(params, empty=empty)
+    problems = unknown_keys(params, allowed) + problems
     problems += [p for p in plan_conflicts(plan, strict=True, ignored=ignored(plan) if ignored else ())
                  if p not in problems]
     if problems:
