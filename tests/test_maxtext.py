@@ -147,3 +147,14 @@ def test_report_rejects_unknown_keys_and_bad_values():
         _maxtext_check(ici_pipeline_parallelism="0")
     with pytest.raises(PlanError, match="index_share_pattern"):
         _maxtext_check(pattern="FSXS", ici_pipeline_parallelism="2")
+
+
+def test_a_bad_index_share_pattern_is_a_problem_of_the_pattern_field():
+    """A letter other than F/S is MaxText's index_share_pattern being unusable: the field that fixes
+    it is the pattern, not the pipeline's layers per stage."""
+    from app.core.evaluate import evaluate
+
+    plan = strict_plan({"model": "glm-5.2", "engine": "maxtext", "ici_pipeline_parallelism": "4", "pattern": "FSXS"})
+    ev = evaluate(plan, load_model("glm-5.2"))
+    assert [(p.field, p.message) for p in ev.problems] == [
+        ("pattern", "index_share_pattern may only contain F and S; found 'X'")]

@@ -202,7 +202,7 @@ def maxtext_roles(cfg: ModelConfig, index_share_pattern: str | None = None) -> t
     try:
         roles = derive_roles(cfg, TRANSFORMERS_RULE, pattern=index_share_pattern)
     except PatternError as exc:
-        raise EngineInputError(str(exc).replace("--pattern", "index_share_pattern")) from None
+        raise PatternError(str(exc).replace("--pattern", "index_share_pattern")) from None
     return roles, list(roles.pattern_differences or ())
 
 
