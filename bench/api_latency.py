@@ -4,7 +4,9 @@ Starts the real server as ``make serve`` does (``python -m app.serve``, :func:`b
 and sends, over one keep-alive loopback connection, ``--rounds`` rounds of the three requests in
 turn (``/healthz``, ``/api/v1/plan?<plan>``, ``/fragment?<plan>``, the plan being the GLM-5.2
 slime profile of ``bench/live_update.py`` with one boundary moved each round, so nothing is served
-from a cache keyed on the layout). Interleaving puts the three under the same machine load, so
+from a cache keyed on the layout). ``/fragment`` is asked as the page asks it after an edit (the
+form's canonical keys, :func:`bench.page_speed.page_query`, and the page's headers
+:data:`bench.page_speed.PAGE_HEADERS`: htmx, history replace, the form it shows, gzip). Interleaving puts the three under the same machine load, so
 their ratios mean something on a shared machine. Then ``--clients`` (default 8) clients send
 live updates (``/fragment``) as fast as they can for ``--seconds`` and their latency p99 is taken.
 
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from bench.common import ms, percentiles, save
 from bench.live_update import BASE, SPLITS
+from bench.page_speed import PAGE_HEADERS, page_query
 from bench.worst_load import served
 
 ROUTES = ("/healthz", "/api/v1/plan?", "/fragment?")
@@ -33,9 +36,19 @@ def _query(i: int) -> str:
     return f"{BASE}&split={SPLITS[i % len(SPLITS)]}"
 
 
-def _get(conn: http.client.HTTPConnection, path: str) -> tuple[int, float]:
+#: what the page sends after an edit, one per split (canonical keys: the form's fields)
+FRAGMENTS = [f"/fragment?{page_query(s)}" for s in SPLITS]
+
+
+def _path(route: str, i: int) -> tuple[str, dict[str, str]]:
+    if route == "/fragment?":
+        return FRAGMENTS[i % len(FRAGMENTS)], PAGE_HEADERS
+    return route + (_query(i) if route.endswith("?") else ""), {}
+
+
+def _get(conn: http.client.HTTPConnection, path: str, headers: dict[str, str] | None = None) -> tuple[int, float]:
     t0 = time.perf_counter()
-    conn.request("GET", path)
+    conn.request("GET", path, headers=headers or {})
     resp = conn.getresponse()
     resp.read()
     return resp.status, time.perf_counter() - t0
@@ -47,8 +60,7 @@ def side_by_side(port: int, rounds: int) -> tuple[dict[str, list[float]], list[s
     errors: list[str] = []
     for i in range(rounds + 20):  # the first 20 rounds warm up imports and caches
         for route in ROUTES:
-            path = route + (_query(i) if route.endswith("?") else "")
-            status, seconds = _get(conn, path)
+            status, seconds = _get(conn, *_path(route, i))
             if status != 200:
                 errors.append(f"{route} HTTP {status}")
             elif i >= 20:
@@ -72,7 +84,7 @@ def live_clients(port: int, clients: int, seconds: float) -> tuple[list[float], 
         i = k
         while time.monotonic() < deadline[0]:
             try:
-                status, took = _get(conn, "/fragment?" + _query(i))
+                status, took = _get(conn, *_path("/fragment?", i))
                 mine.append(took)
                 if status != 200:
                     bad.append(f"/fragment HTTP {status}")
