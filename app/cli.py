@@ -303,45 +303,43 @@ def _command(sub: Any, name: str, func: Any, help: str, *, description: str | No
     return p
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="isplan",
-        description="IndexShare layout planner: validate that every physical and virtual pipeline "
-                    "stage of a GLM-5.2-class model starts on a full (index-computing) layer, and that the "
-                    "plan's parallelism, GPU count and memory hold. Every command takes every plan setting; "
-                    "each option's help names its URL key (the page's query string).",
-        epilog="Exit codes: 0 go, 1 no-go (the verdict lists each blocking reason), 2 bad input or usage.",
-    )
-    parser.add_argument("--version", action="version", version=f"isplan {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    p = _command(sub, "check", cmd_check, "the plan's verdict: stages, boundary, acceptance (+ parallelism, memory)",
+def _add_check(sub: Any, help: str) -> None:
+    p = _command(sub, "check", cmd_check, help,
                  description="Materialise the stages the engine would build and check each start. With any "
                              "parallel/memory flag, --gpu or a launcher, the GPU count, the parallel constraints "
                              "and per-rank memory join the verdict (serving engines always judge memory).")
     _fmt(p)
 
-    p = _command(sub, "roles", cmd_roles, "per-layer full/shared roles, sources and disagreements", launcher=False)
-    _fmt(p)
 
-    p = _command(sub, "receipt", cmd_receipt, "write a verifiable JSON receipt for the plan's layouts")
+def _add_roles(sub: Any, help: str) -> None:
+    _fmt(_command(sub, "roles", cmd_roles, help, launcher=False))
+
+
+def _add_receipt(sub: Any, help: str) -> None:
+    p = _command(sub, "receipt", cmd_receipt, help)
     p.add_argument("--name", default="training", help="name of the layout given by the flags (default: training)")
     p.add_argument("--also", action="append", metavar="NAME=ARGS",
                    help="another named layout, e.g. --also 'conversion=--pp 2 --last 40' (repeatable)")
     p.add_argument("--model-revision", metavar="REV", help="immutable model revision (40-hex commit)")
     p.add_argument("--engine-commit", metavar="SHA", help="Megatron/slime commit the job runs (40-hex)")
 
-    p = sub.add_parser("verify", help="recompute a receipt and report every difference")
+
+def _add_verify(sub: Any, help: str) -> None:
+    p = sub.add_parser("verify", help=help)
     p.add_argument("receipt", metavar="RECEIPT", help="receipt JSON file (- for stdin)")
     p.add_argument("--config", metavar="PATH", help="config.json to verify against (default: the receipt's preset)")
     _fmt(p)
     p.set_defaults(func=cmd_verify)
 
-    p = _command(sub, "params", cmd_params, "parameter counts: totals, active, per component, per stage and GPU")
+
+def _add_params(sub: Any, help: str) -> None:
+    p = _command(sub, "params", cmd_params, help)
     p.add_argument("--per-layer", action="store_true", help="include one entry per decoder layer")
     _fmt(p)
 
-    p = _command(sub, "memory", cmd_memory, "memory per GPU per pipeline rank (or --inference)",
+
+def _add_memory(sub: Any, help: str) -> None:
+    p = _command(sub, "memory", cmd_memory, help,
                  description="Memory per GPU of every pipeline rank (training: beside Megatron's own estimate; "
                              "vllm/sglang: weights + KV cache); exit 1 when the verdict is no-go (e.g. a rank "
                              "overflows the GPU). --inference: the whole model on one TP group, at --context and "
@@ -352,7 +350,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--include-mtp", action="store_true", help="serve the MTP layer (its KV and weights)")
     _fmt(p)
 
-    p = _command(sub, "time", cmd_time, "how fast the plan trains: step time, tokens/s/GPU, MFU, breakdown",
+
+def _add_time(sub: Any, help: str) -> None:
+    p = _command(sub, "time", cmd_time, help,
                  description="The step time of the plan on --gpu at --precision: per-layer op costs, communication "
                              "on the link it uses (NVLink inside the domain, the network across), the 1F1B / "
                              "interleaved schedule simulated from each stage's own costs, the data-parallel "
@@ -360,10 +360,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeline", action="store_true", help="include the simulated schedule (every micro-batch)")
     _fmt(p)
 
-    p = _command(sub, "flops", cmd_flops, "per-token forward FLOPs with and without IndexShare", launcher=False)
-    _fmt(p)
 
-    p = _command(sub, "plan", cmd_plan, "the best valid layouts for PP (x VPP), each with its verdict",
+def _add_flops(sub: Any, help: str) -> None:
+    _fmt(_command(sub, "flops", cmd_flops, help, launcher=False))
+
+
+def _add_plan(sub: Any, help: str) -> None:
+    p = _command(sub, "plan", cmd_plan, help,
                  description="The exact best valid layouts for --pp (x --vpp) as the engine builds them "
                              "(Megatron/slime: min-max layout; vLLM/SGLang: serving partition), each evaluated "
                              "like any plan, with its verdict and the isplan check line that reproduces it.",
@@ -375,19 +378,63 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--near", metavar="LIST", help="also give the valid layout closest to this split")
     _fmt(p)
 
-    p = _command(sub, "search", cmd_search, "rank parallel configurations for a GPU budget (--gpus)",
-                 model="optional", launcher=False)
+
+def _add_search(sub: Any, help: str) -> None:
+    p = _command(sub, "search", cmd_search, help, model="optional", launcher=False)
     p.add_argument("--top", type=int, default=10, metavar="K", help="configurations to list (0-100, default 10)")
     p.add_argument("--pareto", action="store_true",
                    help="also the Pareto frontier of GPUs x tokens/s/GPU x memory headroom (this budget and each "
                         "smaller power of two)")
     _fmt(p)
+
+
+#: every subcommand, in ``isplan --help`` order: its one-line help and what adds its parser
+COMMANDS: dict[str, tuple[str, Any]] = {
+    "check": ("the plan's verdict: stages, boundary, acceptance (+ parallelism, memory)", _add_check),
+    "roles": ("per-layer full/shared roles, sources and disagreements", _add_roles),
+    "receipt": ("write a verifiable JSON receipt for the plan's layouts", _add_receipt),
+    "verify": ("recompute a receipt and report every difference", _add_verify),
+    "params": ("parameter counts: totals, active, per component, per stage and GPU", _add_params),
+    "memory": ("memory per GPU per pipeline rank (or --inference)", _add_memory),
+    "time": ("how fast the plan trains: step time, tokens/s/GPU, MFU, breakdown", _add_time),
+    "flops": ("per-token forward FLOPs with and without IndexShare", _add_flops),
+    "plan": ("the best valid layouts for PP (x VPP), each with its verdict", _add_plan),
+    "search": ("rank parallel configurations for a GPU budget (--gpus)", _add_search),
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """``isplan``'s parser. With ``only`` (a command name), only that subcommand gets its options
+    (every plan field: a few hundred ``add_argument`` calls per command); the others are listed
+    by name and help, so a launch script's ``isplan check`` builds one command, not ten."""
+    parser = _Parser(
+        prog="isplan",
+        description="IndexShare layout planner: validate that every physical and virtual pipeline "
+                    "stage of a GLM-5.2-class model starts on a full (index-computing) layer, and that the "
+                    "plan's parallelism, GPU count and memory hold. Every command takes every plan setting; "
+                    "each option's help names its URL key (the page's query string).",
+        epilog="Exit codes: 0 go, 1 no-go (the verdict lists each blocking reason), 2 bad input or usage.",
+    )
+    parser.add_argument("--version", action="version", version=f"isplan {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name, (help_, add) in COMMANDS.items():
+        if only in (None, name):
+            add(sub, help_)
+        else:
+            sub.add_parser(name, help=help_)
     return parser
 
 
+def _command_named(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names, when its first word is one (the top-level options,
+    ``--help`` and ``--version``, take no value); else None (argparse then says what is wrong)."""
+    first = next(iter(argv), None)
+    return first if first in COMMANDS else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(_command_named(argv)).parse_args(argv)
     try:
         return int(args.func(args))
     except (ConfigError, LayoutInputError, PatternError, PlanError, UsageError, ValueError, ArithmeticError,

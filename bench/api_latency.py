@@ -4,9 +4,12 @@ Starts the real server as ``make serve`` does (``python -m app.serve``, :func:`b
 and sends, over one keep-alive loopback connection, ``--rounds`` rounds of the three requests in
 turn (``/healthz``, ``/api/v1/plan?<plan>``, ``/fragment?<plan>``, the plan being the GLM-5.2
 slime profile of ``bench/live_update.py`` with one boundary moved each round, so nothing is served
-from a cache keyed on the layout). Interleaving puts the three under the same machine load, so
+from a cache keyed on the layout). ``/fragment`` is asked as the page asks it after an edit (the
+form's canonical keys, :func:`bench.page_speed.page_query`, and the page's headers
+:data:`bench.page_speed.PAGE_HEADERS`: htmx, history replace, the form it shows, gzip). Interleaving puts the three under the same machine load, so
 their ratios mean something on a shared machine. Then ``--clients`` (default 8) clients send
-live updates (``/fragment``) as fast as they can for ``--seconds`` and their latency p99 is taken.
+live updates (``/fragment``) as fast as they can for ``--seconds`` and their latency p99 is taken,
+while one more connection asks ``/healthz`` every 20 ms (does the server stay responsive?).
 
 Targets (issue 17 item 4): plan p50 <= 3x /healthz p50, fragment p50 <= 5x, 8 clients p99 <= 100 ms.
 ``python -m bench.api_latency`` exits 1 when a target is missed or a request failed.
@@ -20,9 +23,11 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import cast
 
 from bench.common import ms, percentiles, save
 from bench.live_update import BASE, SPLITS
+from bench.page_speed import PAGE_HEADERS, page_query
 from bench.worst_load import served
 
 ROUTES = ("/healthz", "/api/v1/plan?", "/fragment?")
@@ -33,9 +38,19 @@ def _query(i: int) -> str:
     return f"{BASE}&split={SPLITS[i % len(SPLITS)]}"
 
 
-def _get(conn: http.client.HTTPConnection, path: str) -> tuple[int, float]:
+#: what the page sends after an edit, one per split (canonical keys: the form's fields)
+FRAGMENTS = [f"/fragment?{page_query(s)}" for s in SPLITS]
+
+
+def _path(route: str, i: int) -> tuple[str, dict[str, str]]:
+    if route == "/fragment?":
+        return FRAGMENTS[i % len(FRAGMENTS)], PAGE_HEADERS
+    return route + (_query(i) if route.endswith("?") else ""), {}
+
+
+def _get(conn: http.client.HTTPConnection, path: str, headers: dict[str, str] | None = None) -> tuple[int, float]:
     t0 = time.perf_counter()
-    conn.request("GET", path)
+    conn.request("GET", path, headers=headers or {})
     resp = conn.getresponse()
     resp.read()
     return resp.status, time.perf_counter() - t0
@@ -47,8 +62,7 @@ def side_by_side(port: int, rounds: int) -> tuple[dict[str, list[float]], list[s
     errors: list[str] = []
     for i in range(rounds + 20):  # the first 20 rounds warm up imports and caches
         for route in ROUTES:
-            path = route + (_query(i) if route.endswith("?") else "")
-            status, seconds = _get(conn, path)
+            status, seconds = _get(conn, *_path(route, i))
             if status != 200:
                 errors.append(f"{route} HTTP {status}")
             elif i >= 20:
@@ -57,7 +71,17 @@ def side_by_side(port: int, rounds: int) -> tuple[dict[str, list[float]], list[s
     return samples, errors
 
 
-def live_clients(port: int, clients: int, seconds: float) -> tuple[list[float], list[str]]:
+def _probe(port: int, stop: threading.Event, out: list[float], bad: list[str]) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    while not stop.wait(0.02):
+        status, took = _get(conn, "/healthz")
+        out.append(took)
+        if status != 200:
+            bad.append(f"/healthz HTTP {status}")
+    conn.close()
+
+
+def live_clients(port: int, clients: int, seconds: float) -> tuple[list[float], list[str], list[float]]:
     latencies: list[float] = []
     errors: list[str] = []
     lock = threading.Lock()
@@ -72,7 +96,7 @@ def live_clients(port: int, clients: int, seconds: float) -> tuple[list[float], 
         i = k
         while time.monotonic() < deadline[0]:
             try:
-                status, took = _get(conn, "/fragment?" + _query(i))
+                status, took = _get(conn, *_path("/fragment?", i))
                 mine.append(took)
                 if status != 200:
                     bad.append(f"/fragment HTTP {status}")
@@ -90,23 +114,30 @@ def live_clients(port: int, clients: int, seconds: float) -> tuple[list[float], 
     for t in threads:
         t.start()
     deadline[0] = time.monotonic() + seconds
+    stop, probes = threading.Event(), cast(list[float], [])
+    probe = threading.Thread(target=_probe, args=(port, stop, probes, errors), daemon=True)
     start.wait()
+    probe.start()
     for t in threads:
         t.join(seconds + 60)
-    return latencies, errors
+    stop.set()
+    probe.join(60)
+    return latencies, errors, probes
 
 
 def main(rounds: int = 300, clients: int = 8, seconds: float = 10.0) -> dict:
     with served(Path(tempfile.mkdtemp(prefix="isplan-api-latency-"))) as (port, _log):
         samples, errors = side_by_side(port, rounds)
-        live, live_errors = live_clients(port, clients, seconds)
+        live, live_errors, probes = live_clients(port, clients, seconds)
     stats = {route.rstrip("?"): percentiles(s) for route, s in samples.items() if s}
     hz, plan, frag = (stats.get(r.rstrip("?"), {"p50": float("nan")}) for r in ROUTES)
     live_stats = percentiles(live) if live else {"p50": float("inf"), "p99": float("inf"), "n": 0}
+    probe = percentiles(probes) if probes else {"p50": float("inf"), "p99": float("inf")}
     result = {
         "rounds": rounds, "routes": stats, "plan_ratio": plan["p50"] / hz["p50"],
         "fragment_ratio": frag["p50"] / hz["p50"], "clients": clients, "client_seconds": seconds,
-        "live_updates": live_stats, "errors": len(errors) + len(live_errors),
+        "live_updates": live_stats, "healthz_during_live_updates": probe,
+        "errors": len(errors) + len(live_errors),
         "error_samples": (errors + live_errors)[:10], "targets": TARGETS,
     }
     result["passed"] = (not result["errors"] and result["plan_ratio"] <= TARGETS["plan_ratio"]
@@ -117,6 +148,7 @@ def main(rounds: int = 300, clients: int = 8, seconds: float = 10.0) -> dict:
           f"({result['plan_ratio']:.1f}x, target <= 3x) | /fragment p50 {ms(frag['p50'])} "
           f"({result['fragment_ratio']:.1f}x, target <= 5x) | {clients} clients of live updates for {seconds:g} s: "
           f"p50 {ms(live_stats['p50'])} p99 {ms(live_stats['p99'])} over {live_stats['n']} (target p99 <= 100 ms)"
+          f" | /healthz meanwhile p50 {ms(probe['p50'])} p99 {ms(probe['p99'])}"
           f" | errors {result['errors']}")
     return result
 

@@ -27,6 +27,10 @@ from tests.browser_support import AppServer  # the one way the project starts a 
 
 ROUNDS = 400
 TARGET_RATIO = 5.0
+#: the headers the page sends with ``/fragment`` after a boundary move (static/app.js,
+#: ``htmx:configRequest``): htmx, replace the history entry, the form it shows (unchanged: not sent back)
+PAGE_HEADERS = {"HX-Request": "true", "X-Isplan-History": "replace", "X-Isplan-Form": "split:clean",
+                "Accept-Encoding": "gzip"}
 
 
 def _get(conn: http.client.HTTPConnection, path: str, headers: dict[str, str]) -> float:
@@ -53,9 +57,7 @@ def over_http(rounds: int) -> dict:
     with AppServer(Path(tempfile.mkdtemp(prefix="isplan-bench-page-"))) as srv:
         assert srv.port is not None
         conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
-        # what the page sends after a boundary move: the canonical keys, the layout mode, and which form it shows
-        page = {"HX-Request": "true", "X-Isplan-History": "replace", "X-Isplan-Form": "split:clean",
-                "Accept-Encoding": "gzip"}
+        page = PAGE_HEADERS
         paths = [f"/fragment?{page_query(s)}" for s in LOAD_SPLITS]
         for p in paths:  # warm up: imports, presets, caches of immutable work
             _get(conn, p, page)

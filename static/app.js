@@ -18,7 +18,6 @@
   function edited(key) { editedAt[key] = ++editGen; perf.input = performance.now(); }
   /* for tests and benches: nothing in flight and every edit answered */
   window.__isplanIdle = function () { return inflight === 0 && answeredGen >= editGen; };
-  window.__isplanState = function () { return {inflight: inflight, answered: answeredGen, edits: editGen}; };
 
   /* ------------------------------------------------------------------ figures */
   var plotly = null;
@@ -107,14 +106,10 @@
     edited("split"); editedAt.mode = editGen;
     return layer;
   }
-  function timeDraw(t0) {
-    var map = document.getElementById("layer-map");
-    if (map) map.getBoundingClientRect();  // forced layout: the boundary is placed
+  function moved(t0, source) {  // the server's answer follows: one request in flight, the latest state next
+    document.getElementById("layer-map").getBoundingClientRect();  // forced layout: the boundary is placed
     perf.work.push(performance.now() - t0);
     requestAnimationFrame(function () { perf.drawn.push(performance.now() - t0); });
-  }
-  function moved(t0, source) {  // the server's answer follows: one request in flight, the latest state next
-    timeDraw(t0);
     perf.input = t0;  // the request is built after the frame that shows the move
     requestAnimationFrame(function () { setTimeout(function () { htmx.trigger(form(), "isplan:edit", {source: source}); }); });
   }
@@ -174,7 +169,7 @@
   document.addEventListener("change", function (ev) {
     if (ev.target.form && ev.target.form.id === "controls" && ev.target.type !== "text") edited(ev.target.name);
   });
-  document.addEventListener("click", function (ev) {  // Balance, Nearest valid, Pin: a value the next request carries
+  document.addEventListener("click", function (ev) {  // Balance, Nearest valid, Pin: a value the next request carries; Copy
     var t = ev.target.closest && ev.target.closest("[data-action], [data-compare]");
     if (t) {
       if (t.dataset.action) $("#action").value = t.dataset.action;
@@ -186,6 +181,8 @@
     var fix = ev.target.closest && ev.target.closest("a[data-focus]");
     var field = fix && document.getElementById(fix.dataset.focus);
     if (field) { ev.preventDefault(); field.focus(); field.scrollIntoView({block: "center"}); }
+    var b = ev.target.closest && ev.target.closest("button[data-copy]");
+    if (b) copy(b);
   });
   document.addEventListener("htmx:configRequest", function (ev) {
     var d = ev.detail, p = d.parameters;
@@ -267,9 +264,7 @@
     say(button, why + ": the text is selected" + (copied ? " and was copied the old way" : "; press Ctrl+C (⌘C) to copy it"),
         !copied);
   }
-  document.addEventListener("click", function (ev) {
-    var b = ev.target.closest && ev.target.closest("button[data-copy]");
-    if (!b) return;
+  function copy(b) {
     var el = b.dataset.copy === "url" ? null : $(b.dataset.copy);
     var text = el ? el.textContent : location.href;
     b.dataset.copied = text;
@@ -283,7 +278,7 @@
     }
     navigator.clipboard.writeText(text).then(function () { say(b, "Copied"); },
       function () { selectText(el, b, "the browser refused clipboard access"); });
-  });
+  }
 
   document.addEventListener("DOMContentLoaded", function () {
     figures();

@@ -140,6 +140,21 @@ def test_check_imports_only_the_core():
     assert p.stdout.strip() == ""
 
 
+def test_help_lists_every_command_and_each_command_keeps_its_own_options():
+    """``isplan check`` builds only its own parser; every command still answers with its options
+    (each named in its ``--help``) and ``isplan --help`` still lists all ten."""
+    commands = ["check", "roles", "receipt", "verify", "params", "memory", "time", "flops", "plan", "search"]
+    top = isplan("--help")
+    assert top.returncode == 0 and all(f"    {c} " in top.stdout for c in commands), top.stdout
+    own = {"check": "--launcher", "receipt": "--also", "verify": "--config", "params": "--per-layer",
+           "memory": "--inference", "time": "--timeline", "plan": "--objective", "search": "--pareto"}
+    for command, option in own.items():
+        p = isplan(command, "--help")
+        assert p.returncode == 0 and option in p.stdout, (command, p.stderr)
+    p = isplan("check", "glm-5.2", "--objective", "time")  # an option of another command is refused
+    assert p.returncode == 2 and "unrecognized arguments: --objective" in p.stderr
+
+
 # --------------------------------------------------------------------------- receipts
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 from html import unescape
+from pathlib import Path
 from urllib.parse import parse_qsl, quote
 
 import pytest
@@ -91,6 +92,16 @@ def test_static_cache_control():
     assert static_cache_control("/static/app.js", "v=0123abcd") == IMMUTABLE
     assert static_cache_control("/static/app.js", "") == "no-cache"
     assert static_cache_control("/static/vendor/swagger-ui/swagger-ui.css", "") == "no-cache"  # no version in its URL
+
+
+def test_our_javascript_is_at_most_300_lines():
+    """Issue 17 item 2: htmx does the requests and swaps; our own JavaScript (every ``*.js`` under
+    ``static/`` outside ``vendor/``) is at most 300 non-blank lines in all."""
+    static = Path(__file__).resolve().parents[1] / "static"
+    ours = [p for p in static.rglob("*.js") if "vendor" not in p.relative_to(static).parts]
+    lines = {p.name: sum(1 for line in p.read_text().splitlines() if line.strip()) for p in ours}
+    assert "app.js" in lines and "swagger-init.js" in lines, lines
+    assert sum(lines.values()) <= 300, lines
 
 
 def test_page_links_versioned_assets_and_compresses(client):
