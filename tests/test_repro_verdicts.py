@@ -52,3 +52,28 @@ def test_memory_inference_on_a_pipelined_serving_plan_is_judged_per_rank_like_ch
     assert check == inference
     text = isplan("memory", *plan, "--inference").stdout.splitlines()
     assert sum(line.startswith("pp rank ") for line in text) == 8   # one line per pipeline rank
+
+
+# vLLM's get_pp_indices (vllm/distributed/utils.py) refuses an explicit partition before placing a
+# layer: `if sum(partitions) != num_hidden_layers: raise ValueError(f"{sum(partitions)=} does not
+# match {num_hidden_layers=}.")`; SGLang reads SGLANG_PP_LAYER_PARTITION the same way.
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("split", ["42,36", "40,40,40", "30,30"])
+def test_a_partition_that_does_not_sum_to_the_layers_is_a_no_go_not_a_500(tmp_path, engine, split):
+    # issue 16: /api/v1/plan?model=deepseek-v3&engine=vllm&pp=2&mode=split&split=42,36 was a 500;
+    # with cp=2 it is now a 422 for cp, but without cp the same IndexError remained (page, API, CLI)
+    from tests.conftest import app_client
+
+    sizes = [int(x) for x in split.split(",")]
+    client = app_client(tmp_path, raise_server_exceptions=False)
+    q = {"model": "deepseek-v3", "engine": engine, "pp": str(len(sizes)), "mode": "split", "split": split}
+    for route in ("/", "/api/v1/plan", "/api/v1/check"):
+        assert client.get(route, params=q).status_code == 200, route
+    assert sum(sizes) != 61   # DeepSeek-V3 has 61 decoder layers: 30,30 misses one, the others overshoot
+    body = client.get("/api/v1/check", params=q).json()
+    assert body["verdict"]["go"] is False
+    assert [r["kind"] for r in body["verdict"]["blocking"]] == [engine]
+    assert f"sum(partitions)={sum(sizes)} does not match num_hidden_layers=61." in body["verdict"]["blocking"][0][
+        "message"]
+    p = isplan("check", "deepseek-v3", "--engine", engine, "--split", split, "--format", "json")
+    assert p.returncode == 1 and json.loads(p.stdout)["verdict"] == body["verdict"]
