@@ -216,10 +216,18 @@ def inference_report(plan: Plan, cfg: ModelConfig, *, context: int | None, batch
                      weight_dtype: str, dp_attention: bool, include_mtp: bool) -> Report:
     """``isplan memory --inference``: weights + KV cache of the whole model on one TP group, with
     a verdict: the plan's layout reasons and whether that memory fits the GPU (a training job's
-    parallel constraints and memory are not this question)."""
+    parallel constraints and memory are not this question).
+
+    On a serving engine (vLLM, SGLang) that question is the plan's own: the answer is
+    :func:`memory_report`'s - weights + KV cache per pipeline rank at the engine's usable capacity,
+    the memory ``isplan check`` judges - so the two commands never disagree on one plan (issue 16:
+    one verdict per plan). Only ``--dp-attention`` / ``--include-mtp``, which that per-rank model
+    does not hold, keep the whole-model figure."""
     from app.core.model.memory import inference_memory
 
     ev = evaluated(plan, cfg)
+    if ev.engine.workflow == "serving" and not (dp_attention or include_mtp):
+        return memory_report(plan, cfg)
     try:
         body = inference_memory(cfg, tp=plan.tp, ep=plan.ep, dp_attention=dp_attention, kv_dtype=kv_dtype,
                                 context=context, batch=batch, gpu=plan.gpu,

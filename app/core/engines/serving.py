@@ -154,15 +154,18 @@ def serving_plan(cfg: ModelConfig, engine: str, pp: int, partition: str | Sequen
     """The stages ``engine`` builds for ``cfg`` on ``pp`` ranks (its default, or ``partition``).
 
     ``mtp``: whether the MTP draft (``num_nextn_predict_layers``) is served; it sits on the last
-    rank. Length / sum mismatches are returned as ``errors`` (the engine refuses to start);
-    unreadable input raises :class:`EngineInputError`.
+    rank. Length / sum mismatches are returned as ``errors`` (the engine refuses to start) and
+    such a partition has no stages: ``get_pp_indices`` raises before a layer is placed, and
+    stages past the model's last layer name layers it does not have (42,36 on DeepSeek-V3's 61
+    layers was an IndexError, an HTTP 500 - issue 16); unreadable input raises
+    :class:`EngineInputError`.
     """
     mod = engine_module(engine)
     pp = _check_size(pp, "--pp", MAX_PP)
     sizes, _ = _sizes_for(cfg, engine, pp, partition, parse_build_date(version))
     errors = partition_errors(sizes, cfg.num_hidden_layers, pp, mod.env_var)
     n_mtp = cfg.num_nextn_predict_layers if mtp else 0
-    stages = serving_stages(sizes, n_mtp) if len(sizes) == pp else ()
+    stages = serving_stages(sizes, n_mtp) if not errors else ()
     return StagePlan(pp, 1, cfg.num_hidden_layers, n_mtp, stages, tuple(errors),
                      PipelineSpec(pp=pp, split=tuple(sizes), mtp_layers=n_mtp))
 
