@@ -21,6 +21,7 @@ from bench.steptime import (
     predict_product,
     settings_for,
     split_holdout,
+    undisputed,
 )
 
 #: issue 18's inputs: exactly these flags (plus the model, --gpu, --precision and --format)
@@ -43,6 +44,24 @@ def test_the_split_is_fixed_and_keeps_a_launch_on_one_side() -> None:
     # a third of each GPU's launch configurations (positions 1, 4, 7, ... by SHA-256): every system is tested
     assert set(Counter(r["gpu"] for r in test)) == set(Counter(r["gpu"] for r in rows))
     assert split_holdout(list(reversed(rows)))[1] == list(reversed(test))
+
+
+def test_a_disputed_measurement_is_rare_cited_and_only_set_aside_in_a_second_summary() -> None:
+    """Two development rows are disputed, each with its evidence; where the file holds the same
+    launch from another container (26.02 against 26.02.01), the two measurements differ by > 1.5x
+    though every stated setting is equal. ``undisputed`` drops exactly the marked rows."""
+    rows = load_rows(HOLDOUT)
+    dev = split_holdout(rows)[0]
+    marked = [r for r in rows if r.get("disputed")]
+    assert len(marked) == 2 and all(r in dev for r in marked)
+    assert all("performance-summary" in r["disputed"] for r in marked)
+    for r in marked:
+        twins = [o for o in rows if _key(o) == _key(r) and o is not r and not o.get("disputed")]
+        for o in twins:
+            assert o["measured"]["tokens_per_s_per_gpu"] / r["measured"]["tokens_per_s_per_gpu"] > 1.5
+    regression = next(r for r in marked if r["container"] == "26.02")
+    assert [o["container"] for o in rows if _key(o) == _key(regression) and o is not regression] == ["26.02.01"]
+    assert undisputed(dev) == [r for r in dev if r not in marked]
 
 
 @pytest.mark.parametrize("row", load_rows(CALIBRATION) + load_rows(HOLDOUT)[::17], ids=lambda r: r["id"][:60])

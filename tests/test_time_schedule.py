@@ -54,6 +54,15 @@ def test_two_ranks_with_send_time_by_hand() -> None:
     assert s.makespan == 20
 
 
+def test_free_sends_in_the_same_pass() -> None:
+    """``free_sends`` gives, beside the timed schedule (20 s by hand above), the makespan of the
+    same steps with free sends: 18 s, the hand schedule of the test without sends."""
+    s = simulate(2, 1, 3, [1, 2], [2, 3], send_fwd=1.0, send_bwd=1.0, free_sends=True)
+    assert (s.makespan, s.free_makespan) == (20, 18)
+    assert s.end == simulate(2, 1, 3, [1, 2], [2, 3], send_fwd=1.0, send_bwd=1.0).end
+    assert simulate(2, 1, 3, [1, 2], [2, 3], send_fwd=1.0, send_bwd=1.0).free_makespan == 20  # not asked for
+
+
 def test_megatron_interleaved_order() -> None:
     # get_schedule_table for M=4, VPP=2, group 2 (PP): (mb, chunk) per virtual micro-batch
     assert schedule_table(4, 2, 2) == [(0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (3, 0), (2, 1), (3, 1)]

@@ -484,18 +484,16 @@ def _params_ready(s: TimeSettings, ctx: OpContext, dp: _DataParallel) -> list[li
 def _pipeline(s: TimeSettings, costs: list[_StageCost], sends: list[float], ready: list[list[float]] | None,
               record: bool) -> tuple[Schedule, float]:
     """The simulated schedule with the PP sends, and the makespan of the same schedule with free
-    sends (what the sends expose is the difference)."""
+    sends (what the sends expose is the difference), both from one pass over the step graph."""
     m = s.num_microbatches
     fwd, bwd = [c.fwd for c in costs], [c.bwd for c in costs]
+    both = s.pp > 1 and any(sends)
     try:
         sched = simulate(s.pp, s.vpp, m, fwd, bwd, send_fwd=sends, send_bwd=sends, ready=ready,
-                         group=s.microbatch_group, record=record)
+                         group=s.microbatch_group, record=record, free_sends=both)
     except ScheduleError as exc:  # a schedule Megatron refuses (VPP without PP, m against PP): fail closed
         raise TimeInputError(str(exc), "vpp" if s.vpp > 1 else "global_batch") from None
-    if s.pp == 1 or not any(sends):
-        return sched, sched.makespan
-    free = simulate(s.pp, s.vpp, m, fwd, bwd, ready=ready, group=s.microbatch_group, record=False)
-    return sched, free.makespan
+    return sched, sched.free_makespan if sched.free_makespan is not None else sched.makespan
 
 
 def _gradient_ends(s: TimeSettings, ctx: OpContext, sched: Schedule, dp: _DataParallel) -> list[float]:

@@ -64,6 +64,8 @@ class Schedule:
     backward: tuple[bool, ...]
     start: tuple[float, ...]
     end: tuple[float, ...]
+    #: the makespan of the same steps with free sends (``simulate(..., free_sends=True)``; else the makespan)
+    free_makespan: float | None = None
 
     @property
     def bubble_fraction(self) -> float:
@@ -244,24 +246,35 @@ def step_graph(pp: int, vpp: int, num_microbatches: int, group: int | None = Non
 
 
 def run_graph(g: StepGraph, durations: Sequence[float], sends: Sequence[float],
-              ready: Sequence[float] | None = None) -> tuple[list[float], list[float]]:
+              ready: Sequence[float] | None = None) -> tuple[list[float], list[float], list[float]]:
     """Start and end of every step of ``g`` (index ``n`` is the zero slot):
     ``start_k = max(end[prev_k], end[dep_k] + sends[send_k], ready[first_k])``,
-    ``end_k = start_k + durations[dur_k]``; ``ready[0]`` = 0 for steps without a wait."""
+    ``end_k = start_k + durations[dur_k]``; ``ready[0]`` = 0 for steps without a wait. The third
+    list is ``end`` of the same steps with free sends (``sends`` all 0), computed in the same pass:
+    one walk over the graph gives both schedules."""
     n = len(g.prev)
     start = [0.0] * (n + 1)
     end = [0.0] * (n + 1)
+    free = [0.0] * (n + 1)
     wait = ready if ready is not None else ()
     for k, p, d, si, di, fi in zip(range(n), g.prev, g.dep, g.send, g.dur, g.first):
-        a = end[p]
-        b = end[d] + sends[si]
+        a, a0 = end[p], free[p]
+        b, b0 = end[d] + sends[si], free[d]
         if b > a:
             a = b
-        if fi and wait and wait[fi] > a:
-            a = wait[fi]
+        if b0 > a0:
+            a0 = b0
+        if fi and wait:
+            w = wait[fi]
+            if w > a:
+                a = w
+            if w > a0:
+                a0 = w
+        t = durations[di]
         start[k] = a
-        end[k] = a + durations[di]
-    return start, end
+        end[k] = a + t
+        free[k] = a0 + t
+    return start, end, free
 
 
 def _busy(steps: tuple[int, ...], durations: list[float]) -> float:
@@ -276,14 +289,15 @@ def _busy(steps: tuple[int, ...], durations: list[float]) -> float:
 def simulate(pp: int, vpp: int, num_microbatches: int, fwd: Sequence[float], bwd: Sequence[float], *,
              send_fwd: float | Sequence[float] = 0.0, send_bwd: float | Sequence[float] = 0.0,
              ready: Sequence[Sequence[float]] | None = None, group: int | None = None,
-             record: bool = True) -> Schedule:
+             record: bool = True, free_sends: bool = False) -> Schedule:
     """Simulate one iteration (module docstring) on :func:`step_graph` with :func:`run_graph`.
 
     ``fwd`` / ``bwd``: per-micro-batch time of each stage, vp-major (``PP * VPP`` values).
     ``send_fwd[s]``: activation transfer from stage ``s`` to ``s + 1``; ``send_bwd[s]``: gradient
     transfer from stage ``s + 1`` to ``s`` (scalars apply to every boundary). ``ready[r][c]``:
     earliest start of chunk ``c``'s first forward on rank ``r``. ``record=False`` keeps no
-    timeline (the makespan, busy and end times only)."""
+    timeline (the makespan, busy and end times only). ``free_sends``: also the makespan with free
+    sends (:attr:`Schedule.free_makespan`, from the same pass of :func:`run_graph`)."""
     m = num_microbatches
     g = step_graph(pp, vpp, m, group)
     n_stages = pp * vpp
@@ -291,14 +305,16 @@ def simulate(pp: int, vpp: int, num_microbatches: int, fwd: Sequence[float], bwd
     sf, sb = _per_stage(send_fwd, n_stages, "send_fwd"), _per_stage(send_bwd, n_stages, "send_bwd")
     wait = None if ready is None else [0.0] + [float(ready[r][c]) for r in range(pp) for c in range(vpp)]
     durations = f_t + b_t
-    start, end = run_graph(g, durations, sf + sb + [0.0], wait)
+    start, end, end_free = run_graph(g, durations, sf + sb + [0.0], wait)
     busy = tuple(_busy(idx, durations) for idx in g.rank_durations)
     compute_end = tuple(end[k] for k in g.last_step)
     last_b = tuple(tuple((start[k], end[k]) for k in row) for row in g.last_backward)
     n = len(g.prev)
     cols = ((g.rank, g.chunk, g.microbatch, g.backward, tuple(start[:n]), tuple(end[:n])) if record
             else ((), (), (), (), (), ()))
-    return Schedule(pp, vpp, m, max(compute_end) if compute_end else 0.0, busy, compute_end, last_b, *cols)
+    makespan = max(compute_end) if compute_end else 0.0
+    free_makespan = max((end_free[k] for k in g.last_step), default=0.0) if free_sends else makespan
+    return Schedule(pp, vpp, m, makespan, busy, compute_end, last_b, *cols, free_makespan=free_makespan)
 
 
 def closed_form_bubble(pp: int, vpp: int, num_microbatches: int) -> float:
