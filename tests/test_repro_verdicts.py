@@ -77,3 +77,57 @@ def test_a_partition_that_does_not_sum_to_the_layers_is_a_no_go_not_a_500(tmp_pa
         "message"]
     p = isplan("check", "deepseek-v3", "--engine", engine, "--split", split, "--format", "json")
     assert p.returncode == 1 and json.loads(p.stdout)["verdict"] == body["verdict"]
+
+
+def _glm52_full(n: int) -> bool:
+    """GLM-5.2's full layers (1-based), Megatron's rule with index_topk_freq 4, skip offset 3
+    (FACTS: skip iff max(n - 3, 0) % 4 != 0): 1, 2, 3, 7, 11, ..., 75."""
+    return max(n - 3, 0) % 4 == 0
+
+
+def _starts(sizes: list[int]) -> list[int]:
+    out, nxt = [], 1
+    for s in sizes:
+        out.append(nxt)
+        nxt += s
+    return out
+
+
+# issue 16's first bullet: "the same split happens for plain splits, a conversion slot, pp=2&vpp=2,
+# and serving plans" - each URL, as the page, its JSON twin, /api/v1/check and the page's own CLI line
+# (run as a process) answer it, against a verdict derived by hand
+PAGE_CASES = [
+    # every stage of 14,8,8,8,8,8,8,16 starts on a full layer, nothing else is stated: GO
+    ({"model": "glm-5.2", "pp": "8", "split": "14,8,8,8,8,8,8,16"}, True, []),
+    # the conversion slot 10,8,8,12,12,12,8,8 starts on full layers too: GO
+    ({"model": "glm-5.2", "pp": "8", "first": "14", "last": "16", "conv": "split",
+      "conv_split": "10,8,8,12,12,12,8,8"}, True, []),
+    # 78 layers on PP 2 are 39 per rank, which 2 virtual stages cannot divide: Megatron refuses
+    ({"model": "glm-5.2", "pp": "2", "vpp": "2"}, False, ["megatron"]),
+    # Qwen3-235B on vLLM, PP 2 x TP 1: ~235 GB of bf16 weights per GPU on an 80 GB GPU
+    ({"model": "qwen3-235b-a22b", "engine": "vllm", "pp": "2"}, False, ["memory"]),
+]
+
+
+@pytest.mark.parametrize(("q", "go", "kinds"), PAGE_CASES)
+def test_the_page_its_twin_the_check_route_and_its_cli_line_agree(tmp_path, q, go, kinds):
+    import html
+    import re
+    import shlex
+
+    from tests.conftest import app_client
+
+    for key in ("split", "conv_split"):
+        if key in q:   # the hand check behind those GO cases: every stage starts on a full layer
+            assert all(_glm52_full(s) for s in _starts([int(x) for x in q[key].split(",")]))
+    client = app_client(tmp_path)
+    page = client.get("/", params=q).text
+    headline = re.search(r'<h2 id="verdict" class="verdict"><strong>([A-Z-]+)</strong>', page)
+    assert headline is not None and headline.group(1) == ("GO" if go else "NO-GO")
+    answers = [client.get(route, params=q).json()["verdict"] for route in ("/api/v1/plan", "/api/v1/check")]
+    line = html.unescape(re.search(r"isplan check [^<]*", page).group(0))
+    p = isplan(*shlex.split(line)[1:], "--format", "json")
+    answers.append(json.loads(p.stdout)["verdict"])
+    assert p.returncode == (0 if go else 1)
+    for v in answers:
+        assert v["go"] is go and sorted({r["kind"] for r in v["blocking"]}) == kinds
