@@ -94,3 +94,14 @@ def app_client(store_dir: Path, **client_kw):
     from app.web.store import ConfigStore
 
     return TestClient(create_app(store=ConfigStore(store_dir / "configs.sqlite3")), **client_kw)
+
+
+@pytest.fixture(scope="module")
+def client(request, tmp_path_factory):
+    """The one app/client fixture: the real web app (``create_app``) on a fresh config store, one
+    per test module, as a TestClient. A module that needs other client options states them once as
+    ``CLIENT_OPTIONS`` (e.g. ``dict(follow_redirects=False)`` to see a 303, or
+    ``dict(raise_server_exceptions=False)`` to see a 500 as a response)."""
+    options = getattr(request.module, "CLIENT_OPTIONS", {})
+    name = request.module.__name__.rsplit(".", 1)[-1]
+    return app_client(tmp_path_factory.mktemp(name), **options)

@@ -5,6 +5,7 @@ tests. Expectations are hand arithmetic on the preset's published shape and vLLM
 from __future__ import annotations
 
 import json
+from html import unescape
 
 import pytest
 
@@ -131,3 +132,20 @@ def test_the_page_its_twin_the_check_route_and_its_cli_line_agree(tmp_path, q, g
     assert p.returncode == (0 if go else 1)
     for v in answers:
         assert v["go"] is go and sorted({r["kind"] for r in v["blocking"]}) == kinds
+
+
+@pytest.mark.parametrize("query, field", [
+    ("model=llama-3.1-70b&engine=sglang&pp=2&vpp=2&tp=8", "vpp"),
+    ("model=glm-5.2&engine=vllm&pp=4&tp=8&recompute=full", "recompute"),
+])
+def test_a_setting_the_engine_does_not_read_is_the_same_problem_on_the_page_and_the_api(client, query, field):
+    """SGLang and vLLM build no virtual stages and no recompute (their serving fields, issue 16
+    item 8): the API refuses the URL (422 naming the field) and the page's CLI line exits 2, so the
+    page may not say GO as if the setting were absent; it says NO-GO with the same message."""
+    api = client.get("/api/v1/plan?" + query)
+    assert api.status_code == 422
+    (error,) = [e for e in api.json()["errors"] if e["field"] == field]
+    assert error["message"].endswith("does not apply to engine " + query.split("engine=")[1].split("&")[0]
+                                     + "; drop it")
+    page = client.get("/?" + query).text
+    assert '<strong>NO-GO</strong>' in page and unescape(page).count(error["message"]) >= 1

@@ -573,13 +573,22 @@ def build_plan(values: dict[str, Any]) -> Plan:
 _MODE_WORDS = {"flags": "Megatron flags", "split": "stage sizes (--split)", "layout": "a layout string (--layout)"}
 
 
+def engine_conflicts(plan: Plan, ignored: Iterable[str]) -> list[FieldProblem]:
+    """A problem for every setting the plan's engine does not read (``ignored``) that the plan sets:
+    the API and the CLI refuse it (exit 2 / 422), so the page may not judge the plan as if the
+    setting were absent (it shows the same problem: one verdict for every URL, issue 16)."""
+    return [FieldProblem(name, f"{label(TABLE[name])} does not apply to engine {plan.engine}; drop it")
+            for name in ignored if getattr(plan, name) != NEUTRAL_VALUES[name]]
+
+
 def plan_conflicts(plan: Plan, *, strict: bool, ignored: Iterable[str] = ()) -> list[FieldProblem]:
     """Cross-field rules: the layout description in use must be complete, the world TP x CP x PP x
     DP is bounded, and settings that do not apply are named.
 
-    ``ignored``: fields the plan's engine does not read (``app.core.engines``). ``strict`` (the CLI,
-    the API): a setting that cannot apply - to the layout mode or to the engine - is an error;
-    otherwise (the page) it is kept in the URL and explained, never silently used.
+    ``ignored``: fields the plan's engine does not read (``app.core.engines``); one the plan sets is
+    a problem everywhere (:func:`engine_conflicts`). ``strict`` (the CLI, the API): a setting that
+    does not apply to the layout mode is an error too; otherwise (the page, whose form keeps every
+    mode's values) it is kept in the URL and explained, never silently used.
     """
     out: list[FieldProblem] = []
     if plan.mode == "split" and plan.split is None:
@@ -596,13 +605,11 @@ def plan_conflicts(plan: Plan, *, strict: bool, ignored: Iterable[str] = ()) -> 
     if world > MAX_GPUS:
         out.append(FieldProblem("dp", f"TP x CP x PP x DP = {plan.tp} x {plan.cp} x {pp} x {plan.dp or 1} = "
                                       f"{world:,} GPUs; the limit is {MAX_GPUS:,} GPUs - lower dp (or tp, cp, pp)"))
+    out += engine_conflicts(plan, ignored)
     if strict:
         for name in ignored_fields(plan):
             out.append(FieldProblem(name, f"{label(TABLE[name])} does not apply when the layout is given by "
                                           f"{_MODE_WORDS[plan.mode]}; drop it"))
-        for name in ignored:
-            if getattr(plan, name) != NEUTRAL_VALUES[name]:
-                out.append(FieldProblem(name, f"{label(TABLE[name])} does not apply to engine {plan.engine}; drop it"))
         stray = [n for n in ("conv_pp", "conv_first", "conv_last") if getattr(plan, n) is not None]
         if plan.conv == "none" and stray:
             out.append(FieldProblem(stray[0], f"{TABLE[stray[0]].cli} needs --conv-pp N (the conversion pipeline "
