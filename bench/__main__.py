@@ -6,10 +6,14 @@ import importlib
 import sys
 
 BENCHES = ["cli_gate", "live_update", "api_latency", "scaling", "optimiser_speed", "search_speed", "load", "worst_load", "steptime",
+           "steptime_speed",
            "browser_timing", "page_speed"]
 
 
 def main(argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):
+        print(f"{__doc__}\nbenchmarks: {', '.join(BENCHES)}")
+        return 0
     names = argv or BENCHES
     unknown = [n for n in names if n not in BENCHES]
     if unknown:
