@@ -41,8 +41,8 @@ test: $(STAMP) browser lint
 # The edit loop: lint, then everything but the browser, install and schemathesis runs, stopping at
 # the first failure (about a minute on 2 cores).
 test-fast: $(STAMP) lint
-	$(BIN)/python -m pytest -q -x -m "not slow" --ignore=tests/test_browser.py \
-	  --ignore=tests/test_install.py --ignore=tests/test_schemathesis.py
+	$(BIN)/python -m pytest -q -x -m "not slow" --ignore=tests/browser \
+	  --ignore=tests/test_install.py --ignore=tests/web/test_schemathesis.py
 
 screenshot: $(STAMP) browser
 	ISPLAN_CHROMIUM=$(CHROMIUM) $(BIN)/python -m scripts.screenshot docs/screenshot.png

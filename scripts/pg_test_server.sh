@@ -2,7 +2,7 @@
 # A throw-away PostgreSQL cluster for the store tests (issue 9: CI runs them against a real server).
 #
 #   url=$(bash scripts/pg_test_server.sh start DIR)   # prints postgresql://... on stdout
-#   ISPLAN_TEST_DATABASE_URL=$url pytest tests/test_security_store.py tests/test_persistence.py
+#   ISPLAN_TEST_DATABASE_URL=$url pytest tests/web/test_security_store.py tests/web/test_persistence.py
 #   bash scripts/pg_test_server.sh stop DIR
 #
 # Installs Debian's `postgresql` with apt-get when no server binaries are present. The cluster

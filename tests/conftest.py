@@ -11,7 +11,7 @@ import pytest
 # Starlette's TestClient names its host "testserver", and a browser test reaches the server as
 # "isplan.test" (a plain-HTTP host name that is not loopback): allow them as an operator allows
 # their own host names (ISPLAN_ALLOWED_HOSTS); any other name is still a 400
-# (tests/test_security_round3.py).
+# (tests/web/test_security_round3.py).
 os.environ.setdefault("ISPLAN_ALLOWED_HOSTS", "testserver,isplan.test")
 
 from app.core.model.config import load_config_bytes

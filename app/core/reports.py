@@ -1,7 +1,7 @@
 """One report per command: ``(plan, config, options) -> (JSON body, text lines, verdict)``.
 
 ``isplan <command> --format json`` prints :attr:`Report.body`; ``GET /api/v1/<command>`` returns
-the same object (compared in tests/test_twins.py); ``--format text`` prints :attr:`Report.lines`.
+the same object (compared in tests/verdict/test_twins.py); ``--format text`` prints :attr:`Report.lines`.
 Every report is built on :func:`app.core.evaluate.evaluate` - the plan's own evaluation, or one
 per plan a search recommends - so every body's ``verdict`` is that plan's, and the CLI exits 1
 exactly when its ``go`` is false. Unusable input raises :class:`app.core.plan.PlanError` (exit 2 /

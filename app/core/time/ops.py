@@ -25,7 +25,7 @@ layer. The GEMMs of one layer, as (M, N, K) per GPU (Megatron-Core module shapes
 Backward: a data-gradient and a weight-gradient GEMM per forward GEMM, each with the forward's
 FLOPs (shapes ``(M, K, N)`` and ``(K, N, M)``). The total of the GEMM FLOPs times TP equals
 :func:`app.core.model.flops.sequence_layer_flops`' ``linear`` term less the norm gains
-(``tests/test_time_model.py``); the attention core and the indexer scoring take that module's
+(``tests/core/time/test_time_model.py``); the attention core and the indexer scoring take that module's
 ``sparse_attention`` / ``indexer_*`` terms (divided by TP * CP; the indexer is duplicated over TP,
 so by CP only). Flash-attention backward is 2.5 x its forward FLOPs (five GEMMs against two);
 the indexer's backward runs over the selected top-k pairs only (as ``training_flops``).

@@ -31,7 +31,7 @@ simulation is then one pass over that graph with the stages' durations and sends
 (:func:`run_graph`): O(steps) time, about 2 * m * VPP * PP steps. With equal costs on every stage
 and no send time, its makespan is exactly ``(m + (PP - 1) / VPP) * (f + b)`` for per-rank
 forward / backward time ``f`` / ``b`` per micro-batch, i.e. the bubble ``(PP - 1) / (VPP * m + PP - 1)``
-of FACTS.md section 7 (property-tested in ``tests/test_time_schedule.py``).
+of FACTS.md section 7 (property-tested in ``tests/core/time/test_time_schedule.py``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The plan API: every command that evaluates a plan, as ``GET /api/v1/<command>?<plan query>``.
 
 Each route returns the report of :mod:`app.core.reports` - the same object as
-``isplan <command> --format json`` for the same plan (tests/test_twins.py) - with its verdict.
+``isplan <command> --format json`` for the same plan (tests/verdict/test_twins.py) - with its verdict.
 
 The routes that evaluate one plan are ``async`` and return their JSON serialised once
 (:class:`app.web.deps.SafeJSONResponse`): no thread hop and no second validation of a 30 KB body

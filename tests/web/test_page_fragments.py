@@ -1,0 +1,122 @@
+"""The page's server side without a browser: the GPU budget search fragment, the compare panel,
+compression and caching of static files (the browser tests drive the same routes in Chromium).
+
+Expected values come from hand arithmetic or a published formula stated beside each assertion,
+or from a second route of the app (``/api/v1/check``) that is not the code under test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from html import unescape
+from pathlib import Path
+from urllib.parse import parse_qsl, quote
+
+import pytest
+
+from app.core.engines.slime import SLIME_GLM52_PROFILE
+from app.core.plan import plan_from_query
+from app.web.caching import IMMUTABLE, static_cache_control
+from app.web.view import flag_diff
+
+# full recompute needs a method and a layer count, DSA with CP the all-gather layout (Megatron-LM
+# transformer_config.py:1913-1925, 3162-3177)
+PROFILE = ("tp=4&cp=8&ep=32&etp=1&dp=1&sp=1&tpg=8192&recompute=full&rmethod=uniform&rnl=1&cp_comm_type=allgather"
+           "&offload=1&d2h=1&pao=1")
+
+
+
+
+def test_search_fragment_rows_multiply_to_the_budget_and_load_as_go(client):
+    r = client.get("/fragment/search?model=glm-5.2&gpus=256")
+    assert r.status_code == 200
+    rows = re.findall(r"<td>(\d+) × (\d+) × (\d+) × (\d+)</td>", r.text)
+    links = [unescape(h) for h in re.findall(r'class="load-plan button" href="/\?([^"]+)"', r.text)]
+    assert rows and len(rows) == len(links)
+    for (tp, cp, pp, dp), query in zip(rows, links, strict=True):
+        assert int(tp) * int(cp) * int(pp) * int(dp) == 256
+        params = dict(parse_qsl(query))
+        assert (params.get("tp", "1"), params.get("cp", "1"), params["dp"], params["gpus"]) == (tp, cp, dp, "256")
+        # one click loads a plan the whole app calls GO (the CLI's twin route, not the page)
+        check = client.get("/api/v1/check?" + query).json()
+        assert check["verdict"]["go"] is True, (query, check["verdict"])
+
+
+@pytest.mark.parametrize("query, words", [("model=glm-5.2", "give a GPU budget"),
+                                          ("model=glm-5.2&gpus=7", "no configuration of 7 GPUs"),
+                                          ("model=glm-5.2&gpus=abc", "whole number")])
+def test_search_fragment_errors_are_in_the_block(client, query, words):
+    r = client.get("/fragment/search?" + query)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    assert words in unescape(r.text) and "load-plan" not in r.text
+
+
+def test_compare_panel(client):
+    a = "split=14,8,8,8,8,8,8,16&" + PROFILE
+    r = client.get("/fragment?split=14,7,9,8,8,8,8,16&" + PROFILE + "&a=" + quote(a))
+    text = unescape(r.text)
+    cells = re.findall(r'<td class="(ok|bad)">(GO|NO-GO)', text)
+    assert cells == [("ok", "GO"), ("bad", "NO-GO")]  # A valid; B starts stage 3 on shared layer 22
+    diff = re.search(r'<table id="compare-diff">(.*?)</table>', text, re.S).group(1)
+    assert re.findall(r"<code>([^<]+)</code></th><td>([^<]+)</td><td>([^<]+)</td>", diff) == [
+        ("--split", "14,8,8,8,8,8,8,16", "14,7,9,8,8,8,8,16")]
+    # 1F1B bubble, Narayanan et al. 2021 (arXiv:2104.04473 section 2.2.1): idle (p - 1)(tf + tb) in a
+    # step of (m + p - 1)(tf + tb), so (p - 1) / (m + p - 1) of wall time; p = 8 stages, m = 8 x PP =
+    # 64 micro-batches (the page's stated assumption): 7 / 71
+    bubble_row = re.search(r"pipeline bubble</th>(.*?)</tr>", text, re.S).group(1)
+    assert re.findall(r"<td>([^<]+)</td>", bubble_row) == [f"{7 / 71 * 100:.1f}%"] * 2
+    # the URL the page shows holds A too, as given, so the share URL reproduces the compare screen
+    shown = dict(parse_qsl(r.headers["hx-replace-url"].removeprefix("/?")))
+    assert shown["a"] == a and shown["split"] == "14,7,9,8,8,8,8,16"
+    assert client.get("/fragment?" + PROFILE).text.count('id="compare"') == 0
+
+
+def test_flag_diff_names_cli_flags():
+    a, _ = plan_from_query({}, empty=SLIME_GLM52_PROFILE)
+    b, _ = plan_from_query({"tp": "8", "first": "14", "last": "16", "pp": "8", "cp": "8", "ep": "32", "etp": "1",
+                            "dp": "1", "sp": "1", "tpg": "8192", "recompute": "full", "rmethod": "uniform", "rnl": "1",
+                            "offload": "1", "d2h": "1",
+                            "pao": "1", "engine": "slime", "conv_pp": "2", "conv_last": "40", "cp_comm_type": "allgather"})
+    assert flag_diff(a, b) == [("--tp", "4", "8")]
+    assert flag_diff(a, a) == []
+
+
+def test_static_cache_control():
+    assert static_cache_control("/static/vendor/plotly-basic-4.1.1.min.js", "") == IMMUTABLE
+    assert static_cache_control("/static/vendor/swagger-ui/swagger-ui-bundle.js", "") == "no-cache"
+    assert static_cache_control("/static/app.js", "v=0123abcd") == IMMUTABLE
+    assert static_cache_control("/static/app.js", "") == "no-cache"
+    assert static_cache_control("/static/vendor/swagger-ui/swagger-ui.css", "") == "no-cache"  # no version in its URL
+
+
+def test_our_javascript_is_at_most_300_lines():
+    """Issue 17 item 2: htmx does the requests and swaps; our own JavaScript (every ``*.js`` under
+    ``static/`` outside ``vendor/``) is at most 300 non-blank lines in all."""
+    static = Path(__file__).resolve().parents[2] / "static"
+    ours = [p for p in static.rglob("*.js") if "vendor" not in p.relative_to(static).parts]
+    lines = {p.name: sum(1 for line in p.read_text().splitlines() if line.strip()) for p in ours}
+    assert "app.js" in lines and "swagger-init.js" in lines, lines
+    assert sum(lines.values()) <= 300, lines
+
+
+def test_page_links_versioned_assets_and_compresses(client):
+    r = client.get("/", headers={"Accept-Encoding": "gzip"})
+    assert r.headers.get("content-encoding") == "gzip"
+    assets = re.findall(r'(?:src|href)="(/static/app\.(?:js|css)\?v=[0-9a-f]{12})"', r.text)
+    assert len(assets) == 2
+    for url in assets:
+        resp = client.get(url)
+        assert resp.status_code == 200 and resp.headers["cache-control"] == IMMUTABLE
+    plotly = re.search(r'data-plotly="([^"]+)"', r.text).group(1)
+    assert client.get(plotly).headers["cache-control"] == IMMUTABLE
+    assert "plotly.min.js" not in r.text
+    # htmx and its morph extension are served from here, as recorded (no CDN)
+    vendor = client.app.state.vendor
+    for name in ("htmx", "idiomorph"):
+        src = f"/static/vendor/{vendor[name]['file']}"
+        assert f'src="{src}"' in r.text
+        body = client.get(src)
+        assert body.headers["cache-control"] == IMMUTABLE
+        assert hashlib.sha256(body.content).hexdigest() == vendor[name]["sha256"]
+    assert 'hx-ext="morph"' in r.text and 'hx-sync="this:queue last"' in r.text

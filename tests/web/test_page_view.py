@@ -1,0 +1,234 @@
+"""The page's server side (issues 16 and 17), without a browser: what the form holds, what the URL
+keeps, what is judged, each engine's own form and the serving workflow, the profiles the start
+actions open, the launcher import's report and the uploaded config's download.
+
+Expected values are written here by hand (flag names from each engine's documentation, layer
+arithmetic of GLM-5.2's full layers ``GLM52_FULL`` from seed 000), or read from another route of
+the app that is not the page (``/api/v1/check``, ``/api/v1/time``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from html import unescape
+from urllib.parse import parse_qsl, quote, urlsplit
+
+import pytest
+from conftest import GLM52_FULL, REPO
+
+from app.core.engines import ENGINES
+from app.core.model.config import preset_ids
+
+
+def page(client, query: str) -> str:
+    r = client.get("/?" + query)
+    assert r.status_code == 200, r.text[:300]
+    return unescape(r.text)
+
+
+def fragment(client, query: str, **headers: str):
+    r = client.get("/fragment?" + query, headers={"HX-Request": "true", **headers})
+    assert r.status_code == 200, r.text[:300]
+    return r
+
+
+def shown_url(resp) -> dict[str, str]:
+    url = resp.headers.get("hx-replace-url") or resp.headers["hx-push-url"]
+    return dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+
+
+def form_controls(html: str) -> dict[str, str]:
+    """id -> tag of every control of the settings form (``#controls``) in ``html``."""
+    form = re.search(r'<form id="controls".*?</form>', html, re.S).group(0)
+    return {m.group(2): m.group(1) for m in re.finditer(r'<(input|select)[^>]*\bid="([^"]+)"', form)}
+
+
+# --------------------------------------------------------------------------- the URL and the form
+
+
+def test_an_unknown_key_is_said(client):
+    html = page(client, "pp=8&first=14&last=16&frist=14")
+    assert "unknown setting 'frist'; did you mean first?" in html
+
+
+def test_a_bad_value_stays_in_the_share_url_and_the_field(client):
+    r = fragment(client, "pp=abc&tp=4&split=14,8,8,8,8,8,8,16")
+    assert shown_url(r)["pp"] == "abc"  # the recipient sees the same message, not a silently different plan
+    assert re.search(r'<input id="pp" name="pp" type="text"[^>]*value="abc"', r.text)
+    assert "whole number" in unescape(r.text)
+
+
+def test_the_form_sends_each_setting_once(client):
+    """No hidden 0 beside a checkbox (it wrote sp=0&sp=1): an unchecked box sends nothing."""
+    html = page(client, "")  # the slime profile: sp is on
+    form = re.search(r'<form id="controls".*?</form>', html, re.S).group(0)
+    names = re.findall(r'<(?:input|select)[^>]*\bname="([^"]+)"', form)
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    assert re.search(r'<input id="sp" name="sp" type="checkbox" value="1" checked', form)
+
+
+def test_a_field_the_url_does_not_hold_is_blank(client):
+    """Load the plain layout URL: no parallel setting shown, so none is sent back, and none judged."""
+    html = page(client, "pp=8&first=14&last=16")
+    assert re.search(r'<input id="tp" name="tp" type="text"[^>]*value=""', html)
+    assert re.search(r'<select id="gpu" name="gpu"[^>]*><option value="" selected>unset', html)
+    assert "Not judged:" in html and "GPU count not judged" in html
+    # the page's verdict is the CLI's for the same URL (both judge the layout only): GO
+    check = client.get("/api/v1/check?pp=8&first=14&last=16").json()
+    assert check["verdict"]["go"] is True and check["verdict"]["judged"] == ["layout"]
+    assert "<strong>GO</strong>" in html
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_each_engine_form_is_its_own_fields(client, engine):
+    html = page(client, f"engine={engine}")
+    controls = set(form_controls(html))
+    assert controls - {"action", "compare-a"} == set(ENGINES[engine].fields) - {"model", "engine"}
+
+
+@pytest.mark.parametrize("engine, field, flag", [
+    ("megatron", "tp", "--tensor-model-parallel-size"), ("megatron", "pp", "--pipeline-model-parallel-size"),
+    ("slime", "tokens_per_gpu", "--max-tokens-per-gpu"), ("vllm", "tp", "--tensor-parallel-size"),
+    ("vllm", "split", "VLLM_PP_LAYER_PARTITION"), ("sglang", "pp", "--pp-size"),
+    ("sglang", "split", "SGLANG_PP_LAYER_PARTITION"), ("maxtext", "layers_per_pipeline_stage",
+                                                       "num_layers_per_pipeline_stage"),
+])
+def test_fields_carry_the_engines_own_names(client, engine, field, flag):
+    """Each flag as the engine's own documentation spells it (vLLM's engine args, SGLang's server
+    args, MaxText's base.yml, Megatron's arguments.py, slime's arguments.py)."""
+    html = page(client, f"engine={engine}")
+    assert re.search(rf'<label for="{field}"><b>{field}</b> <code>{re.escape(flag)}</code></label>', html), (engine, field)
+
+
+def test_serving_is_a_serving_workflow(client):
+    """SGLang (latest build hands the top-k over) at PP 8 on GLM-5.2's default partition: only serving
+    settings and exports; the stages that start on a shared layer are not called invalid."""
+    html = page(client, "model=glm-5.2&engine=sglang&pp=8&tp=8")
+    controls = set(form_controls(html))
+    assert not controls & {"cp", "recompute", "optimizer_cpu_offload", "use_precision_aware_optimizer", "conv_pp"}
+    exports = set(re.findall(r'<pre id="export-([a-z_]+)"', html))
+    assert exports <= {"serve", "serve_env", "serve_command", "cli"} and "megatron" not in exports
+    stages = re.search(r'<table id="stage-table">.*?</table>', html, re.S).group(0)
+    assert "invalid" not in stages and "shared (handoff)" in stages
+    # SGLang's default for 78 layers over 8 ranks gives the last 78 % 8 = 6 ranks one extra: 9,9,10,...
+    sizes = [9, 9, 10, 10, 10, 10, 10, 10]
+    starts = [1 + sum(sizes[:i]) for i in range(8)]
+    assert [s for s in starts if s not in GLM52_FULL], "the default puts some stage on a shared layer"
+
+
+def test_the_map_stays_while_the_split_is_mid_typing(client):
+    r = fragment(client, "mode=split&split=14,8,8,")  # as the form sends it while the sizes are typed
+    html = unescape(r.text)
+    assert 'id="layer-map"' in html and "no-stages" in html
+    assert len(re.findall(r'<div id="L\d+" class="cell ', html)) == 78
+    assert 'id="bnd-' not in html  # no stages to bound
+
+
+def test_virtual_stages_say_their_rank(client):
+    # PP 2, VPP 2: four vp-major stages 13,26,13,26 -> rank 0 holds stages 1 and 3, rank 1 stages 2 and 4
+    html = page(client, "split=13,26,13,26&vpp=2")
+    groups = re.findall(r"<li>(pp rank \d: [^<]+)</li>", html)
+    assert groups == ["pp rank 0: stage 1 (vp 0: 1–13), stage 3 (vp 1: 40–52)",
+                      "pp rank 1: stage 2 (vp 0: 14–39), stage 4 (vp 1: 53–78)"]
+
+
+def test_compare_table_has_no_empty_header(client):
+    a = quote("split=14,8,8,8,8,8,8,16")
+    html = page(client, f"split=14,7,9,8,8,8,8,16&a={a}")
+    table = re.search(r'<table id="compare-table">.*?</table>', html, re.S).group(0)
+    assert "<th scope=\"col\"></th>" not in table and '<th scope="col">measure</th>' in table
+
+
+def test_step_time_beside_the_verdict_is_the_time_routes(client):
+    html = page(client, "")
+    t = client.get("/api/v1/time?" + urlsplit(client.get("/fragment").headers["hx-replace-url"]).query).json()["time"]
+    line = re.search(r'<p class="time" id="time-line">(.*?)</p>', html, re.S).group(1)
+    assert f"{t['tokens_per_second_per_gpu']:,.0f}</strong> tokens/s/GPU" in line
+    assert f"MFU <strong>{t['mfu'] * 100:.1f}%" in line and f"{t['step_seconds']:.2f} s" in line
+    assert 'id="fig-time"' in html and "What the time model counts" in html
+    for item in t["not_modelled"]:
+        assert item in html
+
+
+def test_the_schedule_is_drawn_from_the_simulation(client):
+    r = client.get("/fragment/schedule")  # the default plan: 8 ranks, 64 micro-batches, 1F1B
+    fig = json.loads(unescape(re.search(r'data-figure="([^"]+)"', r.text).group(1)))
+    fwd, bwd = fig["data"]
+    # every micro-batch's forward and backward on every rank, each one segment [start, end, gap]
+    assert len(fwd["x"]) == len(bwd["x"]) == 8 * 64 * 3
+
+
+def test_about_is_a_page(client):
+    r = client.get("/about")
+    assert r.headers["content-type"].startswith("text/html")
+    assert 'href="/api/v1/about"' in r.text and "htmx" in r.text and "2.0.11" in r.text
+    assert client.get("/api/v1/about").headers["content-type"].startswith("application/json")
+
+
+# --------------------------------------------------------------------------- start from a plan that runs
+
+
+@pytest.mark.parametrize("model", preset_ids())
+def test_load_preset_opens_a_plan_that_runs(client, model):
+    r = client.get(f"/profile?model={model}&engine=megatron", follow_redirects=False)
+    assert r.status_code == 303
+    query = urlsplit(r.headers["location"]).query
+    assert dict(parse_qsl(query))["model"] == model
+    check = client.get("/api/v1/check?" + query).json()  # the CLI's twin, not the page
+    assert check["verdict"]["go"] is True and "memory" in check["verdict"]["judged"], (model, check["verdict"])
+
+
+def test_profile_for_htmx_is_a_redirect_header(client):
+    r = client.get("/profile?model=glm-5.2&engine=slime", headers={"HX-Request": "true"})
+    assert r.status_code == 200 and r.headers["hx-redirect"].startswith("/?model=glm-5.2&engine=slime")
+
+
+def test_an_uploaded_config_opens_a_plan_that_runs_and_can_be_downloaded(client):
+    data = (REPO / "app" / "core" / "presets" / "llama-3.1-70b.json").read_bytes()
+    r = client.post("/upload", files={"file": ("llama.json", data, "application/json")},
+                    data={"engine": "megatron"}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"].startswith("/profile?model=sha256%3A")
+    target = client.get(r.headers["location"], follow_redirects=False).headers["location"]
+    query = urlsplit(target).query
+    model = dict(parse_qsl(query))["model"]
+    assert model == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert client.get("/api/v1/check?" + query).json()["verdict"]["go"] is True
+    html = page(client, query)
+    name = f"config-{hashlib.sha256(data).hexdigest()[:12]}.json"
+    assert f"<code>isplan check {name} " in html
+    assert client.get(f"/config/{model}").content == data
+    missing = client.get("/config/sha256:" + "0" * 64)
+    assert missing.status_code == 404 and missing.json()["errors"][0]["field"] == "model"
+
+
+def test_an_htmx_upload_refusal_is_the_error_line(client):
+    r = client.post("/upload", files={"file": ("bad.json", b"{", "application/json")}, headers={"HX-Request": "true"})
+    assert r.status_code == 422 and r.headers["hx-retarget"] == "#err-upload"
+    assert r.text.startswith('<p class="field-error" id="err-upload"') and "refused" in r.text
+
+
+# --------------------------------------------------------------------------- the launcher
+
+
+SLIME_SCRIPT = """#!/bin/bash
+PERF_ARGS=(
+   --pipeline-model-parallel-size 4
+   --tensor-model-parallel-size 2
+)
+python3 train.py "${PERF_ARGS[@]}" --hf-checkpoint /data/GLM-5.2
+"""
+
+
+def test_a_launcher_takes_its_engine_and_shows_where_each_value_came_from(client):
+    r = client.post("/launcher", data={"script": SLIME_SCRIPT, "model": "glm-5.2", "engine": "megatron"},
+                    files={"files": ("", b"")}, headers={"HX-Request": "true"})
+    assert r.status_code == 200, r.text[:400]
+    url = dict(parse_qsl(urlsplit(r.headers["hx-push-url"]).query))
+    assert (url["engine"], url["pp"], url["tp"]) == ("slime", "4", "2")  # train.py + PERF_ARGS: slime's
+    html = unescape(r.text)
+    assert "Launcher read: slime" in html
+    rows = dict(re.findall(r"<tr><th scope=\"row\"><code>([^<]+)</code></th><td class=\"left\">[^<]*</td>"
+                           r"<td class=\"left\">([^<]+)</td></tr>", html))
+    assert rows["--pipeline-model-parallel-size"].endswith(":3") and rows["--tensor-model-parallel-size"].endswith(":4")
+    assert "--hf-checkpoint" in html  # the import's warnings: the checkpoint path cannot be read here
