@@ -1,162 +1,40 @@
 """The dashboard in a real browser: the app under uvicorn, Debian's Chromium through Playwright.
 
-One app server (fresh ``ISPLAN_DATA_DIR``) and one Chromium (fresh profile) serve the whole module.
-Every page opened here records console errors (a Content-Security-Policy violation is one), page
-errors and dialogs; any of them fails the test that opened the page.
-
-Chromium missing: the module fails when ``CI`` is set and skips, saying how to install it,
-elsewhere.
+The fixtures (one app server and one Chromium per module, watched pages) are in this folder's
+``conftest.py``; reading and moving the page is ``dashboard.py``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import quote, urlsplit
 
 import pytest
-from browser_support import (
-    REPO,
-    AppServer,
-    PageWatch,
-    chromium_context,
-    chromium_missing_reason,
-    wait_for_figures,
+from browser_support import AppServer, wait_for_figures
+from dashboard import (
+    DEFAULT_STARTS,
+    GLM52_FULL,
+    HOSTILE,
+    PRESET,
+    PROFILE_PARALLEL,
+    boundaries,
+    boundary,
+    cell,
+    drag_boundary,
+    focused_boundary,
+    form_values,
+    query,
+    settle,
+    updated,
+    verdict,
+    violations,
 )
+from playwright.sync_api import expect
 
 pytestmark = pytest.mark.slow
-
-try:
-    from playwright.sync_api import Page, expect
-except ImportError:  # never a silent skip in CI
-    if os.environ.get("CI"):
-        raise
-    pytest.skip("playwright is not installed: pip install -e '.[test]'", allow_module_level=True)
-
-PRESET = REPO / "app" / "core" / "presets" / "glm-5.2.json"
-GLM52_FULL = [1, 2, 3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43, 47, 51, 55, 59, 63, 67, 71, 75]
-DEFAULT_STARTS = [15, 23, 31, 39, 47, 55, 63]  # stages 2..8 of first 14 / last 16, PP 8
-# app.core.plan.SLIME_GLM52_PROFILE (slime's run-glm5.2-744B-A40B.sh) spelled out, without its layout
-# full recompute needs a method and a layer count, DSA with CP the all-gather layout (Megatron-LM
-# transformer_config.py:1913-1925, 3162-3177)
-PROFILE_PARALLEL = ("tp=4&cp=8&ep=32&etp=1&dp=1&sp=1&tpg=8192&recompute=full&rmethod=uniform&rnl=1"
-                    "&cp_comm_type=allgather&offload=1&d2h=1&pao=1")
-HOSTILE = "<img src=x onerror=alert(1)>"
-
-
-# --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def chromium_ready() -> None:
-    reason = chromium_missing_reason()
-    if reason:
-        if os.environ.get("CI"):
-            pytest.fail(f"browser tests cannot run in CI: {reason}", pytrace=False)
-        pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def server(chromium_ready, tmp_path_factory) -> AppServer:
-    with AppServer(tmp_path_factory.mktemp("isplan-data")) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def browser(chromium_ready, tmp_path_factory):
-    with chromium_context(tmp_path_factory.mktemp("chromium-profile")) as ctx:
-        yield ctx
-
-
-@pytest.fixture
-def open_page(browser, server) -> Callable[..., Page]:
-    """``open_page(path)``: a new watched page at ``server.url + path`` (status and figures checked).
-    At teardown every page it opened must have had no console error, page error or dialog."""
-    watches: list[PageWatch] = []
-
-    def _open(path: str = "/", *, status: int = 200, figures: bool = True, base: str | None = None) -> Page:
-        page = browser.new_page()
-        watch = PageWatch(page, path[:120])
-        watches.append(watch)
-        page.watch = watch  # tests that provoke an error on purpose read and clear it
-        resp = page.goto((base or server.url) + path)
-        assert resp is not None and resp.status == status, f"GET {path}: {resp.status if resp else None}"
-        if figures:
-            wait_for_figures(page)
-        return page
-
-    yield _open
-    problems = [p for w in watches for p in w.problems()]
-    for w in watches:
-        w.page.close()
-    if problems:
-        pytest.fail("the browser reported:\n" + "\n".join(problems), pytrace=False)
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def updated(page: Page, action: Callable[[], object]) -> None:
-    """Run ``action`` and wait until an htmx swap landed (app.js stamps body[data-updated])."""
-    before = page.evaluate("() => document.body.dataset.updated || ''")
-    action()
-    page.wait_for_function("b => (document.body.dataset.updated || '') !== b", arg=before)
-
-
-def settle(page: Page) -> None:
-    """Number inputs also fire a delayed ``input`` trigger (250 ms); let it run and land."""
-    page.wait_for_timeout(400)
-    page.wait_for_function("() => !document.querySelector('.htmx-request')")
-
-
-def verdict(page: Page) -> str:
-    return page.locator("#verdict").inner_text().strip()
-
-
-def boundaries(page: Page) -> list[tuple[str, int]]:
-    return [tuple(b) for b in page.evaluate("""() => Array.from(document.querySelectorAll('#layer-map .boundary'))
-        .map(b => [b.dataset.stage, Number(b.getAttribute('aria-valuenow'))])""")]
-
-
-def query(page: Page) -> dict[str, str]:
-    return {k: v[-1] for k, v in parse_qs(urlsplit(page.url).query, keep_blank_values=True).items()}
-
-
-def cell(page: Page, layer: int):
-    return page.locator(f'#layer-map .cell[data-layer="{layer}"]')
-
-
-def boundary(page: Page, stage: int):
-    return page.locator(f'#layer-map .boundary[data-stage="{stage}"]')
-
-
-def focused_boundary(page: Page) -> tuple[str | None, str | None]:
-    return tuple(page.evaluate("""() => { const e = document.activeElement;
-        return e && e.classList.contains('boundary') ? [e.dataset.stage, e.getAttribute('aria-valuenow')] : [null, null]; }"""))
-
-
-def form_values(page: Page) -> list[tuple[str, str]]:
-    return [tuple(x) for x in page.evaluate("""() => Array.from(document.querySelectorAll('#controls [name]'))
-        .map(e => [e.id || e.name, e.type === 'checkbox' ? String(e.checked) : e.value])""")]
-
-
-def drag_boundary(page: Page, stage: int, layer: int) -> None:
-    b = boundary(page, stage).bounding_box()
-    c = cell(page, layer).bounding_box()
-    assert b and c
-    page.mouse.move(b["x"] + b["width"] / 2, b["y"] + b["height"] / 2)
-    page.mouse.down()
-    page.mouse.move(c["x"] + c["width"] / 2, c["y"] + c["height"] / 2, steps=6)
-    page.mouse.up()
-
-
-def violations(page: Page) -> list[str]:
-    return page.locator("#violations li.err").all_inner_texts()
-
 
 # --------------------------------------------------------------------------- tests
 

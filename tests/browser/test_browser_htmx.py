@@ -10,37 +10,25 @@
   MaxText and serving pages start, and answer an edit, without a script error.
 """
 
-# ruff: noqa: F811  (pytest fixtures imported from test_browser are used as parameters)
 from __future__ import annotations
 
-import os
 import re
 from urllib.parse import urlsplit
 
 import pytest
 from browser_support import REPO, PageWatch, launch_profile, wait_for_figures
-from test_browser import (  # noqa: F401  (fixtures and helpers shared with the page's first tests)
+from dashboard import (
     boundary,
-    browser,
-    cell,
-    chromium_ready,
     drag_boundary,
-    open_page,
     query,
-    server,
     verdict,
 )
+from playwright.sync_api import Page, expect
 
 from app.core.model.config import preset_ids
 
 pytestmark = pytest.mark.slow
 
-try:
-    from playwright.sync_api import Page, expect
-except ImportError:  # never a silent skip in CI
-    if os.environ.get("CI"):
-        raise
-    pytest.skip("playwright is not installed: pip install -e '.[test]'", allow_module_level=True)
 
 #: counts htmx's swaps of #results and any fetch() the page would make of its own
 WATCH_SWAPS = """() => { window.__swaps = 0; window.__fetches = 0;

@@ -15,39 +15,27 @@ Expected layouts are derived here from GLM-5.2's full layers (``GLM52_FULL``, th
 checked in tests/core/model/test_layer_roles.py), never read back from the code under test.
 """
 
-# ruff: noqa: F811  (pytest fixtures imported from test_browser are used as parameters)
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from urllib.parse import quote, urlsplit
 
 import pytest
 from browser_support import ALL_FIGURES_DRAWN_JS, REPO, launch_profile, wait_for_figures
-from test_browser import (  # noqa: F401  (fixtures and helpers shared with the page's first tests)
+from dashboard import (
     GLM52_FULL,
     PROFILE_PARALLEL,
     boundaries,
     boundary,
-    browser,
     cell,
-    chromium_ready,
-    open_page,
     query,
-    server,
-    verdict,
 )
+from playwright.sync_api import Page, expect
 
 pytestmark = pytest.mark.slow
 
-try:
-    from playwright.sync_api import Page, expect
-except ImportError:  # never a silent skip in CI
-    if os.environ.get("CI"):
-        raise
-    pytest.skip("playwright is not installed: pip install -e '.[test]'", allow_module_level=True)
 
 AXE = REPO / "tests" / "vendor" / "axe-core-4.14.1.min.js"
 # the trainer line a launcher runs its flags with (an import needs to see what would run)
