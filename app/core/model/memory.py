@@ -511,12 +511,15 @@ def host_bytes_per_node(par: ParallelConfig, host_per_rank: list[int]) -> list[i
     """Host bytes of every node: global ranks in Megatron's default order ``tp-cp-ep-dp-pp``
     (NVIDIA/Megatron-LM ``megatron/core/parallel_state.py`` ``initialize_model_parallel``, PP
     outermost), so global rank ``g`` is pipeline rank ``g // (world / PP)``; ``gpus_per_node``
-    consecutive global ranks share a node."""
-    per_pp = par.gpus_per_pp_rank
-    g_node = par.gpus_per_node
-    nodes = -(-par.world // g_node)
-    return [sum(host_per_rank[g // per_pp] for g in range(n * g_node, min((n + 1) * g_node, par.world)))
-            for n in range(nodes)]
+    consecutive global ranks share a node. Summed per pipeline rank a node overlaps (its GPUs in
+    that rank times the rank's bytes), not GPU by GPU."""
+    world, per_pp, g_node = par.world, par.gpus_per_pp_rank, par.gpus_per_node
+    out = []
+    for lo in range(0, world, g_node):
+        hi = min(lo + g_node, world)
+        out.append(sum(host_per_rank[r] * (min(hi, (r + 1) * per_pp) - max(lo, r * per_pp))
+                       for r in range(lo // per_pp, (hi - 1) // per_pp + 1)))
+    return out
 
 
 def rank_layers(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, rank: int) -> dict[str, Any]:
