@@ -120,7 +120,9 @@ class PageEnvironment(Environment):
     ``r.memory``), and Jinja's :meth:`~jinja2.Environment.getattr` first tries the attribute,
     raising and catching an ``AttributeError`` for every such read (~500 per fragment). The answer
     is the same: a dict has no attributes but its methods, so a name that is not one of them is
-    looked up as a key first, exactly what Jinja does after the failed attribute."""
+    looked up as a key first, exactly what Jinja does after the failed attribute. Anything else
+    takes Jinja's own rule (``jinja2/environment.py`` ``Environment.getattr``, 3.1), written out
+    here: the template calls this for every ``x.name``."""
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         if type(obj) is dict and attribute not in _DICT_ATTRS:
@@ -128,7 +130,14 @@ class PageEnvironment(Environment):
                 return obj[attribute]
             except KeyError:
                 return self.undefined(obj=obj, name=attribute)
-        return super().getattr(obj, attribute)
+        try:
+            return getattr(obj, attribute)
+        except AttributeError:
+            pass
+        try:
+            return obj[attribute]
+        except (TypeError, LookupError, AttributeError):
+            return self.undefined(obj=obj, name=attribute)
 
 
 @lru_cache(maxsize=1)
