@@ -152,10 +152,16 @@ class PlanView:
 
     # ------------------------------------------------------------------ the URL and the form
     @cached_property
+    def plan_query(self) -> str:
+        """The plan's canonical query (:meth:`Plan.query`), built once per view: the page reads it
+        for the share URL, the pin button and the receipt link."""
+        return self.plan.query()
+
+    @cached_property
     def query_values(self) -> dict[str, str]:
         """URL key -> value of every setting the plan's canonical query holds, with the text the
         URL carried for a value that could not be used (so the share URL keeps it)."""
-        out = dict(parse_qsl(self.plan.query(), keep_blank_values=True))
+        out = dict(parse_qsl(self.plan_query, keep_blank_values=True))
         out.update(self.raw)
         return out
 
@@ -215,8 +221,9 @@ class PlanView:
                          spec.lo, spec.hi, spec.max_len, spec.modes[0] if len(spec.modes) == 1 else None, spec.modes)
 
     # ------------------------------------------------------------------ panels
-    @property
+    @cached_property
     def checks(self) -> list[dict[str, Any]]:
+        """The parallel checks as the page lists them (read six times a render: built once)."""
         return [c.to_dict() for c in self.ev.checks]
 
     @cached_property
@@ -342,7 +349,7 @@ class PlanView:
         """``GET /api/v1/plan``: the plan, its verdict and every panel."""
         ev = self.ev
         return {
-            "plan": self.plan.to_dict(), "query": self.plan.query(), "verdict": ev.verdict.to_dict(),
+            "plan": self.plan.to_dict(), "query": self.plan_query, "verdict": ev.verdict.to_dict(),
             "check": ev.check.to_json() if ev.check else None,
             "conversion": ev.conversion.to_json() if ev.conversion else None,
             "parallel": parallel_summary(ev), "memory": ev.memory, "stage_flops": ev.stage_flops,

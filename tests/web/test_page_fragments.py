@@ -120,3 +120,26 @@ def test_page_links_versioned_assets_and_compresses(client):
         assert body.headers["cache-control"] == IMMUTABLE
         assert hashlib.sha256(body.content).hexdigest() == vendor[name]["sha256"]
     assert 'hx-ext="morph"' in r.text and 'hx-sync="this:queue last"' in r.text
+
+
+def test_page_environment_reads_a_dict_as_jinja_does():
+    """The page's cheaper ``x.key`` on a dict (pages.PageEnvironment) answers what Jinja's own
+    Environment answers: a key as a key, a dict method as the method (``d.items()``), a key named
+    like a method still as the method, a missing key as an error (StrictUndefined), and objects
+    other than a plain dict (a subclass, an object with attributes) through Jinja's own rule."""
+    from collections import OrderedDict
+    from types import SimpleNamespace
+
+    import jinja2
+
+    from app.web.routers.pages import PageEnvironment
+
+    source = ("{{ d.a }}|{{ d.items()|list|length }}|{{ d['items'] }}|{{ d.items is callable }}|"
+              "{{ o.a }}|{{ od.a }}|{{ d.n.b }}")
+    ctx = {"d": {"a": 1, "items": "key", "n": {"b": "<b>"}}, "o": SimpleNamespace(a=2), "od": OrderedDict(a=3)}
+    envs = [cls(autoescape=True, undefined=jinja2.StrictUndefined) for cls in (jinja2.Environment, PageEnvironment)]
+    ours, theirs = (e.from_string(source).render(ctx) for e in (envs[1], envs[0]))
+    assert ours == theirs == "1|3|key|True|2|3|&lt;b&gt;"
+    for env in envs:
+        with pytest.raises(jinja2.UndefinedError):
+            env.from_string("{{ d.missing }}").render(ctx)

@@ -310,3 +310,39 @@ def test_the_benchmark_times_the_real_fragment_render(tmp_path):
     from bench.common import update_seconds
 
     assert update_seconds(create_app(store=ConfigStore(tmp_path / "s.sqlite3")), "split=14,8,8,8,8,8,8,16") > 0
+
+
+def _json_values():
+    from hypothesis import strategies as st
+
+    scalars = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
+               | st.floats(allow_nan=False, allow_infinity=False) | st.text())
+    return st.recursive(scalars, lambda c: st.lists(c, max_size=5) | st.dictionaries(st.text(), c, max_size=5),
+                        max_leaves=30)
+
+
+def test_safe_json_keeps_the_value_escapes_and_refuses_what_json_refuses():
+    """The plan routes' encoder (pydantic-core's, falling back to :mod:`json`): every JSON value
+    (lone surrogates, non-ASCII, big ints, small floats) reads back the same through the standard
+    library, as ASCII; NaN and infinities are refused with the standard library's ValueError;
+    a string that spells ``NaN`` is just text."""
+    from hypothesis import given, settings
+
+    from app.web.deps import SafeJSONResponse
+
+    render = SafeJSONResponse(None).render
+
+    @settings(max_examples=300, deadline=None)
+    @given(_json_values())
+    def same_value(v):
+        body = render(v)
+        assert body.isascii()
+        assert json.loads(body) == v
+
+    same_value()
+    for v in ({"x": "\ud800"}, ["é", "NaN", "Infinity"], {"t": 7.980766814814815e-05}):
+        assert json.loads(render(v)) == v
+    assert render({"x": "\ud800"}) == b'{"x":"\\ud800"}'
+    for bad in (float("nan"), {"x": [float("inf")]}, -float("inf")):
+        with pytest.raises(ValueError):
+            render(bad)

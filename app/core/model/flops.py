@@ -81,6 +81,7 @@ and the MTP layers are not recomputed). Pipeline bubble: ``(PP-1)/(VPP*m + PP - 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -401,11 +402,24 @@ def _mtp_role(cfg: ModelConfig, roles: RoleMap, k: int) -> LayerRole:
     return LayerRole(n, "full", n, "moe" if cfg.n_routed_experts else "dense", cfg.has_indexer, mtp=True)
 
 
+#: what a layer's FLOPs depend on besides the settings (:func:`_layer_terms`): (FFN kind, owns an
+#: indexer, is MTP)
+LayerKind = tuple[str, bool, bool]
+
+
 def _stage_terms(cfg: ModelConfig, sh: Shapes, roles: RoleMap, stage: Stage, *, seq_length: int,
-                 mbs: int, mtp_before: int, mtp_total: int) -> tuple[dict[str, int], int]:
+                 mbs: int, mtp_before: int, mtp_total: int,
+                 per_kind: dict[LayerKind, dict[str, int]] | None = None) -> tuple[dict[str, int], int]:
+    """A stage's terms: its decoder and MTP layers (:func:`_sequence_layer_terms`, derived once per
+    layer kind and kept in ``per_kind``, which the stages of one plan may share) and the loss head."""
+    per_kind = {} if per_kind is None else per_kind
+    held = Counter((r.ffn, r.has_indexer, r.mtp) for r in roles.layers[stage.layers.start - 1:stage.layers.stop - 1])
     acc = _zero()
-    for n in stage.layers:
-        _add(acc, _sequence_layer_terms(cfg, sh, roles.role(n), seq_length, mbs))
+    for kind, n in held.items():
+        if kind not in per_kind:
+            per_kind[kind] = _sequence_layer_terms(cfg, sh, LayerRole(0, "full", None, kind[0], kind[1], kind[2]),
+                                                   seq_length, mbs)
+        _add(acc, {t: v * n for t, v in per_kind[kind].items()})
     for k in range(mtp_before + 1, mtp_before + stage.mtp_layers + 1):
         _add(acc, _sequence_layer_terms(cfg, sh, _mtp_role(cfg, roles, k), seq_length, mbs))
     head = 0
@@ -446,9 +460,10 @@ def stage_flops(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, *, seq_length
     stages_out = []
     mtp_seen = 0
     rank_totals = [0] * plan.pp
+    per_kind: dict[LayerKind, dict[str, int]] = {}
     for s in plan.stages:
         terms, head = _stage_terms(cfg, sh, roles, s, seq_length=seq_length, mbs=mbs,
-                                   mtp_before=mtp_seen, mtp_total=plan.mtp_layers)
+                                   mtp_before=mtp_seen, mtp_total=plan.mtp_layers, per_kind=per_kind)
         mtp_seen += s.mtp_layers
         b = _with_total(terms, head)
         rank_totals[s.pp_rank] += b["total"]

@@ -338,16 +338,39 @@ def in_flight_microbatches(pp: int, vpp: int, m: int | None, rank: int) -> list[
     return counts
 
 
-def _layer_kinds(roles: RoleMap, stage: Stage) -> list[tuple[str, bool, bool]]:
+LayerKind = tuple[str, bool, bool]
+
+
+def _layer_kinds(roles: RoleMap, stage: Stage) -> list[LayerKind]:
     """(ffn, owns top-k, is MTP) for every layer of a stage, decoder layers then MTP layers."""
-    out = []
-    for n in stage.layers:
-        r = roles.role(n)
-        out.append((r.ffn, r.role == "full", False))
+    out: list[LayerKind] = [(r.ffn, r.role == "full", False) for r in roles.layers[stage.layers.start - 1:
+                                                                                   stage.layers.stop - 1]]
     for j in range(stage.mtp_layers):
         m = roles.mtp[j] if j < len(roles.mtp) else None
         out.append((m.ffn if m else "moe", True, True))
     return out
+
+
+class KindBytes:
+    """Activation bytes per micro-batch of one layer of each kind (:data:`LayerKind`): (everything,
+    stored under the plan's recompute mode), i.e. :func:`layer_activation_terms` summed, with and
+    without what selective recompute drops, times ``t``. A layer's bytes depend only on its kind and
+    the settings, so each kind is derived once per estimate however many layers and ranks share it."""
+
+    def __init__(self, cfg: ModelConfig, par: ParallelConfig):
+        self.cfg, self.par = cfg, par
+        self.per_kind: dict[LayerKind, tuple[float, float]] = {}
+
+    def __call__(self, kind: LayerKind) -> tuple[float, float]:
+        found = self.per_kind.get(kind)
+        if found is None:
+            cfg, par = self.cfg, self.par
+            tok = par.tokens_per_microbatch
+            terms = layer_activation_terms(cfg, par, ffn=kind[0], indexer=kind[1], mtp=kind[2])
+            found = (sum(terms.values()) * tok,
+                     _stored_per_token(terms, selective_dropped(cfg, par.modules, kind[0])) * tok)
+            self.per_kind[kind] = found
+        return found
 
 
 def indexer_logits_bytes(par: ParallelConfig) -> int:
@@ -408,25 +431,16 @@ def _loss_logits(cfg: ModelConfig, par: ParallelConfig, stages: list[Stage]) -> 
 
 
 def _rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: ParallelConfig,
-                      rank: int) -> dict[str, Any]:
+                      rank: int, kind_bytes: KindBytes | None = None) -> dict[str, Any]:
     """The activation-side terms of pipeline rank ``rank`` (module docstring): each virtual stage's
     stored bytes per micro-batch times the micro-batches it holds in flight
     (:func:`in_flight_microbatches`), the IndexShare top-k indices of its full and MTP layers, the
     recompute working set, one indexer logits buffer where a layer has an indexer, and the loss
-    logits."""
+    logits. ``kind_bytes`` (:class:`KindBytes`) may be shared by the ranks of one estimate."""
     tok = par.tokens_per_microbatch
     stages = sorted(plan.rank_stages(rank), key=lambda s: s.vp_stage)
     counts = in_flight_microbatches(plan.pp, plan.vpp or 1, par.microbatches, rank)
-    # (everything, stored under this recompute mode) per token for each distinct layer kind:
-    # a stage has at most a handful of kinds, so the terms are derived once per kind
-    per_kind: dict[tuple[str, bool, bool], tuple[float, float]] = {}
-
-    def kind_bytes(kind: tuple[str, bool, bool]) -> tuple[float, float]:
-        if kind not in per_kind:
-            terms = layer_activation_terms(cfg, par, ffn=kind[0], indexer=kind[1], mtp=kind[2])
-            per_kind[kind] = (sum(terms.values()), _stored_per_token(terms, selective_dropped(cfg, par.modules, kind[0])))
-        return per_kind[kind]
-
+    kind_bytes = kind_bytes or KindBytes(cfg, par)
     keep_topk = _keeps_topk(cfg, roles, par)
     acts = topk = 0.0
     per_mb: list[float] = []
@@ -434,10 +448,10 @@ def _rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Pa
     holds_indexer = False
     for v, st in enumerate(stages):
         kinds = _layer_kinds(roles, st)
-        full = [kind_bytes(k)[0] * tok for k in kinds]
+        full = [kind_bytes(k)[0] for k in kinds]
         full_layer_bytes.extend(full)
         stored = (_full_recompute_stored(cfg, par, st, full) if par.recompute == "full"
-                  else sum(kind_bytes(k)[1] * tok for k in kinds))
+                  else sum(kind_bytes(k)[1] for k in kinds))
         c = counts[v] if v < len(counts) else 0
         per_mb.append(stored)
         acts += c * stored
@@ -497,17 +511,40 @@ def host_bytes_per_node(par: ParallelConfig, host_per_rank: list[int]) -> list[i
     """Host bytes of every node: global ranks in Megatron's default order ``tp-cp-ep-dp-pp``
     (NVIDIA/Megatron-LM ``megatron/core/parallel_state.py`` ``initialize_model_parallel``, PP
     outermost), so global rank ``g`` is pipeline rank ``g // (world / PP)``; ``gpus_per_node``
-    consecutive global ranks share a node."""
-    per_pp = par.gpus_per_pp_rank
-    g_node = par.gpus_per_node
-    nodes = -(-par.world // g_node)
-    return [sum(host_per_rank[g // per_pp] for g in range(n * g_node, min((n + 1) * g_node, par.world)))
-            for n in range(nodes)]
+    consecutive global ranks share a node. Summed per pipeline rank a node overlaps (its GPUs in
+    that rank times the rank's bytes), not GPU by GPU."""
+    world, per_pp, g_node = par.world, par.gpus_per_pp_rank, par.gpus_per_node
+    out = []
+    for lo in range(0, world, g_node):
+        hi = min(lo + g_node, world)
+        out.append(sum(host_per_rank[r] * (min(hi, (r + 1) * per_pp) - max(lo, r * per_pp))
+                       for r in range(lo // per_pp, (hi - 1) // per_pp + 1)))
+    return out
 
 
-def _rank_entry(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: ParallelConfig, rank: int,
-                dense: int, expert: int, offload: bool, capacity: int,
-                act: dict[str, Any]) -> dict[str, Any]:
+def rank_layers(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, rank: int) -> dict[str, Any]:
+    """What pipeline rank ``rank`` holds, whatever the optimizer: its virtual stages, decoder and
+    MTP layers, MoE layers (an MTP layer is one in a model with routed experts) and the layers that
+    keep top-k indices (full layers and MTP layers of a model with an indexer)."""
+    stages = sorted(plan.rank_stages(rank), key=lambda s: s.vp_stage)
+    held = [r for s in stages for r in roles.layers[s.layers.start - 1:s.layers.stop - 1]]
+    mtp = sum(s.mtp_layers for s in stages)
+    return {
+        "stages": [{"vp_stage": s.vp_stage, "first_layer": s.first_layer, "last_layer": s.last_layer,
+                    "num_layers": s.num_layers, "mtp_layers": s.mtp_layers, "embedding": s.embedding,
+                    "loss": s.loss} for s in stages],
+        "num_layers": sum(s.num_layers for s in stages),
+        "mtp_layers": mtp,
+        "moe_layers": sum(1 for r in held if r.ffn == "moe") + (mtp if cfg.n_routed_experts else 0),
+        "topk_layers": (sum(1 for r in held if r.role == "full") + mtp) if cfg.has_indexer else 0,
+    }
+
+
+def _rank_entry(par: ParallelConfig, rank: int, dense: int, expert: int, offload: bool, capacity: int,
+                act: dict[str, Any], layers: dict[str, Any]) -> dict[str, Any]:
+    """One pipeline rank's memory: its state bytes under ``offload`` (:func:`_state_bytes`) and
+    activation terms, each rounded, the breakdown, total and largest term, beside what it holds
+    (``layers``, :func:`rank_layers`)."""
     st = _state_bytes(dense, expert, par, offload)
     fine = {k: v for k, v in st.items() if k != "host_optimizer"}
     fine.update({k: act[k] for k in ACTIVATION_TERMS})
@@ -524,18 +561,9 @@ def _rank_entry(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Parallel
     }
     total = sum(breakdown.values())
     dominant = max(fine, key=lambda k: fine[k])
-    stages = sorted(plan.rank_stages(rank), key=lambda s: s.vp_stage)
     return {
         "pp_rank": rank,
-        "stages": [{"vp_stage": s.vp_stage, "first_layer": s.first_layer, "last_layer": s.last_layer,
-                    "num_layers": s.num_layers, "mtp_layers": s.mtp_layers, "embedding": s.embedding,
-                    "loss": s.loss} for s in stages],
-        "num_layers": sum(s.num_layers for s in stages),
-        "mtp_layers": sum(s.mtp_layers for s in stages),
-        "moe_layers": sum(1 for s in stages for n in s.layers if roles.role(n).ffn == "moe")
-        + sum(s.mtp_layers for s in stages if cfg.n_routed_experts),
-        "topk_layers": sum(1 for s in stages for n in s.layers if roles.role(n).role == "full" and cfg.has_indexer)
-        + (sum(s.mtp_layers for s in stages) if cfg.has_indexer else 0),
+        **layers,
         "in_flight_microbatches": act["in_flight"],
         "in_flight_equivalent": sum(act["in_flight"]) / max(1, len(act["in_flight"])),
         "params_per_gpu": {"dense": dense, "expert": expert, "total": dense + expert},
@@ -555,7 +583,8 @@ def _rank_entry(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Parallel
 def rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: ParallelConfig) -> list[dict[str, Any]]:
     """Activation-side terms of every pipeline rank (they depend on TP, ETP, CP, SP, recompute,
     micro-batch shape and the plan, not on EP or the optimizer)."""
-    return [_rank_activations(cfg, roles, plan, par, r) for r in range(plan.pp)]
+    kind_bytes = KindBytes(cfg, par)
+    return [_rank_activations(cfg, roles, plan, par, r, kind_bytes) for r in range(plan.pp)]
 
 
 def rank_totals(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: ParallelConfig,
@@ -760,10 +789,11 @@ def megatron_theoretical(cfg: ModelConfig, par: ParallelConfig, *, mtp_layers: i
 # --------------------------------------------------------------------------- training
 
 
-def _memory_for(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: ParallelConfig, offload: bool,
-                params: list, acts: list[dict[str, Any]], capacity: int) -> list[dict[str, Any]]:
-    return [_rank_entry(cfg, roles, plan, par, r, params[r].dense_per_gpu, params[r].expert_per_gpu,
-                        offload, capacity, acts[r]) for r in range(plan.pp)]
+def _memory_for(par: ParallelConfig, offload: bool, params: list, acts: list[dict[str, Any]], capacity: int,
+                layers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every rank's entry (:func:`_rank_entry`) under ``offload``."""
+    return [_rank_entry(par, r, params[r].dense_per_gpu, params[r].expert_per_gpu, offload, capacity, acts[r],
+                        layers[r]) for r in range(par.pp)]
 
 
 def _gb(x: float) -> str:
@@ -926,8 +956,9 @@ def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
     cap = gpu.capacity_bytes
     params = per_rank_params(cfg, roles, plan, tp=par.tp, ep=par.ep, etp=par.expert_tp)
     acts = rank_activations(cfg, roles, plan, par)
-    actual = _memory_for(cfg, roles, plan, par, par.optimizer_cpu_offload, params, acts, cap)
-    alt = _memory_for(cfg, roles, plan, par, not par.optimizer_cpu_offload, params, acts, cap)
+    layers = [rank_layers(cfg, roles, plan, r) for r in range(plan.pp)]
+    actual = _memory_for(par, par.optimizer_cpu_offload, params, acts, cap, layers)
+    alt = _memory_for(par, not par.optimizer_cpu_offload, params, acts, cap, layers)
     with_off, without_off = (actual, alt) if par.optimizer_cpu_offload else (alt, actual)
     host = host_memory(par, with_off)
     return {

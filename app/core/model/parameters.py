@@ -47,6 +47,7 @@ expert.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -270,37 +271,37 @@ class _Tally:
         ``kv_proj / g`` per layer instead of ``kv_proj / TP``."""
         return self.cfg.attention == "gqa" and self.tp > self.cfg.num_key_value_heads
 
-    def add_attention(self) -> None:
-        """One attention block: the up / output projections TP-sharded (the k / v projections whole
+    def add_attention(self, n: int = 1) -> None:
+        """``n`` attention blocks: the up / output projections TP-sharded (the k / v projections whole
         per query group under :attr:`kv_whole`), the down-projections and their norms replicated."""
-        self.sharded += self.sh.attn_sharded - (self.sh.kv_proj if self.kv_whole else 0)
-        self.replicated += self.sh.attn_replicated
+        self.sharded += n * (self.sh.attn_sharded - (self.sh.kv_proj if self.kv_whole else 0))
+        self.replicated += n * self.sh.attn_replicated
         if self.kv_whole:
-            self.kv_total += self.sh.kv_proj
-            self.kv_gpu += self.sh.kv_proj // self.cfg.num_key_value_heads
+            self.kv_total += n * self.sh.kv_proj
+            self.kv_gpu += n * (self.sh.kv_proj // self.cfg.num_key_value_heads)
 
-    def add_decoder_layer(self, has_indexer: bool, ffn: str) -> None:
-        """A decoder layer: attention and norms, the indexer (replicated) where it owns one, and a
-        dense FFN (TP-sharded) or an MoE block (routed experts, TP-sharded shared expert,
-        replicated router)."""
+    def add_decoder_layer(self, has_indexer: bool, ffn: str, n: int = 1) -> None:
+        """``n`` decoder layers of one kind: attention and norms, the indexer (replicated) where it
+        owns one, and a dense FFN (TP-sharded) or an MoE block (routed experts, TP-sharded shared
+        expert, replicated router)."""
         sh, comp = self.sh, self.comp
-        comp["attention"] += sh.attention
-        comp["norms"] += sh.norms
-        self.add_attention()
-        self.replicated += sh.norms
+        comp["attention"] += n * sh.attention
+        comp["norms"] += n * sh.norms
+        self.add_attention(n)
+        self.replicated += n * sh.norms
         if has_indexer:
-            comp["indexer"] += sh.indexer
-            self.replicated += sh.indexer
+            comp["indexer"] += n * sh.indexer
+            self.replicated += n * sh.indexer
         if ffn == "dense":
-            comp["dense_ffn"] += sh.dense_ffn
-            self.sharded += sh.dense_ffn
+            comp["dense_ffn"] += n * sh.dense_ffn
+            self.sharded += n * sh.dense_ffn
             return
-        comp["routed_experts"] += sh.routed_experts
-        comp["shared_expert"] += sh.shared_expert
-        comp["router"] += sh.router
-        self.expert += sh.routed_experts
-        self.sharded += sh.shared_expert
-        self.replicated += sh.router
+        comp["routed_experts"] += n * sh.routed_experts
+        comp["shared_expert"] += n * sh.shared_expert
+        comp["router"] += n * sh.router
+        self.expert += n * sh.routed_experts
+        self.sharded += n * sh.shared_expert
+        self.replicated += n * sh.router
 
     def add_ends(self, stage: Stage) -> None:
         """The embedding (vocab-parallel; learned positions replicated) on the first stage and on
@@ -345,9 +346,9 @@ def stage_params(cfg: ModelConfig, roles: RoleMap, stages: list[Stage], *, tp: i
     part over TP, the replicated part whole, routed experts over EP x ETP."""
     t = _Tally(cfg, shapes(cfg), tp)
     for s in stages:
-        for n in s.layers:
-            r = roles.role(n)
-            t.add_decoder_layer(r.has_indexer, r.ffn)
+        held = Counter((r.has_indexer, r.ffn) for r in roles.layers[s.layers.start - 1:s.layers.stop - 1])
+        for (has_indexer, ffn), n in held.items():
+            t.add_decoder_layer(has_indexer, ffn, n)
         t.add_ends(s)
         for _ in range(s.mtp_layers):
             t.add_mtp_layer()

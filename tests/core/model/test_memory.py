@@ -632,3 +632,20 @@ def test_inference_budget_is_the_boundary_on_generated_settings(tp, ep, dp_attn,
     if r["max_batch"] >= 1:
         assert inference_memory(cfg, context=context, batch=r["max_batch"], **kw)["fits"]
     assert not inference_memory(cfg, context=context, batch=r["max_batch"] + step, **kw)["fits"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(pp=st.integers(1, 8), per_pp=st.integers(1, 40), per_node=st.integers(1, 16), data=st.data())
+def test_host_bytes_per_node_sums_every_gpu_of_the_node(pp, per_pp, per_node, data):
+    """Host bytes per node = the sum over the node's GPUs of their pipeline rank's bytes, global
+    rank g on pipeline rank g // (world / PP) (Megatron's tp-cp-ep-dp-pp order), brute force."""
+    from types import SimpleNamespace
+
+    from app.core.model.memory import host_bytes_per_node
+
+    per_rank = data.draw(st.lists(st.integers(0, 10**12), min_size=pp, max_size=pp))
+    world = pp * per_pp
+    par = SimpleNamespace(world=world, gpus_per_pp_rank=per_pp, gpus_per_node=per_node)
+    gpu_bytes = [per_rank[g // per_pp] for g in range(world)]
+    expected = [sum(gpu_bytes[n:n + per_node]) for n in range(0, world, per_node)]
+    assert host_bytes_per_node(par, per_rank) == expected  # type: ignore[arg-type]
