@@ -17,11 +17,11 @@ import sys
 from html import unescape
 from urllib.parse import parse_qsl, urlencode
 
-from conftest import REPO
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from app.core.engines.slime import SLIME_GLM52_PROFILE
+from tests.conftest import REPO
 
 MODELS = ("glm-5.2", "deepseek-v3", "llama-3.1-70b", "qwen3-235b-a22b")
 LAYERS = {"glm-5.2": 78, "deepseek-v3": 61, "llama-3.1-70b": 80, "qwen3-235b-a22b": 94}

@@ -15,10 +15,10 @@ from html import unescape
 from urllib.parse import parse_qsl, quote, urlsplit
 
 import pytest
-from conftest import GLM52_FULL, REPO
 
 from app.core.engines import ENGINES
 from app.core.model.config import preset_ids
+from tests.conftest import GLM52_FULL, REPO
 
 
 def page(client, query: str) -> str:
