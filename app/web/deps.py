@@ -29,9 +29,8 @@ from fastapi.responses import JSONResponse
 from pydantic_core import PydanticSerializationError, to_json
 from starlette.concurrency import run_in_threadpool
 
-from app.core.model.config import ModelConfig, load_preset
+from app.core.model.config import ModelConfig, load_preset, preset_ids
 from app.core.plan import Plan, PlanError, bounds, strict_plan
-from app.web.presets import preset_names
 from app.web.schemas import PlanQuery
 from app.web.store import BaseStore
 from app.web.workers import (
@@ -96,11 +95,11 @@ Store = Annotated[BaseStore, Depends(get_store)]
 
 def model_config(model: str, store: BaseStore) -> ModelConfig:
     """A preset or an uploaded config (``sha256:<hex>``); a user string never reaches the filesystem."""
-    if model in preset_names():
+    if model in preset_ids():
         return load_preset(model)
     cfg = store.get(model)
     if cfg is None:
-        raise BadInput(f"unknown model {model[:80]!r}; use a preset ({', '.join(preset_names())}) or upload a "
+        raise BadInput(f"unknown model {model[:80]!r}; use a preset ({', '.join(preset_ids())}) or upload a "
                        "config (POST /upload) and use its sha256:... id", "model")
     return cfg
 
@@ -108,7 +107,7 @@ def model_config(model: str, store: BaseStore) -> ModelConfig:
 async def model_for(model: str, store: BaseStore) -> ModelConfig:
     """:func:`model_config` without a thread hop for a preset (no I/O); an upload is read in the
     request thread pool (the store may be PostgreSQL, a network round trip)."""
-    if model in preset_names():
+    if model in preset_ids():
         return load_preset(model)
     return await run_in_threadpool(model_config, model, store)
 

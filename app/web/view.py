@@ -27,14 +27,13 @@ from markupsafe import Markup
 
 from app.core.engines import Engine, LayoutCheck
 from app.core.evaluate import Evaluation, evaluate
-from app.core.model.config import ConfigError, ModelConfig, load_preset
+from app.core.model.config import ConfigError, ModelConfig, load_preset, preset_ids
 from app.core.model.flops import bubble_fraction
 from app.core.model.parameters import stage_params
 from app.core.model.roles import RoleMap
 from app.core.plan import NEUTRAL_VALUES, TABLE, FieldProblem, Plan, applies, format_value, mode_note
 from app.core.reports import gpu_equation, parallel_summary
 from app.core.verdict import Verdict
-from app.web.presets import preset_names
 from app.web.store import BaseStore
 
 #: the form's fieldsets, in the order the workflow reads them, with their legends (plan-table groups)
@@ -343,7 +342,7 @@ class PlanView:
     @property
     def config_download(self) -> str | None:
         """The file name the CLI line reads an uploaded config from (offered for download)."""
-        return config_file_name(self.cfg.id) if self.cfg.id not in preset_names() else None
+        return config_file_name(self.cfg.id) if self.cfg.id not in preset_ids() else None
 
     def page_json(self) -> dict[str, Any]:
         """``GET /api/v1/plan``: the plan, its verdict and every panel."""
@@ -365,7 +364,7 @@ def config_file_name(model_id: str) -> str:
 
 def resolve_model(model: str, store: BaseStore) -> tuple[ModelConfig, str | None]:
     """A preset or an uploaded config; an unknown id shows GLM-5.2 with a message on ``model``."""
-    if model in preset_names():
+    if model in preset_ids():
         return load_preset(model), None
     err: str | None = None
     try:
@@ -373,7 +372,7 @@ def resolve_model(model: str, store: BaseStore) -> tuple[ModelConfig, str | None
     except ConfigError as exc:
         cfg, err = None, str(exc)
     if cfg is None:
-        err = err or (f"model {model[:80]!r} is neither a preset ({', '.join(preset_names())}) nor an "
+        err = err or (f"model {model[:80]!r} is neither a preset ({', '.join(preset_ids())}) nor an "
                       "uploaded config (sha256:...); showing glm-5.2")
         return load_preset("glm-5.2"), err
     return cfg, None

@@ -669,13 +669,18 @@ def _preset_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "presets"
 
 
+@lru_cache(maxsize=1)
 def load_manifest() -> tuple[str, tuple[Preset, ...]]:
+    """The shipped presets' manifest (the default id and every preset, in order): read once per
+    process, as the package's files do not change while it runs (a page answer asked five times)."""
     manifest = json.loads((_preset_dir() / "manifest.json").read_text("utf-8"))
     presets = tuple(Preset(**entry) for entry in manifest["presets"])
     return manifest["default"], presets
 
 
+@lru_cache(maxsize=1)
 def preset_ids() -> tuple[str, ...]:
+    """The shipped presets' ids, in the manifest's order."""
     return tuple(p.id for p in load_manifest()[1])
 
 

@@ -8,8 +8,8 @@ from fastapi import APIRouter, Query, Request
 
 from app import __version__
 from app.core import reports
+from app.core.model.config import load_manifest
 from app.web.deps import PLAN_QUERY_OPENAPI, PlanDep, Store, model_config
-from app.web.presets import shipped_presets
 from app.web.schemas import ERRORS, About, Report
 
 router = APIRouter(prefix="/api/v1", tags=["models"], responses=ERRORS)
@@ -20,7 +20,7 @@ def about(request: Request, store: Store) -> dict[str, Any]:
     """Versions of isplan and of the assets the page serves (vendored, each with its SHA-256)."""
     vendor = request.app.state.vendor
     return {"isplan": __version__, "plotly": vendor["plotly"], "swagger_ui": vendor["swagger-ui"]["version"],
-            "presets": [p.__dict__ for p in shipped_presets()], "uploaded_configs": store.count()}
+            "presets": [p.__dict__ for p in load_manifest()[1]], "uploaded_configs": store.count()}
 
 
 @router.get("/roles", response_model=Report, openapi_extra=PLAN_QUERY_OPENAPI)

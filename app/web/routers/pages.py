@@ -43,7 +43,7 @@ from app.core import reports
 from app.core.engines import DEFAULT_PLAN, ENGINES, engine_for, ignored_fields
 from app.core.evaluate import evaluate
 from app.core.layout.stages import PlanError as Finding  # a blocking finding (a launcher's)
-from app.core.model.config import ConfigError, ModelConfig, load_preset
+from app.core.model.config import ConfigError, ModelConfig, load_manifest, load_preset, preset_ids
 from app.core.optimise.actions import ACTIONS, apply_action
 from app.core.plan import (
     BY_URL,
@@ -71,7 +71,6 @@ from app.web.deps import (
     search_cost,
 )
 from app.web.figures import page_figures
-from app.web.presets import preset_names, shipped_presets
 from app.web.store import BaseStore
 from app.web.view import PlanView, build_view, resolve_model
 from app.web.workers import TooBusy, TooMuchWork, WorkerLost, WorkTimeout
@@ -168,7 +167,7 @@ def assets() -> dict[str, Any]:
 
 def page_context(request: Request | None, v: PlanView, **extra: Any) -> dict[str, Any]:
     """Everything a page template reads, for the view ``v``; ``extra`` overrides."""
-    return {"request": request, "v": v, "presets": shipped_presets(), "preset_ids": preset_names(),
+    return {"request": request, "v": v, "presets": load_manifest()[1], "preset_ids": preset_ids(),
             "upload_token_required": bool(app_settings.current().upload_token),
             "table": TABLE, "gpus": GPUS, "figures": page_figures(v), "oob": False, "compare": None,
             **assets(), **extra}
@@ -265,7 +264,7 @@ def form_unchanged(shown: str | None, sent: dict[str, str], v: PlanView) -> bool
 async def _uploaded(store: BaseStore, model_ids: list[str]) -> tuple[ModelConfig, ...]:
     out = []
     for mid in dict.fromkeys(model_ids):
-        if mid in preset_names() or not mid.startswith("sha256:"):
+        if mid in preset_ids() or not mid.startswith("sha256:"):
             continue
         try:
             cfg = await run_in_threadpool(store.get, mid)
@@ -278,7 +277,7 @@ async def _uploaded(store: BaseStore, model_ids: list[str]) -> tuple[ModelConfig
 
 def _shown_config(model: str, configs: tuple[ModelConfig, ...]) -> ModelConfig:
     """The config the page shows for ``model`` (GLM-5.2 for an unknown one, as build_view does)."""
-    if model in preset_names():
+    if model in preset_ids():
         return load_preset(model)
     return next((c for c in configs if c.id == model), None) or load_preset("glm-5.2")
 
