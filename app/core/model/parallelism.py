@@ -39,7 +39,7 @@ read from, in :mod:`app.core.engines.megatron.parallel`; the settings here use M
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from app.core.model.hardware import ALIASES as HARDWARE_ALIASES
@@ -281,7 +281,10 @@ class ParallelConfig:
         return resolve_gpu(self.gpu, self.gpu_capacity_bytes)
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        """Every field, then the derived sizes. The fields are flat (numbers, strings and tuples of
+        them), so a field copy is :func:`dataclasses.asdict`'s answer without its recursion (a
+        quarter of a training memory estimate's time)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
         out.update({
             "etp": self.expert_tp, "dp": self.data_parallel, "gpus": self.world, "edp": self.edp,
             "expert_grid": self.expert_grid, "microbatches": self.microbatches,

@@ -184,3 +184,16 @@ def test_gpu_presets_use_decimal_gigabytes():
 def test_parallel_config_refuses_nonsense(bad):
     with pytest.raises(ValueError):
         ParallelConfig(**bad)
+
+
+def test_to_dict_holds_every_field_as_asdict_gives_it():
+    """to_dict copies the fields without asdict's recursion: on settings with the two tuple fields
+    set, the fields it returns are exactly dataclasses.asdict's."""
+    from dataclasses import asdict
+
+    par = ParallelConfig(tp=2, cp=4, pp=2, gpus=64, recompute="selective", recompute_modules=("core_attn", "mlp"),
+                         hierarchical_context_parallel_sizes=(2, 2), seq_length=4096)
+    out = par.to_dict()
+    derived = {"etp", "dp", "gpus", "edp", "expert_grid", "microbatches", "tokens_per_microbatch", "sample_length"}
+    assert {k: v for k, v in out.items() if k not in derived} == {k: v for k, v in asdict(par).items() if k not in derived}
+    assert out["gpus"] == 64 and out["dp"] == 64 // (2 * 4 * 2) and out["etp"] == 2  # ETP defaults to TP
