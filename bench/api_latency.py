@@ -3,8 +3,10 @@
 Starts the real server as ``make serve`` does (``python -m app.serve``, :func:`bench.worst_load.served`)
 and sends, over one keep-alive loopback connection, ``--rounds`` rounds of the three requests in
 turn (``/healthz``, ``/api/v1/plan?<plan>``, ``/fragment?<plan>``, the plan being the GLM-5.2
-slime profile of ``bench/live_update.py`` with one boundary moved each round, so nothing is served
-from a cache keyed on the layout). ``/fragment`` is asked as the page asks it after an edit (the
+slime profile of ``bench/live_update.py``, one boundary moved by one layer each round as a drag
+does (:func:`bench.live_update.drag_walk`: a layout recurs only when the walk returns to it, so a
+cache keyed on the whole plan serves few requests; caches keyed on a stage's contents serve the
+stages the move left alone, as on the page). ``/fragment`` is asked as the page asks it after an edit (the
 form's canonical keys, :func:`bench.page_speed.page_query`, and the page's headers
 :data:`bench.page_speed.PAGE_HEADERS`: htmx, history replace, the form it shows, gzip). Interleaving puts the three under the same machine load, so
 their ratios mean something on a shared machine. Then ``--clients`` (default 8) clients send
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import cast
 
 from bench.common import ms, percentiles, save
-from bench.live_update import BASE, SPLITS
+from bench.live_update import BASE, drag_walk
 from bench.page_speed import PAGE_HEADERS, page_query
 from bench.worst_load import served
 
@@ -34,12 +36,16 @@ ROUTES = ("/healthz", "/api/v1/plan?", "/fragment?")
 TARGETS = {"plan_ratio": 3.0, "fragment_ratio": 5.0, "clients_p99_seconds": 0.100}
 
 
+#: the layouts of one drag session (the live clients each start at their own place in it)
+WALK = drag_walk(2000)
+
+
 def _query(i: int) -> str:
-    return f"{BASE}&split={SPLITS[i % len(SPLITS)]}"
+    return f"{BASE}&split={WALK[i % len(WALK)]}"
 
 
-#: what the page sends after an edit, one per split (canonical keys: the form's fields)
-FRAGMENTS = [f"/fragment?{page_query(s)}" for s in SPLITS]
+#: what the page sends after an edit, one per layout (canonical keys: the form's fields)
+FRAGMENTS = [f"/fragment?{page_query(s)}" for s in WALK]
 
 
 def _path(route: str, i: int) -> tuple[str, dict[str, str]]:
@@ -93,7 +99,7 @@ def live_clients(port: int, clients: int, seconds: float) -> tuple[list[float], 
         mine: list[float] = []
         bad: list[str] = []
         start.wait()
-        i = k
+        i = k * len(WALK) // clients  # each client drags its own part of the walk
         while time.monotonic() < deadline[0]:
             try:
                 status, took = _get(conn, *_path("/fragment?", i))

@@ -19,6 +19,29 @@ BASE = "model=glm-5.2&mode=split&tp=4&cp=8&ep=32&etp=1&sp=1&tpg=8192&recompute=f
 SPLITS = ["14,8,8,8,8,8,8,16", "14,9,7,8,8,8,8,16", "14,12,4,8,8,8,8,16"]
 
 
+def drag_walk(n: int, seed: int = 17, start: str = SPLITS[0]) -> list[str]:
+    """``n`` layouts as a drag session makes them: each moves one stage boundary of the previous
+    one by one layer (a pointer step or an arrow key; every stage keeps a layer), boundary and
+    direction drawn by a seeded generator. Valid and invalid layouts alternate as on the page (a
+    start on a shared layer is NO-GO), and a layout recurs only when the walk returns to it, so a
+    cache keyed on the whole plan serves few of them; caches keyed on a stage's contents serve the
+    stages the move left alone, as they do on the page."""
+    import random
+
+    rng = random.Random(seed)
+    sizes = [int(x) for x in start.split(",")]
+    out = []
+    for _ in range(n):
+        while True:
+            k, step = rng.randrange(len(sizes) - 1), rng.choice((-1, 1))
+            if sizes[k] + step >= 1 and sizes[k + 1] - step >= 1:
+                break
+        sizes[k] += step
+        sizes[k + 1] -= step
+        out.append(",".join(map(str, sizes)))
+    return out
+
+
 def _queries(n: int) -> list[str]:
     return [f"{BASE}&split={SPLITS[i % len(SPLITS)]}" for i in range(n)]
 

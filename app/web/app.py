@@ -170,10 +170,10 @@ def create_app(store: BaseStore | None = None) -> FastAPI:
     app.mount("/static", StaticFiles(directory=asset_dir("static")), name="static")
     app.add_middleware(StaticCacheHeaders)  # versioned static files: cached for a year (app.web.caching)
     # text answers (HTML, JSON, JS, CSS) gzip-compressed when the client accepts it: the page's first
-    # load is ~0.4 MB on the wire with its figures (bench/browser_timing.py measures it). Level 4, not
-    # 6: a live update's 60 KB fragment compresses in 0.37 ms instead of 0.65 ms (10.6 KB vs 10.2 KB),
-    # the Plotly bundle in 17 ms instead of 28 ms (409 KB vs 396 KB)
-    app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=4)
+    # load is ~0.5 MB on the wire with its figures (bench/browser_timing.py measures it). Level 1, not
+    # 4 or 6: a live update's 61 KB fragment compresses in 0.17 ms instead of 0.5 / 0.65 ms (12.2 KB
+    # vs 11.1 / 10.6 KB): on a live update the server's time counts more than 1 KB on the wire
+    app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=1)
 
     app.add_middleware(BodySizeLimit)  # request bodies: 2 MiB for uploads, 64 KiB elsewhere
     app.add_middleware(UploadRate)  # upload bytes per client and minute, refused ones included (429)

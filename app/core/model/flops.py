@@ -448,6 +448,19 @@ def forward_flops(cfg: ModelConfig, roles: RoleMap, *, seq_length: int, mbs: int
     return _with_total(terms, head)
 
 
+#: Each layer kind's terms by (model, sequence, micro-batch): the plans of a live page or a search
+#: share them (bounded: cleared when it holds this many shapes).
+_KIND_TERMS: dict[tuple[ModelConfig, int, int], dict[LayerKind, dict[str, int]]] = {}
+
+
+def _kind_terms(cfg: ModelConfig, seq_length: int, mbs: int) -> dict[LayerKind, dict[str, int]]:
+    """The shared ``per_kind`` of :func:`_stage_terms` for one model and micro-batch shape."""
+    key = (cfg, seq_length, mbs)
+    if key not in _KIND_TERMS and len(_KIND_TERMS) >= 256:
+        _KIND_TERMS.clear()
+    return _KIND_TERMS.setdefault(key, {})
+
+
 def stage_flops(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, *, seq_length: int,
                 mbs: int = 1) -> dict[str, Any]:
     """Forward FLOPs per stage and per pipeline rank for one micro-batch of ``mbs`` causal
@@ -460,7 +473,7 @@ def stage_flops(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, *, seq_length
     stages_out = []
     mtp_seen = 0
     rank_totals = [0] * plan.pp
-    per_kind: dict[LayerKind, dict[str, int]] = {}
+    per_kind = _kind_terms(cfg, seq_length, mbs)
     for s in plan.stages:
         terms, head = _stage_terms(cfg, sh, roles, s, seq_length=seq_length, mbs=mbs,
                                    mtp_before=mtp_seen, mtp_total=plan.mtp_layers, per_kind=per_kind)

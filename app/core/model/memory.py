@@ -789,11 +789,41 @@ def megatron_theoretical(cfg: ModelConfig, par: ParallelConfig, *, mtp_layers: i
 # --------------------------------------------------------------------------- training
 
 
-def _memory_for(par: ParallelConfig, offload: bool, params: list, acts: list[dict[str, Any]], capacity: int,
-                layers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every rank's entry (:func:`_rank_entry`) under ``offload``."""
-    return [_rank_entry(par, r, params[r].dense_per_gpu, params[r].expert_per_gpu, offload, capacity, acts[r],
-                        layers[r]) for r in range(par.pp)]
+#: Each pipeline rank's two entries (the plan's offload setting and the other) by
+#: :func:`_rank_key`: a drag moves one boundary, so the ranks whose stages it left alone are served
+#: from here; a search's plans share ranks too. Bounded: cleared when it holds this many.
+_RANK_CACHE: dict[tuple[Any, ...], tuple[dict[str, Any], dict[str, Any]]] = {}
+RANK_CACHE_SIZE = 4096
+
+
+def _rank_key(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: ParallelConfig, rank: int,
+              capacity: int) -> tuple[Any, ...]:
+    """Everything one rank's memory reads: the model, the launch, PP / VPP (the in-flight
+    micro-batches), the rank, its stages' spans and ends, its layers' kinds, the MTP layers' FFNs
+    and whether top-k indices are kept (which depends on every layer's role)."""
+    stages = plan.rank_stages(rank)
+    return (cfg, par, capacity, plan.pp, plan.vpp, rank, _keeps_topk(cfg, roles, par),
+            tuple((s.vp_stage, s.layers.start, s.layers.stop, s.mtp_layers, s.embedding, s.loss) for s in stages),
+            tuple((r.ffn, r.role, r.has_indexer) for s in stages for r in roles.layers[s.layers.start - 1:s.layers.stop - 1]),
+            tuple(m.ffn for m in roles.mtp))
+
+
+def _rank_memory(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: ParallelConfig, rank: int, capacity: int,
+                 kind_bytes: KindBytes) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Pipeline rank ``rank``'s entry (:func:`_rank_entry`) with the plan's offload setting and with
+    the other one, each a fresh top-level dict (cached in :data:`_RANK_CACHE`)."""
+    key = _rank_key(cfg, roles, plan, par, rank, capacity)
+    found = _RANK_CACHE.get(key)
+    if found is None:
+        p = stage_params(cfg, roles, plan.rank_stages(rank), tp=par.tp, ep=par.ep, etp=par.expert_tp)
+        act = _rank_activations(cfg, roles, plan, par, rank, kind_bytes)
+        held = rank_layers(cfg, roles, plan, rank)
+        given, other = (_rank_entry(par, rank, p.dense_per_gpu, p.expert_per_gpu, off, capacity, act, held)
+                        for off in (par.optimizer_cpu_offload, not par.optimizer_cpu_offload))
+        if len(_RANK_CACHE) >= RANK_CACHE_SIZE:
+            _RANK_CACHE.clear()
+        found = _RANK_CACHE[key] = (given, other)
+    return dict(found[0]), dict(found[1])
 
 
 def _gb(x: float) -> str:
@@ -954,11 +984,9 @@ def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
     roles = roles or derive_roles(cfg)
     gpu = resolve_gpu(par.gpu, par.gpu_capacity_bytes)
     cap = gpu.capacity_bytes
-    params = per_rank_params(cfg, roles, plan, tp=par.tp, ep=par.ep, etp=par.expert_tp)
-    acts = rank_activations(cfg, roles, plan, par)
-    layers = [rank_layers(cfg, roles, plan, r) for r in range(plan.pp)]
-    actual = _memory_for(par, par.optimizer_cpu_offload, params, acts, cap, layers)
-    alt = _memory_for(par, not par.optimizer_cpu_offload, params, acts, cap, layers)
+    kind_bytes = KindBytes(cfg, par)
+    actual, alt = (list(x) for x in zip(*(_rank_memory(cfg, roles, plan, par, r, cap, kind_bytes)
+                                          for r in range(plan.pp))))
     with_off, without_off = (actual, alt) if par.optimizer_cpu_offload else (alt, actual)
     host = host_memory(par, with_off)
     return {

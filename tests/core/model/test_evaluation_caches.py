@@ -1,0 +1,92 @@
+"""The caches behind one evaluation (a pipeline rank's memory by its contents, a layer kind's FLOPs
+by the micro-batch shape, the time model's layer costs and stage parameters) never change an
+answer: every plan of a generated drag session evaluates to exactly what it evaluates to with
+every cache emptied first (differential: warm against cold, the whole page JSON)."""
+
+from __future__ import annotations
+
+import json
+from itertools import pairwise
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from starlette.datastructures import QueryParams
+
+from app.core.engines import ignored_fields
+from app.core.model import flops, memory
+from app.core.model.config import load_preset
+from app.core.plan import strict_plan
+from app.core.time import model as time_model
+from app.web.view import page_data
+
+BASE = "model=glm-5.2&mode=split&tp=4&cp=8&ep=32&etp=1&sp=1&tpg=8192"
+
+
+def _empty_caches() -> None:
+    for cache in (memory._RANK_CACHE, flops._KIND_TERMS, time_model._LAYER_CACHE, time_model._PARAMS_CACHE):
+        cache.clear()
+
+
+@st.composite
+def _sizes(draw: st.DrawFn) -> str:
+    """Stage sizes of 2-8 stages over GLM-5.2's 78 layers."""
+    n = draw(st.sampled_from([2, 4, 6, 8]))
+    cuts = sorted(draw(st.sets(st.integers(1, 77), min_size=n - 1, max_size=n - 1)))
+    bounds = [0, *cuts, 78]
+    return ",".join(str(b - a) for a, b in pairwise(bounds))
+
+
+_queries = st.builds(
+    lambda split, recompute, offload, mbs: f"{BASE}&split={split}&recompute={recompute}&offload={offload}&mbs={mbs}",
+    _sizes(), st.sampled_from(["full", "selective", "none"]), st.sampled_from(["0", "1"]), st.sampled_from(["1", "2"]))
+
+
+def _answer(query: str) -> str:
+    plan = strict_plan(QueryParams(query), ignored=ignored_fields)
+    return json.dumps(page_data(plan, load_preset(plan.model)), sort_keys=True, default=str)
+
+
+def _warm_equals_cold(session: list[str]) -> None:
+    _empty_caches()
+    warm = [_answer(q) for q in session + session]  # the second pass is served from the caches
+    for i, q in enumerate(session + session):
+        _empty_caches()
+        assert _answer(q) == warm[i], q
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(_queries, min_size=2, max_size=6))
+def test_a_warm_evaluation_is_the_cold_one(session):
+    _warm_equals_cold(session)
+
+
+@settings(max_examples=15, deadline=None)
+@given(_sizes(), st.lists(st.tuples(st.integers(0, 6), st.sampled_from([-1, 1])), min_size=1, max_size=8))
+def test_a_drag_session_warm_is_cold(start, moves):
+    """One boundary moved by one layer at a time, as the page's drag does (most ranks unchanged)."""
+    sizes, session = [int(x) for x in start.split(",")], []
+    for k, step in moves:
+        k %= len(sizes) - 1
+        if sizes[k] + step >= 1 and sizes[k + 1] - step >= 1:
+            sizes[k], sizes[k + 1] = sizes[k] + step, sizes[k + 1] - step
+        session.append(f"{BASE}&split={','.join(map(str, sizes))}&recompute=full&offload=1")
+    _warm_equals_cold(session)
+
+
+def test_the_same_span_on_another_rank_is_another_entry():
+    """Layers 15-22 are stage 2 (pp rank 1) of the first plan and stage 3 (pp rank 2) of the
+    second: a rank keeps a different number of micro-batches in flight, so neither answer may be
+    served from the other's entry."""
+    _warm_equals_cold([f"{BASE}&split=14,8,8,8,8,8,8,16&recompute=full", f"{BASE}&split=7,7,8,8,8,8,8,24&recompute=full"])
+
+
+def test_a_rank_is_served_from_the_cache_when_a_move_leaves_it_alone():
+    """Moving the boundary between stages 2 and 3 changes ranks 1 and 2 only: the other six
+    ranks' entries come from the cache (and a repeat of the first plan adds nothing)."""
+    _empty_caches()
+    _answer(f"{BASE}&split=14,8,8,8,8,8,8,16&recompute=full&offload=1")
+    assert len(memory._RANK_CACHE) == 8
+    _answer(f"{BASE}&split=14,9,7,8,8,8,8,16&recompute=full&offload=1")
+    assert len(memory._RANK_CACHE) == 10
+    _answer(f"{BASE}&split=14,8,8,8,8,8,8,16&recompute=full&offload=1")
+    assert len(memory._RANK_CACHE) == 10
