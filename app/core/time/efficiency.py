@@ -107,7 +107,7 @@ FITTED: dict[str, str] = {
     "blackwell_ultra gemm fp8 (= bf16)": "dense GEMMs of B300 / GB300: calibration + development rows (--fit-dev)",
     "blackwell / blackwell_ultra grouped fp8 (= bf16)": "routed experts' grouped GEMMs, both generations: "
                                                         "calibration + development rows (--fit-dev)",
-    "blackwell / blackwell_ultra gemm fp4": "GB200 Llama-3.1-70B NVFP4 calibration row (--fit; unchanged by --fit-dev)",
+    "blackwell / blackwell_ultra gemm fp4": "NVFP4 calibration + development rows (--fit-dev)",
     "hopper gemm fp8 (= bf16)": "calibration + development rows (--fit-dev)",
     "hopper a2a_net": "the H100 MoE runs among the development rows (EP 16 / 32 across nodes; --fit-dev)",
     "ampere gemm bf16": "A100 GPT-3 175B (Korthikanti Table 5, full recompute) calibration row",
