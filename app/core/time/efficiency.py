@@ -72,14 +72,15 @@ class Efficiency:
 #: ~75 % of HBM bandwidth (STREAM-like copies on H100 / B200).
 #: Fitted by ``python -m bench.steptime --fit-dev`` (least absolute log error, from the previous
 #: values) on the six calibration rows and the 104 development rows - never the locked test rows
-#: (see :data:`FITTED`). Dense and grouped GEMMs are separate op classes on Blackwell: a grouped GEMM
+#: (see :data:`FITTED`); refitted in issue 18's fourth round with ``--tp-comm-overlap``'s ring-exchange chunks
+#: (:data:`app.core.time.ops.UB_COLUMN`), which raised the dense ceilings. Dense and grouped GEMMs are separate op classes on Blackwell: a grouped GEMM
 #: over the E/EP local experts (one problem per expert, each with its tail wave and its own scales)
-#: reaches less of the peak than one large dense GEMM (0.46 against 0.58 / 0.67). Hopper's cross-node
+#: reaches less of the peak than one large dense GEMM (0.46 against 0.60 / 0.68). Hopper's cross-node
 #: all-to-all (EP 16 / 32 over 400 Gb/s InfiniBand, timed with the ``flex`` dispatcher's one copy per
-#: remote node) reaches 0.54 of the NIC, not DeepEP's 0.85 on H800 (stated for the other generations).
+#: remote node) reaches 0.51 of the NIC, not DeepEP's 0.85 on H800 (stated for the other generations).
 _HOST_OP = 5.1865e-05
-_BW_GEMM, _BWU_GEMM, _BW_GROUPED, _BW_FP4 = 0.5821, 0.6668, 0.4622, 0.5322
-_HOPPER_GEMM, _HOPPER_A2A_NET = 0.6751, 0.5366
+_BW_GEMM, _BWU_GEMM, _BW_GROUPED, _BW_FP4 = 0.5963, 0.6815, 0.4622, 0.5195
+_HOPPER_GEMM, _HOPPER_A2A_NET = 0.7185, 0.5110
 _AMPERE_GEMM = 0.773
 
 CONSTANTS: dict[str, Efficiency] = {
@@ -106,7 +107,7 @@ FITTED: dict[str, str] = {
     "blackwell_ultra gemm fp8 (= bf16)": "dense GEMMs of B300 / GB300: calibration + development rows (--fit-dev)",
     "blackwell / blackwell_ultra grouped fp8 (= bf16)": "routed experts' grouped GEMMs, both generations: "
                                                         "calibration + development rows (--fit-dev)",
-    "blackwell / blackwell_ultra gemm fp4": "GB200 Llama-3.1-70B NVFP4 calibration row (--fit; unchanged by --fit-dev)",
+    "blackwell / blackwell_ultra gemm fp4": "NVFP4 calibration + development rows (--fit-dev)",
     "hopper gemm fp8 (= bf16)": "calibration + development rows (--fit-dev)",
     "hopper a2a_net": "the H100 MoE runs among the development rows (EP 16 / 32 across nodes; --fit-dev)",
     "ampere gemm bf16": "A100 GPT-3 175B (Korthikanti Table 5, full recompute) calibration row",

@@ -297,19 +297,47 @@ def host_ops(ctx: OpContext, role: LayerRole, gemms: list[Gemm]) -> tuple[float,
 #: GEMM modules sharded over TP: the GEMM time a TP communication overlap can hide under
 TP_SHARDED_MODULES = ("attn_proj", "mla_up_proj", "mlp", "shared_experts", "mtp")
 
+#: ``--tp-comm-overlap`` (Transformer Engine userbuffers): every GEMM whose TP collective is
+#: overlapped chunk by chunk runs as ``TP`` GEMMs of ``M / TP`` rows, each reading the whole weight
+#: again and paying its own launch, while the copy engines move the next chunk. That is the
+#: ``ring_exchange`` method: Transformer Engine's default for the all-gathers (``initialize_ub`` in
+#: ``transformer_engine/pytorch/module/base.py``: ``qkv_fprop``, ``fc1_fprop``, ``proj_dgrad``,
+#: ``fc2_dgrad``; ``num_splits = tp_size``, ``num_sm = 1``, ``use_ce``, no SM margin) and what
+#: Megatron-Bridge's FP8 configurations also use for the row-parallel forward's reduce-scatter
+#: (``src/megatron/bridge/training/comm_overlap.py`` @ 067f987d: ``proj_fprop`` / ``fc2_fprop`` =
+#: ``RingExchangeOverlapCfg(num_sm=1)`` in every ``userbuffers_fp8_*`` config). The column-parallel
+#: backward (``qkv`` / ``fc1`` data and weight gradients) overlaps its collective in ``bulk``: one
+#: whole GEMM beside it (those configs set ``set_sm_margin=False``), timed as a plain GEMM. Names:
+#: ``qkv``, ``fc1`` (column-parallel) and ``proj``, ``o``, ``fc2`` (row-parallel; MLA's ``o`` is
+#: Megatron's ``linear_proj``).
+UB_COLUMN = frozenset(("qkv", "fc1"))
+UB_ROW = frozenset(("proj", "o", "fc2"))
+
+
+def _gemm_times(ctx: OpContext, g: Gemm) -> tuple[float, float, float]:
+    """(forward, weight gradient, data gradient) seconds of one GEMM; with ``--tp-comm-overlap`` the
+    ring-exchanged ones as ``TP`` chunks (:data:`UB_COLUMN`)."""
+    s = ctx.s
+    low, count, grouped = g.low_precision, g.count, g.grouped
+    ring = s.tp if (s.tp_comm_overlap and s.tp > 1 and (g.name in UB_COLUMN or g.name in UB_ROW)) else 1
+    f = ring * gemm_seconds(ctx, g.m / ring, g.n, g.k, low=low, count=count, grouped=grouped)
+    wgrad = gemm_seconds(ctx, g.k, g.n, g.m, low=low, count=count, out_bytes=4, grouped=grouped)
+    if g.module == "indexer":
+        return f, wgrad, 0.0
+    split = ring if g.name in UB_ROW else 1  # the row-parallel data gradient's all-gather: ring exchange
+    dgrad = split * gemm_seconds(ctx, g.m / split, g.k, g.n, low=low, count=count, grouped=grouped)
+    return f, wgrad, dgrad
+
 
 def _add_gemms(ctx: OpContext, lc: LayerCost, gemms: list[Gemm]) -> None:
     """Each GEMM forward ``f = gemm_seconds(M, N, K)``; backward the data gradient ``(M, K, N)`` and
     the weight gradient ``(K, N, M)`` with its FP32 main-grad output (the indexer's projections a
-    weight gradient only: their input is detached). Launch gaps are counted with the layer's
+    weight gradient only: their input is detached); with ``--tp-comm-overlap`` the ring-exchanged
+    GEMMs in ``TP`` chunks (:func:`_gemm_times`). Launch gaps are counted with the layer's
     kernels (:func:`_add_kernels`), so each GEMM adds its time less ``kernel`` per kernel."""
     s, eff = ctx.s, ctx.eff
     for g in gemms:
-        low, count, grouped = g.low_precision, g.count, g.grouped
-        f = gemm_seconds(ctx, g.m, g.n, g.k, low=low, count=count, grouped=grouped)
-        wgrad = gemm_seconds(ctx, g.k, g.n, g.m, low=low, count=count, out_bytes=4, grouped=grouped)
-        dgrad = 0.0 if g.module == "indexer" else gemm_seconds(ctx, g.m, g.k, g.n, low=low, count=count,
-                                                                grouped=grouped)
+        f, wgrad, dgrad = _gemm_times(ctx, g)
         b = wgrad + dgrad
         lc.fwd.gemm += f - eff.kernel
         lc.bwd.gemm += b - (2 if dgrad else 1) * eff.kernel

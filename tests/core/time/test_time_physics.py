@@ -101,6 +101,29 @@ def test_fp8_attention_runs_at_flashattention3s_fp8_share_of_the_fp8_peak() -> N
     assert fp8.fwd.gemm == pytest.approx(bf16.fwd.gemm)
 
 
+def test_tp_comm_overlap_runs_the_ring_exchanged_gemms_in_tp_chunks() -> None:
+    """Userbuffers' ring exchange (Transformer Engine ``initialize_ub``; Megatron-Bridge's FP8 configs)
+    runs each overlapped GEMM as TP GEMMs of M / TP rows: FLOPs and the M-sized operands are
+    unchanged, the (K, N) weight is read TP times and each chunk is a kernel. So the forward of
+    qkv, proj, fc1, fc2 and the backward data gradient of proj, fc2 each cost
+    (TP - 1) * (K * N * bytes / (HBM * m) + kernel) more than unsplit; the rest is unchanged."""
+    cfg = load_model("llama-3.1-70b")
+    role = derive_roles(cfg, role_rule("megatron")).role(1)
+    s = TimeSettings(tp=8, dp=1, seq_length=8192, sp=True, precision="fp8")
+    plain = layer_cost(_ctx(cfg, s, "h100-80gb"), role)
+    ub = layer_cost(_ctx(cfg, replace(s, tp_comm_overlap=True), "h100-80gb"), role)
+    hw, eff, tp = get_hardware("h100-80gb"), CONSTANTS["hopper"], 8
+    H, d, i = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
+    qkv_n = (cfg.num_attention_heads / tp + 2 * cfg.num_key_value_heads / tp) * d
+    kn = {"qkv": H * qkv_n, "proj": cfg.num_attention_heads * d / tp * H, "fc1": H * 2 * i / tp,
+          "fc2": i / tp * H}
+    extra = {k: (tp - 1) * (v * get_precision("fp8").gemm_bytes / (hw.hbm_bw * eff.mem) + eff.kernel)
+             for k, v in kn.items()}
+    assert ub.fwd.gemm - plain.fwd.gemm == pytest.approx(sum(extra.values()), rel=1e-9)
+    assert ub.bwd.gemm - plain.bwd.gemm == pytest.approx(extra["proj"] + extra["fc2"], rel=1e-9)
+    assert ub.flops_fwd == pytest.approx(plain.flops_fwd)
+
+
 def test_the_mxfp8_output_layer_runs_its_gemms_at_the_fp8_rate() -> None:
     """DeepSeek-V3's logits (4096 tokens x 129,280 x 7,168) on GB200: the forward GEMM's tensor
     time halves with the FP8 peak twice the BF16 one (operand traffic aside)."""
