@@ -15,7 +15,9 @@ PORT     ?= 8000
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[test,postgres]"
+	# compat: a .pth entry for the checkout (setuptools' default finder for this flat layout prints
+	# an "Editable installation" warning on every install)
+	$(BIN)/pip install --quiet -e ".[test,postgres]" --config-settings editable_mode=compat
 	touch $(STAMP)
 
 venv: $(STAMP)

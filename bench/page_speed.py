@@ -4,8 +4,9 @@ The real server (``uvicorn app.main:app`` through :class:`tests.browser_support.
 process, loopback only) answers, on one keep-alive connection and interleaved request by request,
 ``GET /healthz`` (the floor: routing, middleware, one JSON answer) and ``GET /fragment?<plan>``
 (what htmx asks after every edit: parse, evaluate, render the results with the summary and the
-settings form out of band) for the GLM-5.2 slime profile, cycling through valid and invalid splits
-(``bench.load.LOAD_SPLITS``, so no cache keyed on the layout hides the work). ``X-Isplan-History:
+settings form out of band) for the GLM-5.2 slime profile, one boundary moved by one layer each
+round as a drag does (:func:`bench.live_update.drag_walk`: valid and invalid layouts, a layout
+recurring only when the walk returns to it, so no cache keyed on the whole plan hides the work). ``X-Isplan-History:
 replace`` is sent as the page sends it. Target: fragment p50 <= 5 x healthz p50.
 
 Also reported: the fragment's server time in process (no HTTP), split into the evaluation and the
@@ -21,8 +22,7 @@ import time
 from pathlib import Path
 
 from bench.common import ms, percentiles, save
-from bench.live_update import BASE
-from bench.load import LOAD_SPLITS
+from bench.live_update import BASE, drag_walk
 from tests.browser_support import AppServer  # the one way the project starts a real server
 
 ROUNDS = 400
@@ -58,14 +58,15 @@ def over_http(rounds: int) -> dict:
         assert srv.port is not None
         conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
         page = PAGE_HEADERS
-        paths = [f"/fragment?{page_query(s)}" for s in LOAD_SPLITS]
-        for p in paths:  # warm up: imports, presets, caches of immutable work
+        walk = drag_walk(rounds + 20)
+        paths = [f"/fragment?{page_query(s)}" for s in walk]
+        for p in paths[:20]:  # warm up: imports, presets, caches of immutable work
             _get(conn, p, page)
             _get(conn, "/healthz", {})
         health, fragment = [], []
         for i in range(rounds):
             health.append(_get(conn, "/healthz", {}))
-            fragment.append(_get(conn, paths[i % len(paths)], page))
+            fragment.append(_get(conn, paths[20 + i], page))
         conn.close()
     return {"healthz": percentiles(health), "fragment": percentiles(fragment)}
 
@@ -84,8 +85,9 @@ def in_process(rounds: int) -> dict:
     state = app.state
     template = state.templates.get_template("_fragment.html")
     view_s, render_s = [], []
+    walk = drag_walk(rounds + 10)
     for i in range(rounds + 10):
-        q = f"{BASE}&split={LOAD_SPLITS[i % len(LOAD_SPLITS)]}"
+        q = f"{BASE}&split={walk[i]}"
         request = Request({"type": "http", "method": "GET", "path": "/fragment", "query_string": q.encode(),
                            "headers": [], "scheme": "http", "server": ("127.0.0.1", 80), "root_path": "", "app": app})
         t0 = time.perf_counter()
