@@ -796,23 +796,28 @@ _RANK_CACHE: dict[tuple[Any, ...], tuple[dict[str, Any], dict[str, Any]]] = {}
 RANK_CACHE_SIZE = 4096
 
 
-def _rank_key(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: ParallelConfig, rank: int,
-              capacity: int) -> tuple[Any, ...]:
-    """Everything one rank's memory reads: the model, the launch, PP / VPP (the in-flight
-    micro-batches), the rank, its stages' spans and ends, its layers' kinds, the MTP layers' FFNs
-    and whether top-k indices are kept (which depends on every layer's role)."""
+def _rank_key(roles: RoleMap, plan: StagePlan, rank: int, shared: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Everything one rank's memory reads: what every rank of the plan shares (``shared``, from
+    :func:`_plan_key`), the rank, its stages' spans and ends and its layers' kinds."""
     stages = plan.rank_stages(rank)
-    return (cfg, par, capacity, plan.pp, plan.vpp, rank, _keeps_topk(cfg, roles, par),
+    return (shared, rank,
             tuple((s.vp_stage, s.layers.start, s.layers.stop, s.mtp_layers, s.embedding, s.loss) for s in stages),
-            tuple((r.ffn, r.role, r.has_indexer) for s in stages for r in roles.layers[s.layers.start - 1:s.layers.stop - 1]),
-            tuple(m.ffn for m in roles.mtp))
+            tuple((r.ffn, r.role, r.has_indexer) for s in stages for r in roles.layers[s.layers.start - 1:s.layers.stop - 1]))
+
+
+def _plan_key(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: ParallelConfig, capacity: int) -> tuple[Any, ...]:
+    """The part of :func:`_rank_key` every rank of one estimate shares: the model, the launch, the
+    GPU's capacity, PP / VPP (the in-flight micro-batches), whether top-k indices are kept (which
+    depends on every layer's role) and the MTP layers' FFNs."""
+    return (cfg, par, capacity, plan.pp, plan.vpp, _keeps_topk(cfg, roles, par), tuple(m.ffn for m in roles.mtp))
 
 
 def _rank_memory(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: ParallelConfig, rank: int, capacity: int,
-                 kind_bytes: KindBytes) -> tuple[dict[str, Any], dict[str, Any]]:
+                 kind_bytes: KindBytes, shared: tuple[Any, ...]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Pipeline rank ``rank``'s entry (:func:`_rank_entry`) with the plan's offload setting and with
-    the other one, each a fresh top-level dict (cached in :data:`_RANK_CACHE`)."""
-    key = _rank_key(cfg, roles, plan, par, rank, capacity)
+    the other one, each a fresh top-level dict (cached in :data:`_RANK_CACHE`; ``shared``:
+    :func:`_plan_key`)."""
+    key = _rank_key(roles, plan, rank, shared)
     found = _RANK_CACHE.get(key)
     if found is None:
         p = stage_params(cfg, roles, plan.rank_stages(rank), tp=par.tp, ep=par.ep, etp=par.expert_tp)
@@ -984,8 +989,8 @@ def training_memory(cfg: ModelConfig, plan: StagePlan, par: ParallelConfig,
     roles = roles or derive_roles(cfg)
     gpu = resolve_gpu(par.gpu, par.gpu_capacity_bytes)
     cap = gpu.capacity_bytes
-    kind_bytes = KindBytes(cfg, par)
-    actual, alt = (list(x) for x in zip(*(_rank_memory(cfg, roles, plan, par, r, cap, kind_bytes)
+    kind_bytes, shared = KindBytes(cfg, par), _plan_key(cfg, roles, plan, par, cap)
+    actual, alt = (list(x) for x in zip(*(_rank_memory(cfg, roles, plan, par, r, cap, kind_bytes, shared)
                                           for r in range(plan.pp))))
     with_off, without_off = (actual, alt) if par.optimizer_cpu_offload else (alt, actual)
     host = host_memory(par, with_off)
