@@ -72,12 +72,13 @@ class Efficiency:
 #: ~75 % of HBM bandwidth (STREAM-like copies on H100 / B200).
 #: Fitted by ``python -m bench.steptime --fit-dev`` (least absolute log error, from the previous
 #: values) on the six calibration rows and the 104 development rows - never the locked test rows
-#: (see :data:`FITTED`); refitted in issue 18's fourth round with ``--tp-comm-overlap``'s ring-exchange chunks
-#: (:data:`app.core.time.ops.UB_COLUMN`), which raised the dense ceilings. Dense and grouped GEMMs are separate op classes on Blackwell: a grouped GEMM
-#: over the E/EP local experts (one problem per expert, each with its tail wave and its own scales)
-#: reaches less of the peak than one large dense GEMM (0.46 against 0.60 / 0.68). Hopper's cross-node
-#: all-to-all (EP 16 / 32 over 400 Gb/s InfiniBand, timed with the ``flex`` dispatcher's one copy per
-#: remote node) reaches 0.51 of the NIC, not DeepEP's 0.85 on H800 (stated for the other generations).
+#: (see :data:`FITTED`); refitted in issue 18's fourth round with ``--tp-comm-overlap``'s
+#: ring-exchange chunks (:data:`app.core.time.ops.UB_COLUMN`), which raised the dense ceilings.
+#: Dense and grouped GEMMs are separate op classes on Blackwell: a grouped GEMM over the E/EP local
+#: experts (one problem per expert, each with its tail wave and its own scales) reaches less of the
+#: peak than one large dense GEMM (0.46 against 0.60 / 0.68). Hopper's cross-node all-to-all (EP 16
+#: / 32 over 400 Gb/s InfiniBand, timed with the ``flex`` dispatcher's one copy per remote node)
+#: reaches 0.51 of the NIC, not DeepEP's 0.85 on H800 (stated for the other generations).
 _HOST_OP = 5.1865e-05
 _BW_GEMM, _BWU_GEMM, _BW_GROUPED, _BW_FP4 = 0.5963, 0.6815, 0.4622, 0.5195
 _HOPPER_GEMM, _HOPPER_A2A_NET = 0.7185, 0.5110
