@@ -42,6 +42,7 @@ they add up to ``step_seconds``) and ``total`` (the work or transfer, hidden or 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -282,11 +283,11 @@ def _check(cfg: ModelConfig, plan: StagePlan, s: TimeSettings) -> None:
 #: Layer costs by (model, layer kind, :func:`layer_settings_key`, constants), shared across calls: a
 #: live page re-evaluates one plan after every edit and a search times many plans of one layer
 #: shape. Bounded: cleared when it holds :data:`LAYER_CACHE_SIZE` settings.
-_LAYER_CACHE: dict[Any, dict[Any, tuple[LayerCost, dict[str, float]]]] = {}
+_LAYER_CACHE: dict[Any, dict[Any, Any]] = {}
 LAYER_CACHE_SIZE = 512
 
 
-def _shared_layer_cache(cfg: ModelConfig, s: TimeSettings, ctx: OpContext) -> dict[Any, tuple[LayerCost, dict[str, float]]]:
+def _shared_layer_cache(cfg: ModelConfig, s: TimeSettings, ctx: OpContext) -> dict[Any, Any]:
     """The per-layer cost cache for one model, settings and set of constants (:data:`_LAYER_CACHE`)."""
     key = (cfg, layer_settings_key(s, ctx.hw), ctx.eff.key())
     if key not in _LAYER_CACHE and len(_LAYER_CACHE) >= LAYER_CACHE_SIZE:
@@ -310,12 +311,45 @@ def _stage_layer_counts(cfg: ModelConfig, roles: RoleMap, st: Stage, s: TimeSett
     return out
 
 
+#: Entries (layer kinds and stages' layer sums) one settings scope of :data:`_LAYER_CACHE` holds
+#: before it is cleared.
+STAGE_CACHE_SIZE = 8192
+#: The fields of :class:`_StageCost` that its layers fill (:func:`_stage_layers`), in order.
+_LAYER_SUMS = ("fwd", "bwd", "host", "compute", "recompute", "flops")
+
+
+def _stage_layers(cfg: ModelConfig, roles: RoleMap, st: Stage, s: TimeSettings, first_mtp: int,
+                  cost: Callable[[LayerRole], tuple[LayerCost, dict[str, float]]],
+                  cache: dict[Any, Any]) -> _StageCost:
+    """A stage's cost from its decoder and MTP layers alone (:func:`_add_layer` over
+    :func:`_stage_layer_counts`), cached in ``cache`` - the layer costs of one model, per-layer
+    settings and constants - by the stage's layer kinds in order: the stages a drag leaves alone,
+    and equal stages of a search's plans, are added once. The sums are the same floats as adding
+    the layers again (same kinds, same order)."""
+    layers = st.layers
+    key = ("stage", tuple(_layer_key(r) for r in roles.layers[layers.start - 1:layers.stop - 1]),
+           tuple(_layer_key(mtp_role(cfg, roles, k)) for k in range(first_mtp + 1, first_mtp + st.mtp_layers + 1)))
+    found = cache.get(key)
+    if found is None:
+        if len(cache) >= STAGE_CACHE_SIZE:  # bounded: a huge upload's spans are many
+            cache.clear()
+        sc = _StageCost(st)
+        full = s.recompute == "full"
+        for (_kind, redo), (role, count) in _stage_layer_counts(cfg, roles, st, s, first_mtp).items():
+            lc, exp = cost(role)
+            _add_layer(sc, lc, exp, _recompute_seconds(lc, exp, s, full and not role.mtp) if redo else 0.0, count)
+        found = cache[key] = (tuple(getattr(sc, f) for f in _LAYER_SUMS), tuple(sc.tp), tuple(sc.ep), tuple(sc.cp))
+    (fwd, bwd, host, compute, recompute, flops), tp, ep, cp = found
+    return _StageCost(st, fwd, bwd, compute, recompute, list(tp), list(ep), list(cp), flops, host)
+
+
 def stage_costs(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: TimeSettings, ctx: OpContext,
-                cache: dict[Any, tuple[LayerCost, dict[str, float]]] | None = None) -> list[_StageCost]:
+                cache: dict[Any, Any] | None = None) -> list[_StageCost]:
     """Forward / backward seconds per micro-batch of every stage (vp-major): the sum over its layers
-    of :func:`_add_layer`, plus the embedding and the output layer (+ MTP logits) on their stages.
-    ``cache``: layer costs by layer kind, reusable across plans whose per-layer settings agree
-    (:func:`quick_step_seconds`); by default the shared :data:`_LAYER_CACHE`."""
+    of :func:`_add_layer` (:func:`_stage_layers`), plus the embedding and the output layer (+ MTP
+    logits) on their stages. ``cache``: layer and stage-layer costs by layer kinds, reusable across
+    plans whose per-layer settings agree (:func:`quick_step_seconds`); by default the shared
+    :data:`_LAYER_CACHE`."""
     cache = _shared_layer_cache(cfg, s, ctx) if cache is None else cache
     ep_share = ep_overlap_share(s)
     ep_sm = min(1.0, EP_COMM_SMS / ctx.hw.sms) if ctx.hw.sms else 0.0
@@ -328,13 +362,8 @@ def stage_costs(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: TimeSettin
         return cache[key]
 
     out, mtp_seen = [], 0
-    full = s.recompute == "full"
     for st in plan.stages:
-        sc = _StageCost(st)
-        for (_kind, redo), (role, count) in _stage_layer_counts(cfg, roles, st, s, mtp_seen).items():
-            lc, exp = cost(role)
-            rc = _recompute_seconds(lc, exp, s, full and not role.mtp) if redo else 0.0
-            _add_layer(sc, lc, exp, rc, count)
+        sc = _stage_layers(cfg, roles, st, s, mtp_seen, cost, cache)
         mtp_seen += st.mtp_layers
         if st.embedding:
             ec = embedding_cost(ctx)
