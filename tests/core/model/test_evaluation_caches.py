@@ -6,6 +6,7 @@ every cache emptied first (differential: warm against cold, the whole page JSON)
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from itertools import pairwise
 
 from hypothesis import given, settings
@@ -37,8 +38,10 @@ def _sizes(draw: st.DrawFn) -> str:
 
 
 _queries = st.builds(
-    lambda split, recompute, offload, mbs: f"{BASE}&split={split}&recompute={recompute}&offload={offload}&mbs={mbs}",
-    _sizes(), st.sampled_from(["full", "selective", "none"]), st.sampled_from(["0", "1"]), st.sampled_from(["1", "2"]))
+    lambda split, recompute, offload, mbs, mtp: (f"{BASE}&split={split}&recompute={recompute}&offload={offload}&mbs={mbs}"
+                                                 f"&mtp_layers={mtp}"),
+    _sizes(), st.sampled_from(["full", "selective", "none", "full&recompute_method=block&recompute_num_layers=2"]),
+    st.sampled_from(["0", "1"]), st.sampled_from(["1", "2"]), st.sampled_from(["0", "1"]))
 
 
 def _answer(query: str) -> str:
@@ -73,6 +76,15 @@ def test_a_drag_session_warm_is_cold(start, moves):
     _warm_equals_cold(session)
 
 
+def test_equal_layer_kinds_at_another_place_cost_the_same():
+    """A stage's layer sums are cached by its layers' kinds in order (the time model), so two
+    stages of the same kinds at different places share an entry - and block recompute, which
+    re-runs the first layers of each stage, still recomputes the right ones in each."""
+    _warm_equals_cold([f"{BASE}&split=14,8,8,8,8,8,8,16&recompute=full&recompute_method=block&recompute_num_layers=3",
+                       f"{BASE}&split=8,14,8,8,8,8,8,16&recompute=full&recompute_method=block&recompute_num_layers=3",
+                       f"{BASE}&split=8,14,8,8,8,8,8,16&recompute=full&recompute_method=block&recompute_num_layers=5"])
+
+
 def test_the_same_span_on_another_rank_is_another_entry():
     """Layers 15-22 are stage 2 (pp rank 1) of the first plan and stage 3 (pp rank 2) of the
     second: a rank keeps a different number of micro-batches in flight, so neither answer may be
@@ -90,3 +102,22 @@ def test_a_rank_is_served_from_the_cache_when_a_move_leaves_it_alone():
     assert len(memory._RANK_CACHE) == 10
     _answer(f"{BASE}&split=14,8,8,8,8,8,8,16&recompute=full&offload=1")
     assert len(memory._RANK_CACHE) == 10
+
+
+def test_a_configs_hash_is_its_contents_in_every_process():
+    """ModelConfig hashes once and keeps it (it is in most cache keys), but never ships the hash:
+    in another process (a pool worker, other string hashes) an unpickled config hashes and compares
+    like the same config loaded there, and a changed field changes the hash."""
+    import dataclasses
+    import pickle
+    import subprocess
+    import sys
+
+    cfg = load_preset("glm-5.2")
+    assert hash(cfg) == hash(dataclasses.replace(cfg)) and dataclasses.replace(cfg) == cfg
+    assert hash(dataclasses.replace(cfg, index_topk=cfg.index_topk + 1)) != hash(cfg)
+    code = ("import pickle, sys; from app.core.model.config import load_preset; c = pickle.loads(sys.stdin.buffer.read()); "
+            "f = load_preset('glm-5.2'); print(c == f, hash(c) == hash(f), {f: 1}.get(c))")
+    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps((hash(cfg), cfg)[1]), capture_output=True,
+                         check=True, env={"PYTHONHASHSEED": "random", "PATH": ""}, cwd=str(Path(__file__).parents[3]))
+    assert out.stdout.split() == [b"True", b"True", b"1"]
