@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote_to_bytes
 
 from app import settings as app_settings
 from app.core.optimise.optimiser import RANK_DP_MAX_DEPTH, RANK_DP_MAX_WORK
@@ -509,8 +509,8 @@ async def run_bounded(fn: Callable[..., Any], *args: Any, client: str, deadline:
 
 def has_action(query_string: bytes) -> bool:
     """Whether a query string holds a non-empty ``action`` once decoded (as Starlette decodes it)."""
-    if b"ction" not in query_string and b"%" not in query_string:  # the common case, no parsing
-        return False
+    if b"ction" not in (unquote_to_bytes(query_string) if b"%" in query_string else query_string):
+        return False  # no key can decode to "action": the common case (the page's split is "14%2C8..."), no parsing
     pairs = parse_qsl(query_string.decode("latin-1"), keep_blank_values=True, max_num_fields=None)
     return any(key == "action" and value for key, value in pairs)
 

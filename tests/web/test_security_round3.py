@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.core.model.config import load_preset
 from app.core.plan import bounds, plan_from_query, strict_plan
@@ -173,6 +175,22 @@ def test_the_gate_finds_an_encoded_action(query, gated):
     assert has_action(query) is gated
     gate = ClientGate(None, paths=("/fragment?action",), per_client=1)
     assert gate._gated({"path": "/fragment", "query_string": query}) is gated
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["action", "%61ction", "act%69on", "a%63tion", "transaction", "split",
+                                           "%2561ction", "ac+tion", "acti%6Fn", "x"]),
+                          st.sampled_from(["", "balance", "14%2C8", "%20", "+", "n%65arest"])),
+                max_size=5))
+def test_the_gate_agrees_with_starlettes_reading(pairs):
+    """The gate's shortcut (no ``ction`` once percent-decoded: no parsing) against the query as
+    Starlette parses it (``parse_qsl`` of the latin-1 text, blank values kept), on generated
+    queries with encoded keys and values."""
+    from urllib.parse import parse_qsl
+
+    query = "&".join(f"{k}={v}" for k, v in pairs).encode()
+    expected = any(k == "action" and v for k, v in parse_qsl(query.decode("latin-1"), keep_blank_values=True))
+    assert has_action(query) is expected
 
 
 # --------------------------------------------------------------------------- finding 3 and multipart refusals
