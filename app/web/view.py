@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from html import escape
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -316,18 +316,18 @@ class PlanView:
                     + ("every rank fits" if fits else "does NOT fit"))
         return ""
 
-    @property
+    @cached_property
     def memory_terms(self) -> dict[str, Any]:
-        """Every memory term of the largest rank: its label, bytes and how it is counted."""
-        from app.core.model.memory import TERM_EXPLANATIONS, TERM_LABELS
-
+        """Every memory term of the largest rank: its label, GB per GPU (``"12.34"``) and how it is
+        counted (label and explanation are constants: escaped once, :func:`_term_text`)."""
         mem = self.ev.memory
         if not mem or not mem["stages"]:
             return {"rank": None, "terms": []}
         worst = max(mem["stages"], key=lambda s: s["total_bytes"])
+        text = _term_text()
         return {"rank": worst["pp_rank"], "terms": [
-            {"label": TERM_LABELS[k], "bytes": b, "how": TERM_EXPLANATIONS[k]}
-            for k, b in worst["breakdown_detail"].items() if k in TERM_LABELS]}
+            {"label": text[k][0], "gb": f"{b / 1e9:.2f}", "how": text[k][1]}
+            for k, b in worst["breakdown_detail"].items() if k in text]}
 
     @property
     def time(self) -> dict[str, Any] | None:
@@ -412,6 +412,15 @@ def build_view(plan: Plan, problems: list[FieldProblem], store: BaseStore, *, ra
         view.messages.append(f"pipeline bubble (closed form) {bubble_fraction(ev.stage_plan.pp, ev.stage_plan.vpp, m) * 100:.1f}% "
                              f"of wall time with {m} micro-batches" + ("" if ev.par.microbatches else " (assumed 8 × PP)"))
     return view
+
+
+@lru_cache(maxsize=1)
+def _term_text() -> dict[str, tuple[Markup, Markup]]:
+    """Each memory term's label and explanation, HTML-escaped once (the page lists them on every render)."""
+    from app.core.model.memory import TERM_EXPLANATIONS, TERM_LABELS
+
+    return {k: (Markup.escape(label), Markup.escape(TERM_EXPLANATIONS[k]))
+            for k, label in TERM_LABELS.items()}
 
 
 def page_data(plan: Plan, cfg: ModelConfig) -> dict[str, Any]:

@@ -82,3 +82,28 @@ def test_a_large_timeline_is_drawn_as_busy_intervals(monkeypatch):
     assert list(zip(busy["x"][0::3], busy["x"][1::3], busy["y"][0::3])) == [
         (0, 2, "rank 0"), (5, 6, "rank 0"), (1, 3, "rank 1")]
     assert "busy intervals" in out["caption"]
+
+
+def test_a_figure_on_the_page_reads_back_as_the_figure_it_was_built_from(view):
+    """The page embeds each figure as ``data-figure="<JSON>"`` through Jinja's ``tojson`` (with
+    pydantic-core's encoder, :func:`app.web.routers.pages.figure_json`) and ``forceescape``: the
+    attribute, HTML-unescaped as the browser does, is JSON whose value is the figure; text that
+    could end the attribute or a script stays escaped, and a NaN arrives as ``null`` (which the
+    browser's ``JSON.parse`` reads) instead of :mod:`json`'s ``NaN``."""
+    import html
+    import json
+    import math
+    import re
+
+    from app.web.routers.pages import page_context, templates
+
+    body = templates().get_template("_fragment.html").render(page_context(None, view, same_form=True))
+    found = dict(re.findall(r'id="fig-(\w+)" data-figure="([^"]*)"', body))
+    for name, entry in page_figures(view).items():
+        assert json.loads(html.unescape(found[name])) == entry["figure"], name
+    tpl = templates().env.from_string('<div data-figure="{{ x|tojson|forceescape }}"></div>')
+    hostile = {"name": "</script><b a='1'>&", "y": [1.5, math.nan, math.inf]}
+    out = tpl.render(x=hostile)
+    assert "<b" not in out and "</script>" not in out and "'" not in out
+    value = json.loads(html.unescape(re.search(r'data-figure="([^"]*)"', out).group(1)))
+    assert value == {"name": hostile["name"], "y": [1.5, None, None]}
