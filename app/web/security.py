@@ -407,6 +407,16 @@ REFUSAL_LOG_SECONDS = 10.0
 
 #: Open connections per peer key in this process (:func:`peer_key`).
 _PEERS: dict[str, int] = {}
+#: uvicorn's set of this process's request tasks (``ServerState.tasks``: a task per request whose
+#: head is parsed, until its response is sent), published by the first connection.
+_REQUEST_TASKS: set[Any] | None = None
+
+
+def other_requests_waiting() -> bool:
+    """Whether this server process holds a request besides the one asking: uvicorn makes a task
+    per request as soon as its head is parsed, so requests that arrived while the loop was busy
+    count before they run. ``False`` outside uvicorn (an in-process test client)."""
+    return _REQUEST_TASKS is not None and len(_REQUEST_TASKS) > 1
 _REFUSAL_LOGGED: dict[str, float] = {}
 
 
@@ -468,8 +478,10 @@ class HeaderDeadlineH11Protocol(_h11_protocol()):  # type: ignore[misc]
     max_connections: int = MAX_CONNECTIONS
 
     def connection_made(self, transport: Any) -> None:
+        global _REQUEST_TASKS
         super().connection_made(transport)
         _no_delay(transport)
+        _REQUEST_TASKS = self.tasks
         cls = type(self)
         if cls.header_seconds is None or cls.per_peer is None:
             from app.settings import current

@@ -143,3 +143,25 @@ def test_page_environment_reads_a_dict_as_jinja_does():
     for env in envs:
         with pytest.raises(jinja2.UndefinedError):
             env.from_string("{{ d.missing }}").render(ctx)
+
+
+@pytest.mark.parametrize("others", [False, True])
+def test_a_live_update_renders_on_the_loop_only_when_alone(client, monkeypatch, others):
+    """``/fragment`` renders on the event loop when no other request of the process waits (no
+    thread hop) and in a request thread when one does (the loop keeps answering): the same bytes
+    either way."""
+    from app.web.routers import pages
+
+    hops = []
+    real = pages.run_in_threadpool
+
+    async def counted(fn, *args):
+        hops.append(fn.__name__)
+        return await real(fn, *args)
+
+    query = f"/fragment?model=glm-5.2&split=14,8,8,8,8,8,8,16&{PROFILE}"
+    expected = client.get(query).content
+    monkeypatch.setattr(pages, "run_in_threadpool", counted)
+    monkeypatch.setattr(pages, "other_requests_waiting", lambda: others)
+    assert client.get(query).content == expected
+    assert hops == (["page_html"] if others else [])

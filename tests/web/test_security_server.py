@@ -3,6 +3,8 @@ cut off at its deadline, on a new connection and between keep-alive requests (sl
 
 from __future__ import annotations
 
+import asyncio
+import json
 import socket
 import threading
 import time
@@ -11,7 +13,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI, Request
 
-from app.web.security import secure, uvicorn_options
+from app.web.security import other_requests_waiting, secure, uvicorn_options
 from tests.browser_support import free_port
 
 
@@ -26,6 +28,15 @@ def server():
     @app.post("/echo")
     async def echo(request: Request) -> dict:
         return {"n": len(await request.body())}
+
+    @app.get("/slow")
+    async def slow() -> dict:
+        await asyncio.sleep(0.6)
+        return {"slept": True}
+
+    @app.get("/others")
+    async def others() -> dict:
+        return {"waiting": other_requests_waiting()}
 
     port = free_port()
     config = uvicorn.Config(secure(app, csp="default-src 'self'", body_seconds=0.5), host="127.0.0.1", port=port,
@@ -106,3 +117,25 @@ def test_body_in_time_is_answered(server):
         while chunk := s.recv(4096):
             data += chunk
         assert data.startswith(b"HTTP/1.1 200") and data.endswith(b'{"n":10}')
+
+
+def _get(port: int, path: str) -> bytes:
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        s.settimeout(5)
+        data = b""
+        while chunk := s.recv(4096):
+            data += chunk
+    return data.partition(b"\r\n\r\n")[2]
+
+
+def test_the_server_says_whether_other_requests_wait(server):
+    """The page renders on the event loop only when no other request of this process is in
+    flight (app.web.routers.pages.render_page): the signal is uvicorn's own task per request."""
+    assert json.loads(_get(server, "/others")) == {"waiting": False}
+    slow = threading.Thread(target=_get, args=(server, "/slow"))
+    slow.start()
+    time.sleep(0.2)  # /slow is in flight
+    assert json.loads(_get(server, "/others")) == {"waiting": True}
+    slow.join(5)
+    assert json.loads(_get(server, "/others")) == {"waiting": False}
