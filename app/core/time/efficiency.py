@@ -118,7 +118,8 @@ FITTED: dict[str, str] = {
     "blackwell / blackwell_ultra gemm fp4": "NVFP4 calibration + development rows (--fit-dev)",
     "hopper gemm fp8 (= bf16)": "calibration + development rows (--fit-dev)",
     "hopper a2a_net": "the H100 MoE runs among the development rows (EP 16 / 32 across nodes; --fit-dev)",
-    "ampere gemm bf16": "A100 GPT-3 175B (Korthikanti Table 5, full recompute) calibration row",
+    "ampere gemm bf16": "the 17 A100 rows (Korthikanti Table 5, Narayanan Table 1; calibration + development), "
+                        "with the unfused attention: 0.81 in the flat optimum 0.79-0.81 (docs/MODELS.md)",
     "host_op (every generation)": "calibration + development rows (--fit-dev; only micro-batch-1 MoE runs are "
                                   "host-bound)",
 }
