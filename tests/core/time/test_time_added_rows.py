@@ -23,7 +23,7 @@ def test_added_rows_are_development_rows_and_leave_the_split_alone() -> None:
     dev_all, test_all = development_rows(HOLDOUT)
     assert test_all == test
     assert dev_all == dev + ADDED
-    assert {r["source"] for r in ADDED} == {"narayanan-2021-table1", "llama3-2024-table4"}
+    assert {r["source"] for r in ADDED} == {"narayanan-2021-table1", "llama3-2024-table4", "mt-nlg-2022"}
     assert not {r["id"] for r in ADDED} & {r["id"] for r in rows}
     for r in ADDED:
         assert r["cite"] and r["settings_source"]
@@ -61,3 +61,13 @@ def test_llama3_rows_follow_palms_model_flops() -> None:
     assert got[(8192, 8192)] == pytest.approx(163.8, abs=0.1)
     assert got[(16384, 8192)] == pytest.approx(152.35, abs=0.1)
     assert got[(16384, 131072)] == pytest.approx(67.0, abs=0.1)
+
+
+def test_mt_nlg_rows_are_the_papers_iteration_times() -> None:
+    """MT-NLG 530B, global batch 1920 x 2048 tokens = 3,932,160 per iteration: 60.1 s on 2,240 GPUs
+    is 3,932,160 / (60.1 x 2,240) = 29.21 tokens/s/GPU; 44.4 s on 3,360 GPUs 26.36. TP 8 x PP 35,
+    so DP = GPUs / 280 = 8 and 12."""
+    got = {r["gpus"]: r for r in ADDED if r["source"] == "mt-nlg-2022"}
+    assert got[2240]["measured"]["tokens_per_s_per_gpu"] == pytest.approx(29.21, abs=0.01)
+    assert got[3360]["measured"]["tokens_per_s_per_gpu"] == pytest.approx(26.36, abs=0.01)
+    assert (got[2240]["dp"], got[2800]["dp"], got[3360]["dp"]) == (8, 10, 12)
