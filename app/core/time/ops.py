@@ -386,7 +386,7 @@ def _add_attention(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
     attn_flops = terms["sparse_attention"] / (s.tp * s.cp)
     peak16 = hw.peak_flops("bf16")
     rate = hw.peak_flops("fp8") * FP8_ATTN_FRACTION if s.fp8_attention else peak16
-    if eff.attn_unfused and not s.fp8_attention:
+    if eff.attn_unfused and not s.fp8_attention and not cfg.has_indexer:  # DSA's sparse kernel has no unfused twin
         lc.attn_fwd, lc.attn_bwd = unfused_attention_seconds(ctx, attn_flops)
     else:
         lc.attn_fwd = attn_flops / (rate * eff.attn_fwd)
