@@ -23,7 +23,8 @@ def test_added_rows_are_development_rows_and_leave_the_split_alone() -> None:
     dev_all, test_all = development_rows(HOLDOUT)
     assert test_all == test
     assert dev_all == dev + ADDED
-    assert {r["source"] for r in ADDED} == {"narayanan-2021-table1", "llama3-2024-table4", "mt-nlg-2022"}
+    assert {r["source"] for r in ADDED} == {"narayanan-2021-table1", "llama3-2024-table4", "mt-nlg-2022",
+                                             "nemo-performance-summary"}
     assert not {r["id"] for r in ADDED} & {r["id"] for r in rows}
     for r in ADDED:
         assert r["cite"] and r["settings_source"]
@@ -71,3 +72,16 @@ def test_mt_nlg_rows_are_the_papers_iteration_times() -> None:
     assert got[2240]["measured"]["tokens_per_s_per_gpu"] == pytest.approx(29.21, abs=0.01)
     assert got[3360]["measured"]["tokens_per_s_per_gpu"] == pytest.approx(26.36, abs=0.01)
     assert (got[2240]["dp"], got[2800]["dp"], got[3360]["dp"]) == (8, 10, 12)
+
+
+def test_nemo_rows_are_the_tables_own_figures() -> None:
+    """NeMo 25.02 DGX-B200 and 25.04 DGX-GB200 FP8 rows: the table's tokens/s/GPU as measured, and its
+    GA column re-derived: GA = GBS / (MBS x DP), DP = GPUs / (TP x PP x CP) - GPT-3 175B on 512 B200,
+    2048 / (2 x 512 / 16) = 32; Llama 3 405B on 128 GPUs, 64 / (1 x 128 / 64) = 32."""
+    nemo = {(r["gpu"], r["model"]): r for r in ADDED if r["source"] == "nemo-performance-summary"}
+    assert len(nemo) == 9
+    gpt3 = nemo[("b200-180gb", "gpt3-175b.gpt2.json")]
+    assert gpt3["measured"]["tokens_per_s_per_gpu"] == 1600 and gpt3["gbs"] // (gpt3["mbs"] * gpt3["dp"]) == 32
+    l405 = nemo[("gb200-186gb", "Llama-3.1-405B.json")]
+    assert l405["measured"]["tokens_per_s_per_gpu"] == 665 and l405["gbs"] // (l405["mbs"] * l405["dp"]) == 32
+    assert all(r["precision"] == "fp8" and r["recompute"]["granularity"] is None for r in nemo.values())
