@@ -13,7 +13,9 @@ setting, e.g. its MoE dispatcher or EP overlap, handed to :func:`app.core.time.s
 printed beside them where the two differ.
 
 The held-out rows are split once (:func:`split_holdout`) into a development set, which guides the
-physics, and a locked test set, reported only by ``--test`` / the default full run.
+physics, and a locked test set, reported only by ``--test`` / the default full run. Runs added after
+the split (the file's ``added_development``: published runs from outside Megatron-Bridge) are
+development rows by construction (:func:`development_rows`) and never enter the split.
 
 It prints predicted vs measured tokens/s/GPU with the error, the mean and max |error| per set, the
 share of concordant pairs of runs within one model (is the predicted order of two runs the
