@@ -13,7 +13,9 @@ setting, e.g. its MoE dispatcher or EP overlap, handed to :func:`app.core.time.s
 printed beside them where the two differ.
 
 The held-out rows are split once (:func:`split_holdout`) into a development set, which guides the
-physics, and a locked test set, reported only by ``--test`` / the default full run.
+physics, and a locked test set, reported only by ``--test`` / the default full run. Runs added after
+the split (the file's ``added_development``: published runs from outside Megatron-Bridge) are
+development rows by construction (:func:`development_rows`) and never enter the split.
 
 It prints predicted vs measured tokens/s/GPU with the error, the mean and max |error| per set, the
 share of concordant pairs of runs within one model (is the predicted order of two runs the
@@ -80,6 +82,21 @@ def load_rows(path: Path) -> list[dict[str, Any]]:
     data = json.loads(path.read_text("utf-8"))
     rows = data["rows"] if isinstance(data, dict) else data
     return [normalise(r) for r in rows]
+
+
+def load_added(path: Path = HOLDOUT) -> list[dict[str, Any]]:
+    """The held-out file's ``added_development`` rows: published runs added after the split was made
+    (from outside Megatron-Bridge), development rows by construction. They are kept out of
+    ``rows`` so that :func:`split_holdout` of the original 160 runs - and so the locked test set -
+    cannot change when rows are added."""
+    data = json.loads(path.read_text("utf-8"))
+    return [normalise(r) for r in data.get("added_development", [])] if isinstance(data, dict) else []
+
+
+def development_rows(path: Path = HOLDOUT) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(development, locked test): :func:`split_holdout`'s development rows plus :func:`load_added`."""
+    dev, test = split_holdout(load_rows(path))
+    return dev + load_added(path), test
 
 
 def normalise(row: dict[str, Any]) -> dict[str, Any]:
@@ -466,18 +483,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     argv = sys.argv[1:] if argv is None else argv
     calibration = load_rows(CALIBRATION)
     if "--fit" in argv or "--fit-dev" in argv:
-        values = fit(calibration) if "--fit" in argv else fit_development(calibration + split_holdout(load_rows(HOLDOUT))[0])
+        values = fit(calibration) if "--fit" in argv else fit_development(calibration + development_rows()[0])
         for (gens, name), v in values.items():
             print(f"{'/'.join(gens):28s} {name:14s} {v:.6g}")
         return {"fitted": {f"{'/'.join(g)}.{n}": v for (g, n), v in values.items()}}
-    dev_rows, test_rows = split_holdout(load_rows(HOLDOUT))
+    dev_rows, test_rows = development_rows()
     t0 = time.perf_counter()
     cal = evaluate(calibration, direct=True)
     dev = evaluate(dev_rows, direct=True)
     test = [] if "--dev" in argv else evaluate(test_rows, direct=True)
     elapsed = time.perf_counter() - t0
     _print("calibration rows (the fitted constants were fitted on these)", cal)
-    _print(f"development rows ({len(dev)} held-out runs that guided the model; never fitted on)", dev)
+    _print(f"development rows ({len(dev)} held-out runs that guided the model and fit the constants)", dev)
+    added = {r["id"] for r in load_added()}
+    if added:
+        _print_summary(f"of which the {len(added)} runs from outside Megatron-Bridge (added_development)",
+                       [r for r in dev if r["id"] in added])
     result: dict[str, Any] = {"calibration": {"summary": summary(cal), "rows": cal},
                               "development": {"summary": summary(dev), "undisputed": summary(undisputed(dev)),
                                               "rows": dev}}

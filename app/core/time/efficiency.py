@@ -48,6 +48,10 @@ class Efficiency:
     a2a_net: float = 0.85
     lat_nvlink: float = 10e-6
     lat_net: float = 25e-6
+    #: the attention core as Megatron's unfused ``DotProductAttention`` (batched GEMMs over the whole
+    #: ``s x s`` score matrix, which is written and re-read by the softmax and dropout kernels) rather
+    #: than flash attention (:func:`app.core.time.ops.unfused_attention_seconds`)
+    attn_unfused: bool = False
 
     def gemm_ceiling(self, dtype: str, grouped: bool = False) -> float:
         """The share of the dense ``dtype`` peak a large GEMM reaches (``grouped``: a routed-expert
@@ -82,10 +86,13 @@ class Efficiency:
 _HOST_OP = 5.1865e-05
 _BW_GEMM, _BWU_GEMM, _BW_GROUPED, _BW_FP4 = 0.5963, 0.6815, 0.4622, 0.5195
 _HOPPER_GEMM, _HOPPER_A2A_NET = 0.7185, 0.5110
-_AMPERE_GEMM = 0.773
+_AMPERE_GEMM = 0.81
 
 CONSTANTS: dict[str, Efficiency] = {
-    "ampere": Efficiency("ampere", gemm={"bf16": _AMPERE_GEMM}, attn_fwd=0.55, attn_bwd=0.40, host_op=_HOST_OP),
+    # Ampere: every measured A100 Megatron run (Narayanan et al. 2021, Korthikanti et al. 2022) predates
+    # flash attention in Megatron and ran the unfused core attention (Efficiency.attn_unfused)
+    "ampere": Efficiency("ampere", gemm={"bf16": _AMPERE_GEMM}, attn_fwd=0.55, attn_bwd=0.40, host_op=_HOST_OP,
+                         attn_unfused=True),
     "hopper": Efficiency("hopper", gemm={"bf16": _HOPPER_GEMM, "fp8": _HOPPER_GEMM}, attn_fwd=0.60, attn_bwd=0.45,
                          host_op=_HOST_OP, a2a_net=_HOPPER_A2A_NET),
     "blackwell": Efficiency("blackwell", gemm={"bf16": _BW_GEMM, "fp8": _BW_GEMM, "fp4": _BW_FP4},
@@ -111,7 +118,8 @@ FITTED: dict[str, str] = {
     "blackwell / blackwell_ultra gemm fp4": "NVFP4 calibration + development rows (--fit-dev)",
     "hopper gemm fp8 (= bf16)": "calibration + development rows (--fit-dev)",
     "hopper a2a_net": "the H100 MoE runs among the development rows (EP 16 / 32 across nodes; --fit-dev)",
-    "ampere gemm bf16": "A100 GPT-3 175B (Korthikanti Table 5, full recompute) calibration row",
+    "ampere gemm bf16": "the 17 A100 rows (Korthikanti Table 5, Narayanan Table 1; calibration + development), "
+                        "with the unfused attention: 0.81 in the flat optimum 0.79-0.81 (docs/MODELS.md)",
     "host_op (every generation)": "calibration + development rows (--fit-dev; only micro-batch-1 MoE runs are "
                                   "host-bound)",
 }

@@ -348,6 +348,34 @@ def _add_gemms(ctx: OpContext, lc: LayerCost, gemms: list[Gemm]) -> None:
         lc.flops_fwd += g.flops
 
 
+#: Bytes per element of the ``s x s`` score matrix in Megatron's unfused core attention
+#: (``megatron/core/transformer/dot_product_attention.py`` ``DotProductAttention.forward`` @ d98e8a64,
+#: as ``megatron/model/transformer.py`` ``CoreAttention`` in the 2021 code of Narayanan et al.):
+#: forward ``torch.baddbmm`` writes the scores (2 B), ``FusedScaleMaskSoftmax`` reads and writes them
+#: (2 + 2), ``attention_dropout`` reads them and writes the dropped probabilities and its mask
+#: (2 + 2 + 1), ``torch.bmm`` with V reads them (2): 13 B; backward the probability gradient written
+#: (2), the dropped probabilities read for dV (2), dropout's backward (2 + 1 read, 2 written), the
+#: fused softmax backward (2 + 2 read, 2 written) and the two score-gradient GEMMs for dQ and dK
+#: (2 + 2 read): 19 B.
+UNFUSED_FWD_BYTES, UNFUSED_BWD_BYTES = 13.0, 19.0
+
+
+def unfused_attention_seconds(ctx: OpContext, attn_flops: float) -> tuple[float, float]:
+    """(forward, backward) seconds of the unfused core attention of one layer and micro-batch on one
+    GPU: the two batched GEMMs over the whole ``s x s`` square (the causal mask is applied to it
+    after ``QK^T``: ``2 s / (s + 1)`` x the causal FLOPs ``attn_flops``), four backward, at the
+    BF16 GEMM ceiling, plus the score matrix's traffic :data:`UNFUSED_FWD_BYTES` /
+    :data:`UNFUSED_BWD_BYTES` per element of ``mbs x h/TP x s/CP x s``, and the kernels."""
+    s, cfg, eff = ctx.s, ctx.cfg, ctx.eff
+    seq = s.seq_length
+    square = attn_flops * 2 * seq / (seq + 1)
+    rate = ctx.hw.peak_flops("bf16") * eff.gemm_ceiling("bf16")
+    elems = s.mbs * cfg.num_attention_heads / s.tp * seq / s.cp * seq
+    fwd = square / rate + mem_seconds(ctx, UNFUSED_FWD_BYTES * elems) + 4 * eff.kernel
+    bwd = 2 * square / rate + mem_seconds(ctx, UNFUSED_BWD_BYTES * elems) + 8 * eff.kernel
+    return fwd, bwd
+
+
 def _add_attention(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
     """Flash attention ``F / (rate * a_fwd)`` forward and ``2.5 F / (rate * a_bwd)`` backward, ``F``
     the layer's ``sparse_attention`` FLOPs over TP x CP, ``rate`` the BF16 peak (FP8 attention: the
@@ -358,8 +386,11 @@ def _add_attention(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
     attn_flops = terms["sparse_attention"] / (s.tp * s.cp)
     peak16 = hw.peak_flops("bf16")
     rate = hw.peak_flops("fp8") * FP8_ATTN_FRACTION if s.fp8_attention else peak16
-    lc.attn_fwd = attn_flops / (rate * eff.attn_fwd)
-    lc.attn_bwd = FA_BWD_FLOPS * attn_flops / (rate * eff.attn_bwd)
+    if eff.attn_unfused and not s.fp8_attention and not cfg.has_indexer:  # DSA's sparse kernel has no unfused twin
+        lc.attn_fwd, lc.attn_bwd = unfused_attention_seconds(ctx, attn_flops)
+    else:
+        lc.attn_fwd = attn_flops / (rate * eff.attn_fwd)
+        lc.attn_bwd = FA_BWD_FLOPS * attn_flops / (rate * eff.attn_bwd)
     lc.flops_fwd += attn_flops
     idx = (terms["indexer_scoring"] + terms["indexer_weighting"]) / s.cp
     if idx:

@@ -194,3 +194,35 @@ def test_a_schedule_megatron_refuses_is_a_named_refusal_not_a_crash() -> None:
     plan = Plan(model="glm-5.2", mode="flags", pp=1, vpp=2, parallel=True, tp=1, cp=1, ep=1, mbs=1, gpu="h100-80gb")
     t = evaluate(plan, load_preset("glm-5.2")).time
     assert t is not None and "PP > 1" in t["unavailable"] and t["field"] == "vpp"
+
+
+# --------------------------------------------------------------------------- unfused attention (A100)
+
+
+def test_a100_attention_is_megatrons_unfused_core_attention() -> None:
+    """Narayanan et al.'s 1.7B GPT (24 heads of 96, seq 2048) at micro-batch 16 on one A100 (TP 1):
+    the score matrix has 16 * 24 * 2048^2 = 1.6106e9 elements; forward 13 B of traffic per element
+    (baddbmm write, softmax read + write, dropout read + write + mask, bmm read) and backward 19 B,
+    at 0.75 of 2.039 TB/s: 13.69 ms and 20.01 ms. The two batched GEMMs run over the whole square,
+    4 * 2048^2 * 96 * 24 * 16 = 6.1847e11 FLOPs forward, twice that backward, at 312 TFLOP/s x the
+    Ampere GEMM ceiling. Flash attention (Hopper's rule) would only count the causal half."""
+    cfg = load_model(str(CONFIGS / "narayanan-1.7B.gpt2.json"))
+    role = derive_roles(cfg, role_rule("megatron")).role(1)
+    s = TimeSettings(tp=1, dp=1, mbs=16, global_batch=16, seq_length=2048, precision="bf16")
+    ctx = _ctx(cfg, s, "a100-80gb")
+    assert ctx.eff.attn_unfused
+    lc = layer_cost(ctx, role)
+    elems = 16 * 24 * 2048**2
+    rate = 312e12 * CONSTANTS["ampere"].gemm["bf16"]
+    square = 4 * 2048**2 * 96 * 24 * 16
+    hbm = 2.039e12 * 0.75
+    k = CONSTANTS["ampere"].kernel
+    assert elems * 13 / hbm == pytest.approx(13.69e-3, rel=1e-3)
+    assert lc.attn_fwd == pytest.approx(square / rate + elems * 13 / hbm + 4 * k, rel=1e-9)
+    assert lc.attn_bwd == pytest.approx(2 * square / rate + elems * 19 / hbm + 8 * k, rel=1e-9)
+    # the same layer with flash attention: the causal FLOPs at the attention fractions, far less time
+    flash = layer_cost(replace(ctx, eff=replace(ctx.eff, attn_unfused=False)), role)
+    causal = square / 2 * 2049 / 2048
+    assert flash.attn_fwd == pytest.approx(causal / (312e12 * 0.55), rel=1e-9)
+    assert flash.attn_fwd < lc.attn_fwd / 5
+    assert not CONSTANTS["hopper"].attn_unfused and not CONSTANTS["blackwell"].attn_unfused

@@ -1,0 +1,87 @@
+"""The held-out runs added after the split (``added_development`` in ``bench/steptime_holdout.json``:
+published runs from outside Megatron-Bridge): development rows by construction, each a command a
+user types, each measured value re-derived here from the source's own figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.cli import build_parser
+from bench.steptime import HOLDOUT, argv_for, development_rows, load_added, load_rows, split_holdout
+
+ALLOWED = {"--tp", "--pp", "--cp", "--vpp", "--ep", "--etp", "--dp", "--mbs", "--global-batch", "--seq-length", "--sp",
+           "--recompute", "--recompute-method", "--recompute-num-layers", "--recompute-modules", "--mtp-layers",
+           "--layout", "--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather", "--gpu", "--precision",
+           "--format"}
+ADDED = load_added(HOLDOUT)
+
+
+def test_added_rows_are_development_rows_and_leave_the_split_alone() -> None:
+    rows = load_rows(HOLDOUT)
+    dev, test = split_holdout(rows)
+    assert (len(rows), len(dev), len(test)) == (160, 104, 56)
+    dev_all, test_all = development_rows(HOLDOUT)
+    assert test_all == test
+    assert dev_all == dev + ADDED
+    assert {r["source"] for r in ADDED} == {"narayanan-2021-table1", "llama3-2024-table4", "mt-nlg-2022",
+                                             "nemo-performance-summary"}
+    assert not {r["id"] for r in ADDED} & {r["id"] for r in rows}
+    for r in ADDED:
+        assert r["cite"] and r["settings_source"]
+        assert r["gpus"] == r["tp"] * r["pp"] * r["cp"] * r["dp"]
+        assert r["gbs"] % (r["mbs"] * r["dp"]) == 0
+
+
+@pytest.mark.parametrize("row", ADDED, ids=lambda r: r["id"][:60])
+def test_every_added_row_is_a_command_a_user_types(row: dict) -> None:
+    argv = argv_for(row)
+    assert {a for a in argv[2:] if a.startswith("--")} <= ALLOWED
+    build_parser().parse_args(argv)
+
+
+def test_narayanan_rows_follow_the_papers_flop_count() -> None:
+    """Table 1's "achieved teraFLOP/s per GPU" is the paper's eq. (3),
+    ``F = 96 B s l h^2 (1 + s / 6h + V / 16 l h)`` per iteration (forward, recompute forward and
+    backward), over the iteration time: tokens/s/GPU = X / (F / (B s)). 1T (l 128, h 25600):
+    96 * 128 * 25600^2 = 8.053e12 x (1 + 2048/153600 + 51200/52428800) = 8.1659e12 FLOPs per token,
+    163e12 / 8.1659e12 = 19.96 tokens/s/GPU; 1.7B (l 24, h 2304): 1.2231e10 x (1 + 0.14815 +
+    0.05787) = 1.4750e10, 137e12 / 1.4750e10 = 9,288."""
+    by_id = {r["id"]: r for r in ADDED}
+    assert by_id["narayanan-2021-table1-1T-3072g"]["measured"]["tokens_per_s_per_gpu"] == pytest.approx(19.96, abs=0.01)
+    assert by_id["narayanan-2021-table1-1.7B-32g"]["measured"]["tokens_per_s_per_gpu"] == pytest.approx(9288, rel=1e-3)
+    one_t = by_id["narayanan-2021-table1-1T-3072g"]
+    assert (one_t["tp"], one_t["pp"], one_t["dp"], one_t["gbs"], one_t["mbs"]) == (8, 64, 6, 3072, 1)
+
+
+def test_llama3_rows_follow_palms_model_flops() -> None:
+    """Table 4's TFLOPs/GPU over PaLM's model FLOPs per token ``6N + 12 L H Q T`` (N = 403.75e9
+    parameters without the input embedding; L 126, H 128 heads, Q 128): at T = 8,192,
+    2.42251e12 + 2.02937e11 = 2.62545e12, 430e12 / that = 163.8 tokens/s/GPU; at T = 131,072,
+    2.42251e12 + 3.24700e12 = 5.66951e12, 380e12 / that = 67.0."""
+    got = {(r["gpus"], r["seq"]): r["measured"]["tokens_per_s_per_gpu"] for r in ADDED if r["source"] == "llama3-2024-table4"}
+    assert got[(8192, 8192)] == pytest.approx(163.8, abs=0.1)
+    assert got[(16384, 8192)] == pytest.approx(152.35, abs=0.1)
+    assert got[(16384, 131072)] == pytest.approx(67.0, abs=0.1)
+
+
+def test_mt_nlg_rows_are_the_papers_iteration_times() -> None:
+    """MT-NLG 530B, global batch 1920 x 2048 tokens = 3,932,160 per iteration: 60.1 s on 2,240 GPUs
+    is 3,932,160 / (60.1 x 2,240) = 29.21 tokens/s/GPU; 44.4 s on 3,360 GPUs 26.36. TP 8 x PP 35,
+    so DP = GPUs / 280 = 8 and 12."""
+    got = {r["gpus"]: r for r in ADDED if r["source"] == "mt-nlg-2022"}
+    assert got[2240]["measured"]["tokens_per_s_per_gpu"] == pytest.approx(29.21, abs=0.01)
+    assert got[3360]["measured"]["tokens_per_s_per_gpu"] == pytest.approx(26.36, abs=0.01)
+    assert (got[2240]["dp"], got[2800]["dp"], got[3360]["dp"]) == (8, 10, 12)
+
+
+def test_nemo_rows_are_the_tables_own_figures() -> None:
+    """NeMo 25.02 DGX-B200 and 25.04 DGX-GB200 FP8 rows: the table's tokens/s/GPU as measured, and its
+    GA column re-derived: GA = GBS / (MBS x DP), DP = GPUs / (TP x PP x CP) - GPT-3 175B on 512 B200,
+    2048 / (2 x 512 / 16) = 32; Llama 3 405B on 128 GPUs, 64 / (1 x 128 / 64) = 32."""
+    nemo = {(r["gpu"], r["model"]): r for r in ADDED if r["source"] == "nemo-performance-summary"}
+    assert len(nemo) == 9
+    gpt3 = nemo[("b200-180gb", "gpt3-175b.gpt2.json")]
+    assert gpt3["measured"]["tokens_per_s_per_gpu"] == 1600 and gpt3["gbs"] // (gpt3["mbs"] * gpt3["dp"]) == 32
+    l405 = nemo[("gb200-186gb", "Llama-3.1-405B.json")]
+    assert l405["measured"]["tokens_per_s_per_gpu"] == 665 and l405["gbs"] // (l405["mbs"] * l405["dp"]) == 32
+    assert all(r["precision"] == "fp8" and r["recompute"]["granularity"] is None for r in nemo.values())
