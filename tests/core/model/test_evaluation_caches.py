@@ -1,7 +1,8 @@
 """The caches behind one evaluation (a pipeline rank's memory by its contents, a layer kind's FLOPs
-by the micro-batch shape, the time model's layer costs and stage parameters) never change an
-answer: every plan of a generated drag session evaluates to exactly what it evaluates to with
-every cache emptied first (differential: warm against cold, the whole page JSON)."""
+by the micro-batch shape, the time model's layer costs, stage layer sums and stage parameters, a
+layout check by its inputs) never change an answer: every plan of a generated drag session
+evaluates to exactly what it evaluates to with every cache emptied first (differential: warm
+against cold, the whole page JSON)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from starlette.datastructures import QueryParams
 
 from app.core.engines import ignored_fields
+from app.core.engines.megatron import check as megatron_check
 from app.core.model import flops, memory
 from app.core.model.config import load_preset
 from app.core.plan import strict_plan
@@ -26,6 +28,7 @@ BASE = "model=glm-5.2&mode=split&tp=4&cp=8&ep=32&etp=1&sp=1&tpg=8192"
 def _empty_caches() -> None:
     for cache in (memory._RANK_CACHE, flops._KIND_TERMS, time_model._LAYER_CACHE, time_model._PARAMS_CACHE):
         cache.clear()
+    megatron_check._plain_check.cache_clear()
 
 
 @st.composite

@@ -19,6 +19,7 @@ d98e8a64ddf34856e74b24714e3bedb2f5a39553 and THUDM/slime 624b824a898ab0ec1fcb4d3
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from app.core.engines.base import LayoutCheck
@@ -161,6 +162,27 @@ def run_check(
     Raises :class:`app.core.layout.stages.LayoutInputError` / :class:`app.core.model.roles.PatternError`
     for unusable input; every rule violation is returned in the result instead.
     """
+    if not extra_errors and not extra_warnings and extra is None:
+        return _plain_check(cfg, spec, engine, rules, pattern, freq, offset, shared_start)
+    return _run_check(cfg, spec, engine, rules, pattern, freq, offset, extra_errors, extra_warnings, extra,
+                      shared_start)
+
+
+@lru_cache(maxsize=128)
+def _plain_check(cfg: ModelConfig, spec: PipelineSpec, engine: RoleRule | str, rules: tuple[RoleRule, ...],
+                 pattern: str | None, freq: int | None, offset: int | None, shared_start: ShareBehaviour
+                 ) -> CheckResult:
+    """:func:`run_check` without a launcher's findings, kept by its inputs (a check reads nothing
+    else): the conversion slot's check is the same on every live update of a drag, and a layout the
+    drag returns to is checked once. The result is immutable (its ``extra`` is an empty dict no
+    reader writes)."""
+    return _run_check(cfg, spec, engine, rules, pattern, freq, offset, (), (), None, shared_start)
+
+
+def _run_check(cfg: ModelConfig, spec: PipelineSpec, engine: RoleRule | str, rules: tuple[RoleRule, ...],
+               pattern: str | None, freq: int | None, offset: int | None, extra_errors: tuple[PlanError, ...],
+               extra_warnings: tuple[str, ...], extra: dict[str, Any] | None, shared_start: ShareBehaviour
+               ) -> CheckResult:
     rule = engine
     if isinstance(rule, str):   # an engine's name: its rule, from the registry
         from app.core.engines import engine_for, role_rules
