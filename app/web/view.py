@@ -85,6 +85,34 @@ class LayerCell:
         return f"{kind}: {self.role}, {self.ffn} FFN{where};{src}{bad}"
 
 
+#: A layer cell's HTML by everything it shows (:func:`_cell_html`): a drag redraws the map after
+#: every move, and all cells but the few around the moved boundary are drawn as before. Bounded.
+_CELL_HTML: dict[tuple[Any, ...], str] = {}
+CELL_HTML_SIZE = 16384
+
+
+def _cell_html(c: LayerCell, first: bool, tagged: bool) -> str:
+    """One cell of the layer map: a focusable image named by its ``title`` (role, stage, top-k
+    source), its letter, number and FFN kind, the rank tag on a stage start when VPP > 1
+    (``tagged``), the "!" of an invalid start; only the map's first cell is in the tab order."""
+    key = (c.layer, c.role, c.letter, c.ffn, c.source, c.stage, c.start, c.invalid, c.mtp, c.pp_rank, c.vp_stage,
+           first, tagged)
+    found = _CELL_HTML.get(key)
+    if found is None:
+        cls = (f"cell {c.role}{' mtp' if c.mtp else ''}{' start' if c.start else ''}{' invalid' if c.invalid else ''} "
+               f"band{(c.stage or 0) % 2}" + (f" rank{c.pp_rank % 8}" if c.pp_rank is not None else ""))
+        tag = f'<span class="rk">r{c.pp_rank}</span>' if c.start and c.pp_rank is not None and tagged else ""
+        mark = '<span class="mark">!</span>' if c.invalid else ""
+        found = (f'<div id="L{"m" if c.mtp else ""}{c.layer}" class="{cls}" data-layer="{c.layer}" role="img" '
+                 f'tabindex="{0 if first else -1}" title="{escape(c.title)}"><span class="letter" aria-hidden="true">'
+                 f'{c.letter}</span><span class="num" aria-hidden="true">{c.layer}</span><span class="ffn" '
+                 f'aria-hidden="true">{"d" if c.ffn == "dense" else "e"}</span>{tag}{mark}</div>')
+        if len(_CELL_HTML) >= CELL_HTML_SIZE:
+            _CELL_HTML.clear()
+        _CELL_HTML[key] = found
+    return found
+
+
 @dataclass
 class FieldView:
     """One control of the engine's form."""
@@ -239,8 +267,9 @@ class PlanView:
     @property
     def map_html(self) -> Markup:
         """The layer map's cells and boundaries, built here in one pass (a template loop over 78+
-        cells cost more than the rest of the fragment): each cell's text is escaped. A cell is a
-        focusable image named by its ``title`` (its role, stage and top-k source); a boundary is a
+        cells cost more than the rest of the fragment): each cell by :func:`_cell_html` (kept by
+        what it shows, its text escaped). A cell is a focusable image named by its ``title`` (its
+        role, stage and top-k source); a boundary is a
         slider over the layers its stage may start at, or a fixed mark where the engine's settings
         place the stages."""
         starts, n = self.starts, self.cfg.num_hidden_layers
@@ -259,14 +288,7 @@ class PlanView:
                                f'stage {c.stage}" aria-valuemin="{lo}" aria-valuemax="{hi}" aria-valuenow="{c.layer}" '
                                f'aria-valuetext="stage {c.stage} starts at layer {c.layer} ({c.role}{", invalid" if c.invalid else ""})" '
                                f'data-stage="{c.stage}"></div>')
-            cls = (f"cell {c.role}{' mtp' if c.mtp else ''}{' start' if c.start else ''}{' invalid' if c.invalid else ''} "
-                   f"band{(c.stage or 0) % 2}" + (f" rank{c.pp_rank % 8}" if c.pp_rank is not None else ""))
-            tag = f'<span class="rk">r{c.pp_rank}</span>' if c.start and c.pp_rank is not None and vpp > 1 else ""
-            mark = '<span class="mark">!</span>' if c.invalid else ""
-            out.append(f'<div id="L{"m" if c.mtp else ""}{c.layer}" class="{cls}" data-layer="{c.layer}" role="img" '
-                       f'tabindex="{0 if i == 0 else -1}" title="{escape(c.title)}"><span class="letter" aria-hidden="true">'
-                       f'{c.letter}</span><span class="num" aria-hidden="true">{c.layer}</span><span class="ffn" '
-                       f'aria-hidden="true">{"d" if c.ffn == "dense" else "e"}</span>{tag}{mark}</div>')
+            out.append(_cell_html(c, i == 0, vpp > 1))
         return Markup("\n".join(out))
 
     @property

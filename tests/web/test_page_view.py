@@ -232,3 +232,49 @@ def test_a_launcher_takes_its_engine_and_shows_where_each_value_came_from(client
                            r"<td class=\"left\">([^<]+)</td></tr>", html))
     assert rows["--pipeline-model-parallel-size"].endswith(":3") and rows["--tensor-model-parallel-size"].endswith(":4")
     assert "--hf-checkpoint" in html  # the import's warnings: the checkpoint path cannot be read here
+
+
+def test_the_layer_map_drawn_from_kept_cells_is_the_map_drawn_afresh(tmp_path):
+    """The map's cells are kept by what they show (``view._cell_html``): over a drag session, with
+    VPP and an MTP layer, and with invalid starts, every map is the one drawn with no cell kept."""
+    from app.core.plan import plan_from_query
+    from app.web import view
+    from app.web.store import ConfigStore
+
+    store = ConfigStore(tmp_path / "s.sqlite3")
+    sizes = [14, 8, 8, 8, 8, 8, 8, 16]
+    queries = []
+    for k, step in [(0, 1), (0, 1), (3, -1), (5, 1), (1, -1), (6, 1)]:
+        sizes[k], sizes[k + 1] = sizes[k] + step, sizes[k + 1] - step
+        queries.append(f"model=glm-5.2&tp=4&ep=8&split={','.join(map(str, sizes))}")
+    queries += ["model=glm-5.2&tp=4&ep=8&pp=4&vpp=2&mode=flags&mtp_layers=1",
+                "model=glm-5.2&pp=4&vpp=2&split=10,10,10,10,10,10,10,8", "model=glm-5.2&pp=4&vpp=2&split=10,11,9,10,10,10,10,8"]
+    kept = [view.build_view(plan_from_query(dict(parse_qsl(q)))[0], [], store).map_html for q in queries]
+    for q, warm in zip(queries, kept, strict=True):
+        view._CELL_HTML.clear()
+        assert view.build_view(plan_from_query(dict(parse_qsl(q)))[0], [], store).map_html == warm, q
+    assert any('class="cell' in m and " invalid" in m for m in kept) and any('class="rk"' in m for m in kept)
+
+
+@pytest.mark.parametrize(("name", "other"), [
+    ("layer", 13), ("role", "full"), ("letter", "F"), ("ffn", "dense"), ("source", 9), ("stage", 3), ("start", False),
+    ("invalid", False), ("mtp", True), ("pp_rank", 2), ("vp_stage", 1)])
+def test_a_kept_cell_is_never_another_cells(name, other):
+    """Each thing a cell shows is in the key it is kept by: a cell that differs from a kept one in
+    any single field is drawn as it is drawn afresh (and differently)."""
+    from dataclasses import replace
+
+    from app.web import view
+
+    cell = view.LayerCell(12, "shared", "S", "moe", 10, 2, True, True, pp_rank=1, vp_stage=0)
+    changed = replace(cell, **{name: other})
+    view._CELL_HTML.clear()
+    fresh = view._cell_html(changed, False, True)
+    view._CELL_HTML.clear()
+    first = view._cell_html(cell, False, True)
+    assert view._cell_html(changed, False, True) == fresh != first
+    for first_cell, tagged in ((True, True), (False, False)):
+        view._CELL_HTML.clear()
+        alone = view._cell_html(cell, first_cell, tagged)
+        view._cell_html(cell, False, True)
+        assert view._cell_html(cell, first_cell, tagged) == alone

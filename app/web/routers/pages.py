@@ -157,9 +157,11 @@ def figure_json(obj: Any, **_: Any) -> str:
 @lru_cache(maxsize=1)
 def templates() -> Jinja2Templates:
     """The page's templates (one environment per process: the server's and each worker's), with
-    Starlette's own settings (autoescape by file name), :class:`PageEnvironment`'s reads and
-    :func:`figure_json` as ``tojson``'s encoder."""
-    env = PageEnvironment(loader=FileSystemLoader(str(asset_dir("templates"))), autoescape=select_autoescape())
+    Starlette's own settings (autoescape by file name), :class:`PageEnvironment`'s reads,
+    :func:`figure_json` as ``tojson``'s encoder, and no per-render check that a template file
+    changed (Jinja's ``auto_reload``: a ``stat`` of every included template on every render)."""
+    env = PageEnvironment(loader=FileSystemLoader(str(asset_dir("templates"))), autoescape=select_autoescape(),
+                          auto_reload=False)  # templates ship with the code: no stat() of each one per render
     env.undefined = StrictUndefined  # a template naming a missing attribute fails loudly in tests
     env.policies["json.dumps_function"] = figure_json
     env.policies["json.dumps_kwargs"] = {}
