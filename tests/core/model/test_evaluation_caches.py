@@ -7,8 +7,8 @@ against cold, the whole page JSON)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from itertools import pairwise
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
