@@ -57,10 +57,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
+
+from app.core.hashed_once import hash_once, state_without_hash
 
 MAX_CONFIG_BYTES = 1 << 20
 MAX_JSON_DEPTH = 64
@@ -191,18 +193,8 @@ class ModelConfig:
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
-    def __hash__(self) -> int:
-        """The hash of the compared fields (as the dataclass's own), computed once: a config is a
-        part of most cache keys of one evaluation (~45 fields, two of them a tuple per layer), and
-        hashing it again each time was ~2 % of a plan's evaluation. Kept out of pickles
-        (:meth:`__getstate__`): string hashes differ between processes."""
-        found = self.__dict__.get("_hash")
-        if found is None:
-            found = self.__dict__["_hash"] = hash(tuple(getattr(self, f.name) for f in _COMPARED))
-        return cast(int, found)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+    __hash__ = hash_once  # hashed once: a config is in most cache keys of an evaluation
+    __getstate__ = state_without_hash
 
     @property
     def has_indexer(self) -> bool:
@@ -237,10 +229,6 @@ class ModelConfig:
             "attention": self.attention,
             "moe": self.n_routed_experts > 0,
         }
-
-
-#: The fields :class:`ModelConfig`'s equality compares (and its hash covers), in order.
-_COMPARED = tuple(f for f in fields(ModelConfig) if f.compare)
 
 
 # --------------------------------------------------------------------------- parsing

@@ -42,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from app.core.hashed_once import hash_once, state_without_hash
 from app.core.model.hardware import ALIASES as HARDWARE_ALIASES
 from app.core.model.hardware import CATALOGUE
 
@@ -91,6 +92,9 @@ def resolve_gpu(gpu: str, capacity_bytes: int | None = None) -> GpuPreset:
 @dataclass(frozen=True)
 class ParallelConfig:
     """One training launch. Sizes are Megatron's flags; see the module docstring for derived values."""
+
+    __hash__ = hash_once  # hashed once: a launch is in the cache keys of every pipeline rank's memory
+    __getstate__ = state_without_hash
 
     tp: int = 1
     cp: int = 1
@@ -283,14 +287,18 @@ class ParallelConfig:
     def to_dict(self) -> dict[str, Any]:
         """Every field, then the derived sizes. The fields are flat (numbers, strings and tuples of
         them), so a field copy is :func:`dataclasses.asdict`'s answer without its recursion (a
-        quarter of a training memory estimate's time)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out.update({
-            "etp": self.expert_tp, "dp": self.data_parallel, "gpus": self.world, "edp": self.edp,
-            "expert_grid": self.expert_grid, "microbatches": self.microbatches,
-            "tokens_per_microbatch": self.tokens_per_microbatch, "sample_length": self.sample_length,
-        })
-        return out
+        quarter of a training memory estimate's time). Built once per launch (an evaluation asks
+        ~15 times); each call returns a fresh copy."""
+        found = self.__dict__.get("_dict")
+        if found is None:
+            found = {f.name: getattr(self, f.name) for f in fields(self)}
+            found.update({
+                "etp": self.expert_tp, "dp": self.data_parallel, "gpus": self.world, "edp": self.edp,
+                "expert_grid": self.expert_grid, "microbatches": self.microbatches,
+                "tokens_per_microbatch": self.tokens_per_microbatch, "sample_length": self.sample_length,
+            })
+            self.__dict__["_dict"] = found
+        return {**found, "expert_grid": dict(found["expert_grid"])}
 
 
 @dataclass(frozen=True)

@@ -124,3 +124,19 @@ def test_a_configs_hash_is_its_contents_in_every_process():
     out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps((hash(cfg), cfg)[1]), capture_output=True,
                          check=True, env={"PYTHONHASHSEED": "random", "PATH": ""}, cwd=str(Path(__file__).parents[3]))
     assert out.stdout.split() == [b"True", b"True", b"1"]
+
+
+def test_a_launch_hashes_and_reads_as_its_fields():
+    """ParallelConfig hashes once and builds its dict once: equal launches hash alike, a changed
+    field changes both, and the dict a caller gets is its own (changing it changes no later one)."""
+    import dataclasses
+
+    from app.core.model.parallelism import ParallelConfig
+
+    par = ParallelConfig(tp=4, pp=8, ep=8, dp=2, seq_length=4096, global_batch=64)
+    assert hash(par) == hash(dataclasses.replace(par)) and hash(par) != hash(dataclasses.replace(par, ep=4))
+    first = par.to_dict()
+    first["tp"], first["expert_grid"]["ep"] = 99, 99
+    again = par.to_dict()
+    assert again["tp"] == 4 and again["expert_grid"]["ep"] == 8 and again["dp"] == 2 and again["gpus"] == 64
+    assert dataclasses.replace(par, ep=4).to_dict()["expert_grid"]["ep"] == 4
