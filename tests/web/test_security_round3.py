@@ -8,6 +8,7 @@ The findings that need ``python -m app.serve`` are in tests/web/test_security_ro
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gzip
 import json
 import os
@@ -415,7 +416,7 @@ def test_a_plan_query_error_is_still_a_422_naming_the_field(client):
 
 def test_plan_units_send_huge_plans_to_the_pool():
     glm = load_preset("glm-5.2")
-    big = load_preset("glm-5.2").__class__(**{**load_preset("glm-5.2").__dict__, "num_hidden_layers": 4096})
+    big = dataclasses.replace(glm, num_hidden_layers=4096)
     assert plan_units(plan_from_query({"pp": "8"})[0], glm) == 78 + 8 <= INLINE_UNITS
     assert plan_units(plan_from_query({"pp": "256", "vpp": "16"})[0], big) == 4096 + 4096 > INLINE_UNITS
     layout = plan_from_query({"pp": "16", "layout": "Et*3|(tt|)*29,m|L", "mtp": "1"})[0]
