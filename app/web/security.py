@@ -407,8 +407,9 @@ REFUSAL_LOG_SECONDS = 10.0
 
 #: Open connections per peer key in this process (:func:`peer_key`).
 _PEERS: dict[str, int] = {}
+_REFUSAL_LOGGED: dict[str, float] = {}
 #: uvicorn's set of this process's request tasks (``ServerState.tasks``: a task per request whose
-#: head is parsed, until its response is sent), published by the first connection.
+#: head is parsed, until its response is sent; one set per process), published by every connection.
 _REQUEST_TASKS: set[Any] | None = None
 
 
@@ -417,7 +418,6 @@ def other_requests_waiting() -> bool:
     per request as soon as its head is parsed, so requests that arrived while the loop was busy
     count before they run. ``False`` outside uvicorn (an in-process test client)."""
     return _REQUEST_TASKS is not None and len(_REQUEST_TASKS) > 1
-_REFUSAL_LOGGED: dict[str, float] = {}
 
 
 def peer_key(client: tuple[str, int] | None) -> str:

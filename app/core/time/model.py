@@ -70,7 +70,9 @@ _RECOMPUTE_PARTS = {"core_attn": ("core_attn",), "mlp": ("mlp",), "moe": ("moe",
 TERMS = (
     "GEMMs of every linear layer in the plan's precision (forward, data and weight gradients), ceiling x peak "
     "plus operand traffic plus a launch per kernel; the output layer in BF16",
-    "flash attention (causal, or DSA sparse over the top-k) and the DSA indexer on layers that own one, BF16",
+    "flash attention (causal, or DSA sparse over the top-k) and the DSA indexer on layers that own one, BF16; "
+    "dense attention on A100 as Megatron's unfused core attention (every published A100 Megatron run predates "
+    "flash attention there, so an A100 run with flash attention is predicted slow)",
     "memory-bound work: norms, residual adds, RoPE, activations, router, MoE permutation, quantisation casts, "
     "cross-entropy",
     "TP all-gather / reduce-scatter (SP) or all-reduce; CP ring or all-gather; EP all-to-all dispatch and combine; "
