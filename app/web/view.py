@@ -25,6 +25,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from markupsafe import Markup
 
+from app.core.content_cache import remember
 from app.core.engines import Engine, LayoutCheck
 from app.core.evaluate import Evaluation, evaluate
 from app.core.model.config import ConfigError, ModelConfig, load_preset, preset_ids
@@ -107,9 +108,7 @@ def _cell_html(c: LayerCell, first: bool, tagged: bool) -> str:
                  f'tabindex="{0 if first else -1}" title="{escape(c.title)}"><span class="letter" aria-hidden="true">'
                  f'{c.letter}</span><span class="num" aria-hidden="true">{c.layer}</span><span class="ffn" '
                  f'aria-hidden="true">{"d" if c.ffn == "dense" else "e"}</span>{tag}{mark}</div>')
-        if len(_CELL_HTML) >= CELL_HTML_SIZE:
-            _CELL_HTML.clear()
-        _CELL_HTML[key] = found
+        remember(_CELL_HTML, key, found, CELL_HTML_SIZE)
     return found
 
 

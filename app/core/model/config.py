@@ -62,7 +62,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from app.core.hashed_once import hash_once, state_without_hash
+from app.core.content_cache import hash_once, state_without_hash
 
 MAX_CONFIG_BYTES = 1 << 20
 MAX_JSON_DEPTH = 64

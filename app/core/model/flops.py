@@ -85,6 +85,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from app.core.content_cache import remember
 from app.core.layout.stages import Stage, StagePlan
 from app.core.model.config import ModelConfig
 from app.core.model.parameters import Shapes, shapes
@@ -451,14 +452,14 @@ def forward_flops(cfg: ModelConfig, roles: RoleMap, *, seq_length: int, mbs: int
 #: Each layer kind's terms by (model, sequence, micro-batch): the plans of a live page or a search
 #: share them (bounded: cleared when it holds this many shapes).
 _KIND_TERMS: dict[tuple[ModelConfig, int, int], dict[LayerKind, dict[str, int]]] = {}
+KIND_TERMS_SIZE = 256
 
 
 def _kind_terms(cfg: ModelConfig, seq_length: int, mbs: int) -> dict[LayerKind, dict[str, int]]:
     """The shared ``per_kind`` of :func:`_stage_terms` for one model and micro-batch shape."""
     key = (cfg, seq_length, mbs)
-    if key not in _KIND_TERMS and len(_KIND_TERMS) >= 256:
-        _KIND_TERMS.clear()
-    return _KIND_TERMS.setdefault(key, {})
+    found = _KIND_TERMS.get(key)
+    return remember(_KIND_TERMS, key, {}, KIND_TERMS_SIZE) if found is None else found
 
 
 def stage_flops(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, *, seq_length: int,

@@ -150,6 +150,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.content_cache import remember
 from app.core.layout.stages import Stage, StagePlan
 from app.core.model.config import ModelConfig
 from app.core.model.parallelism import DTYPE_BYTES, ParallelConfig, resolve_gpu
@@ -825,9 +826,7 @@ def _rank_memory(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Paralle
         held = rank_layers(cfg, roles, plan, rank)
         given, other = (_rank_entry(par, rank, p.dense_per_gpu, p.expert_per_gpu, off, capacity, act, held)
                         for off in (par.optimizer_cpu_offload, not par.optimizer_cpu_offload))
-        if len(_RANK_CACHE) >= RANK_CACHE_SIZE:
-            _RANK_CACHE.clear()
-        found = _RANK_CACHE[key] = (given, other)
+        found = remember(_RANK_CACHE, key, (given, other), RANK_CACHE_SIZE)
     return dict(found[0]), dict(found[1])
 
 

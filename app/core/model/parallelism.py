@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from app.core.hashed_once import hash_once, state_without_hash
+from app.core.content_cache import hash_once, state_without_hash
 from app.core.model.hardware import ALIASES as HARDWARE_ALIASES
 from app.core.model.hardware import CATALOGUE
 

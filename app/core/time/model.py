@@ -46,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.content_cache import remember
 from app.core.layout.stages import Stage, StagePlan
 from app.core.model.config import ModelConfig
 from app.core.model.flops import mtp_role
@@ -292,9 +293,8 @@ LAYER_CACHE_SIZE = 512
 def _shared_layer_cache(cfg: ModelConfig, s: TimeSettings, ctx: OpContext) -> dict[Any, Any]:
     """The per-layer cost cache for one model, settings and set of constants (:data:`_LAYER_CACHE`)."""
     key = (cfg, layer_settings_key(s, ctx.hw), ctx.eff.key())
-    if key not in _LAYER_CACHE and len(_LAYER_CACHE) >= LAYER_CACHE_SIZE:
-        _LAYER_CACHE.clear()
-    return _LAYER_CACHE.setdefault(key, {})
+    found = _LAYER_CACHE.get(key)
+    return remember(_LAYER_CACHE, key, {}, LAYER_CACHE_SIZE) if found is None else found
 
 
 def _stage_layer_counts(cfg: ModelConfig, roles: RoleMap, st: Stage, s: TimeSettings, first_mtp: int
@@ -333,14 +333,13 @@ def _stage_layers(cfg: ModelConfig, roles: RoleMap, st: Stage, s: TimeSettings, 
            tuple(_layer_key(mtp_role(cfg, roles, k)) for k in range(first_mtp + 1, first_mtp + st.mtp_layers + 1)))
     found = cache.get(key)
     if found is None:
-        if len(cache) >= STAGE_CACHE_SIZE:  # bounded: a huge upload's spans are many
-            cache.clear()
         sc = _StageCost(st)
         full = s.recompute == "full"
         for (_kind, redo), (role, count) in _stage_layer_counts(cfg, roles, st, s, first_mtp).items():
             lc, exp = cost(role)
             _add_layer(sc, lc, exp, _recompute_seconds(lc, exp, s, full and not role.mtp) if redo else 0.0, count)
-        found = cache[key] = (tuple(getattr(sc, f) for f in _LAYER_SUMS), tuple(sc.tp), tuple(sc.ep), tuple(sc.cp))
+        found = remember(cache, key, (tuple(getattr(sc, f) for f in _LAYER_SUMS), tuple(sc.tp), tuple(sc.ep),
+                                      tuple(sc.cp)), STAGE_CACHE_SIZE)  # bounded: a huge upload's spans are many
     (fwd, bwd, host, compute, recompute, flops), tp, ep, cp = found
     return _StageCost(st, fwd, bwd, compute, recompute, list(tp), list(ep), list(cp), flops, host)
 
@@ -398,11 +397,11 @@ def _stage_params(cfg: ModelConfig, roles: RoleMap, st: Stage, tp: int, ep: int,
     equal stages of many plans hold equal parameters)."""
     kinds = tuple((r.ffn, r.has_indexer) for r in (roles.role(n) for n in st.layers))
     key = (cfg, kinds, st.embedding, st.loss, st.mtp_layers, tp, ep, etp)
-    if key not in _PARAMS_CACHE:
-        if len(_PARAMS_CACHE) >= LAYER_CACHE_SIZE * 8:
-            _PARAMS_CACHE.clear()
-        _PARAMS_CACHE[key] = stage_params(cfg, roles, [st], tp=tp, ep=ep, etp=etp)
-    return _PARAMS_CACHE[key]
+    found = _PARAMS_CACHE.get(key)
+    if found is None:
+        found = remember(_PARAMS_CACHE, key, stage_params(cfg, roles, [st], tp=tp, ep=ep, etp=etp),
+                         LAYER_CACHE_SIZE * 8)
+    return found
 
 
 def _optimizer_seconds(shard: float, s: TimeSettings, hw: Hardware, mem_eff: float, grad_b: float) -> float:
