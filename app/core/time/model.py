@@ -412,33 +412,58 @@ def _optimizer_seconds(shard: float, s: TimeSettings, hw: Hardware, mem_eff: flo
     return shard * ADAM_BYTES_PER_PARAM / (hw.hbm_bw * mem_eff)
 
 
+#: A stage's data-parallel terms (:func:`_stage_dp`) by the launch's scope (model, TP / EP / ETP, the
+#: DP and EDP groups, the GPU, the constants, the optimizer's settings) and then the stage's layer
+#: kinds, embedding, loss and MTP layers: the stages a drag leaves alone are looked up. Bounded.
+_DP_CACHE: dict[Any, dict[Any, tuple[int, float, float, float]]] = {}
+
+
 def _dp_times(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: TimeSettings, ctx: OpContext) -> _DataParallel:
     """Each chunk's gradient reduce-scatter of its dense (DP x CP group) and expert (EDP group)
     parameters at ``grad_b`` bytes and its parameter all-gather at the precision's
     ``param_gather_bytes`` (without the distributed optimizer: an all-reduce, nothing gathered),
-    and each rank's optimizer step on its shard ``dense / DP + expert / EDP``."""
-    hw, eff, gr = ctx.hw, ctx.eff, ctx.groups
+    and each rank's optimizer step on its shard ``dense / DP + expert / EDP`` (:func:`_stage_dp`)."""
+    gr = ctx.groups
     grad_b = 4.0 if s.grad_reduce_in_fp32 else 2.0
-    par_b = ctx.prec.param_gather_bytes
     dp = _DataParallel([[0.0] * s.vpp for _ in range(s.pp)], [[0.0] * s.vpp for _ in range(s.pp)],
                        [[0] * s.vpp for _ in range(s.pp)], [0.0] * s.pp)
+    scope_key = (cfg, s.tp, s.ep, s.etp_, gr["dp"], gr["edp"], ctx.hw, ctx.eff.key(), ctx.prec.param_gather_bytes,
+                 grad_b, s.distributed_optimizer, s.optimizer_cpu_offload)
+    scope = _DP_CACHE.get(scope_key)
+    if scope is None:
+        scope = remember(_DP_CACHE, scope_key, {}, LAYER_CACHE_SIZE)
+    for st in plan.stages:
+        key = (tuple((r.ffn, r.has_indexer) for r in roles.layers[st.layers.start - 1:st.layers.stop - 1]),
+               st.embedding, st.loss, st.mtp_layers)
+        found = scope.get(key)
+        if found is None:
+            found = remember(scope, key, _stage_dp(cfg, roles, st, s, ctx, grad_b), STAGE_CACHE_SIZE)
+        r, c = st.pp_rank, st.vp_stage
+        dp.npar[r][c], dp.rs[r][c], dp.ag[r][c] = found[0], found[1], found[2]
+        dp.opt[r] += found[3]
+    return dp
+
+
+def _stage_dp(cfg: ModelConfig, roles: RoleMap, st: Stage, s: TimeSettings, ctx: OpContext, grad_b: float
+              ) -> tuple[int, float, float, float]:
+    """One stage's parameters held per GPU, gradient reduction and parameter all-gather seconds,
+    and its part of the rank's optimizer step (:func:`_dp_times`)."""
+    hw, eff, gr = ctx.hw, ctx.eff, ctx.groups
+    par_b = ctx.prec.param_gather_bytes
+    p = _stage_params(cfg, roles, st, s.tp, s.ep, s.etp_)
+    if s.distributed_optimizer:
+        rs = (comm.reduce_scatter(gr["dp"], p.dense_per_gpu * grad_b, hw, eff)
+              + comm.reduce_scatter(gr["edp"], p.expert_per_gpu * grad_b, hw, eff))
+        ag = (comm.all_gather(gr["dp"], p.dense_per_gpu * par_b, hw, eff)
+              + comm.all_gather(gr["edp"], p.expert_per_gpu * par_b, hw, eff))
+    else:
+        rs = (comm.all_reduce(gr["dp"], p.dense_per_gpu * grad_b, hw, eff)
+              + comm.all_reduce(gr["edp"], p.expert_per_gpu * grad_b, hw, eff))
+        ag = 0.0
     dense_shard = gr["dp"].size if s.distributed_optimizer else 1
     expert_shard = gr["edp"].size if s.distributed_optimizer else 1
-    for st in plan.stages:
-        p = _stage_params(cfg, roles, st, s.tp, s.ep, s.etp_)
-        r, c = st.pp_rank, st.vp_stage
-        dp.npar[r][c] = p.per_gpu
-        if s.distributed_optimizer:
-            dp.rs[r][c] = (comm.reduce_scatter(gr["dp"], p.dense_per_gpu * grad_b, hw, eff)
-                           + comm.reduce_scatter(gr["edp"], p.expert_per_gpu * grad_b, hw, eff))
-            dp.ag[r][c] = (comm.all_gather(gr["dp"], p.dense_per_gpu * par_b, hw, eff)
-                           + comm.all_gather(gr["edp"], p.expert_per_gpu * par_b, hw, eff))
-        else:
-            dp.rs[r][c] = (comm.all_reduce(gr["dp"], p.dense_per_gpu * grad_b, hw, eff)
-                           + comm.all_reduce(gr["edp"], p.expert_per_gpu * grad_b, hw, eff))
-        shard = p.dense_per_gpu / dense_shard + p.expert_per_gpu / expert_shard
-        dp.opt[r] += _optimizer_seconds(shard, s, hw, eff.mem, grad_b)
-    return dp
+    shard = p.dense_per_gpu / dense_shard + p.expert_per_gpu / expert_shard
+    return p.per_gpu, rs, ag, _optimizer_seconds(shard, s, hw, eff.mem, grad_b)
 
 
 def layer_settings_key(s: TimeSettings, hw: Hardware) -> tuple[Any, ...]:

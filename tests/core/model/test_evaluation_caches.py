@@ -1,5 +1,5 @@
 """The caches behind one evaluation (a pipeline rank's memory by its contents, a layer kind's FLOPs
-by the micro-batch shape, the time model's layer costs, stage layer sums and stage parameters, a
+by the micro-batch shape, the time model's layer costs, stage layer sums, parameters and DP terms, a
 layout check by its inputs) never change an answer: every plan of a generated drag session
 evaluates to exactly what it evaluates to with every cache emptied first (differential: warm
 against cold, the whole page JSON)."""
@@ -26,7 +26,8 @@ BASE = "model=glm-5.2&mode=split&tp=4&cp=8&ep=32&etp=1&sp=1&tpg=8192"
 
 
 def _empty_caches() -> None:
-    for cache in (memory._RANK_CACHE, flops._KIND_TERMS, time_model._LAYER_CACHE, time_model._PARAMS_CACHE):
+    for cache in (memory._RANK_CACHE, flops._KIND_TERMS, time_model._LAYER_CACHE, time_model._PARAMS_CACHE,
+                  time_model._DP_CACHE):
         cache.clear()
     megatron_check._plain_check.cache_clear()
 
