@@ -8,7 +8,7 @@ layer sums and parameters, a layout check, a layer-map cell), never by the whole
 
 * :func:`remember` is how every such cache keeps an entry: bounded, it empties itself when it
   would grow past its limit (all at once, not LRU: a hit stays one dict lookup, and an entry is
-  cheap to make again).
+  cheap to make again); :func:`scope` is the inner cache of one settings scope.
 * :func:`hash_once`: a frozen dataclass that is a part of many keys hashes once. The generated
   ``__hash__`` hashes every compared field on every call; a model config (~45 fields, two of them a
   tuple per layer) and a launch's parallel settings are in most keys of one evaluation. A class opts
@@ -34,6 +34,13 @@ def remember(cache: dict[K, V], key: K, value: V, limit: int) -> V:
         cache.clear()
     cache[key] = value
     return value
+
+
+def scope(cache: dict[K, dict[Any, Any]], key: K, limit: int) -> dict[Any, Any]:
+    """The inner cache kept under ``key`` in ``cache`` (one settings scope), a new empty one
+    (:func:`remember`-ed) when there is none."""
+    found = cache.get(key)
+    return remember(cache, key, {}, limit) if found is None else found
 
 
 #: The compared fields of each class (:func:`hash_once`), in the dataclass's order.

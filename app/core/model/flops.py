@@ -85,7 +85,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from app.core.content_cache import remember
+from app.core.content_cache import scope
 from app.core.layout.stages import Stage, StagePlan
 from app.core.model.config import ModelConfig
 from app.core.model.parameters import Shapes, shapes
@@ -414,7 +414,7 @@ def _stage_terms(cfg: ModelConfig, sh: Shapes, roles: RoleMap, stage: Stage, *, 
     """A stage's terms: its decoder and MTP layers (:func:`_sequence_layer_terms`, derived once per
     layer kind and kept in ``per_kind``, which the stages of one plan may share) and the loss head."""
     per_kind = {} if per_kind is None else per_kind
-    held = Counter((r.ffn, r.has_indexer, r.mtp) for r in roles.layers[stage.layers.start - 1:stage.layers.stop - 1])
+    held = Counter((r.ffn, r.has_indexer, r.mtp) for r in roles.of(stage.layers))
     acc = _zero()
     for kind, n in held.items():
         if kind not in per_kind:
@@ -457,9 +457,7 @@ KIND_TERMS_SIZE = 256
 
 def _kind_terms(cfg: ModelConfig, seq_length: int, mbs: int) -> dict[LayerKind, dict[str, int]]:
     """The shared ``per_kind`` of :func:`_stage_terms` for one model and micro-batch shape."""
-    key = (cfg, seq_length, mbs)
-    found = _KIND_TERMS.get(key)
-    return remember(_KIND_TERMS, key, {}, KIND_TERMS_SIZE) if found is None else found
+    return scope(_KIND_TERMS, (cfg, seq_length, mbs), KIND_TERMS_SIZE)
 
 
 def stage_flops(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, *, seq_length: int,

@@ -344,8 +344,7 @@ LayerKind = tuple[str, bool, bool]
 
 def _layer_kinds(roles: RoleMap, stage: Stage) -> list[LayerKind]:
     """(ffn, owns top-k, is MTP) for every layer of a stage, decoder layers then MTP layers."""
-    out: list[LayerKind] = [(r.ffn, r.role == "full", False) for r in roles.layers[stage.layers.start - 1:
-                                                                                   stage.layers.stop - 1]]
+    out: list[LayerKind] = [(r.ffn, r.role == "full", False) for r in roles.of(stage.layers)]
     for j in range(stage.mtp_layers):
         m = roles.mtp[j] if j < len(roles.mtp) else None
         out.append((m.ffn if m else "moe", True, True))
@@ -528,7 +527,7 @@ def rank_layers(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, rank: int) ->
     MTP layers, MoE layers (an MTP layer is one in a model with routed experts) and the layers that
     keep top-k indices (full layers and MTP layers of a model with an indexer)."""
     stages = sorted(plan.rank_stages(rank), key=lambda s: s.vp_stage)
-    held = [r for s in stages for r in roles.layers[s.layers.start - 1:s.layers.stop - 1]]
+    held = [r for s in stages for r in roles.of(s.layers)]
     mtp = sum(s.mtp_layers for s in stages)
     return {
         "stages": [{"vp_stage": s.vp_stage, "first_layer": s.first_layer, "last_layer": s.last_layer,
@@ -803,7 +802,7 @@ def _rank_key(roles: RoleMap, plan: StagePlan, rank: int, shared: tuple[Any, ...
     stages = plan.rank_stages(rank)
     return (shared, rank,
             tuple((s.vp_stage, s.layers.start, s.layers.stop, s.mtp_layers, s.embedding, s.loss) for s in stages),
-            tuple((r.ffn, r.role, r.has_indexer) for s in stages for r in roles.layers[s.layers.start - 1:s.layers.stop - 1]))
+            tuple((r.ffn, r.role, r.has_indexer) for s in stages for r in roles.of(s.layers)))
 
 
 def _plan_key(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: ParallelConfig, capacity: int) -> tuple[Any, ...]:

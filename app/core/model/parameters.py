@@ -346,7 +346,7 @@ def stage_params(cfg: ModelConfig, roles: RoleMap, stages: list[Stage], *, tp: i
     part over TP, the replicated part whole, routed experts over EP x ETP."""
     t = _Tally(cfg, shapes(cfg), tp)
     for s in stages:
-        held = Counter((r.has_indexer, r.ffn) for r in roles.layers[s.layers.start - 1:s.layers.stop - 1])
+        held = Counter((r.has_indexer, r.ffn) for r in roles.of(s.layers))
         for (has_indexer, ffn), n in held.items():
             t.add_decoder_layer(has_indexer, ffn, n)
         t.add_ends(s)

@@ -168,6 +168,10 @@ class RoleMap:
     def role(self, layer: int) -> LayerRole:
         return self.layers[layer - 1]
 
+    def of(self, layers: range) -> tuple[LayerRole, ...]:
+        """The roles of the decoder layers ``layers`` (1-based, as a stage's ``layers``), in order."""
+        return self.layers[layers.start - 1:layers.stop - 1]
+
     @property
     def full_layers(self) -> tuple[int, ...]:
         return tuple(r.layer for r in self.layers if r.role == "full")

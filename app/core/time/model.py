@@ -46,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.content_cache import remember
+from app.core.content_cache import remember, scope
 from app.core.layout.stages import Stage, StagePlan
 from app.core.model.config import ModelConfig
 from app.core.model.flops import mtp_role
@@ -292,9 +292,7 @@ LAYER_CACHE_SIZE = 512
 
 def _shared_layer_cache(cfg: ModelConfig, s: TimeSettings, ctx: OpContext) -> dict[Any, Any]:
     """The per-layer cost cache for one model, settings and set of constants (:data:`_LAYER_CACHE`)."""
-    key = (cfg, layer_settings_key(s, ctx.hw), ctx.eff.key())
-    found = _LAYER_CACHE.get(key)
-    return remember(_LAYER_CACHE, key, {}, LAYER_CACHE_SIZE) if found is None else found
+    return scope(_LAYER_CACHE, (cfg, layer_settings_key(s, ctx.hw), ctx.eff.key()), LAYER_CACHE_SIZE)
 
 
 def _stage_layer_counts(cfg: ModelConfig, roles: RoleMap, st: Stage, s: TimeSettings, first_mtp: int
@@ -328,8 +326,7 @@ def _stage_layers(cfg: ModelConfig, roles: RoleMap, st: Stage, s: TimeSettings, 
     settings and constants - by the stage's layer kinds in order: the stages a drag leaves alone,
     and equal stages of a search's plans, are added once. The sums are the same floats as adding
     the layers again (same kinds, same order)."""
-    layers = st.layers
-    key = ("stage", tuple(_layer_key(r) for r in roles.layers[layers.start - 1:layers.stop - 1]),
+    key = ("stage", tuple(_layer_key(r) for r in roles.of(st.layers)),
            tuple(_layer_key(mtp_role(cfg, roles, k)) for k in range(first_mtp + 1, first_mtp + st.mtp_layers + 1)))
     found = cache.get(key)
     if found is None:
@@ -392,11 +389,16 @@ class _DataParallel:
 _PARAMS_CACHE: dict[Any, StageParams] = {}
 
 
+def _param_kinds(roles: RoleMap, st: Stage) -> tuple[Any, ...]:
+    """What a stage's parameters read besides the launch: its layers' FFN kinds and indexers, the
+    embedding, the loss head and the MTP layers (:func:`app.core.model.parameters.stage_params`)."""
+    return tuple((r.ffn, r.has_indexer) for r in roles.of(st.layers)), st.embedding, st.loss, st.mtp_layers
+
+
 def _stage_params(cfg: ModelConfig, roles: RoleMap, st: Stage, tp: int, ep: int, etp: int) -> StageParams:
     """:func:`app.core.model.parameters.stage_params` of one stage (cached in :data:`_PARAMS_CACHE`:
     equal stages of many plans hold equal parameters)."""
-    kinds = tuple((r.ffn, r.has_indexer) for r in (roles.role(n) for n in st.layers))
-    key = (cfg, kinds, st.embedding, st.loss, st.mtp_layers, tp, ep, etp)
+    key = (cfg, _param_kinds(roles, st), tp, ep, etp)
     found = _PARAMS_CACHE.get(key)
     if found is None:
         found = remember(_PARAMS_CACHE, key, stage_params(cfg, roles, [st], tp=tp, ep=ep, etp=etp),
@@ -427,17 +429,14 @@ def _dp_times(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: TimeSettings
     grad_b = 4.0 if s.grad_reduce_in_fp32 else 2.0
     dp = _DataParallel([[0.0] * s.vpp for _ in range(s.pp)], [[0.0] * s.vpp for _ in range(s.pp)],
                        [[0] * s.vpp for _ in range(s.pp)], [0.0] * s.pp)
-    scope_key = (cfg, s.tp, s.ep, s.etp_, gr["dp"], gr["edp"], ctx.hw, ctx.eff.key(), ctx.prec.param_gather_bytes,
-                 grad_b, s.distributed_optimizer, s.optimizer_cpu_offload)
-    scope = _DP_CACHE.get(scope_key)
-    if scope is None:
-        scope = remember(_DP_CACHE, scope_key, {}, LAYER_CACHE_SIZE)
+    kept = scope(_DP_CACHE, (cfg, s.tp, s.ep, s.etp_, gr["dp"], gr["edp"], ctx.hw, ctx.eff.key(),
+                             ctx.prec.param_gather_bytes, grad_b, s.distributed_optimizer, s.optimizer_cpu_offload),
+                 LAYER_CACHE_SIZE)
     for st in plan.stages:
-        key = (tuple((r.ffn, r.has_indexer) for r in roles.layers[st.layers.start - 1:st.layers.stop - 1]),
-               st.embedding, st.loss, st.mtp_layers)
-        found = scope.get(key)
+        key = _param_kinds(roles, st)
+        found = kept.get(key)
         if found is None:
-            found = remember(scope, key, _stage_dp(cfg, roles, st, s, ctx, grad_b), STAGE_CACHE_SIZE)
+            found = remember(kept, key, _stage_dp(cfg, roles, st, s, ctx, grad_b), STAGE_CACHE_SIZE)
         r, c = st.pp_rank, st.vp_stage
         dp.npar[r][c], dp.rs[r][c], dp.ag[r][c] = found[0], found[1], found[2]
         dp.opt[r] += found[3]
