@@ -26,6 +26,7 @@ measurements and is not tuned per model or per run.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from typing import cast
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,13 @@ class Efficiency:
         return self.gemm[dtype]
 
     def key(self) -> tuple[object, ...]:
-        """Every constant, hashable (a cache key)."""
-        return tuple(tuple(sorted(v.items())) if isinstance(v, dict) else v
-                     for v in (getattr(self, f.name) for f in fields(self)))
+        """Every constant, hashable (a cache key); built once (each evaluation asks for it twice:
+        the layer costs' and the data-parallel terms' scope)."""
+        found = self.__dict__.get("_key")
+        if found is None:
+            found = self.__dict__["_key"] = tuple(tuple(sorted(v.items())) if isinstance(v, dict) else v
+                                                  for v in (getattr(self, f.name) for f in fields(self)))
+        return cast(tuple[object, ...], found)
 
 
 #: All-to-all: DeepEP's dispatch / combine reach 726-740 GB/s "logical" NVLink bandwidth of 900 on
