@@ -15,9 +15,9 @@ PORT     ?= 8000
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	# compat: a .pth entry for the checkout (setuptools' default finder for this flat layout prints
-	# an "Editable installation" warning on every install)
-	$(BIN)/pip install --quiet -e ".[test,postgres]" --config-settings editable_mode=compat
+	# setuptools' default editable mode: `app` imports from the checkout, which serves its own
+	# templates/ and static/ (app/web/assets.py); "compat" warns on every install since setuptools 80
+	$(BIN)/pip install --quiet -e ".[test,postgres]"
 	touch $(STAMP)
 
 venv: $(STAMP)

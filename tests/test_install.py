@@ -49,7 +49,9 @@ def test_fresh_venv_install_start_and_healthz(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip_args = install.split()[2:]  # after "pip install"
-    subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", *pip_args], cwd=src, check=True, timeout=900)
+    done = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", *pip_args], cwd=src, check=True,
+                          timeout=900, capture_output=True, text=True)
+    assert "Warning" not in done.stdout + done.stderr, done.stderr  # issue 17: an install prints no warning
     port = _free_port()
     exe = [str(venv / "bin" / cmd[0].rsplit("/", 1)[-1]), *cmd[1:]]
     exe[exe.index("--port") + 1] = str(port)
@@ -97,6 +99,22 @@ def test_fresh_venv_install_start_and_healthz(tmp_path):
         proc.terminate()
         proc.wait(timeout=20)
         log.close()
+
+
+@pytest.mark.slow
+def test_make_venvs_editable_install_prints_no_warning(tmp_path):
+    """``make venv``'s editable install (the Makefile's own pip line, without the extras' downloads)
+    prints no setuptools warning, and the checkout's app serves its assets from the checkout."""
+    line = re.search(r'pip install --quiet -e "\.\[[^\]]*\]"([^\n]*)', (REPO / "Makefile").read_text())
+    assert line, "make venv must keep its editable pip install"
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    done = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--no-deps", "-e", ".", *line.group(1).split()],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "Warning" not in done.stdout + done.stderr, done.stderr
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", "from app.web.assets import asset_dir; print(asset_dir('static'))"],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert out.stdout.strip() == str(REPO / "static"), out.stderr
 
 
 def test_make_serve_runs_the_dockerfile_entry_point():

@@ -24,7 +24,7 @@ def test_added_rows_are_development_rows_and_leave_the_split_alone() -> None:
     assert test_all == test
     assert dev_all == dev + ADDED
     assert {r["source"] for r in ADDED} == {"narayanan-2021-table1", "llama3-2024-table4", "mt-nlg-2022",
-                                             "nemo-performance-summary"}
+                                             "nemo-performance-summary", "megatron-core-r0.8.0-h100"}
     assert not {r["id"] for r in ADDED} & {r["id"] for r in rows}
     for r in ADDED:
         assert r["cite"] and r["settings_source"]
@@ -85,3 +85,19 @@ def test_nemo_rows_are_the_tables_own_figures() -> None:
     l405 = nemo[("gb200-186gb", "Llama-3.1-405B.json")]
     assert l405["measured"]["tokens_per_s_per_gpu"] == 665 and l405["gbs"] // (l405["mbs"] * l405["dp"]) == 32
     assert all(r["precision"] == "fp8" and r["recompute"]["granularity"] is None for r in nemo.values())
+
+
+def test_megatron_core_rows_follow_megatron_lms_flop_count() -> None:
+    """The r0.8.0 H100 table's per-GPU teraFLOP/s over Megatron-LM's ``num_floating_point_operations``
+    per token, ``12 L h^2 (2 + s/h + 4 + V / 2Lh)``: 462B (L 112, h 18432, s 4096, V 131072):
+    12 * 112 * 18432^2 = 4.5661e11 x (6 + 0.22222 + 0.031746) = 2.85566e12, 459.9e12 / that =
+    161.05 tokens/s/GPU; 1.7B (L 24, h 2048): 1.20796e9 x (6 + 2 + 1.33333) = 1.12743e10,
+    408.8e12 / that = 36,259. MFU over the BF16 peak: 465.9 / 989 = 47 %, the table's figure."""
+    rows = {r["gpus"]: r for r in ADDED if r["source"] == "megatron-core-r0.8.0-h100"}
+    assert len(rows) == 9
+    assert rows[6144]["measured"]["tokens_per_s_per_gpu"] == pytest.approx(161.05, abs=0.01)
+    assert rows[48]["measured"]["tokens_per_s_per_gpu"] == pytest.approx(36259, rel=1e-4)
+    assert round(rows[96]["measured"]["paper_tflops_per_gpu"] / 989, 2) == 0.47
+    assert all((r["precision"], r["gpu"], r["dp"]) == ("bf16", "h100-80gb", 48) for r in rows.values())
+    # the interleaving assumed: the largest VP <= 8 that splits every stage evenly (none for 23 layers)
+    assert {g: r["vp"] for g, r in rows.items() if r["pp"] > 1} == {768: 7, 1536: None, 2304: 8, 3072: 6, 6144: 7}
