@@ -157,10 +157,14 @@ def test_kubernetes_lines_cannot_backtrack(spaces):
 
 
 def _parse_seconds(text: str) -> float:
-    t0 = time.perf_counter()
-    with contextlib.suppress(ValueError):
-        parse_serve_launcher(text + "\nvllm serve m -pp 2\n")
-    return time.perf_counter() - t0
+    """The best of three parses (a collection or another process's burst only ever adds time)."""
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        with contextlib.suppress(ValueError):
+            parse_serve_launcher(text + "\nvllm serve m -pp 2\n")
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 @pytest.mark.parametrize("make", [
@@ -171,9 +175,9 @@ def _parse_seconds(text: str) -> float:
 def test_long_yaml_lines_are_cheap(make):
     """A long YAML line costs time in proportion to its length (a backtracking pattern made these
     seconds to minutes): twice the line at most ~3x the time (linear gives 2x, quadratic 4x), with
-    50 ms of slack for timer noise; and the longest one stays within seconds on a slow machine."""
+    0.1 s of slack for timer noise; and the longest one stays within seconds on a slow machine."""
     small, large = _parse_seconds(make(25_000)), _parse_seconds(make(50_000))
-    assert large < 3.0 * small + 0.05, (small, large)
+    assert large < 3.0 * small + 0.1, (small, large)
     assert large < 5.0
 
 
