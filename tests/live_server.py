@@ -10,12 +10,12 @@ SIGTERM as an operator (or Docker) does.
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -123,50 +123,46 @@ def upload(port: int, data: bytes, **headers: str) -> tuple[int, dict[str, str],
 
 
 class HealthProbe:
-    """``/healthz`` every ``every`` seconds on its own keep-alive connection, in a thread."""
+    """``/healthz`` every ``every`` seconds on its own keep-alive connection, from a separate
+    process (:mod:`tests.healthz_probe`): a thread of the test process would time its own wait for
+    the GIL behind the load threads, not the server."""
 
     def __init__(self, port: int, every: float = 0.02):
         self.port, self.every = port, every
         self.samples: list[float] = []
         self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        while not self._stop.is_set():
-            t0 = time.perf_counter()
-            try:
-                conn.request("GET", "/healthz")
-                resp = conn.getresponse()
-                resp.read()
-                if resp.status != 200:
-                    self.failures.append(f"HTTP {resp.status}")
-            except (OSError, http.client.HTTPException) as exc:
-                self.failures.append(type(exc).__name__)
-                conn.close()
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-            self.samples.append(time.perf_counter() - t0)
-            time.sleep(self.every)
-        conn.close()
+        self._proc: subprocess.Popen | None = None
 
     def __enter__(self) -> HealthProbe:
-        self._thread.start()
+        self._proc = subprocess.Popen([sys.executable, "-m", "tests.healthz_probe", str(self.port), str(self.every)],
+                                      cwd=REPO, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        assert self._proc.stdout is not None
+        if self._proc.stdout.readline().strip() != "ready":
+            raise RuntimeError("the /healthz probe did not start")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(20)
+        self.stop()
+
+    def stop(self) -> None:
+        """End the probe and collect its samples (idempotent)."""
+        if self._proc is None:
+            return
+        proc, self._proc = self._proc, None
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+        result = json.loads(out.strip().splitlines()[-1])
+        self.samples, self.failures = result["samples"], result["failures"]
 
     def p99(self) -> float:
         s = sorted(self.samples)
         return s[min(len(s) - 1, round(0.99 * (len(s) - 1)))] if s else float("inf")
 
 
-def idle_p99(port: int, n: int = 60) -> float:
+def idle_p99(port: int, seconds: float = 1.0) -> float:
+    """``/healthz`` p99 of an idle server: a probe every 10 ms for ``seconds`` (about 60 samples)."""
     with HealthProbe(port, every=0.01) as probe:
-        while len(probe.samples) < n:
-            time.sleep(0.05)
+        time.sleep(seconds)
     return probe.p99()
 
 

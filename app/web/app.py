@@ -60,7 +60,8 @@ log = logging.getLogger("isplan.web")
 EXPENSIVE_PATHS = ("/api/v1/plan-search", "/api/v1/search", "/api/v1/verify", "/launcher", "/upload",
                    "/fragment/search", "/fragment?action", "/profile")
 #: The store's health probe runs here, never on the event loop nor in the request thread pool
-#: (which busy requests can fill), so ``/healthz`` answers while the server is loaded.
+#: (which busy requests can fill), so ``/healthz`` answers while the server is loaded; a cached
+#: answer (``BaseStore.fresh_health``) is given on the loop.
 _HEALTH_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="isplan-health")
 
 
@@ -196,7 +197,9 @@ def create_app(store: BaseStore | None = None) -> FastAPI:
              responses={503: {"description": "the upload store cannot write; the body says why"}})
     async def healthz() -> Response:
         """``ok`` while the upload store can write (a probe row, enough free disk), else 503."""
-        store_health = await asyncio.get_running_loop().run_in_executor(_HEALTH_THREAD, app.state.store.health)
+        store = app.state.store
+        store_health = store.fresh_health() or await asyncio.get_running_loop().run_in_executor(_HEALTH_THREAD,
+                                                                                                 store.health)
         ok = bool(store_health.get("ok"))
         return SafeJSONResponse(status_code=200 if ok else 503, content={
             "status": "ok" if ok else "unavailable", "version": __version__, "store": store_health})

@@ -323,6 +323,20 @@ class BaseStore:
         data = bytes(row[0])
         return data if hashlib.sha256(data).hexdigest() == m.group(1) else None
 
+    def fresh_health(self) -> dict[str, Any] | None:
+        """The cached :meth:`health` answer while it is younger than :data:`HEALTH_TTL` and the
+        opened storage is still there (a ``stat``), else ``None``: cheap enough for the event
+        loop, so a loaded server answers ``/healthz`` without a hop to the health thread and back
+        (each hop waits for a turn of a busy loop). ``None`` means: ask :meth:`health`."""
+        cached = self._health
+        if cached is None or time.monotonic() - cached[0] >= HEALTH_TTL:
+            return None
+        try:
+            self._still_there()
+        except StoreUnavailable:
+            return None
+        return cached[1]
+
     def health(self) -> dict[str, Any]:
         """``{"ok", "backend", "detail"}``: ok when a write probe succeeds and (SQLite) the data
         directory has at least :data:`MIN_FREE_BYTES` free. Never raises; cached for

@@ -139,3 +139,12 @@ def test_the_server_says_whether_other_requests_wait(server):
     assert json.loads(_get(server, "/others")) == {"waiting": True}
     slow.join(5)
     assert json.loads(_get(server, "/others")) == {"waiting": False}
+
+
+def test_the_server_runs_on_uvloop():
+    """uvloop is a dependency (pyproject.toml): the loop's own socket work is what /healthz waits
+    behind under a flood (app.web.security.event_loop)."""
+    import importlib.util
+
+    assert importlib.util.find_spec("uvloop") is not None
+    assert uvicorn_options()["loop"] == "uvloop"

@@ -187,6 +187,36 @@ def test_health_is_cached(tmp_path):
     assert len(calls) == 1
 
 
+def test_fresh_health_is_the_cached_answer_only_while_it_is_fresh_and_the_file_is_there(tmp_path, monkeypatch):
+    store = ConfigStore(tmp_path / "configs.sqlite3")
+    assert store.fresh_health() is None  # nothing cached yet: /healthz asks health() in its thread
+    answer = store.health()
+    assert store.fresh_health() == answer and answer["ok"]
+    now = store_mod.time.monotonic()
+    monkeypatch.setattr(store_mod.time, "monotonic", lambda: now + store_mod.HEALTH_TTL + 0.1)
+    assert store.fresh_health() is None  # stale: probed again
+    monkeypatch.undo()
+    store.health()
+    for f in tmp_path.glob("configs.sqlite3*"):
+        f.unlink()
+    assert store.fresh_health() is None  # the file is gone: health() says so, never the cached "ok"
+    assert store.health()["ok"] is False
+
+
+def test_healthz_answers_a_fresh_health_without_asking_the_store_again(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from app.web.app import create_app
+
+    store = ConfigStore(tmp_path / "configs.sqlite3")
+    calls = []
+    real = store.health
+    store.health = lambda: calls.append(1) or real()  # type: ignore[method-assign]
+    client = TestClient(create_app(store=store))
+    assert [client.get("/healthz").status_code for _ in range(5)] == [200] * 5
+    assert len(calls) == 1  # the first; the next four were the cached answer, given on the loop
+
+
 @pytest.mark.skipif(not PG_URL, reason="ISPLAN_TEST_DATABASE_URL not set")
 def test_postgres_down_is_store_unavailable():
     from app.web.store_postgres import PostgresConfigStore
