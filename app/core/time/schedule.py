@@ -288,8 +288,7 @@ def run_ends(g: StepGraph, durations: Sequence[float], sends: Sequence[float]) -
     :func:`start_of`."""
     end = [0.0] * (len(g.steps) + 1)
     free = end.copy()
-    k = 0
-    for p, d, si, di in g.steps:
+    for k, (p, d, si, di) in enumerate(g.steps):
         a, a0 = end[p], free[p]
         b, b0 = end[d] + sends[si], free[d]
         if b > a:
@@ -299,7 +298,6 @@ def run_ends(g: StepGraph, durations: Sequence[float], sends: Sequence[float]) -
         t = durations[di]
         end[k] = a + t
         free[k] = a0 + t
-        k += 1
     return end, free
 
 
