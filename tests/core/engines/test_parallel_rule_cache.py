@@ -23,7 +23,7 @@ def _names(fn: object) -> set[str]:
 
 
 def test_a_launch_rule_never_reads_the_stage_plan():
-    assert parallel.LAUNCH_RULES <= set(parallel.RULES)
+    assert set(parallel.RULES) >= parallel.LAUNCH_RULES
     for rule in parallel.LAUNCH_RULES:
         assert "plan" not in _names(rule), rule.__name__
     # and the rules left out do read it (so the set is not missing a rule by accident)
