@@ -85,7 +85,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from app.core.content_cache import scope
+from app.core.content_cache import remember, scope
 from app.core.layout.stages import Stage, StagePlan
 from app.core.model.config import ModelConfig
 from app.core.model.parameters import Shapes, shapes
@@ -460,6 +460,23 @@ def _kind_terms(cfg: ModelConfig, seq_length: int, mbs: int) -> dict[LayerKind, 
     return scope(_KIND_TERMS, (cfg, seq_length, mbs), KIND_TERMS_SIZE)
 
 
+#: A stage's terms with their total (:func:`_with_total` of :func:`_stage_terms`) by
+#: :func:`_stage_key`, within the scope of one model and micro-batch shape: a drag changes two
+#: stages, and the others are served from here (whole numbers, so the same sums). Bounded.
+_STAGE_TERMS: dict[tuple[ModelConfig, int, int], dict[tuple[Any, ...], dict[str, int]]] = {}
+STAGE_TERMS_SIZE = 64
+STAGE_KEYS_SIZE = 4096
+
+
+def _stage_key(cfg: ModelConfig, roles: RoleMap, stage: Stage, mtp_before: int, mtp_total: int) -> tuple[Any, ...]:
+    """Everything :func:`_stage_terms` reads of a stage: its layers' kinds, its MTP layers' kinds
+    and, on the loss stage, the MTP layer count (the MTP logits)."""
+    return (tuple((r.ffn, r.has_indexer, r.mtp) for r in roles.of(stage.layers)),
+            tuple((m.ffn, m.has_indexer, m.mtp) for m in (_mtp_role(cfg, roles, k) for k in
+                                                           range(mtp_before + 1, mtp_before + stage.mtp_layers + 1))),
+            stage.loss, mtp_total if stage.loss else 0)
+
+
 def stage_flops(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, *, seq_length: int,
                 mbs: int = 1) -> dict[str, Any]:
     """Forward FLOPs per stage and per pipeline rank for one micro-batch of ``mbs`` causal
@@ -473,11 +490,16 @@ def stage_flops(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, *, seq_length
     mtp_seen = 0
     rank_totals = [0] * plan.pp
     per_kind = _kind_terms(cfg, seq_length, mbs)
+    per_stage = scope(_STAGE_TERMS, (cfg, seq_length, mbs), STAGE_TERMS_SIZE)
     for s in plan.stages:
-        terms, head = _stage_terms(cfg, sh, roles, s, seq_length=seq_length, mbs=mbs,
-                                   mtp_before=mtp_seen, mtp_total=plan.mtp_layers, per_kind=per_kind)
+        key = _stage_key(cfg, roles, s, mtp_seen, plan.mtp_layers)
+        found = per_stage.get(key)
+        if found is None:
+            terms, head = _stage_terms(cfg, sh, roles, s, seq_length=seq_length, mbs=mbs,
+                                       mtp_before=mtp_seen, mtp_total=plan.mtp_layers, per_kind=per_kind)
+            found = remember(per_stage, key, _with_total(terms, head), STAGE_KEYS_SIZE)
         mtp_seen += s.mtp_layers
-        b = _with_total(terms, head)
+        b = dict(found)
         rank_totals[s.pp_rank] += b["total"]
         stages_out.append({
             "index": s.index,

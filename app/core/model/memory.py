@@ -514,6 +514,8 @@ def host_bytes_per_node(par: ParallelConfig, host_per_rank: list[int]) -> list[i
     consecutive global ranks share a node. Summed per pipeline rank a node overlaps (its GPUs in
     that rank times the rank's bytes), not GPU by GPU."""
     world, per_pp, g_node = par.world, par.gpus_per_pp_rank, par.gpus_per_node
+    if per_pp % g_node == 0:   # every node inside one pipeline rank: its GPUs times the rank's bytes
+        return [host_per_rank[r] * g_node for r in range(world // per_pp) for _ in range(per_pp // g_node)]
     out = []
     for lo in range(0, world, g_node):
         hi = min(lo + g_node, world)
@@ -893,12 +895,23 @@ def _refuse_mismatched_plan(plan: StagePlan, par: ParallelConfig) -> None:
         raise ValueError(f"the plan has VPP={plan.vpp} but the parallel config has VPP={par.vpp}")
 
 
+#: :func:`megatron_theoretical` by what it reads here (the model, the launch, the MTP layers): the
+#: same on every update of a drag. Entries are returned as fresh top-level dicts. Bounded.
+_MEGATRON_CACHE: dict[tuple[Any, ...], dict[str, Any]] = {}
+MEGATRON_CACHE_SIZE = 256
+
+
 def _megatron_beside_model(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan, actual: list[dict[str, Any]],
                            without_off: list[dict[str, Any]]) -> dict[str, Any]:
     """:func:`megatron_theoretical` for this plan, with how far it under-reports the model's own
     fullest rank without offload (``vs_model``) and why (``where_it_under_reports``, the module
     docstring's list of what Megatron's estimate leaves out)."""
-    mt = megatron_theoretical(cfg, par, mtp_layers=plan.mtp_layers)
+    key = (cfg, par, plan.mtp_layers)
+    found = _MEGATRON_CACHE.get(key)
+    if found is None:
+        found = remember(_MEGATRON_CACHE, key, megatron_theoretical(cfg, par, mtp_layers=plan.mtp_layers),
+                         MEGATRON_CACHE_SIZE)
+    mt = dict(found)
     worst_no_off = max(without_off, key=lambda e: e["total_bytes"])
     ours_state = sum(worst_no_off["breakdown_detail"][k] for k in (
         "weights_dense", "weights_expert", "gradients_dense", "gradients_expert", "optimizer_dense",

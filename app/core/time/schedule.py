@@ -176,6 +176,9 @@ class StepGraph:
     last_backward: tuple[tuple[int, ...], ...]  # [rank][chunk] index of its last backward (n: none)
     last_step: tuple[int, ...]  # per rank the index of its last step
     rank_durations: tuple[tuple[int, ...], ...]  # per rank the ``dur`` index of its steps, in order
+    #: ``(prev, dep, send, dur)`` of every step, in run order: the columns above as rows, which
+    #: :func:`run_graph` walks without a ``ready`` (one tuple per step instead of a zip of five)
+    steps: tuple[tuple[int, int, int, int], ...]
 
 
 def _graph_steps(pp: int, vpp: int, m: int, orders: list[list[tuple[bool, int, int]]]) -> list[tuple[int, ...]]:
@@ -240,9 +243,10 @@ def step_graph(pp: int, vpp: int, num_microbatches: int, group: int | None = Non
                 first[k] = 1 + r * vpp + c
         per_rank[r].append(dur[k])
     ranks, chunks, mbs, bwds, _stages, deps = zip(*rows) if rows else ((),) * 6
-    return StepGraph(pp, vpp, m, ranks, chunks, mbs, tuple(map(bool, bwds)), tuple(prev),
-                     tuple(n if d < 0 else d for d in deps), tuple(send), tuple(dur), tuple(first),
-                     tuple(tuple(row) for row in last_b), tuple(last_on), tuple(tuple(x) for x in per_rank))
+    dep = tuple(n if d < 0 else d for d in deps)
+    return StepGraph(pp, vpp, m, ranks, chunks, mbs, tuple(map(bool, bwds)), tuple(prev), dep, tuple(send),
+                     tuple(dur), tuple(first), tuple(tuple(row) for row in last_b), tuple(last_on),
+                     tuple(tuple(x) for x in per_rank), tuple(zip(prev, dep, send, dur)))
 
 
 def run_graph(g: StepGraph, durations: Sequence[float], sends: Sequence[float],
@@ -277,6 +281,34 @@ def run_graph(g: StepGraph, durations: Sequence[float], sends: Sequence[float],
     return start, end, free
 
 
+def run_ends(g: StepGraph, durations: Sequence[float], sends: Sequence[float]) -> tuple[list[float], list[float]]:
+    """:func:`run_graph` without a ``ready``, keeping only the ends (with the sends, and free):
+    the live evaluation's pass (no timeline), over :attr:`StepGraph.steps`. The same additions
+    and comparisons in the same order, so the same floats; a step's start, when needed, is
+    :func:`start_of`."""
+    end = [0.0] * (len(g.steps) + 1)
+    free = end.copy()
+    for k, (p, d, si, di) in enumerate(g.steps):
+        a, a0 = end[p], free[p]
+        b, b0 = end[d] + sends[si], free[d]
+        if b > a:
+            a = b
+        if b0 > a0:
+            a0 = b0
+        t = durations[di]
+        end[k] = a + t
+        free[k] = a0 + t
+    return end, free
+
+
+def start_of(g: StepGraph, k: int, end: list[float], sends: Sequence[float]) -> float:
+    """When step ``k`` started in :func:`run_ends`' schedule: ``max(end[prev], end[dep] + send)``,
+    computed as the pass computed it."""
+    a = end[g.prev[k]]
+    b = end[g.dep[k]] + sends[g.send[k]]
+    return b if b > a else a
+
+
 def _busy(steps: tuple[int, ...], durations: list[float]) -> float:
     """A rank's compute time: its steps' durations added in run order (as its stream runs them, so
     the makespan is never below it by rounding)."""
@@ -304,12 +336,17 @@ def simulate(pp: int, vpp: int, num_microbatches: int, fwd: Sequence[float], bwd
     f_t, b_t = _per_stage(fwd, n_stages, "fwd"), _per_stage(bwd, n_stages, "bwd")
     sf, sb = _per_stage(send_fwd, n_stages, "send_fwd"), _per_stage(send_bwd, n_stages, "send_bwd")
     wait = None if ready is None else [0.0] + [float(ready[r][c]) for r in range(pp) for c in range(vpp)]
-    durations = f_t + b_t
-    start, end, end_free = run_graph(g, durations, sf + sb + [0.0], wait)
+    durations, sends = f_t + b_t, sf + sb + [0.0]
+    n = len(g.prev)
+    if record or wait is not None:
+        start, end, end_free = run_graph(g, durations, sends, wait)
+        last_b = tuple(tuple((start[k], end[k]) for k in row) for row in g.last_backward)
+    else:  # the live evaluation: no timeline, so only the starts of the last backwards are needed
+        end, end_free = run_ends(g, durations, sends)
+        last_b = tuple(tuple((start_of(g, k, end, sends) if k < n else 0.0, end[k]) for k in row)
+                       for row in g.last_backward)
     busy = tuple(_busy(idx, durations) for idx in g.rank_durations)
     compute_end = tuple(end[k] for k in g.last_step)
-    last_b = tuple(tuple((start[k], end[k]) for k in row) for row in g.last_backward)
-    n = len(g.prev)
     cols = ((g.rank, g.chunk, g.microbatch, g.backward, tuple(start[:n]), tuple(end[:n])) if record
             else ((), (), (), (), (), ()))
     makespan = max(compute_end) if compute_end else 0.0

@@ -16,6 +16,7 @@ from starlette.datastructures import QueryParams
 
 from app.core.engines import ignored_fields
 from app.core.engines.megatron import check as megatron_check
+from app.core.engines.megatron import parallel as megatron_parallel
 from app.core.model import flops, memory
 from app.core.model.config import load_preset
 from app.core.plan import strict_plan
@@ -27,7 +28,7 @@ BASE = "model=glm-5.2&mode=split&tp=4&cp=8&ep=32&etp=1&sp=1&tpg=8192"
 
 def _empty_caches() -> None:
     for cache in (memory._RANK_CACHE, flops._KIND_TERMS, time_model._LAYER_CACHE, time_model._PARAMS_CACHE,
-                  time_model._DP_CACHE):
+                  time_model._DP_CACHE, memory._MEGATRON_CACHE, megatron_parallel._RULE_CACHE, flops._STAGE_TERMS):
         cache.clear()
     megatron_check._plain_check.cache_clear()
 

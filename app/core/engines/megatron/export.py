@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from app.core.engines.megatron.check import CheckResult
 from app.core.model.parallelism import ParallelConfig
@@ -104,9 +105,13 @@ class ExportSettings:
                        precision=plan.precision)
 
 
+#: ``shlex.quote`` kept by the word: the exports quote the same ~70 flags and values on every update
+_quote = lru_cache(maxsize=4096)(shlex.quote)
+
+
 def shell_join(argv: list[str] | tuple[str, ...]) -> str:
     """One bash command line whose words are exactly ``argv`` (every word quoted as needed)."""
-    return " ".join(shlex.quote(a) for a in argv)
+    return " ".join(map(_quote, argv))
 
 
 def _groups(argv: list[str]) -> list[list[str]]:

@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from math import prod
+from typing import Any
 
+from app.core.content_cache import remember
 from app.core.engines.megatron.placement import interleave_error
 from app.core.layout.stages import StagePlan
 from app.core.model.config import ModelConfig
@@ -482,8 +484,27 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+#: The rules that read the model and the launch alone, never the stage plan (their source names no
+#: ``plan``: tests/core/test_parallel_rule_cache.py reads it): :func:`check_parallel` keeps their
+#: checks by the rule, the model and the launch, the same on every update of a drag.
+LAUNCH_RULES: frozenset[Rule] = frozenset(RULES) - {pipeline_rule, mtp_cp_rule, mtp_recompute_rule}
+#: a launch rule's placed checks (immutable) by ``(rule, cfg, par)``; bounded
+_RULE_CACHE: dict[tuple[Any, ...], tuple[Check, ...]] = {}
+RULE_CACHE_SIZE = 2048
+
+
 def check_parallel(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None = None,
                    rules: tuple[Rule, ...] = RULES) -> list[Check]:
     """Every rule of ``rules`` (Megatron's :data:`RULES`; an engine built on Megatron adds its own)
     for ``par`` (and the stage plan, when there is one), each check carrying the plan field that fixes it."""
-    return _placed([c for rule in rules for c in rule(cfg, par, plan)])
+    out: list[Check] = []
+    for rule in rules:
+        if rule in LAUNCH_RULES:
+            key = (rule, cfg, par)
+            found = _RULE_CACHE.get(key)
+            if found is None:
+                found = remember(_RULE_CACHE, key, tuple(_placed(rule(cfg, par, plan))), RULE_CACHE_SIZE)
+            out += found
+        else:
+            out += _placed(rule(cfg, par, plan))
+    return out
