@@ -16,8 +16,11 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# setuptools' default editable mode: `app` imports from the checkout, which serves its own
-	# templates/ and static/ (app/web/assets.py); "compat" warns on every install since setuptools 80
-	$(BIN)/pip install --quiet -e ".[test,postgres]"
+	# templates/ and static/ (app/web/assets.py); "compat" warns on every install since setuptools 80.
+	# Every editable mode prints setuptools' "Editable installation." notice, an InformationOnly
+	# "warning" for want of another channel (pypa/packaging-problems#558), which pip >= 25 shows even
+	# with --quiet: that one message, and only it, is filtered.
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet -e ".[test,postgres]"
 	touch $(STAMP)
 
 venv: $(STAMP)

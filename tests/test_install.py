@@ -7,6 +7,7 @@ server processes (issue 9: "make serve and the Dockerfile run with several worke
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import socket
@@ -105,12 +106,16 @@ def test_fresh_venv_install_start_and_healthz(tmp_path):
 def test_make_venvs_editable_install_prints_no_warning(tmp_path):
     """``make venv``'s editable install (the Makefile's own pip line, without the extras' downloads)
     prints no setuptools warning, and the checkout's app serves its assets from the checkout."""
-    line = re.search(r'pip install --quiet -e "\.\[[^\]]*\]"([^\n]*)', (REPO / "Makefile").read_text())
+    line = re.search(r'(?:PYTHONWARNINGS="([^"]*)" )?\$\(BIN\)/pip install --quiet -e "\.\[[^\]]*\]"([^\n]*)',
+                     (REPO / "Makefile").read_text())
     assert line, "make venv must keep its editable pip install"
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    done = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--no-deps", "-e", ".", *line.group(1).split()],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    pip = str(venv / "bin" / "pip")
+    subprocess.run([pip, "install", "--quiet", "--upgrade", "pip"], check=True, capture_output=True, timeout=600)  # as make does
+    env = {**os.environ, **({"PYTHONWARNINGS": line.group(1)} if line.group(1) else {})}
+    done = subprocess.run([pip, "install", "--quiet", "--no-deps", "-e", ".", *line.group(2).split()],
+                          cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0 and "Warning" not in done.stdout + done.stderr, done.stderr
     out = subprocess.run([str(venv / "bin" / "python"), "-c", "from app.web.assets import asset_dir; print(asset_dir('static'))"],
                          cwd=tmp_path, capture_output=True, text=True)
