@@ -44,7 +44,7 @@ test: $(STAMP) browser lint
 	ISPLAN_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest
 
 # The edit loop: lint, then everything but the browser, install and schemathesis runs, stopping at
-# the first failure (about a minute on 2 cores).
+# the first failure (about five minutes on 2 cores).
 test-fast: $(STAMP) lint
 	$(BIN)/python -m pytest -q -x -m "not slow" --ignore=tests/browser \
 	  --ignore=tests/test_install.py --ignore=tests/web/test_schemathesis.py
