@@ -577,8 +577,8 @@ def uvicorn_options(header_seconds: float | None = None, keep_alive_seconds: int
                     per_peer: int | None = None, first_byte_seconds: float | None = None) -> dict[str, Any]:
     """Keyword arguments for ``uvicorn.run`` / ``uvicorn.Config``: the h11 protocol above (head
     and first-byte deadlines, per-peer and total connection caps, a 400 with the security
-    headers), uvloop (:func:`event_loop`) and a short keep-alive. uvicorn's ``limit_concurrency`` stays off: it counted idle
-    connections, and its 503 carried no security headers (issue 20).
+    headers), uvloop (:func:`event_loop`) and a short keep-alive. uvicorn's ``limit_concurrency``
+    stays off: it counted idle connections, and its 503 carried no security headers (issue 20).
 
     Without explicit values the protocol is named by its import path (picklable, so it works
     with ``workers=N``, whose processes uvicorn spawns) and reads the settings; explicit values
