@@ -342,6 +342,9 @@ class BaseStore:
         directory has at least :data:`MIN_FREE_BYTES` free. Never raises; cached for
         :data:`HEALTH_TTL` seconds. A failed upload write counts as a failed probe (a full disk
         may still take the probe's tiny row)."""
+        cached = self.fresh_health()
+        if cached is not None:
+            return cached
         now = time.monotonic()
         try:
             self._still_there()
@@ -349,8 +352,6 @@ class BaseStore:
             result = {"ok": False, "backend": self.backend, "detail": str(exc)}
             self._health = (now, result)
             return result
-        if self._health is not None and now - self._health[0] < HEALTH_TTL:
-            return self._health[1]
         try:
             with self._lock:
                 detail = self._probe()
