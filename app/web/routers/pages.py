@@ -23,7 +23,6 @@ page.
 
 from __future__ import annotations
 
-import gzip
 import json
 from collections import OrderedDict
 from dataclasses import dataclass, replace
@@ -59,6 +58,7 @@ from app.core.plan import (
 )
 from app.core.plan import ignored_fields as plan_ignored
 from app.web.assets import asset_dir
+from app.web.compression import gzip_bytes
 from app.web.deps import (
     INLINE_UNITS,
     Store,
@@ -263,7 +263,7 @@ def page_html(job: PageJob) -> RenderedPage:
         extra["same_form"] = form_unchanged(job.form_shown, dict(job.sent), v)
     ctx = page_context(None, v, **{**extra, **_compare(job.a_query, v, store)})
     data = templates().get_template(job.template).render(ctx).encode()
-    return RenderedPage(gzip.compress(data, 6) if job.gzip else data, v.share_query)
+    return RenderedPage(gzip_bytes(data, 3) if job.gzip else data, v.share_query)
 
 
 def form_unchanged(shown: str | None, sent: dict[str, str], v: PlanView) -> bool:
