@@ -48,6 +48,7 @@ import hmac
 import json
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -488,10 +489,17 @@ def _plan_differences(record: dict[str, Any], receipt: dict[str, Any], cfg: Mode
     from app.core.evaluate import evaluate
     from app.core.plan import PlanError, strict_plan
 
+    params = dict(parse_qsl(record["query"], keep_blank_values=True))
+    # a receipt made by the CLI names its config by path, of any length (``isplan receipt PATH``);
+    # the query parser bounds a URL's model (a preset id or sha256:...), so the model is set aside,
+    # the rest parsed, and the model compared with the receipt's model.id below
+    model = params.pop("model", None)
     try:
-        plan = strict_plan(dict(parse_qsl(record["query"], keep_blank_values=True)))
+        plan = strict_plan(params)
     except PlanError as exc:
         return [f"plan: the recorded query no longer parses: {exc}"], None
+    if model is not None:
+        plan = replace(plan, model=model)
     out = [f"plan query {name}: {_short(got, 80)} but the receipt's {where} is {_short(want, 80)}"
            for name, got, want, where in (("model", plan.model, (receipt.get("model") or {}).get("id"), "model.id"),
                                           ("engine", plan.engine, engine, "engine.semantics"),

@@ -215,6 +215,23 @@ def test_changed_config_fails_verify(tmp_path, tmp_config):
     assert "model.sha256" in v.stdout and "violations" in v.stdout
 
 
+def test_a_receipt_of_a_config_under_a_long_path_verifies(tmp_path):
+    """A checkpoint's config.json often lies deeper than the 80 characters a URL's model id may
+    have (a preset id or sha256:...): the receipt names it by that path and still verifies."""
+    folder = tmp_path / ("checkpoints-" + "x" * 90) / "glm-5.2"
+    folder.mkdir(parents=True)
+    path = folder / "config.json"
+    path.write_text((REPO / "app/core/presets/glm-5.2.json").read_text())
+    assert len(str(path)) > 100
+    p = isplan("receipt", str(path), "--split", "14,8,8,8,8,8,8,16")
+    assert p.returncode == 0, p.stderr
+    receipt = tmp_path / "r.json"
+    receipt.write_text(p.stdout)
+    assert json.loads(p.stdout)["model"]["id"] == str(path)
+    v = isplan("verify", str(receipt), "--config", str(path))
+    assert v.returncode == 0, v.stdout + v.stderr
+
+
 def test_verify_bad_input_exits_2(tmp_path):
     path = tmp_path / "x.json"
     path.write_text("{not json")
