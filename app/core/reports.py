@@ -171,7 +171,7 @@ def params_report(plan: Plan, cfg: ModelConfig, *, per_layer: bool = False, with
         body["stages"] = [{"pp_rank": r, "total": sp.total, "dense_total": sp.dense_total,
                            "expert_total": sp.expert_total, "per_gpu": sp.per_gpu,
                            "dense_per_gpu": sp.dense_per_gpu, "expert_per_gpu": sp.expert_per_gpu,
-                           "components": sp.components} for r, sp in enumerate(ranks)]
+                           "components": dict(sp.components)} for r, sp in enumerate(ranks)]
         body["sharding"] = {"tp": plan.tp, "ep": plan.ep, "etp": plan.etp if plan.etp is not None else plan.tp}
     lines = [f"model {cfg.id}", f"main_total       {body['main_total']:>20,}  (no MTP, no router bias)",
              f"checkpoint_total {body['checkpoint_total']:>20,}  (+ MTP layers and router biases)",

@@ -51,6 +51,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.content_cache import remember
 from app.core.layout.stages import Stage, StagePlan
 from app.core.model.config import ModelConfig
 from app.core.model.roles import RoleMap, derive_roles
@@ -339,11 +340,27 @@ def _expert_per_gpu(cfg: ModelConfig, expert: int, ep: int, etp: int) -> int:
     return _ceil_div(per_expert_total * _ceil_div(cfg.n_routed_experts, ep), etp)
 
 
+#: :func:`stage_params` by everything it reads (a drag leaves most stages as they were); bounded
+_STAGE_PARAMS: dict[tuple[Any, ...], StageParams] = {}
+STAGE_PARAMS_SIZE = 4096
+
+
 def stage_params(cfg: ModelConfig, roles: RoleMap, stages: list[Stage], *, tp: int = 1, ep: int = 1,
                  etp: int | None = None) -> StageParams:
     """Parameters of a set of stages (e.g. all virtual stages of one pipeline rank): every decoder
     layer, the embedding / head ends and every MTP layer (:class:`_Tally`); per GPU the sharded
-    part over TP, the replicated part whole, routed experts over EP x ETP."""
+    part over TP, the replicated part whole, routed experts over EP x ETP. Kept by what it reads:
+    the config, the sizes, each stage's ends and MTP layers, and its layers' indexer and FFN kind."""
+    key = (cfg, tp, ep, etp, tuple((s.embedding, s.loss, s.mtp_layers) for s in stages),
+           tuple((r.has_indexer, r.ffn) for s in stages for r in roles.of(s.layers)))
+    found = _STAGE_PARAMS.get(key)
+    if found is None:
+        found = remember(_STAGE_PARAMS, key, _stage_params(cfg, roles, stages, tp, ep, etp), STAGE_PARAMS_SIZE)
+    return found
+
+
+def _stage_params(cfg: ModelConfig, roles: RoleMap, stages: list[Stage], tp: int, ep: int,
+                  etp: int | None) -> StageParams:
     t = _Tally(cfg, shapes(cfg), tp)
     for s in stages:
         held = Counter((r.has_indexer, r.ffn) for r in roles.of(s.layers))

@@ -7,7 +7,7 @@ against cold, the whole page JSON)."""
 from __future__ import annotations
 
 import json
-from itertools import pairwise
+from itertools import accumulate, pairwise
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -17,7 +17,7 @@ from starlette.datastructures import QueryParams
 from app.core.engines import ignored_fields
 from app.core.engines.megatron import check as megatron_check
 from app.core.engines.megatron import parallel as megatron_parallel
-from app.core.model import flops, memory
+from app.core.model import flops, memory, parameters
 from app.core.model.config import load_preset
 from app.core.plan import strict_plan
 from app.core.time import model as time_model
@@ -28,7 +28,8 @@ BASE = "model=glm-5.2&mode=split&tp=4&cp=8&ep=32&etp=1&sp=1&tpg=8192"
 
 def _empty_caches() -> None:
     for cache in (memory._RANK_CACHE, flops._KIND_TERMS, time_model._LAYER_CACHE, time_model._PARAMS_CACHE,
-                  time_model._DP_CACHE, memory._MEGATRON_CACHE, megatron_parallel._RULE_CACHE, flops._STAGE_TERMS):
+                  time_model._DP_CACHE, memory._MEGATRON_CACHE, megatron_parallel._RULE_CACHE, flops._STAGE_TERMS,
+                  parameters._STAGE_PARAMS):
         cache.clear()
     megatron_check._plain_check.cache_clear()
 
@@ -79,6 +80,31 @@ def test_a_drag_session_warm_is_cold(start, moves):
             sizes[k], sizes[k + 1] = sizes[k] + step, sizes[k + 1] - step
         session.append(f"{BASE}&split={','.join(map(str, sizes))}&recompute=full&offload=1")
     _warm_equals_cold(session)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["glm-5.2", "deepseek-v3.2", "qwen3-235b-a22b"]), _sizes(),
+                          st.integers(0, 2), st.sampled_from([(1, 1, None), (4, 8, 1), (2, 32, None), (8, 16, 2)])),
+                min_size=4, max_size=12))
+def test_a_stages_parameters_from_the_cache_are_its_own(plans):
+    """``stage_params`` is kept by the config, TP / EP / ETP, each stage's ends and MTP layers and
+    its layers' kinds: every stage of a session of plans (other models, sizes, MTP layers, shardings;
+    the page's stage table asks one stage at a time, memory a rank's stages together) gets what an
+    uncached count of the same stages gives."""
+    from app.core.engines.megatron.placement import materialise
+    from app.core.layout.stages import PipelineSpec
+    from app.core.model.roles import derive_roles
+
+    parameters._STAGE_PARAMS.clear()
+    for model, split, mtp, (tp, ep, etp) in plans:
+        cfg = load_preset(model)
+        cuts = [0, *accumulate(int(x) for x in split.split(","))]   # the same cuts, scaled to this model
+        bounds = sorted({round(c * cfg.num_hidden_layers / 78) for c in cuts})
+        sizes = [b - a for a, b in pairwise(bounds)]
+        roles, plan = derive_roles(cfg), materialise(PipelineSpec(split=sizes), cfg.num_hidden_layers, default_mtp=mtp)
+        for group in [[s] for s in plan.stages] + [plan.rank_stages(r) for r in range(plan.pp)]:
+            got = parameters.stage_params(cfg, roles, group, tp=tp, ep=ep, etp=etp)
+            assert got == parameters._stage_params(cfg, roles, group, tp, ep, etp), (model, split, mtp, tp, ep, etp)
 
 
 def test_equal_layer_kinds_at_another_place_cost_the_same():
