@@ -126,6 +126,10 @@ async def _invalid_request(request: Request, exc: Exception) -> Response:
     return _error_body(errors)
 
 
+#: allocations (net of frees) between two young-generation collections in a server process
+GC_YOUNG_THRESHOLD = 10_000
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # Everything loaded at start-up lives for the whole process: move it out of the cyclic
@@ -136,6 +140,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     await default_pool().start()  # the worker processes of the expensive operations, started now
     gc.collect()
     gc.freeze()
+    # A live update allocates ~10^4 short-lived containers (dicts, lists of the page data), almost
+    # all freed by reference counting: at CPython's default threshold (700) a fragment ran ~1
+    # young collection each, about 0.2 ms that found next to nothing; at 10,000 almost none
+    # runs (fragment 2-5 % faster in process on 2026-12-03's machine). Cycles are still collected.
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     try:
         yield
     finally:
