@@ -350,7 +350,7 @@ def stage_params(cfg: ModelConfig, roles: RoleMap, stages: list[Stage], *, tp: i
     """Parameters of a set of stages (e.g. all virtual stages of one pipeline rank): every decoder
     layer, the embedding / head ends and every MTP layer (:class:`_Tally`); per GPU the sharded
     part over TP, the replicated part whole, routed experts over EP x ETP. Kept by what it reads:
-    the config, the sizes, each stage's ends and MTP layers, and its layers' indexer and FFN kind."""
+    the config, TP / EP / ETP, each stage's ends and MTP layers, and its layers' indexer and FFN kind."""
     key = (cfg, tp, ep, etp, tuple((s.embedding, s.loss, s.mtp_layers) for s in stages),
            tuple((r.has_indexer, r.ffn) for s in stages for r in roles.of(s.layers)))
     found = _STAGE_PARAMS.get(key)
