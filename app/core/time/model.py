@@ -51,7 +51,7 @@ from app.core.layout.stages import Stage, StagePlan
 from app.core.model.config import ModelConfig
 from app.core.model.flops import mtp_role
 from app.core.model.hardware import Hardware
-from app.core.model.parameters import StageParams, shapes, stage_params
+from app.core.model.parameters import shapes, stage_params
 from app.core.model.roles import LayerRole, RoleMap
 from app.core.time import comm
 from app.core.time.efficiency import Efficiency, efficiency_for
@@ -384,26 +384,10 @@ class _DataParallel:
     opt: list[float]
 
 
-#: Parameters of a stage by (model, its layers' kinds, embedding, loss, MTP layers, TP, EP, ETP):
-#: :func:`app.core.model.parameters.stage_params` reads only a layer's FFN kind and indexer.
-_PARAMS_CACHE: dict[Any, StageParams] = {}
-
-
 def _param_kinds(roles: RoleMap, st: Stage) -> tuple[Any, ...]:
     """What a stage's parameters read besides the launch: its layers' FFN kinds and indexers, the
     embedding, the loss head and the MTP layers (:func:`app.core.model.parameters.stage_params`)."""
     return tuple((r.ffn, r.has_indexer) for r in roles.of(st.layers)), st.embedding, st.loss, st.mtp_layers
-
-
-def _stage_params(cfg: ModelConfig, roles: RoleMap, st: Stage, tp: int, ep: int, etp: int) -> StageParams:
-    """:func:`app.core.model.parameters.stage_params` of one stage (cached in :data:`_PARAMS_CACHE`:
-    equal stages of many plans hold equal parameters)."""
-    key = (cfg, _param_kinds(roles, st), tp, ep, etp)
-    found = _PARAMS_CACHE.get(key)
-    if found is None:
-        found = remember(_PARAMS_CACHE, key, stage_params(cfg, roles, [st], tp=tp, ep=ep, etp=etp),
-                         LAYER_CACHE_SIZE * 8)
-    return found
 
 
 def _optimizer_seconds(shard: float, s: TimeSettings, hw: Hardware, mem_eff: float, grad_b: float) -> float:
@@ -449,7 +433,7 @@ def _stage_dp(cfg: ModelConfig, roles: RoleMap, st: Stage, s: TimeSettings, ctx:
     and its part of the rank's optimizer step (:func:`_dp_times`)."""
     hw, eff, gr = ctx.hw, ctx.eff, ctx.groups
     par_b = ctx.prec.param_gather_bytes
-    p = _stage_params(cfg, roles, st, s.tp, s.ep, s.etp_)
+    p = stage_params(cfg, roles, [st], tp=s.tp, ep=s.ep, etp=s.etp_)  # cached there by what it reads
     if s.distributed_optimizer:
         rs = (comm.reduce_scatter(gr["dp"], p.dense_per_gpu * grad_b, hw, eff)
               + comm.reduce_scatter(gr["edp"], p.expert_per_gpu * grad_b, hw, eff))

@@ -27,7 +27,7 @@ BASE = "model=glm-5.2&mode=split&tp=4&cp=8&ep=32&etp=1&sp=1&tpg=8192"
 
 
 def _empty_caches() -> None:
-    for cache in (memory._RANK_CACHE, flops._KIND_TERMS, time_model._LAYER_CACHE, time_model._PARAMS_CACHE,
+    for cache in (memory._RANK_CACHE, flops._KIND_TERMS, time_model._LAYER_CACHE,
                   time_model._DP_CACHE, memory._MEGATRON_CACHE, megatron_parallel._RULE_CACHE, flops._STAGE_TERMS,
                   parameters._STAGE_PARAMS):
         cache.clear()

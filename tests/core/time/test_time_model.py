@@ -13,6 +13,7 @@ import pytest
 from app.core.engines import role_rule
 from app.core.engines.megatron.placement import materialise
 from app.core.layout.stages import PipelineSpec
+from app.core.model import parameters
 from app.core.model.config import load_model
 from app.core.model.flops import sequence_layer_flops
 from app.core.model.hardware import get_hardware, with_overrides
@@ -254,7 +255,7 @@ def test_shared_layer_costs_do_not_leak_between_settings() -> None:
     others = [replace(a, tp=8, dp=1), replace(a, precision="bf16"), replace(a, recompute="full",
               recompute_method="uniform", recompute_num_layers=1)]
     time_model._LAYER_CACHE.clear()
-    time_model._PARAMS_CACHE.clear()
+    parameters._STAGE_PARAMS.clear()
     first = step_time(cfg, roles, plan, a, hw).to_json(timeline=False)
     for other in others:
         step_time(cfg, roles, plan, other, hw)
