@@ -375,6 +375,34 @@ _SQLITE_SCHEMA = (
 )
 
 
+#: How long a connection waits for another one's lock (SQLite's busy timeout, and the WAL switch's).
+SQLITE_BUSY_SECONDS = 30.0
+
+
+def _switch_to_wal(conn: sqlite3.Connection, seconds: float = SQLITE_BUSY_SECONDS) -> None:
+    """``PRAGMA journal_mode=WAL``, retried while the database is busy, for up to ``seconds``.
+
+    The switch needs the database to itself, and SQLite answers it ``SQLITE_BUSY`` at once - its
+    busy timeout does not apply - while another connection holds a lock on a file still in
+    rollback-journal mode, i.e. while another connection is creating the same new store. That
+    is what the server's worker processes do when their first uploads and health checks meet on
+    a fresh data directory (8 connections opening one new file together: the switch failed in 12
+    of 400 rounds; a 503 "the upload store cannot be written" for an upload that was fine). Once
+    the file is in WAL mode it stays so, and the switch is a no-op for every later connection."""
+    deadline = time.monotonic() + seconds
+    pause = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            busy = (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+            if not busy or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(2 * pause, 0.05)
+
+
 def _sqlite_failure(exc: BaseException, path: Path) -> StoreUnavailable:
     """The client's message names the setting, never the path (the log has it)."""
     text = str(exc)
@@ -416,8 +444,9 @@ class ConfigStore(BaseStore):
         if self._conn is None:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30, isolation_level=None)
-                conn.execute("PRAGMA journal_mode=WAL")
+                conn = sqlite3.connect(self.path, check_same_thread=False, timeout=SQLITE_BUSY_SECONDS,
+                                       isolation_level=None)
+                _switch_to_wal(conn)
                 conn.execute("PRAGMA synchronous=FULL")
                 conn.execute(_SQLITE_SCHEMA)
                 columns = {row[1] for row in conn.execute("PRAGMA table_info(configs)")}

@@ -101,6 +101,48 @@ def test_concurrent_uploads_cannot_overshoot_the_quota(backend, tmp_path):
         assert accepted == 5 and store.count() == 5
 
 
+def test_a_new_sqlite_store_waits_for_another_connection_creating_it(tmp_path):
+    """The WAL switch of a new file is refused at once (SQLite's busy timeout does not cover it)
+    while another connection - another server worker - holds a lock on the file in its first,
+    rollback-journal mode; the store waits for it instead of answering 503."""
+    path = tmp_path / "configs.sqlite3"
+    creator = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    creator.execute("BEGIN IMMEDIATE")
+    creator.execute("CREATE TABLE other (a)")
+    probe = sqlite3.connect(path, isolation_level=None, timeout=5)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):  # what SQLite does on its own
+        probe.execute("PRAGMA journal_mode=WAL")
+    probe.close()
+    release = threading.Timer(0.3, lambda: creator.execute("COMMIT"))
+    release.start()
+    try:
+        store = ConfigStore(path, quotas=Quotas(total=10 * SIZE, per_client=10 * SIZE))
+        assert store.count() == 0
+        store.put(config(100_300), client="c1")
+    finally:
+        release.join()
+        creator.close()
+    with sqlite3.connect(path) as check:
+        assert check.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.count() == 1
+
+
+def test_the_wal_switch_gives_up_after_its_deadline(tmp_path):
+    """A lock held for good is still a 503 naming the setting, after the wait, not a hang."""
+    path = tmp_path / "configs.sqlite3"
+    creator = sqlite3.connect(path, isolation_level=None)
+    creator.execute("BEGIN IMMEDIATE")
+    creator.execute("CREATE TABLE other (a)")
+    conn = sqlite3.connect(path, isolation_level=None, timeout=0.05)
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            store_mod._switch_to_wal(conn, seconds=0.2)
+    finally:
+        conn.close()
+        creator.execute("ROLLBACK")
+        creator.close()
+
+
 def test_sqlite_rows_from_before_quotas_are_counted(tmp_path):
     path = tmp_path / "configs.sqlite3"
     with sqlite3.connect(path) as conn:  # the schema of the store before this change
