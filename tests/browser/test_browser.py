@@ -34,7 +34,7 @@ from dashboard import (
 )
 from playwright.sync_api import expect
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]  # Chromium and a live server: run on its own
 
 # --------------------------------------------------------------------------- tests
 

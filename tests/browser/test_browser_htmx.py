@@ -27,7 +27,7 @@ from playwright.sync_api import Page, expect
 
 from app.core.model.config import preset_ids
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]  # Chromium and a live server: run on its own
 
 
 #: counts htmx's swaps of #results and any fetch() the page would make of its own

@@ -34,7 +34,7 @@ from dashboard import (
 )
 from playwright.sync_api import Page, expect
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]  # Chromium and a live server: run on its own
 
 
 AXE = REPO / "tests" / "vendor" / "axe-core-4.14.1.min.js"

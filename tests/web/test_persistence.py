@@ -24,6 +24,9 @@ import pytest
 from tests.browser_support import REPO, AppServer
 from tests.store_backends import BACKENDS, ServerBackend, make_store, server_backend
 
+#: a live server, worker processes or latency under load: run on its own (the Makefile's second part)
+pytestmark = pytest.mark.exclusive
+
 BASE = json.loads((REPO / "app" / "core" / "presets" / "glm-5.2.json").read_text())
 SPLIT = "22,20,20,16"  # a valid GLM-5.2 layout (78 layers, PP=4)
 BOUNDARY = "----isplan-persistence"

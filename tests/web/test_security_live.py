@@ -23,6 +23,9 @@ import pytest
 
 from tests.browser_support import free_port
 
+#: a live server, worker processes or latency under load: run on its own (the Makefile's second part)
+pytestmark = pytest.mark.exclusive
+
 REPO = Path(__file__).resolve().parents[2]
 HEAD_SECONDS = 1.0
 BODY_SECONDS = 1.0

@@ -35,6 +35,9 @@ from app.web.view import build_view, page_data
 from app.web.workers import ClientGate, WorkerLost, WorkerPool, has_action, run_bounded
 from tests.conftest import tiny_config
 
+#: a live server, worker processes or latency under load: run on its own (the Makefile's second part)
+pytestmark = pytest.mark.exclusive
+
 REPO = Path(__file__).resolve().parents[2]
 SLIME_NO_OFFLOAD = ["--engine", "slime", "--pp", "8", "--first", "14", "--last", "16", "--tp", "4", "--cp", "8",
                     "--ep", "32", "--etp", "1", "--dp", "1", "--sp", "--tokens-per-gpu", "8192", "--recompute", "full",

@@ -40,6 +40,9 @@ from tests.live_server import (
     upload,
 )
 
+#: a live server, worker processes or latency under load: run on its own (the Makefile's second part)
+pytestmark = pytest.mark.exclusive
+
 HOSTILE_JSON = b'{"a":[' + b",".join([b"[0]"] * ((1 << 20) // 4 - 3)) + b"]}"  # 1 MiB, 262,000 arrays
 BIG_CONFIG = json.dumps(tiny_config(bounds.MAX_LAYERS, indexer_types=["full"] * bounds.MAX_LAYERS)).encode()
 

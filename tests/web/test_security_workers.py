@@ -26,6 +26,9 @@ from app.web.workers import (
     run_bounded,
 )
 
+#: a live server, worker processes or latency under load: run on its own (the Makefile's second part)
+pytestmark = pytest.mark.exclusive
+
 # --------------------------------------------------------------------------- jobs (module level: picklable)
 
 
