@@ -227,7 +227,7 @@
     if (old.name && old.form && old.form.id === "controls" && old.type !== "hidden") {
       return old !== document.activeElement && !((editedAt[old.name] || 0) > reqGen);  // edited since it left
     }
-    return true;
+    return !(old.isEqualNode(fresh) && !old.closest("form"));  // identical (a form's values aside): left as it is
   };
   Idiomorph.defaults.callbacks.beforeAttributeUpdated = function (name, node) {
     return !(name === "open" && node.tagName === "DETAILS");  // an opened <details> stays open

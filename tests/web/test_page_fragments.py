@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import re
 from html import unescape
+from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import parse_qsl, quote
+from urllib.parse import parse_qsl, quote, urlencode
 
 import pytest
 
@@ -165,3 +166,76 @@ def test_a_live_update_renders_on_the_loop_only_when_alone(client, monkeypatch, 
     monkeypatch.setattr(pages, "other_requests_waiting", lambda: others)
     assert client.get(query).content == expected
     assert hops == (["page_html"] if others else [])
+
+
+# --------------------------------------------------------------------------- the form sent back only when it changed
+
+class _FormData(HTMLParser):
+    """What a browser's ``FormData`` holds for the forms ``ids`` of a page (the settings form and
+    the model/engine picker it includes): text, number and hidden inputs by value, checkboxes and
+    radios only when checked, a select's selected option (else its first), disabled ones left out;
+    then the blanks dropped, as ``static/app.js`` does before htmx sends them."""
+
+    def __init__(self, ids: tuple[str, ...]):
+        super().__init__()
+        self.ids, self.depth, self.values = ids, 0, []
+        self.select: str | None = None
+        self.options: list[tuple[str, bool]] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "form":
+            self.depth = 1 if a.get("id") in self.ids else 0
+        if not self.depth or "disabled" in a:
+            return
+        if tag == "input" and a.get("name"):
+            kind = a.get("type", "text")
+            if kind not in ("checkbox", "radio") or "checked" in a:
+                self.values.append((a["name"], a.get("value", "on" if kind in ("checkbox", "radio") else "")))
+        elif tag == "select":
+            self.select, self.options = a.get("name"), []
+        elif tag == "option" and self.select:
+            self.options.append((a.get("value", ""), "selected" in a))
+
+    def handle_endtag(self, tag):
+        if tag == "select" and self.select and self.options:
+            chosen = [v for v, sel in self.options if sel] or [self.options[0][0]]
+            self.values.append((self.select, chosen[-1]))
+            self.select = None
+        elif tag == "form":
+            self.depth = 0
+
+
+def _page_form(html: str) -> tuple[list[tuple[str, str]], str]:
+    """The settings the page's form sends after an edit, and the form's layout mode (``data-mode``)."""
+    reader = _FormData(("controls", "pick"))
+    reader.feed(html)
+    mode = re.search(r'<form id="controls"[^>]*data-mode="(\w+)"', html, re.S)
+    assert mode, "the page has no settings form"
+    return [(k, v) for k, v in reader.values if v != ""], mode.group(1)
+
+
+def _answer(client, values: list[tuple[str, str]], shown: str):
+    return client.get("/fragment?" + urlencode(values),
+                      headers={"HX-Request": "true", "X-Isplan-History": "replace", "X-Isplan-Form": shown})
+
+
+@pytest.mark.parametrize("start", ["/", "/?model=glm-5.2&engine=megatron&" + "split=14,8,8,8,8,8,8,16&" + PROFILE,
+                                   "/?model=glm-5.2&engine=vllm", "/?model=deepseek-v3&engine=sglang",
+                                   "/?model=qwen3-235b-a22b&engine=maxtext"])
+def test_an_edit_that_leaves_the_form_as_drawn_is_answered_without_it(client, start):
+    """The page asks with ``X-Isplan-Form: <mode>:clean``; the answer leaves the settings form out
+    exactly when every field would be drawn as the page sent it (each form re-sent costs the page a
+    morph of ~200 fields). Derived values - the layout and conversion modes the canonical URL leaves
+    out - count as drawn: the pinned slime profile sends ``conv=flags`` it does not hold."""
+    page = client.get(start)
+    assert page.status_code == 200
+    values, mode = _page_form(page.text)
+    same = _answer(client, values, f"{mode}:clean")
+    assert same.status_code == 200 and 'id="summary"' in same.text
+    assert 'id="controls"' not in same.text, "the form came back though nothing in it changed"
+    # a field the server rewrites ("04" is drawn as "4") and a page whose form shows a message: drawn again
+    tp = [(k, "0" + v if k == "tp" else v) for k, v in values]
+    if any(k == "tp" for k, _ in values):
+        assert 'id="controls"' in _answer(client, tp, f"{mode}:clean").text
+    assert 'id="controls"' in _answer(client, values, f"{mode}:errors").text
