@@ -7,7 +7,7 @@ slime profile of ``bench/live_update.py``, one boundary moved by one layer each 
 does (:func:`bench.live_update.drag_walk`: a layout recurs only when the walk returns to it, so a
 cache keyed on the whole plan serves few requests; caches keyed on a stage's contents serve the
 stages the move left alone, as on the page). ``/fragment`` is asked as the page asks it after an edit (the
-form's canonical keys, :func:`bench.page_speed.page_query`, and the page's headers
+fields the form sends, :func:`bench.page_speed.page_query`, and the page's headers
 :data:`bench.page_speed.PAGE_HEADERS`: htmx, history replace, the form it shows, gzip). Interleaving puts the three under the same machine load, so
 their ratios mean something on a shared machine. Then ``--clients`` (default 8) clients send
 live updates (``/fragment``) as fast as they can for ``--seconds`` and their latency p99 is taken,
@@ -44,7 +44,7 @@ def _query(i: int) -> str:
     return f"{BASE}&split={WALK[i % len(WALK)]}"
 
 
-#: what the page sends after an edit, one per layout (canonical keys: the form's fields)
+#: what the page sends after an edit, one per layout (the fields its form sends, :func:`bench.page_speed.page_query`)
 FRAGMENTS = [f"/fragment?{page_query(s)}" for s in WALK]
 
 

@@ -3,8 +3,8 @@
 The real server (``uvicorn app.main:app`` through :class:`tests.browser_support.AppServer`, one
 process, loopback only) answers, on one keep-alive connection and interleaved request by request,
 ``GET /healthz`` (the floor: routing, middleware, one JSON answer) and ``GET /fragment?<plan>``
-(what htmx asks after every edit: parse, evaluate, render the results with the summary and the
-settings form out of band) for the GLM-5.2 slime profile, one boundary moved by one layer each
+(what htmx asks after every edit, with the fields the page's form sends: parse, evaluate, render
+the results with the summary out of band; the settings form, unchanged by a move, is not sent back) for the GLM-5.2 slime profile, one boundary moved by one layer each
 round as a drag does (:func:`bench.live_update.drag_walk`: valid and invalid layouts, a layout
 recurring only when the walk returns to it, so no cache keyed on the whole plan hides the work). ``X-Isplan-History:
 replace`` is sent as the page sends it. Target: fragment p50 <= 5 x healthz p50.
@@ -19,6 +19,7 @@ import http.client
 import statistics
 import tempfile
 import time
+from functools import lru_cache
 from pathlib import Path
 
 from bench.common import ms, percentiles, save
@@ -44,13 +45,30 @@ def _get(conn: http.client.HTTPConnection, path: str, headers: dict[str, str]) -
 
 
 def page_query(split: str) -> str:
-    """The query the settings form sends for the benchmark's plan with ``split`` (canonical keys)."""
+    """The query the settings form sends for the benchmark's plan with ``split``: what the form
+    the server draws for it sends (:func:`app.web.routers.pages.form_sends`, every field as the
+    browser's ``FormData`` holds it, blanks dropped) with the model and engine pickers, so the
+    server answers without the form as it answers the page."""
+    from urllib.parse import urlencode
+
+    values = dict(_form_values())
+    values["split"] = split   # a boundary move changes the stage sizes alone
+    return urlencode(values)
+
+
+@lru_cache(maxsize=1)
+def _form_values() -> tuple[tuple[str, str], ...]:
     from urllib.parse import parse_qsl
 
+    from app.core.evaluate import evaluate
+    from app.core.model.config import load_preset
     from app.core.plan import plan_from_query
+    from app.web.routers.pages import form_sends
+    from app.web.view import PlanView
 
-    plan, _ = plan_from_query(dict(parse_qsl(f"{BASE}&split={split}")))
-    return plan.query() + "&mode=split"
+    plan, _ = plan_from_query(dict(parse_qsl(BASE)))
+    view = PlanView(plan, evaluate(plan, load_preset(plan.model)), {})
+    return (("model", plan.model), ("engine", plan.engine), *form_sends(view).items())
 
 
 def over_http(rounds: int) -> dict:
