@@ -78,8 +78,8 @@
     starts[k] = layer;
     info.map.dataset.starts = starts.join(",");
     var focused = document.activeElement === b;
-    info.map.insertBefore(b, cell);
-    if (focused) b.focus({preventScroll: true});  // moving a node in the DOM drops its focus
+    if (info.map.moveBefore) info.map.moveBefore(b, cell);  // a state-preserving move: focus stays
+    else { info.map.insertBefore(b, cell); if (focused) b.focus({preventScroll: true}); }  // this drops it
     if (oldCell) oldCell.classList.remove("start", "invalid");
     var bad = info.blocking && info.full.indexOf(layer) < 0;
     cell.classList.add("start");

@@ -190,8 +190,14 @@ def test_typing_while_balance_is_in_flight_keeps_both(open_page, fresh_browser, 
     assert (q["gpu"], q["gpu_memory_gb"]) == ("custom", "96"), q
 
 
-def test_ten_key_presses_move_ten_layers(open_page, fresh_browser, server):
+@pytest.mark.parametrize("move", ["moveBefore", "insertBefore"])
+def test_ten_key_presses_move_ten_layers(open_page, fresh_browser, server, move):
+    """Each press moves the focused boundary one layer at once, and focus stays on it: with the
+    DOM's state-preserving ``moveBefore`` (Chromium 133+) and with ``insertBefore``, which drops the
+    focus the page then gives back (browsers without ``moveBefore``)."""
     page = open_page("/")
+    if move == "insertBefore":
+        page.evaluate("() => { delete Element.prototype.moveBefore; }")
     b = boundary(page, 2)  # starts at 15; stage 1 keeps at least layer 1
     b.focus()
     for _ in range(10):
