@@ -46,7 +46,7 @@ def _get(conn: http.client.HTTPConnection, path: str, headers: dict[str, str]) -
 
 def page_query(split: str) -> str:
     """The query the settings form sends for the benchmark's plan with ``split``: what the form
-    the server draws for it sends (:func:`app.web.routers.pages.form_sends`, every field as the
+    the server draws for it sends (:meth:`app.web.view.PlanView.form_sends`, every field as the
     browser's ``FormData`` holds it, blanks dropped) with the model and engine pickers, so the
     server answers without the form as it answers the page."""
     from urllib.parse import urlencode
@@ -63,12 +63,11 @@ def _form_values() -> tuple[tuple[str, str], ...]:
     from app.core.evaluate import evaluate
     from app.core.model.config import load_preset
     from app.core.plan import plan_from_query
-    from app.web.routers.pages import form_sends
     from app.web.view import PlanView
 
     plan, _ = plan_from_query(dict(parse_qsl(BASE)))
     view = PlanView(plan, evaluate(plan, load_preset(plan.model)), {})
-    return (("model", plan.model), ("engine", plan.engine), *form_sends(view).items())
+    return (("model", plan.model), ("engine", plan.engine), *view.form_sends().items())
 
 
 def over_http(rounds: int) -> dict:

@@ -225,22 +225,45 @@ class PlanView:
     def form(self) -> list[dict[str, Any]]:
         """The engine's form: its fields (exactly :attr:`Engine.fields`, less the model picker's),
         grouped as the plan table groups them, each under the engine's own flag name."""
-        held, inactive = self.values, self.inactive
+        inactive = self.inactive
         out = []
-        for group, legend in GROUPS:
-            names = [n for n, s in TABLE.items() if s.group == group and n in self.engine.fields and n not in PICKED]
-            if not names:
-                continue
-            fields_ = [self._field(n, held[n], n in inactive) for n in names]
+        for group, legend, names in self._form_groups():
+            fields_ = [self._field(n, self.shown_value(n), n in inactive) for n in names]
             out.append({"group": group, "legend": legend, "hint": GROUP_HINTS.get(group, ""), "fields": fields_})
+        return out
+
+    def _form_groups(self) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+        return form_groups(frozenset(self.engine.fields))
+
+    def shown_value(self, name: str) -> str:
+        """What field ``name`` shows: the URL's text, or - a choice outside the parallel groups,
+        which the URL leaves unset - the plan's own value (a select always shows an option; blank
+        in a parallel group states nothing, so the plan's parallelism stays as the URL says)."""
+        value, spec = self.values[name], TABLE[name]
+        if spec.kind == "choice" and not value and spec.group not in PARALLEL_GROUPS:
+            value = str(getattr(self.plan, name))
+        return value
+
+    def form_sends(self) -> dict[str, str]:
+        """What the settings form drawn for this view sends, blanks dropped as the page drops them
+        (``static/app.js``, ``htmx:configRequest``): each field as ``_fields.html`` draws it
+        (:meth:`shown_value`; a checkbox ``1`` only when checked) and the hidden inputs of the
+        fields the engine's form does not show."""
+        out: dict[str, str] = {}
+        for _, _, names in self._form_groups():
+            for n in names:
+                value = self.shown_value(n)
+                if TABLE[n].kind == "bool" and value != "1":
+                    value = ""
+                if value != "":
+                    out[n] = value
+        out.update((k, val) for k, val in self.hidden_values.items() if val != "")
         return out
 
     def _field(self, name: str, value: str, inactive: bool) -> FieldView:
         spec = TABLE[name]
         neutral = NEUTRAL_VALUES[name]
         unset = spec.group in PARALLEL_GROUPS   # blank states nothing: the plan's parallelism stays as the URL says
-        if spec.kind == "choice" and not unset and not value:
-            value = str(getattr(self.plan, name))
         placeholder = "" if neutral is None or spec.kind == "bool" else format_value(spec, neutral)
         return FieldView(name, spec.kind, name, self.flag_of(name), spec.help, value,
                          placeholder or "unset", spec.choices, unset, inactive, self.field_errors.get(name),
@@ -376,6 +399,18 @@ class PlanView:
             "serving_memory": ev.serving_memory, "time": ev.time, "not_judged": ev.not_judged,
             "judged": list(ev.verdict.judged), "exports": self.exports,
         }
+
+
+@lru_cache(maxsize=16)
+def form_groups(fields: frozenset[str]) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """An engine's form: the plan table's groups, in order, with the names of the engine's
+    ``fields`` in each (less the model and engine pickers); groups without one are left out."""
+    out = []
+    for group, legend in GROUPS:
+        names = tuple(n for n, s in TABLE.items() if s.group == group and n in fields and n not in PICKED)
+        if names:
+            out.append((group, legend, names))
+    return tuple(out)
 
 
 def config_file_name(model_id: str) -> str:

@@ -270,28 +270,12 @@ def form_unchanged(shown: str | None, sent: dict[str, str], v: PlanView) -> bool
     """Whether the settings form the page shows is already the one this answer would draw, so it
     is not sent again: the page says it drew the form for this layout mode with no message
     (``X-Isplan-Form: <mode>:clean``), this answer has no field message, and the form as this
-    answer draws it sends exactly what the request sent (:func:`form_sends`: no value was rewritten
-    to its canonical form)."""
+    answer draws it sends exactly what the request sent (:meth:`PlanView.form_sends`: no value
+    was rewritten to its canonical form)."""
     if shown != f"{v.plan.mode}:clean" or v.field_errors:
         return False
     given = {k: val for k, val in sent.items() if k in TABLE and val != "" and k not in ("model", "engine")}
-    return given == form_sends(v)
-
-
-def form_sends(v: PlanView) -> dict[str, str]:
-    """What the settings form drawn for ``v`` sends, blanks dropped as the page drops them
-    (``static/app.js``, ``htmx:configRequest``): each field as ``_fields.html`` draws it - a
-    checkbox ``1`` only when checked, a select the option it selects (the plan's own value where
-    the URL holds none, e.g. a derived layout mode) - and the hidden inputs of the fields the
-    engine's form does not show."""
-    out: dict[str, str] = {}
-    for group in v.form:
-        for f in group["fields"]:
-            value = ("1" if f.value == "1" else "") if f.kind == "bool" else f.value
-            if value != "":
-                out[f.name] = value
-    out.update((k, val) for k, val in v.hidden_values.items() if val != "")
-    return out
+    return given == v.form_sends()
 
 
 async def _uploaded(store: BaseStore, model_ids: list[str]) -> tuple[ModelConfig, ...]:
