@@ -4,9 +4,10 @@ The real server (``uvicorn app.main:app`` through :class:`tests.browser_support.
 process, loopback only) answers, on one keep-alive connection and interleaved request by request,
 ``GET /healthz`` (the floor: routing, middleware, one JSON answer) and ``GET /fragment?<plan>``
 (what htmx asks after every edit, with the fields the page's form sends: parse, evaluate, render
-the results with the summary out of band; the settings form, unchanged by a move, is not sent back) for the GLM-5.2 slime profile, one boundary moved by one layer each
-round as a drag does (:func:`bench.live_update.drag_walk`: valid and invalid layouts, a layout
-recurring only when the walk returns to it, so no cache keyed on the whole plan hides the work). ``X-Isplan-History:
+the results with the summary out of band; the settings form, unchanged by a move, is not sent
+back) for the GLM-5.2 slime profile, one boundary moved by one layer each round as a drag does
+(:func:`bench.live_update.drag_walk`: valid and invalid layouts, a layout recurring only when the
+walk returns to it, so no cache keyed on the whole plan hides the work). ``X-Isplan-History:
 replace`` is sent as the page sends it. Target: fragment p50 <= 5 x healthz p50.
 
 Also reported: the fragment's server time in process (no HTTP), split into the evaluation and the
