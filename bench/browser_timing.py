@@ -14,7 +14,9 @@ interactive (navigation start to app.js having attached its handlers; target <= 
 
 Moves alternate between a valid and an invalid layout (stage 3 of the GLM-5.2 slime profile
 between layers 23 and 22), one at a time: each waits for the page to be idle, so every answer is
-drawn and timed.
+drawn and timed. The same moves are then timed, half as many each, in other states of the page
+(:data:`STATES`: interleaved stages at VPP 2, a pinned plan beside the current one, another
+model's MoE layout), and the targets hold for the worst of them.
 """
 
 from __future__ import annotations
@@ -28,6 +30,13 @@ from tests.browser_support import ALL_FIGURES_DRAWN_JS, AppServer, chromium_cont
 
 MOVES = 40
 TARGETS = {"drawn_p95_ms": 16.0, "answered_p95_ms": 100.0, "first_load_bytes": 1_000_000, "interactive_ms": 1000.0}
+#: other states of the page the moves are timed in (each has a movable stage 3 boundary)
+STATES = {
+    "vpp2": "/?model=glm-5.2&engine=megatron&split=13,26,13,26&vpp=2&tp=4",
+    "compare": ("/?model=glm-5.2&engine=megatron&split=14,8,8,8,8,8,8,16&tp=4&cp=8&ep=32&etp=1&sp=1"
+                "&a=model%3Dglm-5.2%26split%3D10%2C10%2C10%2C10%2C10%2C10%2C9%2C9"),
+    "deepseek-v3": "/?model=deepseek-v3&engine=megatron&split=8,8,8,8,8,8,8,5&tp=2&ep=8",
+}
 
 
 def p(samples: list[float], q: float) -> float:
@@ -84,12 +93,17 @@ def main(n: int = MOVES) -> dict:
             AppServer(Path(tmp) / "data") as srv, chromium_context(Path(tmp) / "profile") as ctx:
         load = first_load(ctx, srv.url + "/")
         timings = moves(ctx, srv.url + "/", n)
+        states = {name: moves(ctx, srv.url + path, max(10, n // 2)) for name, path in STATES.items()}
     drawn, work, answered = summary(timings["drawn"]), summary(timings["work"]), summary(timings["answered"])
+    others = {name: {"drawn_ms": summary(t["drawn"]), "answered_ms": summary(t["answered"])} for name, t in states.items()}
+    worst_drawn = max([drawn["p95"]] + [o["drawn_ms"]["p95"] for o in others.values()])
+    worst_answered = max([answered["p95"]] + [o["answered_ms"]["p95"] for o in others.values()])
     result = {
         "moves": n, "input_to_boundary_drawn_ms": drawn, "input_to_boundary_placed_ms": work, "input_to_verdict_and_table_ms": answered,
+        "other_states": {name: {"path": STATES[name], **o} for name, o in others.items()},
         "first_load": load, "targets": TARGETS,
-        "meets": {"drawn": drawn["p95"] <= TARGETS["drawn_p95_ms"],
-                  "answered": answered["p95"] <= TARGETS["answered_p95_ms"],
+        "meets": {"drawn": worst_drawn <= TARGETS["drawn_p95_ms"],
+                  "answered": worst_answered <= TARGETS["answered_p95_ms"],
                   "bytes": load["bytes_with_figures"] <= TARGETS["first_load_bytes"],
                   "interactive": load["interactive_ms"] <= TARGETS["interactive_ms"]},
     }
@@ -99,6 +113,9 @@ def main(n: int = MOVES) -> dict:
           f"p95 {answered['p95']:.0f} ms (target <= 100) | first load {load['bytes_first_screen'] / 1e3:.0f} kB, "
           f"{load['bytes_with_figures'] / 1e3:.0f} kB with figures (target <= 1000 kB), interactive "
           f"{load['interactive_ms']:.0f} ms (target <= 1000)")
+    for name, o in others.items():
+        print(f"  {name}: boundary drawn p95 {o['drawn_ms']['p95']:.1f} ms | verdict + table p50 "
+              f"{o['answered_ms']['p50']:.0f} ms p95 {o['answered_ms']['p95']:.0f} ms")
     return result
 
 
