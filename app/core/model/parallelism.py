@@ -40,6 +40,7 @@ read from, in :mod:`app.core.engines.megatron.parallel`; the settings here use M
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import cached_property
 from typing import Any
 
 from app.core.content_cache import hash_once, state_without_hash
@@ -197,16 +198,16 @@ class ParallelConfig:
             return ()
         return self.recompute_modules if self.recompute_modules is not None else ("core_attn",)
 
-    @property
+    @cached_property
     def expert_tp(self) -> int:
         return self.tp if self.etp is None else self.etp
 
-    @property
+    @cached_property
     def model_parallel(self) -> int:
         """TP * CP * PP: GPUs of one data-parallel replica."""
         return self.tp * self.cp * self.pp
 
-    @property
+    @cached_property
     def data_parallel(self) -> int:
         if self.dp is not None:
             return self.dp
@@ -214,16 +215,16 @@ class ParallelConfig:
             return max(1, self.gpus // self.model_parallel)
         return 1
 
-    @property
+    @cached_property
     def world(self) -> int:
         """TP * CP * PP * DP (the GPU count the launch needs)."""
         return self.model_parallel * self.data_parallel
 
-    @property
+    @cached_property
     def expert_grid_size(self) -> int:
         return self.expert_tp * self.ep * self.pp
 
-    @property
+    @cached_property
     def edp(self) -> int:
         """Expert data parallel = world / (ETP * EP * PP) (floored at 1 when it does not divide)."""
         return max(1, self.world // self.expert_grid_size)
@@ -232,7 +233,7 @@ class ParallelConfig:
     def expert_grid(self) -> dict[str, int]:
         return {"etp": self.expert_tp, "ep": self.ep, "pp": self.pp, "edp": self.edp}
 
-    @property
+    @cached_property
     def dense_optimizer_shards(self) -> int:
         """Shard group of the distributed optimizer for non-expert params: DP * CP."""
         return self.data_parallel * self.cp
