@@ -23,6 +23,7 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Any, ClassVar
 
+from app.core.content_cache import remember
 from app.core.engines.base import Engine, Judgement, LaunchSyntax, LayoutCheck
 from app.core.engines.megatron.check import MEGATRON_SHARED_START, CheckResult, engine_roles, run_check
 from app.core.engines.megatron.export import ExportSettings, exports
@@ -154,9 +155,23 @@ def built_query_groups(plan: Plan, heads: int) -> int:
     return plan.num_query_groups if plan.group_query_attention and plan.num_query_groups else heads
 
 
+#: :func:`parallel_config`'s launches, each kept as its own key: a drag re-evaluates the same launch
+#: with other stage sizes, and the caches keyed on it (a rule's checks, a rank's memory, the time
+#: model's scopes) then find it by identity, its hash and derived sizes already computed. Bounded.
+_LAUNCHES: dict[ParallelConfig, ParallelConfig] = {}
+LAUNCHES_SIZE = 1024
+
+
 def parallel_config(plan: Plan, stages: StagePlan, cfg: ModelConfig | None = None) -> ParallelConfig:
-    """Megatron's parallel settings for the plan (``ValueError`` names a bad combination). The job's
-    attention (MLA or not, query groups) is the plan's when it gives attention flags, else the config's."""
+    """Megatron's parallel settings for the plan (``ValueError`` names a bad combination), the one
+    kept in :data:`_LAUNCHES` when an equal launch was built before. The job's attention (MLA or
+    not, query groups) is the plan's when it gives attention flags, else the config's."""
+    par = _launch(plan, stages, cfg)
+    found = _LAUNCHES.get(par)
+    return found if found is not None else remember(_LAUNCHES, par, par, LAUNCHES_SIZE)
+
+
+def _launch(plan: Plan, stages: StagePlan, cfg: ModelConfig | None) -> ParallelConfig:
     attention: dict[str, Any] = {}
     if cfg is not None and states_attention(plan):
         heads = plan.num_attention_heads or cfg.num_attention_heads
