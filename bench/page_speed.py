@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from bench.common import ms, percentiles, save
-from bench.live_update import BASE, drag_walk
+from bench.live_update import BASE, SPLITS, drag_walk
 from tests.browser_support import AppServer  # the one way the project starts a real server
 
 ROUNDS = 400
@@ -66,7 +66,7 @@ def _form_values() -> tuple[tuple[str, str], ...]:
     from app.core.plan import plan_from_query
     from app.web.view import PlanView
 
-    plan, _ = plan_from_query(dict(parse_qsl(BASE)))
+    plan, _ = plan_from_query(dict(parse_qsl(f"{BASE}&split={SPLITS[0]}")))   # the walk's start
     view = PlanView(plan, evaluate(plan, load_preset(plan.model)), {})
     return (("model", plan.model), ("engine", plan.engine), *view.form_sends().items())
 
