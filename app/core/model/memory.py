@@ -594,17 +594,28 @@ def rank_totals(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Parallel
     """Total bytes per GPU of every pipeline rank, the same terms as :func:`training_memory`
     (each rounded the same way) without the report around them: the search's fast path.
     ``params`` (:func:`per_rank_params`) and ``acts`` (:func:`rank_activations`) may be passed in
-    when they are cached."""
+    when they are cached. The sum of :func:`state_totals` and :func:`activation_totals` (whole
+    numbers, so the same total as adding every rounded term in one sum)."""
     params = params or per_rank_params(cfg, roles, plan, tp=par.tp, ep=par.ep, etp=par.expert_tp)
     acts = acts or rank_activations(cfg, roles, plan, par)
+    return [s + a for s, a in zip(state_totals(params, par), activation_totals(acts), strict=True)]
+
+
+def state_totals(params: list, par: ParallelConfig) -> list[int]:
+    """Bytes per GPU of every pipeline rank's weights, gradients and the optimizer state the GPU
+    keeps (:func:`_state_bytes`, each term rounded): what the launch's optimizer settings decide,
+    not recompute or the micro-batch shape."""
     out = []
-    for r in range(plan.pp):
-        st = _state_bytes(params[r].dense_per_gpu, params[r].expert_per_gpu, par, par.optimizer_cpu_offload)
-        act = acts[r]
-        terms = [v for k, v in st.items() if k != "host_optimizer"]
-        terms += [act[k] for k in ACTIVATION_TERMS]
-        out.append(sum(round(v) for v in terms))
+    for p in params:
+        st = _state_bytes(p.dense_per_gpu, p.expert_per_gpu, par, par.optimizer_cpu_offload)
+        out.append(sum(round(v) for k, v in st.items() if k != "host_optimizer"))
     return out
+
+
+def activation_totals(acts: list[dict[str, Any]]) -> list[int]:
+    """Bytes per GPU of every pipeline rank's activation-side terms (:data:`ACTIVATION_TERMS` of
+    :func:`rank_activations`, each rounded)."""
+    return [sum(round(act[k]) for k in ACTIVATION_TERMS) for act in acts]
 
 
 # --------------------------------------------------------------------------- Megatron's estimate

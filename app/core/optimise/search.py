@@ -42,7 +42,7 @@ from app.core.layout.stages import PipelineSpec, StagePlan
 from app.core.model.config import ModelConfig
 from app.core.model.flops import bubble_fraction, stage_flops
 from app.core.model.layer_costs import memory_costs
-from app.core.model.memory import rank_activations, rank_totals
+from app.core.model.memory import activation_totals, rank_activations, state_totals
 from app.core.model.parallelism import ParallelConfig, divisors, resolve_gpu
 from app.core.model.parameters import per_rank_params
 from app.core.model.roles import RoleMap
@@ -119,7 +119,8 @@ class _BudgetSearch:
         self.plans: dict[tuple[int, int], StagePlan | None] = {}
         self.imbalance: dict[tuple[int, int], float] = {}
         self.params_cache: dict[tuple[int, ...], list] = {}
-        self.acts_cache: dict[tuple[Any, ...], list] = {}
+        self.acts_cache: dict[tuple[Any, ...], list[int]] = {}
+        self.state_cache: dict[tuple[Any, ...], list[int]] = {}
 
     def _drop(self, why: str, n: int, *, counted: bool = False) -> None:
         """``n`` combinations dropped for ``why`` (already in ``combinations`` when ``counted``)."""
@@ -178,10 +179,17 @@ class _BudgetSearch:
             cp_comm_type=cp_comm_type(self.cfg, sh.cp), gpu=w["gpu"], gpu_capacity_bytes=w["gpu_capacity_bytes"])
 
     def totals_for(self, plan: StagePlan, par: ParallelConfig, params: list) -> list[int]:
+        """:func:`rank_totals` of ``par`` from its two parts, each kept by what it depends on: the
+        activations by the shape's sizes and recompute, the states by the shape's sizes and the
+        optimizer option (every other optimizer setting is the workload's, the same for all)."""
         akey = (par.pp, par.vpp, par.tp, par.expert_tp, par.cp, par.recompute, par.data_parallel)
         if akey not in self.acts_cache:
-            self.acts_cache[akey] = rank_activations(self.cfg, self.roles, plan, par)
-        return rank_totals(self.cfg, self.roles, plan, par, params, self.acts_cache[akey])
+            self.acts_cache[akey] = activation_totals(rank_activations(self.cfg, self.roles, plan, par))
+        skey = (par.pp, par.vpp, par.tp, par.cp, par.ep, par.expert_tp, par.data_parallel, par.optimizer_cpu_offload,
+                par.use_precision_aware_optimizer)
+        if skey not in self.state_cache:
+            self.state_cache[skey] = state_totals(params, par)
+        return [s + a for s, a in zip(self.state_cache[skey], self.acts_cache[akey], strict=True)]
 
     def evaluate(self, sh: _Shape) -> dict[str, Any] | None:
         """The result row of ``sh`` at its cheapest option that fits, or ``None`` (counted: no valid

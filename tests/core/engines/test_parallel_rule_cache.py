@@ -42,3 +42,20 @@ def test_warm_checks_are_the_cold_ones():
         cold.append(parallel.check_parallel(cfg, par, plan))
     warm = [parallel.check_parallel(cfg, par, plan) for plan in plans + plans]
     assert warm == cold + cold
+
+
+def test_placing_a_check_keeps_every_field_but_the_two_it_sets():
+    """``_placed`` builds each check anew (not ``dataclasses.replace``): a field added to ``Check``
+    later must be carried over too, so every field but ``field`` and ``kind`` keeps its value."""
+    from dataclasses import fields
+
+    from app.core.model.parallelism import Check
+
+    given = {"name": "world_size", "ok": False, "message": "m", "level": "warning", "warning": True,
+             "field": "somewhere", "kind": "other"}
+    assert {f.name for f in fields(Check)} == set(given)  # a new field: add a non-default value above
+    for name, field, kind in (("world_size", "gpus", "gpus"), ("heads_tp", "tp", "parallel")):
+        (placed,) = parallel._placed([Check(**{**given, "name": name})])
+        assert {f.name: getattr(placed, f.name) for f in fields(Check)} == {
+            **given, "name": name, "field": parallel.CHECK_FIELD.get(name), "kind": kind}
+        assert parallel.CHECK_FIELD.get(name) == field
