@@ -471,7 +471,7 @@ STAGE_KEYS_SIZE = 4096
 def _stage_key(cfg: ModelConfig, roles: RoleMap, stage: Stage, mtp_before: int, mtp_total: int) -> tuple[Any, ...]:
     """Everything :func:`_stage_terms` reads of a stage: its layers' kinds, its MTP layers' kinds
     and, on the loss stage, the MTP layer count (the MTP logits)."""
-    return (tuple((r.ffn, r.has_indexer, r.mtp) for r in roles.of(stage.layers)),
+    return (roles.kinds_of(stage.layers),
             tuple((m.ffn, m.has_indexer, m.mtp) for m in (_mtp_role(cfg, roles, k) for k in
                                                            range(mtp_before + 1, mtp_before + stage.mtp_layers + 1))),
             stage.loss, mtp_total if stage.loss else 0)

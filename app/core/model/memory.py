@@ -490,21 +490,45 @@ def host_bytes_per_param(par: ParallelConfig) -> int:
             + DTYPE_BYTES[par.exp_avg_sq_dtype] + 4)
 
 
+@dataclass(frozen=True)
+class _StateRates:
+    """What a launch's optimizer settings make of a rank's parameters (:func:`_bytes_per_param`,
+    the distributed optimizer's shard groups, the offloaded fraction), worked out once per launch
+    and offload setting instead of once per rank."""
+
+    wb: int
+    gb: int
+    ob: int
+    d_dense: int
+    d_exp: int
+    frac: float
+    expert_weight_bytes: float
+    host_per_param: int
+
+    @classmethod
+    def of(cls, par: ParallelConfig, offload: bool) -> _StateRates:
+        wb, gb, ob = _bytes_per_param(par, offload)
+        return cls(wb, gb, ob, par.dense_optimizer_shards if par.distributed_optimizer else 1,
+                   par.edp if par.distributed_optimizer else 1,
+                   par.optimizer_offload_fraction if offload else 0.0, par.expert_weight_bytes,
+                   host_bytes_per_param(par))
+
+    def terms(self, dense: int, expert: int) -> dict[str, float]:
+        """Every state term of ``dense`` dense and ``expert`` expert parameters on one GPU."""
+        shard_dense, shard_exp = math.ceil(dense / self.d_dense), math.ceil(expert / self.d_exp)
+        return {
+            "weights_dense": float(dense * self.wb),
+            "weights_expert": float(expert * self.expert_weight_bytes),
+            "gradients_dense": float(dense * self.gb),
+            "gradients_expert": float(expert * self.gb),
+            "optimizer_dense": shard_dense * self.ob * (1 - self.frac),
+            "optimizer_expert": shard_exp * self.ob * (1 - self.frac),
+            "host_optimizer": (shard_dense + shard_exp) * self.host_per_param * self.frac,
+        }
+
+
 def _state_bytes(dense: int, expert: int, par: ParallelConfig, offload: bool) -> dict[str, float]:
-    wb, gb, ob = _bytes_per_param(par, offload)
-    d_dense = par.dense_optimizer_shards if par.distributed_optimizer else 1
-    d_exp = par.edp if par.distributed_optimizer else 1
-    shard_dense, shard_exp = math.ceil(dense / d_dense), math.ceil(expert / d_exp)
-    frac = par.optimizer_offload_fraction if offload else 0.0
-    return {
-        "weights_dense": float(dense * wb),
-        "weights_expert": float(expert * par.expert_weight_bytes),
-        "gradients_dense": float(dense * gb),
-        "gradients_expert": float(expert * gb),
-        "optimizer_dense": shard_dense * ob * (1 - frac),
-        "optimizer_expert": shard_exp * ob * (1 - frac),
-        "host_optimizer": (shard_dense + shard_exp) * host_bytes_per_param(par) * frac,
-    }
+    return _StateRates.of(par, offload).terms(dense, expert)
 
 
 def host_bytes_per_node(par: ParallelConfig, host_per_rank: list[int]) -> list[int]:
@@ -605,9 +629,9 @@ def state_totals(params: list, par: ParallelConfig) -> list[int]:
     """Bytes per GPU of every pipeline rank's weights, gradients and the optimizer state the GPU
     keeps (:func:`_state_bytes`, each term rounded): what the launch's optimizer settings decide,
     not recompute or the micro-batch shape."""
-    out = []
+    rates, out = _StateRates.of(par, par.optimizer_cpu_offload), []
     for p in params:
-        st = _state_bytes(p.dense_per_gpu, p.expert_per_gpu, par, par.optimizer_cpu_offload)
+        st = rates.terms(p.dense_per_gpu, p.expert_per_gpu)
         out.append(sum(round(v) for k, v in st.items() if k != "host_optimizer"))
     return out
 

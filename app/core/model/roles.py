@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 from app.core.model.config import ModelConfig
@@ -171,6 +171,16 @@ class RoleMap:
     def of(self, layers: range) -> tuple[LayerRole, ...]:
         """The roles of the decoder layers ``layers`` (1-based, as a stage's ``layers``), in order."""
         return self.layers[layers.start - 1:layers.stop - 1]
+
+    @cached_property
+    def kinds(self) -> tuple[tuple[str, bool, bool], ...]:
+        """Every decoder layer's kind, in order: (FFN kind, owns an indexer, is MTP), what its FLOPs
+        and time depend on besides the settings (made once per role map)."""
+        return tuple((r.ffn, r.has_indexer, r.mtp) for r in self.layers)
+
+    def kinds_of(self, layers: range) -> tuple[tuple[str, bool, bool], ...]:
+        """The kinds (:attr:`kinds`) of the decoder layers ``layers``, as :meth:`of` their roles."""
+        return self.kinds[layers.start - 1:layers.stop - 1]
 
     @property
     def full_layers(self) -> tuple[int, ...]:

@@ -178,16 +178,21 @@ class _BudgetSearch:
             optimizer_cpu_offload=off, use_precision_aware_optimizer=off,
             cp_comm_type=cp_comm_type(self.cfg, sh.cp), gpu=w["gpu"], gpu_capacity_bytes=w["gpu_capacity_bytes"])
 
-    def totals_for(self, plan: StagePlan, par: ParallelConfig, params: list) -> list[int]:
-        """:func:`rank_totals` of ``par`` from its two parts, each kept by what it depends on: the
-        activations by the shape's sizes and recompute, the states by the shape's sizes and the
-        optimizer option (every other optimizer setting is the workload's, the same for all)."""
-        akey = (par.pp, par.vpp, par.tp, par.expert_tp, par.cp, par.recompute, par.data_parallel)
+    def totals_for(self, sh: _Shape, plan: StagePlan, option: tuple[str, bool], params: list,
+                   par: ParallelConfig | None = None) -> list[int]:
+        """:func:`app.core.model.memory.rank_totals` of ``sh`` at ``option`` from its two parts, each
+        kept by what it depends on: the activations by the shape's sizes and recompute (not EP), the
+        states by the shape's sizes and the optimizer option (every other optimizer setting is the
+        workload's, the same for all). The option's launch (``par``) is built only for a part not
+        kept yet."""
+        rc, off = option
+        akey = (sh.pp, sh.vpp, sh.tp, sh.etp, sh.cp, rc)
         if akey not in self.acts_cache:
+            par = par or self.config(sh, rc, off)
             self.acts_cache[akey] = activation_totals(rank_activations(self.cfg, self.roles, plan, par))
-        skey = (par.pp, par.vpp, par.tp, par.cp, par.ep, par.expert_tp, par.data_parallel, par.optimizer_cpu_offload,
-                par.use_precision_aware_optimizer)
+        skey = (sh.pp, sh.vpp, sh.tp, sh.cp, sh.ep, sh.etp, off)
         if skey not in self.state_cache:
+            par = par or self.config(sh, rc, off)
             self.state_cache[skey] = state_totals(params, par)
         return [s + a for s, a in zip(self.state_cache[skey], self.acts_cache[akey], strict=True)]
 
@@ -212,7 +217,7 @@ class _BudgetSearch:
         if pkey not in self.params_cache:
             self.params_cache[pkey] = per_rank_params(self.cfg, self.roles, plan, tp=sh.tp, ep=sh.ep, etp=sh.etp)
         params = self.params_cache[pkey]
-        if max(self.totals_for(plan, probe, params)) > self.capacity:
+        if max(self.totals_for(sh, plan, self.leanest, params, probe)) > self.capacity:
             self._drop("memory", n_opts, counted=True)
             return None
         return self.cheapest_fit(sh, plan, probe, params)
@@ -220,15 +225,15 @@ class _BudgetSearch:
     def cheapest_fit(self, sh: _Shape, plan: StagePlan, probe: ParallelConfig, params: list) -> dict[str, Any] | None:
         """Walk the options from the cheapest up; the first that fits is the shape's row, the
         costlier ones are counted as ``dominated`` (they fit but always rank below it)."""
-        for k, (rc, off) in enumerate(self.options):
-            par = probe if (rc, off) == self.leanest else self.config(sh, rc, off)
-            totals = self.totals_for(plan, par, params)
+        for k, option in enumerate(self.options):
+            par = probe if option == self.leanest else None
+            totals = self.totals_for(sh, plan, option, params, par)
             if max(totals) > self.capacity:
                 self.counts["memory"] += 1
                 continue
             self.counts["feasible"] += 1
             self.counts["dominated"] += len(self.options) - k - 1
-            return self.row(sh, plan, (rc, off), par, max(totals))
+            return self.row(sh, plan, option, par or self.config(sh, *option), max(totals))
         return None
 
     def row(self, sh: _Shape, plan: StagePlan, option: tuple[str, bool], par: ParallelConfig,

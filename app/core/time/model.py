@@ -326,7 +326,7 @@ def _stage_layers(cfg: ModelConfig, roles: RoleMap, st: Stage, s: TimeSettings, 
     settings and constants - by the stage's layer kinds in order: the stages a drag leaves alone,
     and equal stages of a search's plans, are added once. The sums are the same floats as adding
     the layers again (same kinds, same order)."""
-    key = ("stage", tuple(_layer_key(r) for r in roles.of(st.layers)),
+    key = ("stage", roles.kinds_of(st.layers),
            tuple(_layer_key(mtp_role(cfg, roles, k)) for k in range(first_mtp + 1, first_mtp + st.mtp_layers + 1)))
     found = cache.get(key)
     if found is None:
