@@ -364,13 +364,24 @@ def stage_costs(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: TimeSettin
         sc = _stage_layers(cfg, roles, st, s, mtp_seen, cost, cache)
         mtp_seen += st.mtp_layers
         if st.embedding:
-            ec = embedding_cost(ctx)
-            _add_layer(sc, ec, _exposed(ec, s), 0.0)
+            _add_layer(sc, *_ends_cost(cache, ("embedding",), lambda: embedding_cost(ctx), s), 0.0)
         if st.loss:
-            hc = head_cost(ctx, plan.mtp_layers)
-            _add_layer(sc, hc, _exposed(hc, s), 0.0)
+            _add_layer(sc, *_ends_cost(cache, ("head", plan.mtp_layers, s.vocab_divisible_by, s.fp8_output_proj),
+                                       lambda: head_cost(ctx, plan.mtp_layers), s), 0.0)
         out.append(sc)
     return out
+
+
+def _ends_cost(cache: dict[Any, Any], key: tuple[Any, ...], make: Callable[[], LayerCost], s: TimeSettings
+               ) -> tuple[LayerCost, dict[str, float]]:
+    """The embedding's or the output layer's cost and its exposed communication, kept in the layer
+    cost scope (``cache``: one model, per-layer settings and constants) by ``key``, which names what
+    they read beyond the scope (the MTP logits, the padded vocabulary, the FP8 output layer)."""
+    found = cache.get(key)
+    if found is None:
+        lc = make()
+        found = cache[key] = (lc, _exposed(lc, s))
+    return found
 
 
 @dataclass(frozen=True)
