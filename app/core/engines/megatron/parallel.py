@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from math import prod
+from operator import attrgetter
 from typing import Any
 
 from app.core.content_cache import remember
@@ -486,10 +487,37 @@ RULES: tuple[Rule, ...] = (
 
 
 #: The rules that read the model and the launch alone, never the stage plan (their source names no
-#: ``plan``: tests/core/test_parallel_rule_cache.py reads it): :func:`check_parallel` keeps their
-#: checks by the rule, the model and the launch, the same on every update of a drag.
-LAUNCH_RULES: frozenset[Rule] = frozenset(RULES) - {pipeline_rule, mtp_cp_rule, mtp_recompute_rule}
-#: a launch rule's placed checks (immutable) by ``(rule, cfg, par)``; bounded
+#: ``plan``: tests/core/engines/test_parallel_rule_cache.py reads it), with what each reads of the launch
+#: (``par.<name>``, directly or in the helper it hands the launch to). :func:`check_parallel` keeps a
+#: rule's checks by the rule, the model and those values: the same on every update of a drag, and
+#: shared by a search's launches that differ only elsewhere. The test derives each set from the
+#: rule's source and checks that launches agreeing on it get the same checks.
+LAUNCH_READS: dict[Rule, tuple[str, ...]] = {
+    world_rule: ("tp", "cp", "pp", "dp", "gpus", "model_parallel", "data_parallel", "world"),
+    heads_rule: ("tp",),
+    kv_heads_rule: ("tp", "query_groups", "multi_latent_attention"),
+    ffn_width_rule: ("tp", "expert_tp"),
+    experts_rule: ("ep",),
+    expert_grid_rule: ("ep", "pp", "expert_tp", "world", "expert_grid_size", "edp"),
+    cp_seq_rule: ("cp", "sample_length"),
+    per_layer_cp_rule: ("cp", "cp_comm_type"),
+    dsa_cp_rule: ("cp", "cp_comm_type"),
+    te_cp_comm_rule: ("cp", "cp_comm_type"),
+    hierarchical_cp_rule: ("cp", "cp_comm_type", "hierarchical_context_parallel_sizes"),
+    seq_positions_rule: ("seq_length", "max_position_embeddings"),
+    sequence_parallel_rule: ("tp", "sp"),
+    microbatch_rule: ("pp", "vpp", "mbs", "data_parallel", "global_batch", "num_microbatches", "microbatches"),
+    recompute_method_rule: ("recompute", "recompute_method"),
+    recompute_layers_rule: ("pp", "recompute", "recompute_num_layers"),
+    distribute_saved_activations_rule: ("tp", "sp", "recompute", "recompute_method", "distribute_saved_activations"),
+    recompute_modules_rule: ("modules", "moe_grouped_gemm", "multi_latent_attention"),
+    optimizer_rule: ("optimizer_cpu_offload", "use_precision_aware_optimizer", "distributed_optimizer",
+                     "main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"),
+}
+LAUNCH_RULES: frozenset[Rule] = frozenset(LAUNCH_READS)
+#: each launch rule's read values of a launch, in one C call
+_READ: dict[Rule, Callable[[ParallelConfig], Any]] = {rule: attrgetter(*names) for rule, names in LAUNCH_READS.items()}
+#: a launch rule's placed checks (immutable) by ``(rule, cfg, the values it reads)``; bounded
 _RULE_CACHE: dict[tuple[Any, ...], tuple[Check, ...]] = {}
 RULE_CACHE_SIZE = 2048
 
@@ -500,8 +528,9 @@ def check_parallel(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None
     for ``par`` (and the stage plan, when there is one), each check carrying the plan field that fixes it."""
     out: list[Check] = []
     for rule in rules:
-        if rule in LAUNCH_RULES:
-            key = (rule, cfg, par)
+        read = _READ.get(rule)
+        if read is not None:
+            key = (rule, cfg, read(par))
             found = _RULE_CACHE.get(key)
             if found is None:
                 found = remember(_RULE_CACHE, key, tuple(_placed(rule(cfg, par, plan))), RULE_CACHE_SIZE)
