@@ -118,6 +118,7 @@ class _BudgetSearch:
         self.leanest = max(self.options, key=lambda o: (RECOMPUTE_ORDER.index(o[0]), o[1]))
         self.plans: dict[tuple[int, int], StagePlan | None] = {}
         self.imbalance: dict[tuple[int, int], float] = {}
+        self.flags: dict[tuple[int, int], Any] = {}  # the layout's Megatron flags, as a row shows them
         self.params_cache: dict[tuple[int, ...], list] = {}
         self.acts_cache: dict[tuple[Any, ...], list[int]] = {}
         self.state_cache: dict[tuple[Any, ...], list[int]] = {}
@@ -165,6 +166,7 @@ class _BudgetSearch:
             if built is not None:
                 sample = self.workload["seq_length"] or self.workload["tokens_per_gpu"] or 4096
                 self.imbalance[key] = stage_flops(self.cfg, self.roles, built, seq_length=sample)["imbalance"]
+                self.flags[key] = megatron_flags(built)[0]
         return self.plans[key]
 
     def config(self, sh: _Shape, rc: str, off: bool) -> ParallelConfig:
@@ -250,7 +252,7 @@ class _BudgetSearch:
             "recompute_method": par.recompute_method,
             "recompute_num_layers": par.recompute_num_layers, "cp_comm_type": par.cp_comm_type,
             "optimizer_cpu_offload": off, "use_precision_aware_optimizer": off,
-            "split": plan.sizes, "megatron_flags": megatron_flags(plan)[0],
+            "split": plan.sizes, "megatron_flags": list(self.flags[(sh.pp, sh.vpp)]),
             "max_rank_bytes": max_bytes, "headroom_bytes": self.capacity - max_bytes,
             "imbalance": imbalance, "bubble": bubble,
             "microbatches": m, "relative_step_time": score,
