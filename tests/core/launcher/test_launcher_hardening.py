@@ -167,7 +167,7 @@ def _parse_seconds(text: str) -> float:
     return best
 
 
-@pytest.mark.exclusive  # a ratio of two timings: a busy xdist neighbour skews one of them (it failed so once)
+@pytest.mark.exclusive  # ratios of timings: a busy xdist neighbour skews one of them (it failed so once)
 @pytest.mark.parametrize("make", [
     lambda n: "  - name: VLLM_PP_LAYER_PARTITION\n    value: " + " " * (4 * n) + "'38,40'" + " " * (4 * n),
     lambda n: "env:\n" + "  - name: X" + " " * (6 * n) + "\n    value: y",
@@ -175,11 +175,14 @@ def _parse_seconds(text: str) -> float:
 ], ids=["long-value", "long-name", "long-flow-list"])
 def test_long_yaml_lines_are_cheap(make):
     """A long YAML line costs time in proportion to its length (a backtracking pattern made these
-    seconds to minutes): twice the line at most ~3x the time (linear gives 2x, quadratic 4x), with
-    0.1 s of slack for timer noise; and the longest one stays within seconds on a slow machine."""
-    small, large = _parse_seconds(make(25_000)), _parse_seconds(make(50_000))
-    assert large < 3.0 * small + 0.1, (small, large)
-    assert large < 5.0
+    seconds to minutes). Over two doublings of the line (25k, 50k, 100k units) at least one costs
+    at most ~3x the time (linear gives 2x; quadratic gives 4x at every doubling), with 0.1 s of
+    slack for timer noise - one doubling may cross the CPU cache's size (a 7x step from 300 to 400
+    KB lines was measured on a 1 MiB-L2 machine, 2x again after it); and the longest one stays
+    within seconds on a slow machine."""
+    t25, t50, t100 = (_parse_seconds(make(n)) for n in (25_000, 50_000, 100_000))
+    assert t50 < 3.0 * t25 + 0.1 or t100 < 3.0 * t50 + 0.1, (t25, t50, t100)
+    assert t100 < 5.0
 
 
 def test_a_kubernetes_line_over_the_cap_is_not_read_as_yaml():
