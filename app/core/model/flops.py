@@ -414,7 +414,7 @@ def _stage_terms(cfg: ModelConfig, sh: Shapes, roles: RoleMap, stage: Stage, *, 
     """A stage's terms: its decoder and MTP layers (:func:`_sequence_layer_terms`, derived once per
     layer kind and kept in ``per_kind``, which the stages of one plan may share) and the loss head."""
     per_kind = {} if per_kind is None else per_kind
-    held = Counter((r.ffn, r.has_indexer, r.mtp) for r in roles.of(stage.layers))
+    held = Counter(roles.kinds_of(stage.layers))
     acc = _zero()
     for kind, n in held.items():
         if kind not in per_kind:
@@ -472,8 +472,7 @@ def _stage_key(cfg: ModelConfig, roles: RoleMap, stage: Stage, mtp_before: int, 
     """Everything :func:`_stage_terms` reads of a stage: its layers' kinds, its MTP layers' kinds
     and, on the loss stage, the MTP layer count (the MTP logits)."""
     return (roles.kinds_of(stage.layers),
-            tuple((m.ffn, m.has_indexer, m.mtp) for m in (_mtp_role(cfg, roles, k) for k in
-                                                           range(mtp_before + 1, mtp_before + stage.mtp_layers + 1))),
+            tuple(_mtp_role(cfg, roles, k).kind for k in range(mtp_before + 1, mtp_before + stage.mtp_layers + 1)),
             stage.loss, mtp_total if stage.loss else 0)
 
 

@@ -616,10 +616,11 @@ def rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Par
 def rank_totals(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: ParallelConfig,
                 params: list | None = None, acts: list[dict[str, Any]] | None = None) -> list[int]:
     """Total bytes per GPU of every pipeline rank, the same terms as :func:`training_memory`
-    (each rounded the same way) without the report around them: the search's fast path.
-    ``params`` (:func:`per_rank_params`) and ``acts`` (:func:`rank_activations`) may be passed in
-    when they are cached. The sum of :func:`state_totals` and :func:`activation_totals` (whole
-    numbers, so the same total as adding every rounded term in one sum)."""
+    (each rounded the same way) without the report around them. ``params``
+    (:func:`per_rank_params`) and ``acts`` (:func:`rank_activations`) may be passed in when they
+    are cached. The sum of :func:`state_totals` and :func:`activation_totals` (whole numbers, so
+    the same total as adding every rounded term in one sum): the GPU-budget search keeps those two
+    parts apart and adds them per option (``search._BudgetSearch.totals_for``)."""
     params = params or per_rank_params(cfg, roles, plan, tp=par.tp, ep=par.ep, etp=par.expert_tp)
     acts = acts or rank_activations(cfg, roles, plan, par)
     return [s + a for s, a in zip(state_totals(params, par), activation_totals(acts), strict=True)]

@@ -129,6 +129,12 @@ class LayerRole:
     has_indexer: bool  # owns indexer weights
     mtp: bool = False
 
+    @property
+    def kind(self) -> tuple[str, bool, bool]:
+        """(FFN kind, owns an indexer, is MTP): what the layer's FLOPs and time depend on besides
+        the settings (layers of one kind cost the same)."""
+        return (self.ffn, self.has_indexer, self.mtp)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "layer": self.layer,
@@ -174,9 +180,8 @@ class RoleMap:
 
     @cached_property
     def kinds(self) -> tuple[tuple[str, bool, bool], ...]:
-        """Every decoder layer's kind, in order: (FFN kind, owns an indexer, is MTP), what its FLOPs
-        and time depend on besides the settings (made once per role map)."""
-        return tuple((r.ffn, r.has_indexer, r.mtp) for r in self.layers)
+        """Every decoder layer's :attr:`LayerRole.kind`, in order (made once per role map)."""
+        return tuple(r.kind for r in self.layers)
 
     def kinds_of(self, layers: range) -> tuple[tuple[str, bool, bool], ...]:
         """The kinds (:attr:`kinds`) of the decoder layers ``layers``, as :meth:`of` their roles."""

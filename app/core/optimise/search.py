@@ -118,7 +118,7 @@ class _BudgetSearch:
         self.leanest = max(self.options, key=lambda o: (RECOMPUTE_ORDER.index(o[0]), o[1]))
         self.plans: dict[tuple[int, int], StagePlan | None] = {}
         self.imbalance: dict[tuple[int, int], float] = {}
-        self.flags: dict[tuple[int, int], Any] = {}  # the layout's Megatron flags, as a row shows them
+        self.flags: dict[tuple[int, int], list[str]] = {}  # the layout's Megatron flags, as a row shows them
         self.params_cache: dict[tuple[int, ...], list] = {}
         self.acts_cache: dict[tuple[Any, ...], list[int]] = {}
         self.state_cache: dict[tuple[Any, ...], list[int]] = {}

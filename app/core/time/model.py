@@ -169,10 +169,6 @@ class StepTime:
         return out
 
 
-def _layer_key(role: LayerRole) -> tuple[str, bool, bool]:
-    return (role.ffn, role.has_indexer, role.mtp)
-
-
 #: SMs the expert-parallel dispatch / combine kernels occupy while they run beside compute: Megatron-Bridge's
 #: performance recipes give HybridEP ``moe_hybridep_num_sms = 32`` (NVIDIA-NeMo/Megatron-Bridge
 #: ``src/megatron/bridge/perf_recipes/_common.py`` ``_benchmark_common`` and ``deepseek/common.py``
@@ -303,7 +299,7 @@ def _stage_layer_counts(cfg: ModelConfig, roles: RoleMap, st: Stage, s: TimeSett
     out: dict[tuple[Any, bool], tuple[LayerRole, int]] = {}
     for n in st.layers:
         role = roles.role(n)
-        key: tuple[Any, bool] = (_layer_key(role), n in redo or s.recompute == "selective")
+        key: tuple[Any, bool] = (role.kind, n in redo or s.recompute == "selective")
         out[key] = (role, out[key][1] + 1) if key in out else (role, 1)
     for k in range(first_mtp + 1, first_mtp + st.mtp_layers + 1):
         role = mtp_role(cfg, roles, k)
@@ -327,7 +323,7 @@ def _stage_layers(cfg: ModelConfig, roles: RoleMap, st: Stage, s: TimeSettings, 
     and equal stages of a search's plans, are added once. The sums are the same floats as adding
     the layers again (same kinds, same order)."""
     key = ("stage", roles.kinds_of(st.layers),
-           tuple(_layer_key(mtp_role(cfg, roles, k)) for k in range(first_mtp + 1, first_mtp + st.mtp_layers + 1)))
+           tuple(mtp_role(cfg, roles, k).kind for k in range(first_mtp + 1, first_mtp + st.mtp_layers + 1)))
     found = cache.get(key)
     if found is None:
         sc = _StageCost(st)
@@ -353,7 +349,7 @@ def stage_costs(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: TimeSettin
     ep_sm = min(1.0, EP_COMM_SMS / ctx.hw.sms) if ctx.hw.sms else 0.0
 
     def cost(role: LayerRole) -> tuple[LayerCost, dict[str, float]]:
-        key = _layer_key(role)
+        key = role.kind
         if key not in cache:
             lc = layer_cost(ctx, role)
             cache[key] = (lc, _exposed(lc, s, ep_share, ep_sm))
