@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from app import __version__
 from app.core.layout.stages import LayoutInputError
-from app.core.model.config import ConfigError, ModelConfig, load_model, preset_ids
+from app.core.model.config import ConfigError, ModelConfig, load_model, model_argument, preset_ids
 from app.core.model.roles import PatternError
 from app.core.plan import TABLE, Plan, PlanError, add_cli_arguments, add_cli_fields, parse_sizes
 from app.core.plan import plan_from_cli as _plan_from_cli
@@ -68,7 +68,8 @@ def _read_text(path: str, what: str = "input file") -> str:
 
 # ----------------------------------------------------------------------------- plans from flags
 def _model_arg(p: argparse.ArgumentParser, optional: bool = False) -> None:
-    help_ = f"a preset id ({', '.join(preset_ids())}) or a path to an HF config.json"
+    help_ = (f"a preset id ({', '.join(preset_ids())}; in any case, or its Hugging Face repository such as "
+             "meta-llama/Llama-3.1-405B) or a path to an HF config.json")
     if optional:
         p.add_argument("model", metavar="MODEL", nargs="?", default="glm-5.2", help=help_ + " (default glm-5.2)")
     else:
@@ -436,6 +437,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(_command_named(argv)).parse_args(argv)
     try:
+        if isinstance(getattr(args, "model", None), str):  # a preset named by its repository or in another case
+            args.model = model_argument(args.model)
         return int(args.func(args))
     except (ConfigError, LayoutInputError, PatternError, PlanError, UsageError, ValueError, ArithmeticError,
             MemoryError, RecursionError) as exc:

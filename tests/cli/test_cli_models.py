@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from tests.cli.test_cli import SLIME_GLM52, isplan
+from tests.conftest import tiny_config
 
 # what the cut-down launcher lacks: full recompute needs a method and a layer count, and DSA with CP the
 # all-gather layout (Megatron-LM transformer_config.py:1913-1925, 3162-3177; slime spells it --allgather-cp)
@@ -92,3 +93,33 @@ def test_flops_training_step():
     full = json.loads(isplan("flops", "glm-5.2", "--global-batch", "4", "--seq-length", "1024", "--recompute",
                              "full", "--format", "json").stdout)["training"]
     assert t["total"] < full["total"] < 4 * t["forward"]  # one more forward of the decoder layers only
+
+
+def test_a_preset_is_named_by_its_repository_or_in_any_case(tmp_path):
+    """``isplan time meta-llama/Llama-3.1-405B`` is the llama-3.1-405b preset, and says so in the
+    command it prints (one name per model); a local folder named like a model is the user's file."""
+    p = isplan("time", "meta-llama/Llama-3.1-405B", "--pp", "2", "--format", "json")
+    assert p.returncode == 1, p.stderr   # judged: 405B on two pipeline ranks does not fit
+    body = json.loads(p.stdout)
+    assert body["model"]["id"] == "llama-3.1-405b"
+    assert body["query"].startswith("model=llama-3.1-405b&")
+    assert body["check_command"].startswith("isplan time llama-3.1-405b ")
+    for spelling in ("Qwen3-30B-A3B", "Qwen/qwen3-30b-a3b"):
+        body = json.loads(isplan("params", spelling, "--format", "json").stdout)
+        assert body["model"]["id"] == "qwen3-30b-a3b"
+    snapshot = tmp_path / "Llama-3.1-70B"
+    snapshot.mkdir()
+    (snapshot / "config.json").write_text(json.dumps(tiny_config()))
+    body = json.loads(isplan("params", str(snapshot), "--format", "json").stdout)
+    assert body["model"]["source"] == "path" and body["model"]["num_layers"] == 8
+    p = isplan("params", "llama-3.1", "--format", "json")
+    assert p.returncode == 2 and "neither a preset" in p.stderr
+
+
+def test_a_model_name_no_file_can_have_is_a_usage_error_not_a_traceback():
+    """A MODEL longer than any file name (ENAMETOOLONG from the path lookup) was an uncaught OSError
+    with a traceback (exit 1, read as NO-GO); it is exit 2 naming MODEL, the name shortened."""
+    p = isplan("params", "a" * 5000, "--format", "json")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "is neither a preset" in p.stderr and "(5,000 characters)" in p.stderr
+    assert json.loads(p.stdout)["errors"][0]["field"] == "model"

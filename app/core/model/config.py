@@ -722,17 +722,48 @@ def load_preset(preset_id: str) -> ModelConfig:
     )
 
 
+def preset_named(spec: str) -> str | None:
+    """The preset ``spec`` names in any case: its id (``Llama-3.1-405B``) or its upstream Hugging
+    Face repository, whole or its last part (``meta-llama/Llama-3.1-405B``, ``Kimi-K2-Instruct``);
+    ``None`` when it names none."""
+    key = spec.strip().lower()
+    for p in load_manifest()[1]:
+        repo = p.upstream_repo.lower()
+        if key in (p.id, repo, repo.rpartition("/")[2]):
+            return p.id
+    return None
+
+
+def model_argument(spec: str) -> str:
+    """A MODEL argument as the CLI keeps it: a preset id or an existing path as given (a local
+    snapshot folder named like a model is the user's file, not the preset), else the preset it
+    names (:func:`preset_named`), else unchanged (:func:`load_model` then says what it is not)."""
+    try:
+        if spec in preset_ids() or Path(spec).exists():
+            return spec
+    except (OSError, ValueError):   # a name no file can have (too long, a NUL): load_model says so
+        return spec
+    return preset_named(spec) or spec
+
+
 def load_model(spec: str) -> ModelConfig:
-    """Resolve a MODEL argument: a preset id, or a path to a ``config.json`` (or its folder)."""
+    """Resolve a MODEL argument (:func:`model_argument`): a preset id, or a path to a ``config.json``
+    (or its folder)."""
     ids = preset_ids()
+    spec = model_argument(spec)
     if spec in ids:
         return load_preset(spec)
     path = Path(spec)
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.exists():
+    try:
+        if path.is_dir():
+            path = path / "config.json"
+        found = path.exists()
+    except (OSError, ValueError):   # a name no file can have (too long, a NUL byte)
+        found = False
+    if not found:
+        shown = repr(spec) if len(spec) <= 120 else f"{spec[:80]!r}... ({len(spec):,} characters)"
         raise ConfigError(
-            f"MODEL {spec!r} is neither a preset ({', '.join(ids)}) nor an existing file", "model"
+            f"MODEL {shown} is neither a preset ({', '.join(ids)}) nor an existing file", "model"
         )
     try:
         size = path.stat().st_size

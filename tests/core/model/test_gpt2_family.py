@@ -74,3 +74,29 @@ def test_every_family_the_validation_needs_loads_and_counts(model: str, total: f
     assert r.main_total == pytest.approx(total, rel=0.001)
     if active is not None:
         assert r.active == pytest.approx(active, rel=0.002)
+
+
+def _llama_by_hand(h: int, layers: int, ffn: int, heads: int, kv_heads: int, vocab: int = 128256) -> int:
+    """Per layer: q and o ``H x heads*128``, k and v ``H x kv*128``, a SwiGLU MLP of three ``H x FFN``
+    matrices, two RMSNorms; untied input and output embeddings and the final norm."""
+    d = 128
+    attention = 2 * h * heads * d + 2 * h * kv_heads * d
+    return layers * (attention + 3 * h * ffn + 2 * h) + 2 * vocab * h + h
+
+
+@pytest.mark.parametrize("preset,file,total", [
+    ("llama-3.1-8b", "Llama-3.1-8B.json", _llama_by_hand(4096, 32, 14336, 32, 8)),
+    ("llama-3.1-405b", "Llama-3.1-405B.json", _llama_by_hand(16384, 126, 53248, 128, 8)),
+    # 48 x (q 2048x4096 + k, v 2048x512 + o 4096x2048 + QK-norms 2x128 + 128 experts x 3 x 2048x768
+    #       + router 128x2048 + two RMSNorms) + untied embeddings 2 x 151936 x 2048 + final norm
+    ("qwen3-30b-a3b", "Qwen3-30B-A3B.json",
+     48 * (2048 * 4096 * 2 + 2 * 2048 * 512 + 256 + 128 * 3 * 2048 * 768 + 128 * 2048 + 2 * 2048)
+     + 2 * 151936 * 2048 + 2048),
+])
+def test_the_validation_families_are_presets_too(preset: str, file: str, total: int) -> None:
+    """Issue 18's Llama 3 8B / 405B and Qwen3-30B-A3B are presets (``isplan time llama-3.1-405b``),
+    the same bytes as the configs the validation reads, counted by hand."""
+    cfg = load_model(preset)
+    assert cfg.sha256 == load_model(str(CONFIGS / file)).sha256
+    assert count_parameters(cfg).main_total == total
+    assert total in (8_030_261_248, 405_853_388_800, 30_532_122_624)  # the published totals

@@ -36,7 +36,8 @@ def test_every_preset_matches_its_manifest_digest():
     default, presets = load_manifest()
     assert default == "glm-5.2"
     assert {p.id for p in presets} == {"glm-5.2", "glm-5.1", "deepseek-v3.2", "deepseek-v3", "kimi-k2",
-                                       "llama-3.1-70b", "qwen3-235b-a22b"}
+                                       "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen3-30b-a3b",
+                                       "qwen3-235b-a22b"}
     for p in presets:
         cfg = load_preset(p.id)
         assert cfg.sha256 == p.sha256
@@ -186,3 +187,22 @@ def test_one_bad_integer_field_is_refused_naming_that_field(base, field, bad):
     with pytest.raises(ConfigError) as err:
         load_config_bytes(json.dumps(raw).encode())
     assert err.value.field == field and str(err.value).startswith(f"{field} {words}")
+
+
+def test_preset_named_reads_an_id_or_a_repository_in_any_case(tmp_path, monkeypatch):
+    from app.core.model.config import model_argument, preset_named
+
+    expected = {"meta-llama/Llama-3.1-405B": "llama-3.1-405b", "LLAMA-3.1-8B": "llama-3.1-8b",
+                "Kimi-K2-Instruct": "kimi-k2", "moonshotai/kimi-k2-instruct": "kimi-k2",
+                "zai-org/GLM-5.2": "glm-5.2", " deepseek-v3 ": "deepseek-v3", "llama-3.1": None, "kimi": None}
+    for spec, preset in expected.items():
+        assert preset_named(spec) == preset, spec
+    for p in load_manifest()[1]:   # every preset by its id and by its repository
+        assert preset_named(p.id.upper()) == preset_named(p.upstream_repo) == p.id
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "Llama-3.1-70B").mkdir()
+    (tmp_path / "Llama-3.1-70B" / "config.json").write_text(json.dumps(tiny_config()))
+    assert model_argument("Llama-3.1-70B") == "Llama-3.1-70B"   # the user's own snapshot, not the preset
+    assert load_model("Llama-3.1-70B").source == "path"
+    assert model_argument("meta-llama/Llama-3.1-70B") == load_model("meta-llama/Llama-3.1-70B").id == "llama-3.1-70b"
+    assert model_argument("no-such-model") == "no-such-model"
