@@ -45,6 +45,10 @@ class LaunchSyntax:
     model_flags: tuple[str, ...] = ()
     positional_model: bool = False
     partition_env: str | None = None
+    #: the engine's flags that change how fast a step runs but that no plan field carries:
+    #: ``(flag, takes a value, what the step time assumes instead)``. A launcher that sets one is
+    #: imported with a warning naming it, so the time's answer never silently disagrees with the script.
+    untimed_flags: tuple[tuple[str, bool, str], ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -15,7 +15,8 @@ The report (:attr:`LauncherImport.report`, the CLI's ``launcher`` JSON key) hold
 * ``files``, ``trainer`` (``{file, line}``), ``switches``, ``unresolved`` (``[{flag, file, line,
   raw, reason}]``);
 * ``warnings``: every warning of the import (duplicate flags, unresolved ``--hf-checkpoint`` /
-  ``--load``, no MTP layer built, options Megatron would refuse, ...);
+  ``--load``, no MTP layer built, options Megatron would refuse, settings the step time does not
+  follow (:func:`untimed_warnings`), ...);
 * ``serve`` (serving launches): engine, model, TP, PP, partition and each one's provenance.
 
 Fails closed: a script that cannot be read, or whose pipeline flags cannot be resolved, raises
@@ -123,6 +124,18 @@ def import_launcher(text: str | bytes, cfg: ModelConfig, base: Plan, *, path: st
         raise LauncherImportError(f"{TOO_COMPLEX}: the reading needed more memory than the import allows") from None
 
 
+def untimed_warnings(parsed: LauncherParse, untimed: tuple[tuple[str, bool, str], ...]) -> list[str]:
+    """A warning for every flag of the script that changes how fast a step runs but that no plan
+    field carries (the engine's ``untimed_flags``): the step time keeps its assumption, and says so."""
+    out = []
+    for flag, takes, assumed in untimed:
+        if flag in (parsed.values if takes else parsed.switches):
+            given = f"{flag} {parsed.values[flag]}" if takes else flag
+            out.append(f"{given} ({parsed.at(flag)}) is not a plan setting: the step time does not follow it "
+                       f"and assumes {assumed}")
+    return out
+
+
 def _training_import(parsed: LauncherParse, cfg: ModelConfig, base: Plan, path: str | None,
                      keep_engine: bool) -> LauncherImport:
     req = launcher_request(parsed, cfg)
@@ -136,6 +149,7 @@ def _training_import(parsed: LauncherParse, cfg: ModelConfig, base: Plan, path: 
                         "the engine given")
     # a launcher is a real job: its parallelism, GPU count and memory join the verdict
     chosen = engine_for(engine)
+    warnings += untimed_warnings(parsed, chosen.launch.untimed_flags)
     plan, problems = plan_from_flags(parsed.values, parsed.switches,
                                      replace(base, engine=engine, mode="flags", parallel=True),
                                      chosen.flags, settings=chosen.flag_settings, absent=chosen.absent_defaults)

@@ -119,10 +119,10 @@ class LauncherParse:
         raise ValueError(f"{flag} is {short(value)!r}, which is not an integer")
 
     def at(self, flag: str, default: str = "the launcher") -> str:
-        """``file:line`` of the occurrence that gave ``flag`` its final value."""
+        """``file:line`` of the occurrence that gave ``flag`` its final value (a switch: its last one)."""
         found = default
         for o in self.ordered_occurrences():
-            if o.flag == flag and o.value is not None:
+            if o.flag == flag and (o.value is not None or flag in self.switches):
                 found = where(o.file, o.line)
         return found
 

@@ -50,17 +50,27 @@ def list_flags() -> frozenset[str]:
 
 
 @cache
+def untimed_flags() -> dict[str, bool]:
+    """Every engine's flags that change the step time but have no plan field
+    (:attr:`app.core.engines.base.LaunchSyntax.untimed_flags`) -> whether it takes a value: read so
+    the import can say the time does not follow them."""
+    return {flag: takes for e in ENGINES.values() for flag, takes, _ in e.launch.untimed_flags}
+
+
+@cache
 def value_flags() -> frozenset[str]:
     """Flags the reader reads a value for: the table's non-boolean flags and the reader-only ones."""
     return frozenset({f for f, switch in plan_flags().items() if not switch}
-                     | {f for f, (takes, _) in READER_ONLY_FLAGS.items() if takes})
+                     | {f for f, (takes, _) in READER_ONLY_FLAGS.items() if takes}
+                     | {f for f, takes in untimed_flags().items() if takes})
 
 
 @cache
 def switch_flags() -> frozenset[str]:
     """Flags the reader records as present or absent (no value)."""
     return frozenset({f for f, switch in plan_flags().items() if switch}
-                     | {f for f, (takes, _) in READER_ONLY_FLAGS.items() if not takes})
+                     | {f for f, (takes, _) in READER_ONLY_FLAGS.items() if not takes}
+                     | {f for f, takes in untimed_flags().items() if not takes})
 
 
 def only_flags() -> dict[str, str]:

@@ -232,6 +232,7 @@ def test_glm52_slime_sft_script() -> None:
     assert p.switches == {
         "--sequence-parallel", "--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d",
         "--use-precision-aware-optimizer", "--use-distributed-optimizer",
+        "--accumulate-allreduce-grads-in-fp32",   # read to say the step time does not follow it
     }
     assert p.unresolved == ()
     assert p.warnings == ()
@@ -262,7 +263,7 @@ def test_glm52_slime_sft_script() -> None:
         ("--expert-tensor-parallel-size", 66), ("--recompute-granularity", 69),
         ("--recompute-method", 70), ("--recompute-num-layers", 71), ("--max-tokens-per-gpu", 74),
         ("--optimizer-cpu-offload", 75), ("--overlap-cpu-optimizer-d2h-h2d", 76),
-        ("--use-precision-aware-optimizer", 77), ("--actor-num-nodes", 112),
+        ("--use-precision-aware-optimizer", 77), ("--accumulate-allreduce-grads-in-fp32", 92), ("--actor-num-nodes", 112),
         ("--actor-num-gpus-per-node", 113), ("--use-distributed-optimizer", 120),
     ]
     assert p.int_value("--pipeline-model-parallel-size") == 8

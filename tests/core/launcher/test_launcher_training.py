@@ -237,3 +237,35 @@ def test_sourcing_the_same_big_file_again_and_again_is_bounded():
     with pytest.raises(LauncherError, match="add up to more than"):
         read_launcher_files({"run.sh": run, "big.sh": big}, "run.sh")
     assert time.monotonic() - start < 10
+
+
+def test_a_setting_the_step_time_does_not_follow_is_named_where_the_script_sets_it():
+    """A launcher's ``--cuda-graph-impl`` / ``--moe-token-dispatcher-type`` / ``--overlap-moe-expert-parallel-comm``
+    / ``--accumulate-allreduce-grads-in-fp32`` change how fast a step runs but no plan field carries
+    them: the import names each with its file:line and the assumption the time keeps (the time's own
+    ``defaults``), instead of answering as if the script had not set it; a script without them gets
+    no such warning."""
+    from app.core.engines.megatron.timing import UNSTATED_DEFAULTS, UNTIMED_FLAGS
+    from app.core.launcher import import_launcher
+    from app.core.model.config import load_preset
+    from app.core.plan import Plan
+
+    base = ("torchrun pretrain_gpt.py --num-layers 48 --hidden-size 2048 --pipeline-model-parallel-size 2 \\\n"
+            "  --expert-model-parallel-size 8 --seq-length 4096")
+    script = (base + " \\\n  --moe-token-dispatcher-type alltoall --overlap-moe-expert-parallel-comm \\\n"
+              "  --cuda-graph-impl full_iteration --accumulate-allreduce-grads-in-fp32\n")
+    cfg = load_preset("qwen3-30b-a3b")
+    got = import_launcher(script, cfg, Plan(model=cfg.id))
+    untimed = [w for w in got.warnings if "is not a plan setting" in w]
+    expected = {"--moe-token-dispatcher-type alltoall": ("moe_dispatcher", 3),
+                "--overlap-moe-expert-parallel-comm": ("ep_comm_overlap", 3),
+                "--cuda-graph-impl full_iteration": ("cuda_graph", 4),
+                "--accumulate-allreduce-grads-in-fp32": ("grad_reduce_in_fp32", 4)}
+    assert len(untimed) == len(expected)
+    for given, (setting, line) in expected.items():
+        (w,) = [w for w in untimed if w.startswith(f"{given} (line {line}) ")]
+        assert w.endswith("assumes " + UNSTATED_DEFAULTS[setting])
+    assert got.report["warnings"] == list(got.warnings)
+    assert got.report["values"]["--cuda-graph-impl"]["value"] == "full_iteration"
+    assert {f for f, _, _ in UNTIMED_FLAGS} >= {f.split()[0] for f in expected}
+    assert not [w for w in import_launcher(base + "\n", cfg, Plan(model=cfg.id)).warnings if "plan setting" in w]

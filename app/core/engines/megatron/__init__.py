@@ -29,7 +29,14 @@ from app.core.engines.megatron.check import MEGATRON_SHARED_START, CheckResult, 
 from app.core.engines.megatron.export import ExportSettings, exports
 from app.core.engines.megatron.parallel import RULES, Rule, check_parallel
 from app.core.engines.megatron.placement import interleave_error, materialise
-from app.core.engines.megatron.timing import MAX_EVENTS, MAX_LIVE_EVENTS, plan_time, recipe_stages, time_layer_costs
+from app.core.engines.megatron.timing import (
+    MAX_EVENTS,
+    MAX_LIVE_EVENTS,
+    plan_time,
+    recipe_stages,
+    time_layer_costs,
+    untimed_flags,
+)
 from app.core.engines.rules import ShareBehaviour
 from app.core.layout.stages import LayoutInputError, PipelineSpec, PlanError, StagePlan
 from app.core.model.config import ModelConfig
@@ -240,7 +247,7 @@ class MegatronEngine(Engine):
     #: the schedule simulation's bound for time computed with every verdict (timing.MAX_LIVE_EVENTS)
     max_time_events: ClassVar[int] = MAX_LIVE_EVENTS
     #: Megatron-LM's entry points are ``pretrain_*.py`` at the repository's root (``pretrain_gpt.py``, ...)
-    launch: ClassVar[LaunchSyntax] = LaunchSyntax(entry_points=("pretrain_*.py",))
+    launch: ClassVar[LaunchSyntax] = LaunchSyntax(entry_points=("pretrain_*.py",), untimed_flags=untimed_flags())
 
     def overrides(self, plan: Plan) -> tuple[int | None, int | None]:
         """The freq/offset the engine is launched with (``None``: the config's)."""

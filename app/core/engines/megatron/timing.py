@@ -51,6 +51,24 @@ UNSTATED_DEFAULTS: dict[str, str] = {
     "grad_reduce_in_fp32": "off: --accumulate-allreduce-grads-in-fp32 is opt-in; Megatron-Bridge's perf recipes set "
                            "grad_reduce_in_fp32 = False (perf_recipes/_common.py _benchmark_common)",
 }
+#: The Megatron flags behind :data:`UNSTATED_DEFAULTS` (NVIDIA/Megatron-LM ``megatron/training/arguments.py``
+#: @ d98e8a64ddf3, ``app/core/data/megatron_arguments.txt``): ``(flag, takes a value, the setting it
+#: would change)``. A launcher may set them; the plan has no field for them, so the step time keeps
+#: the default (the launcher import says so: :attr:`app.core.engines.base.LaunchSyntax.untimed_flags`).
+UNTIMED_FLAGS: tuple[tuple[str, bool, str], ...] = (
+    ("--cuda-graph-impl", True, "cuda_graph"),
+    ("--moe-token-dispatcher-type", True, "moe_dispatcher"),
+    ("--overlap-moe-expert-parallel-comm", False, "ep_comm_overlap"),
+    ("--fp8-output-proj", False, "fp8_output_proj"),
+    ("--accumulate-allreduce-grads-in-fp32", False, "grad_reduce_in_fp32"),
+)
+
+
+def untimed_flags() -> tuple[tuple[str, bool, str], ...]:
+    """:data:`UNTIMED_FLAGS` with what the step time assumes for each (:data:`UNSTATED_DEFAULTS`)."""
+    return tuple((flag, takes, UNSTATED_DEFAULTS[setting]) for flag, takes, setting in UNTIMED_FLAGS)
+
+
 #: micro-batches per pipeline rank assumed when the plan gives no global batch
 ASSUMED_MICROBATCHES_PER_RANK = 8
 #: the schedule simulation has a forward and a backward per micro-batch per stage: bounded before any
