@@ -4,7 +4,9 @@ documented list of the rest.
 Every Megatron / slime flag that has a plan field comes from its engine's vocabulary
 (``app.core.engines.<name>.flags`` through :func:`app.core.engines.flag_vocabulary`) via
 :func:`plan_flags`; nothing here repeats them. :data:`READER_ONLY_FLAGS` lists the flags with no
-plan field that an import still needs, each with why.
+plan field that an import still needs, each with why; :func:`untimed_flags` the engines' flags
+with no plan field that change the step time (read so the import can say the time does not follow
+them).
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ def untimed_flags() -> dict[str, bool]:
 
 @cache
 def value_flags() -> frozenset[str]:
-    """Flags the reader reads a value for: the table's non-boolean flags and the reader-only ones."""
+    """Flags the reader reads a value for: the table's non-boolean flags, the reader-only ones and
+    the untimed ones that take a value."""
     return frozenset({f for f, switch in plan_flags().items() if not switch}
                      | {f for f, (takes, _) in READER_ONLY_FLAGS.items() if takes}
                      | {f for f, takes in untimed_flags().items() if takes})
@@ -67,7 +70,8 @@ def value_flags() -> frozenset[str]:
 
 @cache
 def switch_flags() -> frozenset[str]:
-    """Flags the reader records as present or absent (no value)."""
+    """Flags the reader records as present or absent (no value): the table's switches, the
+    reader-only ones and the untimed switches."""
     return frozenset({f for f, switch in plan_flags().items() if switch}
                      | {f for f, (takes, _) in READER_ONLY_FLAGS.items() if not takes}
                      | {f for f, takes in untimed_flags().items() if not takes})
