@@ -21,7 +21,6 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from html import escape
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
 
 from markupsafe import Markup
 
@@ -32,7 +31,7 @@ from app.core.model.config import ConfigError, ModelConfig, load_preset, preset_
 from app.core.model.flops import bubble_fraction
 from app.core.model.parameters import stage_params
 from app.core.model.roles import RoleMap
-from app.core.plan import NEUTRAL_VALUES, TABLE, FieldProblem, Plan, applies, format_value, mode_note
+from app.core.plan import NEUTRAL_VALUES, TABLE, FieldProblem, Plan, applies, encode_query, format_value, mode_note
 from app.core.reports import gpu_equation, parallel_summary
 from app.core.verdict import Verdict
 from app.web.store import BaseStore
@@ -178,16 +177,21 @@ class PlanView:
 
     # ------------------------------------------------------------------ the URL and the form
     @cached_property
+    def _query_pairs(self) -> list[tuple[str, str]]:
+        return self.plan.query_pairs()
+
+    @cached_property
     def plan_query(self) -> str:
         """The plan's canonical query (:meth:`Plan.query`), built once per view: the page reads it
         for the share URL, the pin button and the receipt link."""
-        return self.plan.query()
+        return encode_query(self._query_pairs)
 
     @cached_property
     def query_values(self) -> dict[str, str]:
-        """URL key -> value of every setting the plan's canonical query holds, with the text the
-        URL carried for a value that could not be used (so the share URL keeps it)."""
-        out = dict(parse_qsl(self.plan_query, keep_blank_values=True))
+        """URL key -> value of every setting the plan's canonical query holds (what ``parse_qsl``
+        reads from :attr:`plan_query`), with the text the URL carried for a value that could not
+        be used (so the share URL keeps it)."""
+        out = dict(self._query_pairs)
         out.update(self.raw)
         return out
 
@@ -196,7 +200,7 @@ class PlanView:
         """The URL query that reproduces this screen: the plan, bad values as given, page keys."""
         items = list(self.query_values.items())
         items += [(k, v) for k, v in self.page_keys.items() if v]
-        return urlencode(items)
+        return encode_query(items)
 
     @cached_property
     def values(self) -> dict[str, str]:

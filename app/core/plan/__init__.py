@@ -25,6 +25,7 @@ from app.core.plan.table import (
     build_plan,
     derived_conv,
     derived_mode,
+    encode_query,
     format_value,
     ignored_fields,
     label,
@@ -40,7 +41,7 @@ from app.core.plan.table import (
 __all__ = [
     "BY_URL", "CONVERSION_MODES", "ENGINES", "GPUS", "GROUP_TITLES", "KV_DTYPES", "LAYOUT_MODES", "NEUTRAL_VALUES",
     "RECOMPUTE", "RECOMPUTE_METHODS", "TABLE", "WEIGHT_DTYPES", "Field", "FieldProblem", "IgnoredFields", "Plan",
-    "PlanError", "add_cli_arguments", "add_cli_fields", "applies", "build_plan", "derived_conv", "derived_mode",
+    "PlanError", "add_cli_arguments", "add_cli_fields", "applies", "build_plan", "derived_conv", "derived_mode", "encode_query",
     "format_value", "given_fields", "ignored_fields", "label", "mode_note", "parse_int", "parse_sizes",
     "parse_value", "parse_values", "plan_conflicts", "plan_from_cli", "plan_from_flags", "plan_from_query",
     "states_parallelism", "strict_plan", "unknown_keys",

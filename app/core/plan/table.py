@@ -21,8 +21,9 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote_plus
 
 from app.core.model.hardware import CATALOGUE
 
@@ -54,6 +55,18 @@ RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", 
 #: takes p2p, all_gather, a2a, a2a+p2p; Megatron's DSA attention normalises allgather / all_gather
 #: (``dsa_layout.py:115-119``); slime's ``--allgather-cp`` is ``allgather``
 CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p", "all_gather")
+
+
+#: ``quote_plus`` of a query key or value, kept: a live page encodes the same few dozen texts (the
+#: field names, ``4``, ``full``, a layout it has seen) in every answer's URLs. Bounded (LRU).
+_quoted = lru_cache(maxsize=4096)(quote_plus)
+
+
+def encode_query(pairs: Iterable[tuple[str, str]]) -> str:
+    """``urllib.parse.urlencode(pairs)`` for text keys and values - the same string (``quote_plus``
+    of each, ``=`` between, ``&`` between pairs) - with each text's quoting kept
+    (:data:`_quoted`): the plan's query and the page's share URL are built on every answer."""
+    return "&".join(f"{_quoted(k)}={_quoted(v)}" for k, v in pairs)
 
 
 _WHOLE = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: str.isdigit() also accepts superscripts
@@ -321,6 +334,12 @@ class Plan:
     def query(self, **overrides: Any) -> str:
         """The canonical query string (neutral defaults left out; ``model`` always present)."""
         plan = replace(self, **overrides) if overrides else self
+        return encode_query(plan.query_pairs())
+
+    def query_pairs(self) -> list[tuple[str, str]]:
+        """``(URL key, text)`` of every setting :meth:`query` holds, in the plan table's order:
+        what ``parse_qsl`` reads back from it."""
+        plan = self
         derived = {"mode": derived_mode(plan.layout, plan.split),
                    "conv": derived_conv(plan.conv_split, plan.conv_pp), "parallel": _implied_parallel(plan)}
         out: list[tuple[str, str]] = []
@@ -334,7 +353,7 @@ class Plan:
             if value is None:
                 continue
             out.append((name, format_value(spec, value)))
-        return urlencode(out)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {name: (list(v) if isinstance(v, tuple) else v) for name, v in

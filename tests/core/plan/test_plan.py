@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import fields
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlencode
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.plan import BY_URL, TABLE, Plan, PlanError, add_cli_arguments, applies, plan_from_cli, plan_from_query
+from app.core.plan import (
+    BY_URL,
+    TABLE,
+    Plan,
+    PlanError,
+    add_cli_arguments,
+    applies,
+    encode_query,
+    plan_from_cli,
+    plan_from_query,
+)
 
 PROPS = settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 
@@ -73,6 +83,20 @@ def test_url_round_trip_is_exact(plan):
     parsed, problems = plan_from_query(dict(parse_qsl(plan.query(), keep_blank_values=True)))
     assert problems == []
     assert parsed == plan
+
+
+@PROPS
+@given(plan=plans(), extra=st.lists(st.tuples(st.text(st.characters(codec="utf-8", exclude_categories=("Cs",))),
+                                               st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)))),
+                                     max_size=4))
+def test_the_query_encoder_is_urlencode(plan, extra):
+    """``encode_query`` (its quoting kept between calls) writes exactly what the standard library's
+    ``urlencode`` writes, for a plan's pairs and any text (``&``, ``=``, ``+``, spaces, non-ASCII);
+    and ``query_pairs`` is what ``parse_qsl`` reads back from the query (the page's form values)."""
+    pairs = plan.query_pairs() + extra
+    assert encode_query(pairs) == urlencode(pairs)
+    assert encode_query(pairs) == encode_query(pairs)  # the second time from the kept quoting
+    assert parse_qsl(plan.query(), keep_blank_values=True) == plan.query_pairs()
 
 
 def _cli_namespace(args: list[str]) -> argparse.Namespace:
