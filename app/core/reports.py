@@ -276,7 +276,8 @@ def time_report(plan: Plan, cfg: ModelConfig, *, timeline: bool = False, **kw: A
     b = t["breakdown"]
     lines = [f"{cfg.id} on {t['settings']['world']} x {t['gpu']} ({t['precision']}): step {t['step_seconds']:.3f} s, "
              f"{t['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU, {t['model_tflops_per_gpu']:.0f} model TFLOP/s/GPU, "
-             f"MFU {t['mfu']:.1%}, bubble {t['bubble_fraction']:.1%} ({t['num_microbatches']} micro-batches)"]
+             f"MFU {t['mfu']:.1%}, bubble {t['bubble_fraction']:.1%} ({t['num_microbatches']} micro-batches: "
+             f"{t['bubble_fill_drain']:.1%} fill and drain, the rest waiting on slower stages and sends)"]
     lines += [f"  {k:<10} exposed {v['exposed']:9.3f} s   total {v['total']:9.3f} s" for k, v in b.items()]
     lines += [f"  assumed: {a}" for a in t.get("assumed", [])]
     lines += [f"  note: {n}" for n in t.get("notes", [])]

@@ -169,7 +169,7 @@ def timeline_figure(tl: dict[str, Any], time: dict[str, Any] | None) -> dict[str
                    "the gaps are pipeline bubble.")
     bubble = (time or {}).get("bubble_fraction")
     alt = (f"pipeline schedule over {len(ranks)} ranks, {makespan:.2f} s of compute and communication"
-           + (f", bubble {bubble * 100:.1f}% of the step" if bubble is not None else ""))
+           + (f", bubble {bubble * 100:.1f}% of the ranks' time" if bubble is not None else ""))
     return {"figure": {"data": data, "layout": _layout(
         height=max(220, 80 + 28 * len(ranks)), showlegend=True, margin={"l": 70, "r": 20, "t": 30, "b": 50},
         legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0},

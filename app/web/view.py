@@ -28,11 +28,11 @@ from app.core.content_cache import remember
 from app.core.engines import Engine, LayoutCheck
 from app.core.evaluate import Evaluation, evaluate
 from app.core.model.config import ConfigError, ModelConfig, load_preset, preset_ids
-from app.core.model.flops import bubble_fraction
 from app.core.model.parameters import stage_params
 from app.core.model.roles import RoleMap
 from app.core.plan import NEUTRAL_VALUES, TABLE, FieldProblem, Plan, applies, encode_query, format_value, mode_note
 from app.core.reports import gpu_equation, parallel_summary
+from app.core.time.schedule import closed_form_bubble
 from app.core.verdict import Verdict
 from app.web.store import BaseStore
 
@@ -467,11 +467,36 @@ def build_view(plan: Plan, problems: list[FieldProblem], store: BaseStore, *, ra
     note = mode_note(plan)
     if note:
         view.messages.append(note)
-    if ev.par is not None and ev.stage_plan is not None and ev.stage_plan.pp > 1:
-        m = ev.par.microbatches or 8 * ev.stage_plan.pp
-        view.messages.append(f"pipeline bubble (closed form) {bubble_fraction(ev.stage_plan.pp, ev.stage_plan.vpp, m) * 100:.1f}% "
-                             f"of wall time with {m} micro-batches" + ("" if ev.par.microbatches else " (assumed 8 × PP)"))
+    bubble = bubble_note(ev)
+    if bubble:
+        view.messages.append(bubble)
     return view
+
+
+def _timed(ev: Evaluation) -> dict[str, Any] | None:
+    """The plan's step time, when the evaluation has one."""
+    return ev.time if ev.time and "unavailable" not in ev.time else None
+
+
+def bubble_note(ev: Evaluation) -> str | None:
+    """The page's line on the pipeline bubble (PP > 1 with parallel settings): the simulated one,
+    split into what the pipeline's fill and drain explain and the ranks' waiting on slower stages
+    and sends (``time.bubble_fill_drain``); without a step time, the closed form for the plan's
+    PP, VPP and micro-batches, said to be one."""
+    if ev.par is None or ev.stage_plan is None or ev.stage_plan.pp < 2:
+        return None
+    assumed = "" if ev.par.microbatches else ", assumed 8 × PP"
+    t = _timed(ev)
+    if t is None:
+        m = ev.par.microbatches or 8 * ev.stage_plan.pp
+        bubble = closed_form_bubble(ev.stage_plan.pp, ev.stage_plan.vpp, m)
+        return f"pipeline bubble (closed form: equal stages, free sends) {bubble:.1%} with {m} micro-batches{assumed}"
+    total, fill = t["bubble_fraction"], t["bubble_fill_drain"]
+    text = (f"pipeline bubble {total:.1%} of the ranks' time (simulated): {fill:.1%} is its fill and drain "
+            f"((PP − 1)/(VPP·m + PP − 1), m = {t['num_microbatches']} micro-batches{assumed})")
+    if total - fill >= 0.0005:
+        text += f", {total - fill:.1%} waiting on slower stages and sends (Balance evens the stages)"
+    return text
 
 
 @lru_cache(maxsize=1)
@@ -604,11 +629,11 @@ def plan_summary(view: PlanView) -> dict[str, Any]:
         pp_flops[s["pp_rank"]] = pp_flops.get(s["pp_rank"], 0) + s["flops"]
     total = sum(pp_flops.values())
     balance = max(pp_flops.values()) / (total / len(pp_flops)) if pp_flops and total else None
-    bubble = None
-    if ev.par is not None and ev.stage_plan is not None:
+    t = _timed(ev)
+    bubble, bubble_how = (t["bubble_fraction"], "simulated") if t else (None, None)
+    if t is None and ev.par is not None and ev.stage_plan is not None:
         m = ev.par.microbatches or 8 * ev.stage_plan.pp
-        bubble = bubble_fraction(ev.stage_plan.pp, ev.stage_plan.vpp, m)
-    t = ev.time if ev.time and "unavailable" not in ev.time else None
+        bubble, bubble_how = closed_form_bubble(ev.stage_plan.pp, ev.stage_plan.vpp, m), "closed form"
     return {
         "go": view.go, "blocking": [r.kind for r in view.verdict.blocking] + (["input"] if view.field_errors else []),
         "layout": getattr(view.check, "layout_string", None),
@@ -616,7 +641,7 @@ def plan_summary(view: PlanView) -> dict[str, Any]:
         "max_rank": worst["pp_rank"] if worst else None,
         "capacity_gb": worst["capacity_bytes"] / 1e9 if worst else None,
         "rank_gb": [s["total_bytes"] / 1e9 for s in mem["stages"]] if mem else [],
-        "balance": balance, "bubble": bubble, "gpu_line": view.gpu_line,
+        "balance": balance, "bubble": bubble, "bubble_how": bubble_how, "gpu_line": view.gpu_line,
         "step_seconds": t["step_seconds"] if t else None,
         "tokens_per_second_per_gpu": t["tokens_per_second_per_gpu"] if t else None,
     }

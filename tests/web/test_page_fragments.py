@@ -54,19 +54,24 @@ def test_search_fragment_errors_are_in_the_block(client, query, words):
 
 
 def test_compare_panel(client):
-    a = "split=14,8,8,8,8,8,8,16&" + PROFILE
-    r = client.get("/fragment?split=14,7,9,8,8,8,8,16&" + PROFILE + "&a=" + quote(a))
+    a, b = "split=14,8,8,8,8,8,8,16&" + PROFILE, "split=14,7,9,8,8,8,8,16&" + PROFILE
+    r = client.get("/fragment?" + b + "&a=" + quote(a))
     text = unescape(r.text)
     cells = re.findall(r'<td class="(ok|bad)">(GO|NO-GO)', text)
     assert cells == [("ok", "GO"), ("bad", "NO-GO")]  # A valid; B starts stage 3 on shared layer 22
     diff = re.search(r'<table id="compare-diff">(.*?)</table>', text, re.S).group(1)
     assert re.findall(r"<code>([^<]+)</code></th><td>([^<]+)</td><td>([^<]+)</td>", diff) == [
         ("--split", "14,8,8,8,8,8,8,16", "14,7,9,8,8,8,8,16")]
-    # 1F1B bubble, Narayanan et al. 2021 (arXiv:2104.04473 section 2.2.1): idle (p - 1)(tf + tb) in a
-    # step of (m + p - 1)(tf + tb), so (p - 1) / (m + p - 1) of wall time; p = 8 stages, m = 8 x PP =
-    # 64 micro-batches (the page's stated assumption): 7 / 71
+    # the bubble beside each plan is its simulated one, as its /api/v1/time twin reports it
     bubble_row = re.search(r"pipeline bubble</th>(.*?)</tr>", text, re.S).group(1)
-    assert re.findall(r"<td>([^<]+)</td>", bubble_row) == [f"{7 / 71 * 100:.1f}%"] * 2
+    timed = [client.get("/api/v1/time?" + q).json()["time"]["bubble_fraction"] for q in (a, b)]
+    assert re.findall(r"<td>([^<]+)</td>", bubble_row) == [f"{x * 100:.1f}% (simulated)" for x in timed]
+    # and the page splits B's: 1F1B fill and drain, Narayanan et al. 2021 (arXiv:2104.04473 section
+    # 2.2.1): idle (p - 1)(tf + tb) in (m + p - 1)(tf + tb), so (p - 1) / (m + p - 1) with equal stages;
+    # p = 8, m = 8 x PP = 64 micro-batches (the page's stated assumption): 7 / 71; B's stages are not
+    # equal (14 layers and the embedding on the first), so the rest is waiting on slower stages
+    assert f"{7 / 71:.1%} is its fill and drain" in text and "waiting on slower stages" in text
+    assert timed[1] > 7 / 71
     # the URL the page shows holds A too, as given, so the share URL reproduces the compare screen
     shown = dict(parse_qsl(r.headers["hx-replace-url"].removeprefix("/?")))
     assert shown["a"] == a and shown["split"] == "14,7,9,8,8,8,8,16"

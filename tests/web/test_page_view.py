@@ -146,9 +146,26 @@ def test_step_time_beside_the_verdict_is_the_time_routes(client):
     line = re.search(r'<p class="time" id="time-line">(.*?)</p>', html, re.S).group(1)
     assert f"{t['tokens_per_second_per_gpu']:,.0f}</strong> tokens/s/GPU" in line
     assert f"MFU <strong>{t['mfu'] * 100:.1f}%" in line and f"{t['step_seconds']:.2f} s" in line
+    # the bubble is the simulated one, split: PP 8 over 8 x PP = 64 micro-batches fills and drains
+    # 7 / 71 of the time (equal stages); the default 14 / 8 ... / 16 split waits for the rest
+    assert f"bubble {t['bubble_fraction'] * 100:.1f}% (simulated; fill and drain {7 / 71 * 100:.1f}%)" in line
+    note = f"pipeline bubble {t['bubble_fraction']:.1%} of the ranks' time (simulated): {7 / 71:.1%} is its fill and drain"
+    assert note in html and f"{t['bubble_fraction'] - 7 / 71:.1%} waiting on slower stages" in html
+    assert "(closed form" not in html
     assert 'id="fig-time"' in html and "What the time model counts" in html
     for item in t["not_modelled"]:
         assert item in html
+
+
+def test_without_a_step_time_the_bubble_is_the_closed_form_said_so(client, monkeypatch):
+    """A schedule over the live simulation's bound gets no step time on the page; the bubble line is
+    then the closed form for its PP, VPP and micro-batches: PP 8 over 64 micro-batches, 7 / 71."""
+    from app.core.engines.megatron import MegatronEngine
+
+    monkeypatch.setattr(MegatronEngine, "max_time_events", 10)  # slime's engine is Megatron's
+    html = page(client, "")
+    assert "Step time: no step time here" in html
+    assert f"pipeline bubble (closed form: equal stages, free sends) {7 / 71:.1%} with 64 micro-batches, assumed 8 × PP" in html
 
 
 def test_the_schedule_is_drawn_from_the_simulation(client):

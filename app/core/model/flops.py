@@ -596,18 +596,9 @@ def training_flops(cfg: ModelConfig, roles: RoleMap, *, seq_length: int, global_
     }
 
 
-def bubble_fraction(pp: int, vpp: int, num_microbatches: int) -> float:
-    """Pipeline bubble as a fraction of wall time, ``(PP-1)/(VPP*m + PP - 1)`` (FACTS.md section 7,
-    1F1B with interleaving)."""
-    _check_int("pp", pp)
-    _check_int("vpp", vpp)
-    _check_int("num_microbatches", num_microbatches)
-    return (pp - 1) / (vpp * num_microbatches + pp - 1)
-
-
 __all__ = [
     "CONVENTIONS", "DEFAULT_CONVENTION", "PUBLISHED_CONVENTION", "TERMS",
-    "bubble_fraction", "causal_pairs", "causal_selected_pairs", "convention_total", "every_layer_roles",
+    "causal_pairs", "causal_selected_pairs", "convention_total", "every_layer_roles",
     "flops_report", "flops_vs_context", "forward_flops", "head_flops_per_token", "layer_flops",
     "mtp_layer_forward_flops", "mtp_role", "per_layer_forward_flops", "sequence_layer_flops",
     "sparse_attention_per_position", "stage_flops", "token_flops",

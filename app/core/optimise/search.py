@@ -40,7 +40,7 @@ from app.core.engines.megatron.parallel import check_parallel
 from app.core.engines.megatron.placement import materialise, megatron_flags
 from app.core.layout.stages import PipelineSpec, StagePlan
 from app.core.model.config import ModelConfig
-from app.core.model.flops import bubble_fraction, stage_flops
+from app.core.model.flops import stage_flops
 from app.core.model.layer_costs import memory_costs
 from app.core.model.memory import activation_totals, rank_activations, state_totals
 from app.core.model.parallelism import ParallelConfig, divisors, resolve_gpu
@@ -48,6 +48,7 @@ from app.core.model.parameters import per_rank_params
 from app.core.model.roles import RoleMap
 from app.core.optimise.optimiser import optimal_layout
 from app.core.plan import Plan
+from app.core.time.schedule import closed_form_bubble
 
 RECOMPUTE_FACTOR = {"none": 1.0, "selective": 1.05, "full": 4.0 / 3.0}
 OFFLOAD_FACTOR = 1.10
@@ -243,7 +244,7 @@ class _BudgetSearch:
         """One result: the shape, its settings, layout, memory and the ranking model's estimates."""
         rc, off = option
         m = par.microbatches or max(8 * sh.pp, 1)
-        bubble = bubble_fraction(sh.pp, sh.vpp, m)
+        bubble = closed_form_bubble(sh.pp, sh.vpp, m)
         imbalance = self.imbalance[(sh.pp, sh.vpp)]
         score = imbalance * RECOMPUTE_FACTOR[rc] * (OFFLOAD_FACTOR if off else 1.0) / (1 - bubble)
         row = {

@@ -144,6 +144,7 @@ class StepTime:
             "mfu": self.mfu,
             "mfu_bf16": self.mfu_bf16,
             "bubble_fraction": self.bubble_fraction,
+            "bubble_fill_drain": self.schedule.fill_drain_fraction,
             "breakdown": self.breakdown,
             "per_stage": list(self.per_stage),
             "critical_rank": self.critical_rank,
@@ -161,6 +162,10 @@ class StepTime:
                 "mfu": "model TFLOP/s/GPU over the dense peak of the plan's GEMM precision (mfu) and over the "
                        "dense BF16 peak (mfu_bf16)",
                 "breakdown": "seconds per step on the critical pipeline rank; 'exposed' items add up to step_seconds",
+                "bubble": "bubble_fraction: the ranks' idle share of the simulated pipeline (mean over ranks); "
+                          "bubble_fill_drain: the part its fill and drain explain, (PP - 1) / (VPP x m + PP - 1) "
+                          "(all of it with equal stages and free sends); the rest is ranks waiting on slower "
+                          "stages, sends and parameter gathers",
             },
             "notes": list(self.notes),
         }

@@ -74,6 +74,13 @@ class Schedule:
             return 0.0
         return 1.0 - sum(self.busy) / (self.pp * self.makespan)
 
+    @property
+    def fill_drain_fraction(self) -> float:
+        """The part of :attr:`bubble_fraction` the pipeline's fill and drain explain: the bubble of
+        this schedule with equal stages and free sends (:func:`closed_form_bubble`). The rest is
+        ranks waiting on slower stages, sends and parameter gathers."""
+        return closed_form_bubble(self.pp, self.vpp, self.num_microbatches)
+
     def timeline(self) -> dict[str, Any]:
         """Columns for a figure: rank, chunk, micro-batch, kind (F/B), start, end."""
         return {"rank": list(self.rank), "chunk": list(self.chunk), "microbatch": list(self.microbatch),
@@ -355,5 +362,11 @@ def simulate(pp: int, vpp: int, num_microbatches: int, fwd: Sequence[float], bwd
 
 
 def closed_form_bubble(pp: int, vpp: int, num_microbatches: int) -> float:
-    """``(PP - 1) / (VPP * m + PP - 1)``: the bubble with equal stage costs and free sends."""
+    """``(PP - 1) / (VPP * m + PP - 1)``: the pipeline's fill and drain as a share of its time -
+    the whole bubble with equal stage costs and free sends (FACTS.md section 7, 1F1B with
+    interleaving), which :func:`simulate` reproduces (``tests/core/time/test_time_schedule.py``).
+    Raises :class:`ScheduleError` unless all three are whole numbers >= 1."""
+    for name, v in (("pp", pp), ("vpp", vpp), ("num_microbatches", num_microbatches)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ScheduleError(f"{name} must be a whole number >= 1, got {v!r}")
     return (pp - 1) / (vpp * num_microbatches + pp - 1)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import json
-from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
@@ -16,7 +15,6 @@ from app.core.layout.stages import PipelineSpec
 from app.core.model.config import load_model
 from app.core.model.flops import (
     CONVENTIONS,
-    bubble_fraction,
     flops_report,
     flops_vs_context,
     forward_flops,
@@ -356,14 +354,6 @@ def test_training_flops_three_forwards_plus_full_recompute():
         training_flops(cfg, roles, seq_length=S, global_batch_size=gbs, recompute="selective")
     with pytest.raises(ValueError):
         training_flops(cfg, roles, seq_length=S, global_batch_size=gbs, recompute="full", recompute_layers=[5])
-
-
-def test_bubble_fraction_facts_section_7():
-    assert bubble_fraction(8, 1, 8) == pytest.approx(float(Fraction(7, 15)))
-    assert bubble_fraction(8, 2, 8) == pytest.approx(float(Fraction(7, 23)))
-    assert bubble_fraction(1, 1, 4) == 0.0
-    with pytest.raises(ValueError):
-        bubble_fraction(8, 0, 8)
 
 
 def test_flops_module_imports_only_stdlib_and_app_core():

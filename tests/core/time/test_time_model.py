@@ -241,6 +241,9 @@ def test_json_shape_and_exposed_items_add_up() -> None:
     assert len(j["per_stage"]) == 20
     assert j["tokens_per_second_per_gpu"] == pytest.approx(64 * 8192 / (r.step_seconds * 32))  # 4 x 4 x 2 GPUs
     assert len(j["timeline"]["rank"]) == 2 * 32 * 20
+    # 64 / DP 2 = 32 micro-batches; fill and drain of PP 4 x VPP 5: 3 / (5 x 32 + 3)
+    assert j["num_microbatches"] == 32 and j["bubble_fill_drain"] == pytest.approx(3 / 163)
+    assert j["bubble_fraction"] >= j["bubble_fill_drain"] - 1e-12
 
 
 def test_shared_layer_costs_do_not_leak_between_settings() -> None:

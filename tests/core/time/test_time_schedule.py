@@ -45,6 +45,21 @@ def test_two_ranks_three_microbatches_by_hand() -> None:
     assert got[(0, "B", 0)] == (6, 8)
     assert got[(1, "F", 2)] == (11, 13)
     assert got[(0, "B", 2)] == (16, 18)
+    # fill and drain with equal stages (PP 2, m 3): 1 / 4 of the time; the rest of the 1/3 bubble is
+    # rank 0 waiting on rank 1's slower stage
+    assert s.fill_drain_fraction == pytest.approx(1 / 4)
+    assert s.bubble_fraction > s.fill_drain_fraction
+
+
+def test_closed_form_facts_section_7() -> None:
+    """(PP - 1) / (VPP x m + PP - 1): 7 / 15 for PP 8 over 8 micro-batches, 7 / 23 interleaved by 2;
+    a count below 1 or not whole is refused."""
+    assert closed_form_bubble(8, 1, 8) == pytest.approx(7 / 15)
+    assert closed_form_bubble(8, 2, 8) == pytest.approx(7 / 23)
+    assert closed_form_bubble(1, 1, 4) == 0.0
+    for bad in ((8, 0, 8), (8, 1, 0), (8, True, 8), (8.0, 1, 8)):
+        with pytest.raises(ValueError):
+            closed_form_bubble(*bad)  # type: ignore[arg-type]
 
 
 def test_two_ranks_with_send_time_by_hand() -> None:
