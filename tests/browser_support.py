@@ -37,13 +37,15 @@ CHROMIUM_ARGS = [
 INSTALL_HINT = ("install Debian's Chromium (`apt-get install chromium`, or `make browser`) or point "
                 "ISPLAN_CHROMIUM at a Chromium binary")
 # The page is ready: app.js ran (body[data-ready]) and Plotly drew every figure on screen (figures
-# below the fold are drawn when they scroll into view, so a first load does not fetch Plotly).
+# below the fold are drawn when they scroll into view, so a first load does not fetch Plotly; app.js
+# draws those within 200 px of the viewport, while a figure still to be fetched - ``.pending``, htmx's
+# ``intersect`` - is asked for only once it is in the viewport itself).
 FIGURES_DRAWN_JS = """() => {
   if (document.body.dataset.ready !== '1') return false;
-  const h = window.innerHeight + 200;
   return Array.from(document.querySelectorAll('.plotly-figure')).every(f => {
-    const r = f.getBoundingClientRect();
-    return r.top > h || r.bottom < -200 || f.querySelector('.main-svg') || f.textContent.startsWith('figure unavailable');
+    const r = f.getBoundingClientRect(), margin = f.classList.contains('pending') ? 0 : 200;
+    return r.top > window.innerHeight + margin || r.bottom < -margin || f.querySelector('.main-svg') ||
+      f.textContent.startsWith('figure unavailable');
   });
 }"""
 

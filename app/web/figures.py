@@ -23,9 +23,11 @@ MEMORY_LABELS = {"weights": "weights", "gradients": "gradients", "optimizer_stat
                  "topk_indices": "IndexShare top-k indices", "indexer_logits": "indexer FP32 logits (transient)",
                  "logits": "logits"}
 
+#: No height: a figure fills its container (``static/app.css``: 330 px, 280 px on a phone, 480 px
+#: ``.tall``), which Plotly measures when it draws (``autosize``); a fixed height overflowed the
+#: phone's shorter containers and cut the axis titles off.
 _BASE_LAYOUT = {
     "margin": {"l": 60, "r": 20, "t": 10, "b": 50},
-    "height": 320,
     "legend": {"orientation": "h", "y": -0.25},
     "font": {"family": "system-ui, sans-serif", "size": 12},
     "paper_bgcolor": "rgba(0,0,0,0)",
@@ -51,7 +53,13 @@ def memory_figure(memory: dict[str, Any]) -> dict[str, Any]:
     cap = memory["stages"][0]["capacity_bytes"] / 1e9 if memory["stages"] else 0
     data.append({"type": "scatter", "mode": "lines", "name": f"GPU capacity {cap:.0f} GB", "x": ranks,
                  "y": [cap] * len(ranks), "line": {"color": "#000000", "dash": "dash", "width": 2}})
-    return {"data": data, "layout": _layout(barmode="stack", yaxis={"title": {"text": "GB (1e9 bytes)"}})}
+    # up to nine legend entries: a tall figure (its container is ``.plotly-figure.tall``) with room
+    # below the plot for them - two columns beside each other, one on a phone - so the legend is
+    # never cut to a scrolling box
+    return {"data": data, "layout": _layout(barmode="stack", yaxis={"title": {"text": "GB (1e9 bytes)"}},
+                                            margin={"l": 60, "r": 20, "t": 10, "b": 200},
+                                            legend={"orientation": "h", "y": -0.1, "yanchor": "top",
+                                                    "font": {"size": 11}})}
 
 
 def compute_figure(flops: dict[str, Any]) -> dict[str, Any]:
@@ -91,9 +99,14 @@ def context_figure(cfg, roles, max_context: int) -> dict[str, Any]:
         {"type": "scatter", "mode": "lines", "name": "ratio (right axis)", "x": contexts, "y": fc["ratio"],
          "yaxis": "y2", "line": {"color": OKABE_ITO[2], "dash": "dot"}},
     ], "layout": _layout(xaxis={"type": "log", "title": {"text": "context (tokens)"}, "domain": [0, 0.9]},
+                         # inside the plot's empty upper left (the curves rise to the right), so a
+                         # phone's shorter figure does not put it over the axis title
+                         legend={"x": 0.02, "y": 0.98, "xanchor": "left", "yanchor": "top",
+                                 "bgcolor": "rgba(255,255,255,0.8)", "font": {"size": 11}},
                          yaxis={"title": {"text": "GFLOPs / token"}}, margin={"l": 60, "r": 70, "t": 10, "b": 50},
-                         yaxis2={"title": {"text": "ratio (every layer / as configured)", "standoff": 8},
+                         yaxis2={"title": {"text": "every layer / configured", "standoff": 8},
                                  "overlaying": "y", "side": "right", "anchor": "free", "position": 0.93,
+                                 "tickmode": "auto", "showgrid": False,
                                  "rangemode": "tozero"})}
 
 
@@ -101,7 +114,7 @@ def context_figure(cfg, roles, max_context: int) -> dict[str, Any]:
 TIME_ORDER = ["compute", "recompute", "host", "tp", "cp", "ep", "pp", "bubble", "dp", "optimizer"]
 TIME_LABELS = {"compute": "compute", "recompute": "recompute", "host": "host-bound work", "tp": "TP communication",
                "cp": "CP communication", "ep": "EP all-to-all", "pp": "PP sends", "bubble": "pipeline bubble",
-               "dp": "DP / EDP gradient and parameter collectives", "optimizer": "optimizer step"}
+               "dp": "DP / EDP collectives", "optimizer": "optimizer step"}
 
 
 def time_figure(time: dict[str, Any]) -> dict[str, Any]:
@@ -119,7 +132,7 @@ def time_figure(time: dict[str, Any]) -> dict[str, Any]:
         {"type": "bar", "orientation": "h", "name": "overlapped (hidden behind other work)", "y": labels, "x": hidden,
          "marker": {"color": OKABE_ITO[4]}, "hovertemplate": "%{y}: %{x:.3f} s overlapped<extra></extra>"},
     ], "layout": _layout(barmode="stack", margin={"l": 230, "r": 20, "t": 10, "b": 50},
-                         xaxis={"title": {"text": "seconds per step"}}, yaxis={"autorange": "reversed"})}
+                         xaxis={"title": {"text": "seconds per step"}}, yaxis={"autorange": "reversed", "automargin": True})}
 
 
 #: above this many forward/backward entries the schedule is drawn as each rank's busy intervals
@@ -185,7 +198,7 @@ def page_figures(v: Any) -> dict[str, Any]:
     figs: dict[str, Any] = {}
     if ev.memory and ev.memory["stages"]:
         worst = max(ev.memory["stages"], key=lambda s: s["total_bytes"])
-        figs["memory"] = {"figure": memory_figure(ev.memory),
+        figs["memory"] = {"figure": memory_figure(ev.memory), "tall": True,
                           "caption": "Memory per GPU by pipeline rank (GB), stacked by term, against the GPU's capacity.",
                           "alt": f"largest rank {worst['pp_rank']}: {worst['total_bytes'] / 1e9:.1f} GB of "
                                  f"{worst['capacity_bytes'] / 1e9:.0f} GB"}

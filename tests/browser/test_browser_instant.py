@@ -559,6 +559,28 @@ def test_phone_layout(open_page):
     expect(page.locator("#search-gpus")).to_be_visible()
 
 
+@pytest.mark.parametrize("width", [1440, 390])
+def test_figures_fit_their_boxes(open_page, width):
+    """Every figure is drawn at its box's height (a fixed figure height overflowed a phone's shorter
+    boxes and cut the axis titles off) and no legend is cut to a scrolling box (the memory figure's
+    nine terms got one: Plotly's legend scrollbar has a size then)."""
+    page = open_page("/", figures=False)
+    page.set_viewport_size({"width": width, "height": 900})
+    page.reload()
+    page.wait_for_function("() => document.body.dataset.ready === '1'")
+    for fig in page.locator(".plotly-figure:not(.pending)").all():
+        fig.scroll_into_view_if_needed()
+    page.wait_for_function("""() => Array.from(document.querySelectorAll('.plotly-figure:not(.pending)'))
+        .every(f => f.querySelector('.main-svg'))""")
+    sizes = page.evaluate("""() => Array.from(document.querySelectorAll('.plotly-figure:not(.pending)')).map(f => [
+        f.id, Math.round(f.getBoundingClientRect().height), Math.round(f.querySelector('.main-svg').getBoundingClientRect().height),
+        Array.from(f.querySelectorAll('.legend rect.scrollbar')).map(r => Number(r.getAttribute('height') || 0))])""")
+    assert {s[0] for s in sizes} >= {"fig-memory", "fig-compute", "fig-time", "fig-context"}, sizes
+    for name, box, drawn, scrollbars in sizes:
+        assert drawn == box, (name, box, drawn)
+        assert not any(scrollbars), (name, scrollbars)
+
+
 @pytest.mark.parametrize("path", [
     "/?split=14,7,9,8,8,8,8,16&a=" + quote("split=14,8,8,8,8,8,8,16&" + PROFILE_PARALLEL),
     "/?pp=abc&tp=0&split=1,x&mode=split",

@@ -48,7 +48,7 @@ def test_time_breakdown_draws_exposed_and_overlapped_seconds():
     go.Figure(fig)
     exposed, hidden = fig["data"]
     # stacking order is the figure's own (compute, bubble, dp); the values are the input's
-    assert exposed["y"] == ["compute", "pipeline bubble", "DP / EDP gradient and parameter collectives"]
+    assert exposed["y"] == ["compute", "pipeline bubble", "DP / EDP collectives"]
     assert exposed["x"] == [2.0, 0.75, 0.25]
     assert hidden["x"] == [0.0, 0.0, 0.75]  # dp: 1.0 total, 0.25 exposed -> 0.75 hidden behind backward
 
