@@ -462,12 +462,12 @@ class _RankSolver:
     def __init__(self, pb: _Problem, stage: _StageSolver, budget: int):
         self.pb = pb
         self.stage = stage
-        self.left = budget
+        self.budget = self.left = budget
 
     def _spend(self, n: int = 1) -> None:
         self.left -= n
         if self.left < 0:
-            raise _BudgetExceeded(f"the exact rank DP needs more than {RANK_DP_MAX_WORK:,} work units")
+            raise _BudgetExceeded(f"the exact rank DP needs more than {self.budget:,} work units")
 
     @staticmethod
     def _ys(j: int, a: int, hi: int, prefix: tuple[int, ...]):
@@ -694,7 +694,7 @@ class _RankSolver:
                 # probe: at this rate the other boundary tuples would not fit the budget
                 raise _BudgetExceeded(
                     f"the exact rank DP would need about {(before - self.left) * len(betas):,} work "
-                    f"units (limit {RANK_DP_MAX_WORK:,})"
+                    f"units (limit {self.budget:,})"
                 )
             if val < cap:
                 cap = val
@@ -738,7 +738,7 @@ class _RankSolver:
 # --------------------------------------------------------------------------- public API
 
 
-def _solve(pb: _Problem, k: int, unit: str) -> list[Layout]:
+def _solve(pb: _Problem, k: int, unit: str, work: int | None = None) -> list[Layout]:
     if pb.s == 1:
         return [_layout(pb, [0], unit)]
     stage = _StageSolver(pb)
@@ -746,7 +746,7 @@ def _solve(pb: _Problem, k: int, unit: str) -> list[Layout]:
         return [_layout(pb, key[-1], unit) for key in _lawler(stage.best_in, pb.s, k)]
     depth = pb.pp * (pb.vpp + 2)
     if depth <= RANK_DP_MAX_DEPTH:
-        rank = _RankSolver(pb, stage, RANK_DP_MAX_WORK)
+        rank = _RankSolver(pb, stage, RANK_DP_MAX_WORK if work is None else work)
         try:
             return [_layout(pb, key[-1], "rank") for key in _lawler(rank.best_in, pb.s, k)]
         except _BudgetExceeded as exc:
@@ -769,16 +769,19 @@ def optimal_layout(
     first_stage_extra: float = 0.0,
     last_stage_extra: float = 0.0,
     unit: str = "rank",
+    work: int | None = None,
 ) -> Layout | None:
     """The exact min-max optimal valid layout (ties: sum of squares, then smallest split).
 
     ``costs[i]`` and ``full[i]`` describe layer ``i + 1``. Returns ``None`` when no valid layout
     exists (layer 1 shared, or more stages than full layers). Raises ``ValueError`` on bad input.
+    ``work``: the rank DP's work limit (VPP > 1; :data:`RANK_DP_MAX_WORK` unless a caller that
+    solves many shapes asks for less); beyond it the per-stage optimum (``exact=False``).
     """
     pb = _problem(costs, full, pp, vpp, first_stage_extra, last_stage_extra, unit)
     if pb is None:
         return None
-    return _solve(pb, 1, unit)[0]
+    return _solve(pb, 1, unit, work)[0]
 
 
 def k_best_layouts(

@@ -13,18 +13,21 @@ from the budget: GPUs / (TP*CP*PP) must be whole, and ETP*EP*PP must divide the 
 Each (PP, VPP) uses the optimal valid layout for memory (:func:`app.core.optimise.optimiser.optimal_layout`
 over per-layer parameter counts, embedding on the first stage, lm_head + the launch's MTP layers
 (``mtp_layers``, default 0) + their embedding copy on the last), so every physical and virtual stage starts on a full layer.
+With VPP > 1 the exact rank optimum is searched within :data:`SEARCH_RANK_DP_WORK` (a dense model,
+every layer a valid start, can need a million candidate cuts per shape: seconds for one search);
+beyond it the shape takes the exact per-stage optimum.
 
-Ranking model (stated, simple, deterministic): the estimated relative step time is
+Ranking: the predicted tokens/s/GPU of the time model (:mod:`app.core.time`: per-stage op costs
+and communication, the pipeline in closed form; each listed plan is then timed with the simulated
+schedule). Ties go to the estimated relative step time
 
     time = imbalance * recompute_factor * offload_factor / (1 - bubble)
 
 where ``imbalance`` is the busiest pipeline rank's forward FLOPs over the mean
 (:func:`app.core.model.flops.stage_flops`), ``bubble`` = (PP-1)/(VPP*m + PP-1) with m micro-batches,
 ``recompute_factor`` is 1 (none), 1.05 (selective) or 4/3 (full: one more forward on top of
-forward + 2x backward), and ``offload_factor`` 1.10 (host Adam step, partly overlapped). Lower is
-better; ties go to the smaller model-parallel group (TP*CP*PP: more data parallelism, less
-communication) and then to more memory headroom. Communication volume is not modelled beyond that
-tie-break. Memory only falls along none -> selective -> full recompute and without -> with
+forward + 2x backward), and ``offload_factor`` 1.10 (host Adam step, partly overlapped), then to the
+smaller model-parallel group (TP*CP*PP) and then to more memory headroom. Memory only falls along none -> selective -> full recompute and without -> with
 offload, so each shape is probed once with its leanest option (all overflow if that does) and then
 walked from the cheapest option up; the options costlier than the first that fits are counted as
 ``dominated`` (they fit, but the cheaper one of the same shape always ranks above them).
@@ -51,6 +54,11 @@ from app.core.plan import Plan
 from app.core.time.schedule import closed_form_bubble
 
 RECOMPUTE_FACTOR = {"none": 1.0, "selective": 1.05, "full": 4.0 / 3.0}
+#: The rank DP's work limit for one shape's layout in the search (a quarter of
+#: :data:`app.core.optimise.optimiser.RANK_DP_MAX_WORK`, which Balance and ``isplan plan`` keep): the
+#: search solves up to a dozen shapes, and a shape over the limit had spent the whole million
+#: before falling back to the per-stage optimum (Llama-3.1-70B on 64 GPUs: 2.5 s of its 3 s).
+SEARCH_RANK_DP_WORK = 250_000
 OFFLOAD_FACTOR = 1.10
 RECOMPUTE_ORDER = ("none", "selective", "full")  # stored activations only fall along this order
 
@@ -159,7 +167,7 @@ class _BudgetSearch:
         key = (pp, vpp)
         if key not in self.plans:
             lay = optimal_layout(self.costs, self.full, pp, vpp, first_stage_extra=self.first_extra,
-                                 last_stage_extra=self.last_extra)
+                                 last_stage_extra=self.last_extra, work=SEARCH_RANK_DP_WORK)
             plan = None if lay is None else materialise(PipelineSpec(split=tuple(lay.split), vpp=vpp, overlap_p2p=True),
                                                         self.cfg.num_hidden_layers, default_mtp=self.mtp_layers)
             self.plans[key] = None if plan is None or plan.errors else plan

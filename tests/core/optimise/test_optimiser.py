@@ -432,6 +432,17 @@ def test_rank_fallback_beyond_work_limit(monkeypatch):
     assert [lay.exact for lay in k_best_layouts(costs, GLM_MASK, pp=8, vpp=2, k=2)] == [False, False]
 
 
+def test_a_caller_may_bound_the_rank_dp_lower():
+    """``work`` bounds one call's rank DP (the GPU-budget search asks for less than Balance): over
+    it, the per-stage optimum, said so with the bound asked for; the default keeps the module's."""
+    costs = [1.0] * GLM_N
+    exact = optimal_layout(costs, GLM_MASK, pp=8, vpp=2)
+    bounded = optimal_layout(costs, GLM_MASK, pp=8, vpp=2, work=5)
+    stage = optimal_layout(costs, GLM_MASK, pp=8, vpp=2, unit="stage")
+    assert exact.exact and exact.unit == "rank"
+    assert not bounded.exact and bounded.split == stage.split and "5 work units" in bounded.note
+
+
 def test_rank_fallback_beyond_boundary_limit(monkeypatch):
     # PP4 VPP4 on GLM-5.2: W = 21 - 16 + 1 = 6 choices per cut, C(6 + 2, 3) = 56 boundary tuples
     monkeypatch.setattr(opt, "RANK_DP_MAX_BOUNDARIES", 55)
