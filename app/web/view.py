@@ -26,6 +26,7 @@ from markupsafe import Markup
 
 from app.core.content_cache import remember
 from app.core.engines import Engine, LayoutCheck
+from app.core.engines.serving import serving_terms_held
 from app.core.evaluate import Evaluation, evaluate
 from app.core.model.config import ConfigError, ModelConfig, load_preset, preset_ids
 from app.core.model.parameters import stage_params
@@ -360,7 +361,7 @@ class PlanView:
             worst = max(sm["ranks"], key=lambda r: r["total_bytes"])
             fits = all(r["fits"] for r in sm["ranks"])
             return (f"largest rank: pp rank {worst['pp_rank']} needs {worst['total_bytes'] / 2**30:.1f} GiB of "
-                    f"{worst['usable_bytes'] / 2**30:.1f} GiB usable (weights, KV cache, top-k buffer): "
+                    f"{worst['usable_bytes'] / 2**30:.1f} GiB usable ({serving_terms_held(sm['ranks'])}): "
                     + ("every rank fits" if fits else "does NOT fit"))
         return ""
 

@@ -421,6 +421,10 @@ _FIX_OF_TERM = {"weights_bytes": ("tp", "raise tp or pp (weights are split over 
                 "kv_latent_bytes": ("context", "lower context or concurrency, serve the KV cache in fp8, or raise pp"),
                 "indexer_cache_bytes": ("context", "lower context or concurrency, or raise pp"),
                 "topk_buffer_bytes": ("tp", "raise tp")}
+#: What each serving-memory term is called in a message (``kv_latent_bytes`` holds an MLA model's
+#: latent cache and a GQA model's keys and values alike: its KV cache)
+_TERM_LABELS = {"weights_bytes": "weights", "kv_latent_bytes": "KV cache", "indexer_cache_bytes": "indexer key cache",
+                "topk_buffer_bytes": "top-k buffer"}
 
 
 class ServingEngine(Engine):
@@ -566,7 +570,15 @@ def serving_memory_reasons(memory: dict[str, Any]) -> list[Reason]:
     ranks = ranges([r["pp_rank"] for r in over])
     return [Reason("memory", "rank_over_capacity",
                    f"pp rank{'s' * (len(over) > 1)} {ranks} need{'s' * (len(over) == 1)} up to "
-                   f"{worst['total_bytes'] / 2**30:.1f} GiB per GPU for weights, KV cache and the top-k buffer "
-                   f"(pp rank {worst['pp_rank']}: {term.removesuffix('_bytes').replace('_', ' ')} "
+                   f"{worst['total_bytes'] / 2**30:.1f} GiB per GPU for {serving_terms_held(over)} "
+                   f"(pp rank {worst['pp_rank']}: {_TERM_LABELS[term]} "
                    f"{worst[term] / 2**30:.1f} GiB); the usable capacity is {worst['usable_bytes'] / 2**30:.1f} GiB: "
                    f"{fix}", fld)]
+
+
+def serving_terms_held(ranks: list[dict[str, Any]]) -> str:
+    """What these serving-memory ranks hold, in words: ``weights and KV cache`` (a model without an
+    indexer has no indexer cache and no top-k buffer), ``weights, KV cache, indexer key cache and
+    top-k buffer``."""
+    held = [label for k, label in _TERM_LABELS.items() if any(r.get(k) for r in ranks)] or ["weights"]
+    return held[0] if len(held) == 1 else ", ".join(held[:-1]) + " and " + held[-1]

@@ -15,8 +15,8 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   config of another type that carries the MLA fields (``kv_lora_rank`` ...), as in transformers
   ``DeepseekV3Config``;
 * ``gqa`` (grouped-query / multi-head attention with ``num_key_value_heads`` and ``head_dim``):
-  ``llama``, ``mistral``, ``qwen2``, ``qwen3`` (dense) and ``qwen3_moe``, ``mixtral``,
-  ``glm4_moe`` (MoE), and ``gpt2`` (the dense GPT of GPT-2 / GPT-3 / Megatron's ``GPTModel``:
+  ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma``, ``gemma2`` (dense) and
+  ``qwen3_moe``, ``mixtral``, ``glm4_moe`` (MoE), and ``gpt2`` (the dense GPT of GPT-2 / GPT-3 / Megatron's ``GPTModel``:
   multi-head attention, a 2-matrix GELU MLP of ``n_inner`` (default 4H), LayerNorms with biases,
   biases on every linear layer, learned position embeddings of ``n_positions`` rows and tied
   embeddings by default; transformers ``models/gpt2/configuration_gpt2.py`` ``GPT2Config`` and
@@ -37,6 +37,9 @@ in ``modeling_<family>.py``):
   o_proj; Llama / Mistral / Qwen3 put ``attention_bias`` on q, k, v and o; GLM-4.5 on q, k, v only;
 * QK-norm (an RMSNorm of ``head_dim`` on q and on k): always for Qwen3 / Qwen3-MoE,
   ``use_qk_norm`` for GLM-4.5;
+* Phi-3 fuses q/k/v into ``qkv_proj`` and gate/up into ``gate_up_proj`` (same counts, no biases);
+  Gemma / Gemma 2 default ``head_dim`` to 256 and tie the embeddings unless the file says
+  otherwise, and Gemma 2 has four RMSNorms a layer (``norms_per_layer``);
 * router score-correction bias (``e_score_correction_bias``, E per MoE layer): DeepSeek and GLM;
 * MTP (``num_nextn_predict_layers``): DeepSeek and GLM; none elsewhere.
 
@@ -113,7 +116,11 @@ _POSITIVE = {
 }
 
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
-GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt2")
+GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt2", "phi3", "gemma",
+                   "gemma2")
+#: Gemma and Gemma 2: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
+#: ``Gemma2Config`` defaults, transformers ``models/gemma2/configuration_gemma2.py``)
+_GEMMA_TYPES = ("gemma", "gemma2")
 KNOWN_MODEL_TYPES = MLA_MODEL_TYPES + GQA_MODEL_TYPES
 #: model types whose MoE router has a score-correction bias (``e_score_correction_bias``)
 _ROUTER_BIAS_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2", "glm4_moe")
@@ -190,6 +197,7 @@ class ModelConfig:
     norm_bias: bool = False  # LayerNorm with a bias (2 vectors of H) instead of RMSNorm (1)
     position_embeddings: int = 0  # rows of a learned absolute position table (GPT-2: n_positions)
     activation: str = "silu"  # the MLP activation as the config names it
+    norms_per_layer: int = 2  # norms in a decoder layer (Gemma 2: 4, a post-norm after attention and MLP too)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -378,7 +386,7 @@ _NEEDED = (
     "index_topk_pattern", "indexer_types", "mlp_layer_types", "num_nextn_predict_layers",
     "tie_word_embeddings", "max_position_embeddings", "num_key_value_heads", "head_dim",
     "num_experts", "num_local_experts", "decoder_sparse_step", "mlp_only_layers", "use_qk_norm",
-    "attention_bias",
+    "attention_bias", "hidden_act", "hidden_activation",
 )
 
 
@@ -435,7 +443,7 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
         raise ConfigError(
             f"num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv})", "num_key_value_heads"
         )
-    head_dim = _int_field(raw, "head_dim", None)
+    head_dim = _int_field(raw, "head_dim", 256 if model_type in _GEMMA_TYPES else None)
     if head_dim is None:
         if hidden % heads:
             raise ConfigError(
@@ -446,11 +454,15 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
     out: dict[str, Any] = {
         "attention": "gqa", "num_key_value_heads": kv, "head_dim": head_dim,
         "qkv_bias": True if model_type == "qwen2" else bias,
-        "o_bias": bias if model_type in ("llama", "mistral", "qwen3", "qwen3_moe") else False,
+        "o_bias": bias if model_type in ("llama", "mistral", "qwen3", "qwen3_moe", *_GEMMA_TYPES) else False,
         "qk_norm": model_type in ("qwen3", "qwen3_moe") or (model_type == "glm4_moe"
                                                             and _bool_field(raw, "use_qk_norm", False)),
         "moe_router_bias": model_type in _ROUTER_BIAS_TYPES,
+        "activation": _activation(raw),
+        "norms_per_layer": 4 if model_type == "gemma2" else 2,
     }
+    if model_type in _GEMMA_TYPES and raw.get("tie_word_embeddings") is None:
+        out["tie_word_embeddings"] = True
     # defaults where a field is omitted: the transformers config classes' (MixtralConfig: 8 experts,
     # top-2, width 14336; Qwen3MoeConfig: 128 experts, top-8, width 768)
     if model_type == "mixtral":
@@ -471,6 +483,18 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
     if model_type == "gpt2":
         out.update(_gpt2_family(raw))
     return out
+
+
+def _activation(raw: dict[str, Any]) -> str:
+    """The MLP activation as the config names it: ``hidden_activation`` (Gemma), else ``hidden_act``,
+    else SiLU. Only named: every activation is an elementwise op of the same cost here."""
+    for name in ("hidden_activation", "hidden_act"):
+        value = raw.get(name)
+        if value is not None:
+            if not isinstance(value, str):
+                raise ConfigError(f"{name} must be a string", name)
+            return value
+    return "silu"
 
 
 def _qwen3_moe_layer_types(raw: dict[str, Any], n: int) -> tuple[str, ...] | None:

@@ -69,6 +69,8 @@ expert_output          2H * k ETP / TP                    fc2 output, kept for t
 shared_fc1/act         4 S i / TP, 2 S i / TP             shared expert (TP-sharded)
 dense_fc1/act          4 I / TP, 2 I / TP                 dense FFN layers
 mtp_inputs (MTP)       8H / s_div                         enorm / hnorm inputs and eh_proj input
+post_norm_inputs       4H / s_div                         Gemma 2's post-attention and post-MLP
+                                                          RMSNorms (``norms_per_layer`` 4): inputs
 =====================  =================================  ======================================
 
 GQA / MHA attention (``attention == "gqa"``, g key-value heads of dim d) replaces the MLA rows
@@ -317,6 +319,8 @@ def layer_activation_terms(cfg: ModelConfig, par: ParallelConfig, *, ffn: str, i
     t.update(_ffn_terms(cfg, ffn, par.tp, par.expert_tp, s_div))
     if mtp:
         t["mtp_inputs"] = 8 * H / s_div
+    if cfg.norms_per_layer == 4:
+        t["post_norm_inputs"] = 4 * H / s_div
     return t
 
 

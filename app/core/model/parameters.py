@@ -14,7 +14,8 @@ widths, V the vocabulary:
   a row-parallel bias is added after the reduction), QK-norm ``2*d`` (replicated)
   (transformers ``LlamaAttention`` / ``Qwen2Attention`` / ``Qwen3Attention`` / ``Glm4MoeAttention``);
 * layer norms ``2H`` (RMSNorm gains; LayerNorm with biases, ``norm_bias``: ``4H``, and the final
-  norm ``2H``); learned position embeddings (``position_embeddings`` rows, GPT-2 ``wpe``) add
+  norm ``2H``; Gemma 2's four norms a layer, ``norms_per_layer``: ``4H``, transformers
+  ``Gemma2DecoderLayer``); learned position embeddings (``position_embeddings`` rows, GPT-2 ``wpe``) add
   ``P*H`` (replicated) to the embedding component, not to a tied head; indexer ``rq*Hi*di + H*di + H*Hi + 2*di`` (wq_b, wk, weights_proj, k_norm),
   **only on layers that own an indexer** (full layers and MTP layers);
 * dense FFN ``3*H*I`` (gated SwiGLU); a 2-matrix MLP (GPT-2's GELU ``c_fc`` / ``c_proj``,
@@ -122,7 +123,7 @@ def shapes(cfg: ModelConfig) -> Shapes:
     return Shapes(
         attn_sharded=attn_sh,
         attn_replicated=attn_rep,
-        norms=(4 if cfg.norm_bias else 2) * H,
+        norms=cfg.norms_per_layer * (2 if cfg.norm_bias else 1) * H,
         indexer=indexer,
         dense_ffn=(3 if cfg.gated_mlp else 2) * H * cfg.intermediate_size
         + ((cfg.intermediate_size + H) if cfg.mlp_bias else 0),

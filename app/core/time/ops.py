@@ -31,7 +31,7 @@ so by CP only). Flash-attention backward is 2.5 x its forward FLOPs (five GEMMs 
 the indexer's backward runs over the selected top-k pairs only (as ``training_flops``).
 
 Memory-bound work per token (elements of 2 B; ``t_sp`` tokens for norms and residual adds): two
-norms ``2 x 2H``, two residual adds ``2 x 3H``, RoPE ``2 x (q + k rope dims)``, the MLA latent
+norms ``2 x 2H`` (Gemma 2's four ``4 x 2H``), two residual adds ``2 x 3H``, RoPE ``2 x (q + k rope dims)``, the MLA latent
 norms ``2 (rq + rkv)``, the activation (``3 x width`` gated, ``2 x`` GELU), the MoE router
 softmax / top-k ``4E`` and the fused permutation and un-permutation ``2 (topk + 1) H``, plus the
 quantisation of every GEMM input (``Precision.quant_bytes`` per element) and, on DSA layers, the
@@ -227,7 +227,7 @@ def _elementwise(ctx: OpContext, role: LayerRole, gemms: list[Gemm]) -> dict[str
     H, h, tp = cfg.hidden_size, cfg.num_attention_heads, s.tp
     t, t_sp, t_moe = ctx.t, ctx.t_sp, ctx.t_moe
     b = ACT_BYTES
-    out = {"layernorm": 2 * 2 * H * t_sp * b, "residual": 2 * 3 * H * t_sp * b}
+    out = {"layernorm": cfg.norms_per_layer * 2 * H * t_sp * b, "residual": 2 * 3 * H * t_sp * b}
     if cfg.attention == "gqa":
         d, g = cfg.head_dim, cfg.num_key_value_heads
         g_gpu = g / tp if g >= tp else 1

@@ -136,11 +136,11 @@ def test_deepseek_v3_without_indexer_loads():
 
 
 def test_unknown_non_mla_model_is_refused_naming_the_field():
-    raw = {"model_type": "gemma", "num_hidden_layers": 32, "hidden_size": 4096, "vocab_size": 32000,
-           "num_attention_heads": 32}
+    raw = {"model_type": "falcon", "num_hidden_layers": 32, "hidden_size": 4096, "vocab_size": 32000,
+           "num_attention_heads": 32}  # Falcon: parallel attention, multi-query: shapes isplan does not read
     with pytest.raises(ConfigError) as err:
         load_config_bytes(json.dumps(raw).encode())
-    assert err.value.field == "model_type" and "gemma" in str(err.value) and "llama" in str(err.value)
+    assert err.value.field == "model_type" and "falcon" in str(err.value) and "llama" in str(err.value)
     # an MLA model type without its MLA fields names the first missing one
     with pytest.raises(ConfigError) as err:
         load_config_bytes(json.dumps({**raw, "model_type": "deepseek_v3"}).encode())

@@ -150,6 +150,70 @@ def test_dense_gqa_exact(raw, published):
     assert count_parameters(cfg).main_total == L * layer + 2 * V * H + H == published
 
 
+# config.json field values of microsoft/Phi-3-mini-4k-instruct, google/gemma-7b and google/gemma-2-9b
+PHI3_MINI = {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "hidden_size": 3072,
+             "intermediate_size": 8192, "num_hidden_layers": 32, "num_attention_heads": 32,
+             "num_key_value_heads": 32, "vocab_size": 32064, "hidden_act": "silu", "sliding_window": 2047,
+             "tie_word_embeddings": False, "max_position_embeddings": 4096}
+GEMMA_7B = {"model_type": "gemma", "architectures": ["GemmaForCausalLM"], "hidden_size": 3072,
+            "intermediate_size": 24576, "num_hidden_layers": 28, "num_attention_heads": 16,
+            "num_key_value_heads": 16, "head_dim": 256, "vocab_size": 256000, "hidden_act": "gelu",
+            "max_position_embeddings": 8192}
+GEMMA2_9B = {"model_type": "gemma2", "architectures": ["Gemma2ForCausalLM"], "hidden_size": 3584,
+             "intermediate_size": 14336, "num_hidden_layers": 42, "num_attention_heads": 16,
+             "num_key_value_heads": 8, "head_dim": 256, "vocab_size": 256000,
+             "hidden_activation": "gelu_pytorch_tanh", "sliding_window": 4096, "max_position_embeddings": 8192}
+
+
+@pytest.mark.parametrize("raw,norms,tied,published", [
+    # Phi3Attention: one qkv_proj and o_proj, no biases; Phi3MLP: gate_up_proj (2I) and down_proj;
+    # two RMSNorms; untied head (transformers models/phi3/modeling_phi3.py). HF: 3,821,079,552
+    (PHI3_MINI, 2, False, 3_821_079_552),
+    # Gemma: q/k/v/o of 16 heads x 256, GeGLU gate/up/down, two RMSNorms, embeddings tied by default
+    # (GemmaConfig tie_word_embeddings=True; the file omits it). HF: 8,537,680,896 ("8.54B")
+    (GEMMA_7B, 2, True, 8_537_680_896),
+    # Gemma 2: four RMSNorms a layer (input, post_attention, pre_feedforward, post_feedforward;
+    # transformers Gemma2DecoderLayer), head_dim 256 x 16 heads = 4096 != H, tied. HF: 9,241,705,984
+    (GEMMA2_9B, 4, True, 9_241_705_984),
+])
+def test_phi3_gemma_and_gemma2_exact(raw, norms, tied, published):
+    cfg = load(raw)
+    H, I, V, L, h, g = (raw["hidden_size"], raw["intermediate_size"], raw["vocab_size"], raw["num_hidden_layers"],
+                        raw["num_attention_heads"], raw["num_key_value_heads"])
+    d = raw.get("head_dim", H // h)
+    assert (cfg.norms_per_layer, cfg.tie_word_embeddings, cfg.head_dim) == (norms, tied, d)
+    layer = gqa_layer(H, h, g, d) + 3 * H * I + norms * H
+    assert count_parameters(cfg).main_total == L * layer + (1 if tied else 2) * V * H + H == published
+    assert cfg.activation == raw.get("hidden_activation", raw.get("hidden_act"))
+
+
+def test_gemma2_post_norms_keep_their_inputs():
+    """Gemma 2's post-attention and post-feedforward RMSNorms keep their inputs for backward
+    (``2H`` bytes each per token, SP-sharded like the other norms): a layer stores 4H / s_div bytes
+    more than the same layer with two norms."""
+    from app.core.model.memory import layer_activation_terms
+
+    two = load({**GEMMA2_9B, "model_type": "gemma"})  # the same shapes with Gemma's two norms
+    four = load(GEMMA2_9B)
+    par = ParallelConfig(tp=2, pp=1, gpus=2, sp=True, seq_length=4096)
+    t2 = layer_activation_terms(two, par, ffn="dense", indexer=False)
+    t4 = layer_activation_terms(four, par, ffn="dense", indexer=False)
+    assert sum(t4.values()) - sum(t2.values()) == 4 * 3584 / 2
+
+
+def test_a_serving_overflow_names_what_a_gqa_model_holds():
+    """A model without an indexer holds no indexer cache and no top-k buffer: the refusal says
+    weights and KV cache, and calls its largest term the KV cache (not an MLA latent)."""
+    from app.core.evaluate import evaluate
+    from app.core.plan import plan_from_query
+
+    cfg = load(PHI3_MINI)
+    plan, _ = plan_from_query({"model": cfg.id, "engine": "vllm", "pp": "2", "tp": "1", "context": "1048576"})
+    reason = next(r for r in evaluate(plan, cfg).verdict.blocking if r.kind == "memory")
+    assert "for weights and KV cache (pp rank" in reason.message and ": KV cache " in reason.message
+    assert "top-k" not in reason.message and "latent" not in reason.message
+
+
 def test_qwen3_dense_qk_norm():
     # published: 8.2B total, 6.95B non-embedding (Qwen/Qwen3-8B model card)
     cfg = load(QWEN3_8B)
