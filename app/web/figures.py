@@ -131,7 +131,7 @@ def time_figure(time: dict[str, Any]) -> dict[str, Any]:
          "hovertemplate": "%{y}: %{x:.3f} s exposed<extra></extra>"},
         {"type": "bar", "orientation": "h", "name": "overlapped (hidden behind other work)", "y": labels, "x": hidden,
          "marker": {"color": OKABE_ITO[4]}, "hovertemplate": "%{y}: %{x:.3f} s overlapped<extra></extra>"},
-    ], "layout": _layout(barmode="stack", margin={"l": 230, "r": 20, "t": 10, "b": 50},
+    ], "layout": _layout(barmode="stack", margin={"l": 20, "r": 20, "t": 10, "b": 50},  # labels size it (automargin)
                          xaxis={"title": {"text": "seconds per step"}}, yaxis={"autorange": "reversed", "automargin": True})}
 
 

@@ -27,10 +27,12 @@ where ``imbalance`` is the busiest pipeline rank's forward FLOPs over the mean
 (:func:`app.core.model.flops.stage_flops`), ``bubble`` = (PP-1)/(VPP*m + PP-1) with m micro-batches,
 ``recompute_factor`` is 1 (none), 1.05 (selective) or 4/3 (full: one more forward on top of
 forward + 2x backward), and ``offload_factor`` 1.10 (host Adam step, partly overlapped), then to the
-smaller model-parallel group (TP*CP*PP) and then to more memory headroom. Memory only falls along none -> selective -> full recompute and without -> with
-offload, so each shape is probed once with its leanest option (all overflow if that does) and then
-walked from the cheapest option up; the options costlier than the first that fits are counted as
-``dominated`` (they fit, but the cheaper one of the same shape always ranks above them).
+smaller model-parallel group (TP*CP*PP) and then to more memory headroom.
+
+Memory only falls along none -> selective -> full recompute and without -> with offload, so each
+shape is probed once with its leanest option (all overflow if that does) and then walked from the
+cheapest option up; the options costlier than the first that fits are counted as ``dominated``
+(they fit, but the cheaper one of the same shape always ranks above them).
 """
 
 from __future__ import annotations
