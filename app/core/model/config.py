@@ -16,7 +16,7 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   ``DeepseekV3Config``;
 * ``gqa`` (grouped-query / multi-head attention with ``num_key_value_heads`` and ``head_dim``):
   ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma``, ``gemma2`` (dense) and
-  ``qwen3_moe``, ``mixtral``, ``glm4_moe`` (MoE), and ``gpt2`` (the dense GPT of GPT-2 / GPT-3 / Megatron's ``GPTModel``:
+  ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``glm4_moe`` (MoE), and ``gpt2`` (the dense GPT of GPT-2 / GPT-3 / Megatron's ``GPTModel``:
   multi-head attention, a 2-matrix GELU MLP of ``n_inner`` (default 4H), LayerNorms with biases,
   biases on every linear layer, learned position embeddings of ``n_positions`` rows and tied
   embeddings by default; transformers ``models/gpt2/configuration_gpt2.py`` ``GPT2Config`` and
@@ -32,7 +32,9 @@ in ``modeling_<family>.py``):
   (DeepSeek, GLM), ``decoder_sparse_step`` + ``mlp_only_layers`` (Qwen3-MoE: layer ``i`` is MoE
   iff ``i`` is not in ``mlp_only_layers`` and ``(i + 1) % decoder_sparse_step == 0``), every
   layer (Mixtral);
-* shared experts: ``n_shared_experts`` (DeepSeek, GLM-4.5); none for Qwen3-MoE and Mixtral;
+* shared experts: ``n_shared_experts`` (DeepSeek, GLM-4.5); Qwen2-MoE's one gated shared expert of
+  ``shared_expert_intermediate_size`` as that many expert widths (:func:`_qwen2_moe_experts`);
+  none for Qwen3-MoE and Mixtral;
 * attention biases: Qwen2 has q/k/v biases (``bias=True`` in ``Qwen2Attention``) and none on
   o_proj; Llama / Mistral / Qwen3 put ``attention_bias`` on q, k, v and o; GLM-4.5 on q, k, v only;
 * QK-norm (an RMSNorm of ``head_dim`` on q and on k): always for Qwen3 / Qwen3-MoE,
@@ -117,7 +119,7 @@ _POSITIVE = {
 
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
 GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt2", "phi3", "gemma",
-                   "gemma2")
+                   "gemma2", "qwen2_moe")
 #: Gemma and Gemma 2: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
 #: ``Gemma2Config`` defaults, transformers ``models/gemma2/configuration_gemma2.py``)
 _GEMMA_TYPES = ("gemma", "gemma2")
@@ -197,6 +199,7 @@ class ModelConfig:
     norm_bias: bool = False  # LayerNorm with a bias (2 vectors of H) instead of RMSNorm (1)
     position_embeddings: int = 0  # rows of a learned absolute position table (GPT-2: n_positions)
     activation: str = "silu"  # the MLP activation as the config names it
+    shared_expert_gate: bool = False  # Qwen2-MoE: a sigmoid gate (H -> 1) on the shared expert's output
     norms_per_layer: int = 2  # norms in a decoder layer (Gemma 2: 4, a post-norm after attention and MLP too)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -386,7 +389,7 @@ _NEEDED = (
     "index_topk_pattern", "indexer_types", "mlp_layer_types", "num_nextn_predict_layers",
     "tie_word_embeddings", "max_position_embeddings", "num_key_value_heads", "head_dim",
     "num_experts", "num_local_experts", "decoder_sparse_step", "mlp_only_layers", "use_qk_norm",
-    "attention_bias", "hidden_act", "hidden_activation",
+    "attention_bias", "hidden_act", "hidden_activation", "qkv_bias", "shared_expert_intermediate_size",
 )
 
 
@@ -453,7 +456,8 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
     bias = _bool_field(raw, "attention_bias", False)
     out: dict[str, Any] = {
         "attention": "gqa", "num_key_value_heads": kv, "head_dim": head_dim,
-        "qkv_bias": True if model_type == "qwen2" else bias,
+        "qkv_bias": (True if model_type == "qwen2" else _bool_field(raw, "qkv_bias", True) if model_type == "qwen2_moe"
+                     else bias),
         "o_bias": bias if model_type in ("llama", "mistral", "qwen3", "qwen3_moe", *_GEMMA_TYPES) else False,
         "qk_norm": model_type in ("qwen3", "qwen3_moe") or (model_type == "glm4_moe"
                                                             and _bool_field(raw, "use_qk_norm", False)),
@@ -477,6 +481,8 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
                    moe_intermediate_size=_int_field(raw, "moe_intermediate_size", 768), n_shared_experts=0,
                    first_k_dense_replace=0, moe_layer_freq=1, num_nextn_predict_layers=0,
                    mlp_layer_types=_qwen3_moe_layer_types(raw, n))
+    elif model_type == "qwen2_moe":
+        out.update(_qwen2_moe_experts(raw, n))
     elif model_type != "glm4_moe":  # dense families
         out.update(n_routed_experts=0, n_shared_experts=0, num_experts_per_tok=0, moe_intermediate_size=0,
                    num_nextn_predict_layers=0)
@@ -495,6 +501,25 @@ def _activation(raw: dict[str, Any]) -> str:
                 raise ConfigError(f"{name} must be a string", name)
             return value
     return "silu"
+
+
+def _qwen2_moe_experts(raw: dict[str, Any], n: int) -> dict[str, Any]:
+    """Qwen2-MoE's sparse block (transformers ``Qwen2MoeSparseMoeBlock``): a router of ``num_experts``,
+    the experts of ``moe_intermediate_size``, one shared expert of ``shared_expert_intermediate_size``
+    and a shared-expert gate (``H -> 1``, ``shared_expert_gate``); layers as Qwen3-MoE's. The shared
+    expert is kept as ``shared / moe`` experts of the expert width (one GEMM of the same shape), so
+    its width must be a multiple of the expert width (Qwen1.5-MoE-A2.7B: 5632 = 4 x 1408,
+    Qwen2-57B-A14B: 20480 = 8 x 2560). Omitted sizes take ``Qwen2MoeConfig``'s defaults."""
+    width = _int_field(raw, "moe_intermediate_size", 1408)
+    shared = _int_field(raw, "shared_expert_intermediate_size", 5632)
+    assert width is not None and shared is not None
+    if width < 1 or shared % width:
+        raise ConfigError(f"shared_expert_intermediate_size ({shared}) must be a multiple of moe_intermediate_size "
+                          f"({width}): isplan times the shared expert as that many experts", "shared_expert_intermediate_size")
+    return {"n_routed_experts": _int_field(raw, "num_experts", 60), "num_experts_per_tok": _int_field(raw, "num_experts_per_tok", 4),
+            "moe_intermediate_size": width, "n_shared_experts": shared // width, "shared_expert_gate": shared > 0,
+            "first_k_dense_replace": 0, "moe_layer_freq": 1, "num_nextn_predict_layers": 0,
+            "mlp_layer_types": _qwen3_moe_layer_types(raw, n)}
 
 
 def _qwen3_moe_layer_types(raw: dict[str, Any], n: int) -> tuple[str, ...] | None:

@@ -130,7 +130,7 @@ def shapes(cfg: ModelConfig) -> Shapes:
         expert=expert,
         routed_experts=E * expert,
         shared_expert=cfg.n_shared_experts * expert,
-        router=E * H,
+        router=E * H + (H if cfg.shared_expert_gate else 0),
         router_bias=E if cfg.moe_router_bias else 0,
         embedding=cfg.vocab_size * H,
         lm_head=0 if cfg.tie_word_embeddings else cfg.vocab_size * H,

@@ -187,6 +187,37 @@ def test_phi3_gemma_and_gemma2_exact(raw, norms, tied, published):
     assert cfg.activation == raw.get("hidden_activation", raw.get("hidden_act"))
 
 
+# config.json field values of Qwen/Qwen1.5-MoE-A2.7B
+QWEN15_MOE = {"model_type": "qwen2_moe", "architectures": ["Qwen2MoeForCausalLM"], "hidden_size": 2048,
+              "intermediate_size": 5632, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+              "num_experts": 60, "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_attention_heads": 16,
+              "num_key_value_heads": 16, "vocab_size": 151936, "decoder_sparse_step": 1, "tie_word_embeddings": False}
+
+
+def test_qwen2_moe_shared_expert_and_its_gate():
+    """Qwen2MoeSparseMoeBlock (transformers models/qwen2_moe): router E x H, 60 experts 3 x H x 1408, one
+    shared expert 3 x H x 5632 and its gate H -> 1; q/k/v biases (qkv_bias, default true). Qwen's
+    model card: 14.3B parameters, 2.7B activated (with the input embedding: isplan's ``active``
+    leaves it out, as for GLM-4.5-Air above)."""
+    cfg = load(QWEN15_MOE)
+    H, L, V = 2048, 24, 151936
+    assert (cfg.n_shared_experts, cfg.shared_expert_gate, cfg.qkv_bias, cfg.o_bias) == (4, True, True, False)
+    attn = gqa_layer(H, 16, 16, 128, qkv_bias=True)
+    expert, shared, router = 3 * H * 1408, 3 * H * 5632, 60 * H + H
+    r = count_parameters(cfg)
+    assert r.main_total == L * (attn + 60 * expert + shared + router + 2 * H) + 2 * V * H + H == 14_315_784_192
+    active = L * (attn + 4 * expert + shared + router + 2 * H) + V * H + H
+    assert r.active == active and round((active + V * H) / 1e9, 1) == 2.7
+    # Qwen/Qwen2-57B-A14B: 64 experts of 2560, a shared expert of 20480 = 8 x 2560; "57.4B"
+    big = load({**QWEN15_MOE, "hidden_size": 3584, "intermediate_size": 18944, "moe_intermediate_size": 2560,
+                "shared_expert_intermediate_size": 20480, "num_experts": 64, "num_experts_per_tok": 8,
+                "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4})
+    assert big.n_shared_experts == 8 and round(count_parameters(big).main_total / 1e9, 1) == 57.4
+    with pytest.raises(ConfigError) as err:  # a shared width that is not whole experts: not timed as one
+        load({**QWEN15_MOE, "shared_expert_intermediate_size": 5000})
+    assert err.value.field == "shared_expert_intermediate_size"
+
+
 def test_gemma2_post_norms_keep_their_inputs():
     """Gemma 2's post-attention and post-feedforward RMSNorms keep their inputs for backward
     (``2H`` bytes each per token, SP-sharded like the other norms): a layer stores 4H / s_div bytes
