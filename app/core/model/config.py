@@ -588,7 +588,18 @@ def _read_family(raw: dict[str, Any], dims: dict[str, Any]) -> dict[str, Any]:
             f"(MLA types: {', '.join(MLA_MODEL_TYPES)})",
             missing[0] if model_type in MLA_MODEL_TYPES or model_type is None else "model_type",
         )
-    return {"moe_router_bias": True}
+    return {"moe_router_bias": _router_bias(raw, model_type)}
+
+
+def _router_bias(raw: dict[str, Any], model_type: str | None) -> bool:
+    """Whether an MLA model's checkpoint holds the router's score-correction bias
+    (``e_score_correction_bias``): DeepSeek-V3's auxiliary-loss-free routing (``topk_method``
+    ``noaux_tc``) and the types built on it; DeepSeek-V2's ``greedy`` / ``group_limited_greedy``
+    routing has none (deepseek-ai DeepSeek-V2 ``modeling_deepseek.py`` ``MoEGate``)."""
+    if model_type in _ROUTER_BIAS_TYPES:
+        return True
+    method = raw.get("topk_method")
+    return method is None or method == "noaux_tc"
 
 
 def _read_sharing_and_embeddings(raw: dict[str, Any]) -> dict[str, Any]:

@@ -218,6 +218,26 @@ def test_qwen2_moe_shared_expert_and_its_gate():
     assert err.value.field == "shared_expert_intermediate_size"
 
 
+# config.json field values of deepseek-ai/DeepSeek-V2-Lite
+DEEPSEEK_V2_LITE = {"model_type": "deepseek_v2", "architectures": ["DeepseekV2ForCausalLM"], "hidden_size": 2048,
+                    "intermediate_size": 10944, "moe_intermediate_size": 1408, "n_routed_experts": 64,
+                    "n_shared_experts": 2, "num_experts_per_tok": 6, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+                    "num_hidden_layers": 27, "num_attention_heads": 16, "num_key_value_heads": 16,
+                    "kv_lora_rank": 512, "q_lora_rank": None, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                    "v_head_dim": 128, "vocab_size": 102400, "topk_method": "greedy", "tie_word_embeddings": False}
+
+
+def test_deepseek_v2_routes_without_a_correction_bias():
+    """DeepSeek-V2's greedy routing has no ``e_score_correction_bias`` (that is V3's ``noaux_tc``):
+    its checkpoint is the main model (model card: 15.7B); with ``noaux_tc`` the 26 MoE layers would
+    each add 64."""
+    cfg = load(DEEPSEEK_V2_LITE)
+    r = count_parameters(cfg)
+    assert not cfg.moe_router_bias and r.checkpoint_total == r.main_total and round(r.main_total / 1e9, 1) == 15.7
+    noaux = count_parameters(load({**DEEPSEEK_V2_LITE, "topk_method": "noaux_tc"}))
+    assert noaux.checkpoint_total == noaux.main_total + 26 * 64
+
+
 def test_gemma2_post_norms_keep_their_inputs():
     """Gemma 2's post-attention and post-feedforward RMSNorms keep their inputs for backward
     (``2H`` bytes each per token, SP-sharded like the other norms): a layer stores 4H / s_div bytes
