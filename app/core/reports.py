@@ -276,12 +276,20 @@ def time_report(plan: Plan, cfg: ModelConfig, *, timeline: bool = False, **kw: A
     b = t["breakdown"]
     lines = [f"{cfg.id} on {t['settings']['world']} x {t['gpu']} ({t['precision']}): step {t['step_seconds']:.3f} s, "
              f"{t['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU, {t['model_tflops_per_gpu']:.0f} model TFLOP/s/GPU, "
-             f"MFU {t['mfu']:.1%}, bubble {t['bubble_fraction']:.1%} ({t['num_microbatches']} micro-batches: "
-             f"{t['bubble_fill_drain']:.1%} fill and drain, the rest waiting on slower stages and sends)"]
+             f"MFU {t['mfu']:.1%}, bubble {t['bubble_fraction']:.1%} ({_bubble_parts(t)})"]
     lines += [f"  {k:<10} exposed {v['exposed']:9.3f} s   total {v['total']:9.3f} s" for k, v in b.items()]
     lines += [f"  assumed: {a}" for a in t.get("assumed", [])]
     lines += [f"  note: {n}" for n in t.get("notes", [])]
     return _finish(body, lines, ev.verdict, ev)
+
+
+def _bubble_parts(t: dict[str, Any]) -> str:
+    """``64 micro-batches: 9.9% fill and drain, the rest waiting on slower stages and sends`` (the
+    parts a pipeline has: none but the count with one stage)."""
+    parts = [f"{t['bubble_fill_drain']:.1%} fill and drain"] if t["bubble_fill_drain"] > 0 else []
+    if t["bubble_fraction"] - t["bubble_fill_drain"] >= 0.0005:
+        parts.append("the rest waiting on slower stages and sends")
+    return f"{t['num_microbatches']} micro-batches" + (": " + ", ".join(parts) if parts else "")
 
 
 # ----------------------------------------------------------------------------- flops

@@ -16,7 +16,7 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   ``DeepseekV3Config``;
 * ``gqa`` (grouped-query / multi-head attention with ``num_key_value_heads`` and ``head_dim``):
   ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma``, ``gemma2`` (dense) and
-  ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``glm4_moe`` (MoE), and ``gpt2`` (the dense GPT of GPT-2 / GPT-3 / Megatron's ``GPTModel``:
+  ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``glm4_moe``, ``gpt_oss`` (MoE), and ``gpt2`` (the dense GPT of GPT-2 / GPT-3 / Megatron's ``GPTModel``:
   multi-head attention, a 2-matrix GELU MLP of ``n_inner`` (default 4H), LayerNorms with biases,
   biases on every linear layer, learned position embeddings of ``n_positions`` rows and tied
   embeddings by default; transformers ``models/gpt2/configuration_gpt2.py`` ``GPT2Config`` and
@@ -42,6 +42,8 @@ in ``modeling_<family>.py``):
 * Phi-3 fuses q/k/v into ``qkv_proj`` and gate/up into ``gate_up_proj`` (same counts, no biases);
   Gemma / Gemma 2 default ``head_dim`` to 256 and tie the embeddings unless the file says
   otherwise, and Gemma 2 has four RMSNorms a layer (``norms_per_layer``);
+* GPT-OSS: attention sinks, expert and trained router biases, and sliding windows on alternate
+  layers (``layer_windows``, :func:`_layer_windows`, as for Gemma 2, Mistral and Phi-3);
 * router score-correction bias (``e_score_correction_bias``, E per MoE layer): DeepSeek and GLM;
 * MTP (``num_nextn_predict_layers``): DeepSeek and GLM; none elsewhere.
 
@@ -119,7 +121,7 @@ _POSITIVE = {
 
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
 GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt2", "phi3", "gemma",
-                   "gemma2", "qwen2_moe")
+                   "gemma2", "qwen2_moe", "gpt_oss")
 #: Gemma and Gemma 2: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
 #: ``Gemma2Config`` defaults, transformers ``models/gemma2/configuration_gemma2.py``)
 _GEMMA_TYPES = ("gemma", "gemma2")
@@ -200,6 +202,10 @@ class ModelConfig:
     position_embeddings: int = 0  # rows of a learned absolute position table (GPT-2: n_positions)
     activation: str = "silu"  # the MLP activation as the config names it
     shared_expert_gate: bool = False  # Qwen2-MoE: a sigmoid gate (H -> 1) on the shared expert's output
+    expert_bias: bool = False  # GPT-OSS: biases on every expert's gate/up (2i) and down (H) projections
+    router_weight_bias: bool = False  # GPT-OSS: a trained router bias (E), unlike DeepSeek's correction bias
+    attention_sinks: bool = False  # GPT-OSS: one learned sink logit per attention head
+    layer_windows: tuple[int, ...] | None = None  # per decoder layer: sliding-window size (0: full causal)
     norms_per_layer: int = 2  # norms in a decoder layer (Gemma 2: 4, a post-norm after attention and MLP too)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -390,6 +396,7 @@ _NEEDED = (
     "tie_word_embeddings", "max_position_embeddings", "num_key_value_heads", "head_dim",
     "num_experts", "num_local_experts", "decoder_sparse_step", "mlp_only_layers", "use_qk_norm",
     "attention_bias", "hidden_act", "hidden_activation", "qkv_bias", "shared_expert_intermediate_size",
+    "sliding_window", "layer_types", "use_sliding_window", "max_window_layers",
 )
 
 
@@ -446,24 +453,25 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
         raise ConfigError(
             f"num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv})", "num_key_value_heads"
         )
-    head_dim = _int_field(raw, "head_dim", 256 if model_type in _GEMMA_TYPES else None)
+    head_dim = _int_field(raw, "head_dim", 256 if model_type in _GEMMA_TYPES else 64 if model_type == "gpt_oss" else None)
     if head_dim is None:
         if hidden % heads:
             raise ConfigError(
                 f"hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads}); give head_dim", "head_dim"
             )
         head_dim = hidden // heads
-    bias = _bool_field(raw, "attention_bias", False)
+    bias = _bool_field(raw, "attention_bias", model_type == "gpt_oss")  # GptOssConfig: attention_bias=True
     out: dict[str, Any] = {
         "attention": "gqa", "num_key_value_heads": kv, "head_dim": head_dim,
         "qkv_bias": (True if model_type == "qwen2" else _bool_field(raw, "qkv_bias", True) if model_type == "qwen2_moe"
                      else bias),
-        "o_bias": bias if model_type in ("llama", "mistral", "qwen3", "qwen3_moe", *_GEMMA_TYPES) else False,
+        "o_bias": bias if model_type in ("llama", "mistral", "qwen3", "qwen3_moe", "gpt_oss", *_GEMMA_TYPES) else False,
         "qk_norm": model_type in ("qwen3", "qwen3_moe") or (model_type == "glm4_moe"
                                                             and _bool_field(raw, "use_qk_norm", False)),
         "moe_router_bias": model_type in _ROUTER_BIAS_TYPES,
         "activation": _activation(raw),
         "norms_per_layer": 4 if model_type == "gemma2" else 2,
+        "layer_windows": _layer_windows(raw, model_type, n),
     }
     if model_type in _GEMMA_TYPES and raw.get("tie_word_embeddings") is None:
         out["tie_word_embeddings"] = True
@@ -483,6 +491,12 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
                    mlp_layer_types=_qwen3_moe_layer_types(raw, n))
     elif model_type == "qwen2_moe":
         out.update(_qwen2_moe_experts(raw, n))
+    elif model_type == "gpt_oss":  # GptOssConfig defaults: 128 experts of 2880, top-4
+        out.update(n_routed_experts=_int_field(raw, "num_local_experts", 128),
+                   num_experts_per_tok=_int_field(raw, "num_experts_per_tok", 4),
+                   moe_intermediate_size=_int_field(raw, "intermediate_size", 2880), intermediate_size=0,
+                   first_k_dense_replace=0, moe_layer_freq=1, n_shared_experts=0, num_nextn_predict_layers=0,
+                   expert_bias=True, router_weight_bias=True, attention_sinks=True)
     elif model_type != "glm4_moe":  # dense families
         out.update(n_routed_experts=0, n_shared_experts=0, num_experts_per_tok=0, moe_intermediate_size=0,
                    num_nextn_predict_layers=0)
@@ -501,6 +515,39 @@ def _activation(raw: dict[str, Any]) -> str:
                 raise ConfigError(f"{name} must be a string", name)
             return value
     return "silu"
+
+
+#: the families whose every layer uses ``sliding_window`` unless ``layer_types`` says otherwise
+#: (transformers ``MistralAttention`` / ``Phi3Attention`` pass it to every layer)
+_WINDOW_EVERY_LAYER = ("mistral", "phi3")
+#: the families that alternate sliding and full layers by default, sliding first (``Gemma2Config`` /
+#: ``GptOssConfig``: ``"sliding_attention" if (i + 1) % 2 else "full_attention"``)
+_WINDOW_ALTERNATE = ("gemma2", "gpt_oss")
+
+
+def _layer_windows(raw: dict[str, Any], model_type: str, n: int) -> tuple[int, ...] | None:
+    """Each decoder layer's attention window (0: full causal), or ``None`` when no layer has one:
+    ``sliding_window`` on the layers ``layer_types`` marks ``sliding_attention``, else on the layers
+    the family's config class puts it (:data:`_WINDOW_EVERY_LAYER`, :data:`_WINDOW_ALTERNATE`;
+    Qwen2 / Qwen3 only with ``use_sliding_window``, from ``max_window_layers`` on)."""
+    window = _int_field(raw, "sliding_window", None)
+    if not window:
+        return None
+    types = raw.get("layer_types")
+    if types is not None:
+        kinds = _str_list(raw, "layer_types", ("sliding_attention", "full_attention"), n)
+        assert kinds is not None
+        sliding = [k == "sliding_attention" for k in kinds]
+    elif model_type in _WINDOW_ALTERNATE:
+        sliding = [bool((i + 1) % 2) for i in range(n)]
+    elif model_type in _WINDOW_EVERY_LAYER:
+        sliding = [True] * n
+    elif model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and _bool_field(raw, "use_sliding_window", False):
+        start = _int_field(raw, "max_window_layers", n)
+        sliding = [i >= (start or 0) for i in range(n)]
+    else:
+        return None
+    return tuple(window if s else 0 for s in sliding) if any(sliding) else None
 
 
 def _qwen2_moe_experts(raw: dict[str, Any], n: int) -> dict[str, Any]:

@@ -89,7 +89,7 @@ from app.core.content_cache import remember, scope
 from app.core.layout.stages import Stage, StagePlan
 from app.core.model.config import ModelConfig
 from app.core.model.parameters import Shapes, shapes
-from app.core.model.roles import LayerRole, RoleMap, derive_roles
+from app.core.model.roles import LayerKind, LayerRole, RoleMap, derive_roles
 
 #: Additive terms of every breakdown (their sum is ``total``).
 TERMS = ("linear", "indexer_projections", "indexer_scoring", "indexer_weighting", "sparse_attention")
@@ -168,6 +168,32 @@ def topk_positions(cfg: ModelConfig, context: int) -> int:
 def causal_pairs(seq_length: int) -> int:
     """Query-key pairs of one causal sequence: ``S(S+1)/2`` (average context ``(S+1)/2``)."""
     return seq_length * (seq_length + 1) // 2
+
+
+def window_pairs(seq_length: int, window: int) -> int:
+    """Query-key pairs of one causal sequence under a sliding window of ``window`` keys (the query's
+    own position and the ``window - 1`` before it, transformers' ``sliding_window``; 0: no window):
+    ``sum over t = 1..S of min(t, W)``."""
+    if not window or seq_length <= window:
+        return causal_pairs(seq_length)
+    return window * (window + 1) // 2 + (seq_length - window) * window
+
+
+def _sequence_pairs(cfg: ModelConfig, role: LayerRole, seq_length: int) -> tuple[int, int]:
+    """(query-key pairs, (query, attended key) pairs) of one causal sequence at ``role``: the
+    indexer's selection on a DSA model, the sliding window on a windowed layer."""
+    if role.window:
+        pairs = window_pairs(seq_length, role.window)
+        return pairs, pairs
+    return causal_pairs(seq_length), causal_selected_pairs(cfg, seq_length)
+
+
+def _token_positions(cfg: ModelConfig, role: LayerRole, context: int) -> tuple[int, int]:
+    """(key positions, attended key positions) of one query at ``context`` at ``role``."""
+    if role.window:
+        seen = min(context, role.window)
+        return seen, seen
+    return context, topk_positions(cfg, context)
 
 
 def causal_selected_pairs(cfg: ModelConfig, seq_length: int) -> int:
@@ -252,8 +278,8 @@ def layer_flops(cfg: ModelConfig, roles: RoleMap, layer: int, context: int) -> d
     the decoder) at ``context``, by term, with ``total``. No lm_head."""
     _check_int("context", context)
     role = _layer_role(roles, layer)
-    terms = _layer_terms(cfg, shapes(cfg), role, tokens=1, pairs=context,
-                         selected=topk_positions(cfg, context))
+    pairs, selected = _token_positions(cfg, role, context)
+    terms = _layer_terms(cfg, shapes(cfg), role, tokens=1, pairs=pairs, selected=selected)
     return _with_total(terms, 0)
 
 
@@ -267,9 +293,9 @@ def mtp_layer_forward_flops(cfg: ModelConfig, roles: RoleMap, k: int, context: i
     """Per-token forward FLOPs of the ``k``-th MTP layer (1-based) at ``context``, all terms."""
     _check_int("context", context)
     _check_int("k", k)
-    terms = _layer_terms(cfg, shapes(cfg), _mtp_role(cfg, roles, k), tokens=1, pairs=context,
-                         selected=topk_positions(cfg, context))
-    return sum(terms.values())
+    role = _mtp_role(cfg, roles, k)
+    pairs, selected = _token_positions(cfg, role, context)
+    return sum(_layer_terms(cfg, shapes(cfg), role, tokens=1, pairs=pairs, selected=selected).values())
 
 
 def token_flops(cfg: ModelConfig, roles: RoleMap, context: int) -> dict[str, int]:
@@ -278,9 +304,9 @@ def token_flops(cfg: ModelConfig, roles: RoleMap, context: int) -> dict[str, int
     _check_int("context", context)
     sh = shapes(cfg)
     acc = _zero()
-    selected = topk_positions(cfg, context)
     for role in roles.layers:
-        _add(acc, _layer_terms(cfg, sh, role, tokens=1, pairs=context, selected=selected))
+        pairs, selected = _token_positions(cfg, role, context)
+        _add(acc, _layer_terms(cfg, sh, role, tokens=1, pairs=pairs, selected=selected))
     head = head_flops_per_token(cfg, sh)
     acc["linear"] += head
     return _with_total(acc, head)
@@ -377,8 +403,8 @@ def flops_vs_context(cfg: ModelConfig, contexts: Iterable[int], roles: RoleMap |
 
 
 def _sequence_layer_terms(cfg: ModelConfig, sh: Shapes, role: LayerRole, seq_length: int, mbs: int) -> dict[str, int]:
-    terms = _layer_terms(cfg, sh, role, tokens=seq_length, pairs=causal_pairs(seq_length),
-                         selected=causal_selected_pairs(cfg, seq_length))
+    pairs, selected = _sequence_pairs(cfg, role, seq_length)
+    terms = _layer_terms(cfg, sh, role, tokens=seq_length, pairs=pairs, selected=selected)
     return {t: v * mbs for t, v in terms.items()}
 
 
@@ -403,9 +429,6 @@ def _mtp_role(cfg: ModelConfig, roles: RoleMap, k: int) -> LayerRole:
     return LayerRole(n, "full", n, "moe" if cfg.n_routed_experts else "dense", cfg.has_indexer, mtp=True)
 
 
-#: what a layer's FLOPs depend on besides the settings (:func:`_layer_terms`): (FFN kind, owns an
-#: indexer, is MTP)
-LayerKind = tuple[str, bool, bool]
 
 
 def _stage_terms(cfg: ModelConfig, sh: Shapes, roles: RoleMap, stage: Stage, *, seq_length: int,
@@ -418,8 +441,7 @@ def _stage_terms(cfg: ModelConfig, sh: Shapes, roles: RoleMap, stage: Stage, *, 
     acc = _zero()
     for kind, n in held.items():
         if kind not in per_kind:
-            per_kind[kind] = _sequence_layer_terms(cfg, sh, LayerRole(0, "full", None, kind[0], kind[1], kind[2]),
-                                                   seq_length, mbs)
+            per_kind[kind] = _sequence_layer_terms(cfg, sh, LayerRole.of_kind(kind), seq_length, mbs)
         _add(acc, {t: v * n for t, v in per_kind[kind].items()})
     for k in range(mtp_before + 1, mtp_before + stage.mtp_layers + 1):
         _add(acc, _sequence_layer_terms(cfg, sh, _mtp_role(cfg, roles, k), seq_length, mbs))
@@ -602,5 +624,5 @@ __all__ = [
     "flops_report", "flops_vs_context", "forward_flops", "head_flops_per_token", "layer_flops",
     "mtp_layer_forward_flops", "mtp_role", "per_layer_forward_flops", "sequence_layer_flops",
     "sparse_attention_per_position", "stage_flops", "token_flops",
-    "topk_positions", "training_flops",
+    "topk_positions", "training_flops", "window_pairs",
 ]

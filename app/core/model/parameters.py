@@ -18,6 +18,8 @@ widths, V the vocabulary:
   ``Gemma2DecoderLayer``); learned position embeddings (``position_embeddings`` rows, GPT-2 ``wpe``) add
   ``P*H`` (replicated) to the embedding component, not to a tied head; indexer ``rq*Hi*di + H*di + H*Hi + 2*di`` (wq_b, wk, weights_proj, k_norm),
   **only on layers that own an indexer** (full layers and MTP layers);
+* GPT-OSS (transformers ``modeling_gpt_oss.py``): an attention sink per head ``h``, biases on every
+  expert's gate/up and down projections ``2*i + H``, a trained router bias ``E``;
 * dense FFN ``3*H*I`` (gated SwiGLU); a 2-matrix MLP (GPT-2's GELU ``c_fc`` / ``c_proj``,
   ``gated_mlp=False``) ``2*H*I`` plus its biases ``I + H`` when ``mlp_bias``; one expert ``3*H*i``; routed experts ``E*3*H*i``; shared ``S*3*H*i``;
   router ``E*H``; router score-correction bias ``E`` (DeepSeek / GLM ``e_score_correction_bias``;
@@ -94,9 +96,11 @@ class Shapes:
 
 
 def _gqa_attention(cfg: ModelConfig) -> tuple[int, int]:
-    """(TP-sharded, replicated) parameters of one GQA / MHA attention block."""
+    """(TP-sharded, replicated) parameters of one GQA / MHA attention block (GPT-OSS's attention
+    sinks, one per head, are sharded with their heads)."""
     H, h, d, g = cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim, cfg.num_key_value_heads
-    sharded = H * h * d + 2 * H * g * d + h * d * H + ((h * d + 2 * g * d) if cfg.qkv_bias else 0)
+    sharded = (H * h * d + 2 * H * g * d + h * d * H + ((h * d + 2 * g * d) if cfg.qkv_bias else 0)
+               + (h if cfg.attention_sinks else 0))
     replicated = (H if cfg.o_bias else 0) + (2 * d if cfg.qk_norm else 0)
     return sharded, replicated
 
@@ -118,7 +122,7 @@ def shapes(cfg: ModelConfig) -> Shapes:
     idx_in = rq if rq else H
     indexer = (idx_in * cfg.index_n_heads * cfg.index_head_dim + H * cfg.index_head_dim
                + H * cfg.index_n_heads + 2 * cfg.index_head_dim) if cfg.has_indexer else 0
-    expert = 3 * H * cfg.moe_intermediate_size
+    expert = 3 * H * cfg.moe_intermediate_size + ((2 * cfg.moe_intermediate_size + H) if cfg.expert_bias else 0)
     E = cfg.n_routed_experts
     return Shapes(
         attn_sharded=attn_sh,
@@ -130,7 +134,7 @@ def shapes(cfg: ModelConfig) -> Shapes:
         expert=expert,
         routed_experts=E * expert,
         shared_expert=cfg.n_shared_experts * expert,
-        router=E * H + (H if cfg.shared_expert_gate else 0),
+        router=E * H + (E if cfg.router_weight_bias else 0) + (H if cfg.shared_expert_gate else 0),
         router_bias=E if cfg.moe_router_bias else 0,
         embedding=cfg.vocab_size * H,
         lm_head=0 if cfg.tie_word_embeddings else cfg.vocab_size * H,

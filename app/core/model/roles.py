@@ -120,6 +120,11 @@ def parse_pattern(pattern: str, num_layers: int) -> tuple[bool, ...]:
     return tuple(p[(n - 1) % len(p)] == "F" for n in range(1, num_layers + 1))
 
 
+#: What a layer's FLOPs and time depend on besides the settings (:attr:`LayerRole.kind`): FFN kind,
+#: owns an indexer, is MTP, attention window (0: full causal)
+LayerKind = tuple[str, bool, bool, int]
+
+
 @dataclass(frozen=True)
 class LayerRole:
     layer: int  # 1-based
@@ -128,12 +133,18 @@ class LayerRole:
     ffn: str  # "dense" | "moe"
     has_indexer: bool  # owns indexer weights
     mtp: bool = False
+    window: int = 0  # sliding-window attention: keys a query sees at most (0: full causal attention)
 
     @property
-    def kind(self) -> tuple[str, bool, bool]:
-        """(FFN kind, owns an indexer, is MTP): what the layer's FLOPs and time depend on besides
-        the settings (layers of one kind cost the same)."""
-        return (self.ffn, self.has_indexer, self.mtp)
+    def kind(self) -> LayerKind:
+        """(FFN kind, owns an indexer, is MTP, attention window): what the layer's FLOPs and time
+        depend on besides the settings (layers of one kind cost the same)."""
+        return (self.ffn, self.has_indexer, self.mtp, self.window)
+
+    @classmethod
+    def of_kind(cls, kind: LayerKind) -> LayerRole:
+        """A layer of ``kind`` (its costs are its kind's; number and source unset)."""
+        return cls(0, "full", None, kind[0], kind[1], kind[2], kind[3])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -179,11 +190,11 @@ class RoleMap:
         return self.layers[layers.start - 1:layers.stop - 1]
 
     @cached_property
-    def kinds(self) -> tuple[tuple[str, bool, bool], ...]:
+    def kinds(self) -> tuple[LayerKind, ...]:
         """Every decoder layer's :attr:`LayerRole.kind`, in order (made once per role map)."""
         return tuple(r.kind for r in self.layers)
 
-    def kinds_of(self, layers: range) -> tuple[tuple[str, bool, bool], ...]:
+    def kinds_of(self, layers: range) -> tuple[LayerKind, ...]:
         """The kinds (:attr:`kinds`) of the decoder layers ``layers``, as :meth:`of` their roles."""
         return self.kinds[layers.start - 1:layers.stop - 1]
 
@@ -257,15 +268,16 @@ def _build(
     mtp_full: tuple[bool, ...] | None = None,
 ) -> RoleMap:
     ffn = ffn_kinds(cfg)
+    windows = cfg.layer_windows or (0,) * cfg.num_hidden_layers
     layers: list[LayerRole] = []
     errors: list[RoleError] = []
     last_full: int | None = None
     for n, is_full in enumerate(full, start=1):
         if is_full:
             last_full = n
-            layers.append(LayerRole(n, "full", n, ffn[n - 1], cfg.has_indexer))
+            layers.append(LayerRole(n, "full", n, ffn[n - 1], cfg.has_indexer, window=windows[n - 1]))
         else:
-            layers.append(LayerRole(n, "shared", last_full, ffn[n - 1], False))
+            layers.append(LayerRole(n, "shared", last_full, ffn[n - 1], False, window=windows[n - 1]))
             if last_full is None:
                 errors.append(
                     RoleError(

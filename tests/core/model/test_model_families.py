@@ -238,6 +238,88 @@ def test_deepseek_v2_routes_without_a_correction_bias():
     assert noaux.checkpoint_total == noaux.main_total + 26 * 64
 
 
+# config.json field values of openai/gpt-oss-20b (layer_types: sliding and full alternate, sliding first)
+GPT_OSS_20B = {"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"], "hidden_size": 2880,
+               "intermediate_size": 2880, "num_local_experts": 32, "num_experts_per_tok": 4, "num_hidden_layers": 24,
+               "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 201088,
+               "attention_bias": True, "sliding_window": 128, "tie_word_embeddings": False,
+               "layer_types": ["sliding_attention", "full_attention"] * 12}
+
+
+@pytest.mark.parametrize("layers,experts,published_total,published_active", [
+    (24, 32, 20_914_757_184, 3_608_307_264),   # gpt-oss-20b: OpenAI's model card, 20.91B / 3.61B active
+    (36, 128, 116_829_156_672, 5_132_849_472),  # gpt-oss-120b: 116.83B / 5.13B active
+])
+def test_gpt_oss_exact(layers, experts, published_total, published_active):
+    """GptOssAttention: q/k/v/o with biases and a sink logit per head; GptOssExperts: gate_up (2i) and
+    down with their biases; GptOssTopKRouter: E x H and a trained bias E (transformers
+    models/gpt_oss/modeling_gpt_oss.py). ``active`` as isplan counts it: no input embedding."""
+    cfg = load({**GPT_OSS_20B, "num_hidden_layers": layers, "num_local_experts": experts,
+                "layer_types": ["sliding_attention", "full_attention"] * (layers // 2)})
+    H, h, g, d, i, V = 2880, 64, 8, 64, 2880, 201088
+    attn = gqa_layer(H, h, g, d, qkv_bias=True, o_bias=True) + h
+    expert = 3 * H * i + 2 * i + H
+    router = experts * H + experts
+    r = count_parameters(cfg)
+    assert r.main_total == layers * (attn + experts * expert + router + 2 * H) + 2 * V * H + H == published_total
+    assert r.active == layers * (attn + 4 * expert + router + 2 * H) + V * H + H == published_active
+    assert r.checkpoint_total == r.main_total  # its router bias is a trained weight, counted above
+    assert cfg.layer_windows == (128, 0) * (layers // 2)
+
+
+def test_sliding_windows_by_family():
+    """Which layers slide: ``layer_types`` when given; else Gemma 2 and GPT-OSS alternate (sliding on
+    the first, ``(i + 1) % 2``), Mistral and Phi-3 slide on every layer, Qwen2 only with
+    ``use_sliding_window`` from ``max_window_layers`` on; no ``sliding_window``, no window."""
+    assert load(GEMMA2_9B).layer_windows == (4096, 0) * 21
+    assert load({**GPT_OSS_20B, "layer_types": None}).layer_windows == (128, 0) * 12
+    assert load({**MISTRAL_7B, "sliding_window": 4096}).layer_windows == (4096,) * 32
+    assert load(PHI3_MINI).layer_windows == (2047,) * 32
+    assert load(QWEN2_7B).layer_windows is None  # sliding_window 131072 but use_sliding_window false
+    assert load({**QWEN2_7B, "sliding_window": 4096, "use_sliding_window": True,
+                 "max_window_layers": 20}).layer_windows == (0,) * 20 + (4096,) * 8
+    assert load({**MISTRAL_7B, "sliding_window": None}).layer_windows is None
+    with pytest.raises(ConfigError) as err:
+        load({**GPT_OSS_20B, "layer_types": ["sliding_attention"] * 23})
+    assert err.value.field == "layer_types"
+
+
+def test_a_sliding_layer_attends_its_window():
+    """Attention on a sliding layer of window W: a query at position t sees min(t, W) keys, so a
+    sequence of S has sum(min(t, W)) pairs (brute force here), a token at context L sees min(L, W);
+    each pair costs 2 h (d + d) FLOPs forward (GQA, 64 heads of 64). The full layers see them all.
+    The step time follows: the same model without windows spends more time in attention."""
+    from app.core.model.flops import layer_flops, sequence_layer_flops, window_pairs
+
+    for s_len, w in ((1, 128), (127, 128), (128, 128), (129, 128), (4096, 128), (5000, 4096)):
+        assert window_pairs(s_len, w) == sum(min(t, w) for t in range(1, s_len + 1))
+    cfg = load(GPT_OSS_20B)
+    roles = derive_roles(cfg)
+    sliding, full = roles.role(1), roles.role(2)
+    assert (sliding.window, full.window) == (128, 0) and sliding.kind != full.kind
+    per_pair = 2 * 64 * (64 + 64)
+    assert sequence_layer_flops(cfg, sliding, seq_length=4096)["sparse_attention"] == per_pair * (
+        sum(min(t, 128) for t in range(1, 4097)))
+    assert sequence_layer_flops(cfg, full, seq_length=4096)["sparse_attention"] == per_pair * 4096 * 4097 // 2
+    assert layer_flops(cfg, roles, 1, 8192)["sparse_attention"] == per_pair * 128
+    assert layer_flops(cfg, roles, 2, 8192)["sparse_attention"] == per_pair * 8192
+
+    from app.core.model.hardware import get_hardware
+    from app.core.time.model import step_time
+    from app.core.time.settings import TimeSettings
+
+    def stage(c):
+        plan = materialise(PipelineSpec(pp=1), 24)
+        s = TimeSettings(tp=1, pp=1, dp=8, ep=8, mbs=1, global_batch=64, seq_length=4096)
+        return step_time(c, derive_roles(c), plan, s, get_hardware("h100-80gb"), record=False).per_stage[0]
+
+    windowed, unwindowed = stage(cfg), stage(load({**GPT_OSS_20B, "sliding_window": None}))
+    # the 12 sliding layers' attention, and only it, is what the window saves
+    saved = 12 * per_pair * (4096 * 4097 // 2 - window_pairs(4096, 128))
+    assert unwindowed["forward_flops"] - windowed["forward_flops"] == saved
+    assert windowed["compute_seconds"] < unwindowed["compute_seconds"]
+
+
 def test_gemma2_post_norms_keep_their_inputs():
     """Gemma 2's post-attention and post-feedforward RMSNorms keep their inputs for backward
     (``2H`` bytes each per token, SP-sharded like the other norms): a layer stores 4H / s_div bytes
