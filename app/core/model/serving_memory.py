@@ -15,7 +15,11 @@ Per GPU of pipeline rank ``p`` (every GPU of a rank's TP group holds the same am
   layer): the MLA latent, ``kv_lora_rank + qk_rope_head_dim`` values per token per layer (576 for
   GLM-5.2), 2 bytes each in BF16 (1152 B), or vLLM's ``fp8_ds_mla`` layout: the latent in FP8, one
   FP32 scale per 128 values and the rope part in BF16 (512 + 16 + 128 = 656 B). MLA has one latent
-  head, so TP does not split it. Source: FACTS.md section 5 (vLLM ``fp8_ds_mla``).
+  head, so TP does not split it. Source: FACTS.md section 5 (vLLM ``fp8_ds_mla``). A
+  sliding-window layer (Gemma 2, GPT-OSS) is counted with the whole context too - the engines
+  allocate less there (vLLM's hybrid KV cache manager about the window, SGLang's SWA pool a
+  ratio of the full pool, ``--swa-full-tokens-ratio``), which is not modelled: an overestimate,
+  on the safe side of ``fits``.
 * **Indexer key cache**: ``index_head_dim`` FP8 values + one FP32 scale = 132 B per token, only on
   layers that own an indexer (full layers, MTP layers); ``indexer_cache_on_all_layers`` models an
   engine that allocates it on every layer (FACTS.md section 5 says older SGLang did).
