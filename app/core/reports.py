@@ -144,6 +144,7 @@ def roles_command_report(plan: Plan, cfg: ModelConfig) -> Report:
              f"(rule: {body['rule']}, engine {body['engine']})", body["pattern"],
              "full layers: " + ", ".join(str(x) for x in body["full_layers"])]
     lines += ["disagreement: " + d["message"] for d in body["disagreements"]]
+    lines += ["note: " + n for n in body["notes"]]
     if body["pattern_differences"] is not None:
         lines.append("pattern differs from the config on layers: "
                      + (", ".join(map(str, body["pattern_differences"])) or "none"))

@@ -154,6 +154,7 @@ class LayerRole:
             "ffn": self.ffn,
             "has_indexer": self.has_indexer,
             "mtp": self.mtp,
+            "attention_window": self.window,
         }
 
 
@@ -263,6 +264,16 @@ def _mtp_roles(cfg: ModelConfig, full: tuple[bool, ...], errors: list[RoleError]
     return tuple(out)
 
 
+def _window_notes(rm: RoleMap) -> tuple[str, ...]:
+    """One line per attention window the decoder layers use (FLOPs and time count it)."""
+    out = []
+    for w in sorted({r.window for r in rm.layers} - {0}):
+        held = [r.layer for r in rm.layers if r.window == w]
+        shown = ", ".join(map(str, held[:8])) + (f", ... ({len(held)} layers)" if len(held) > 8 else "")
+        out.append(f"layers {shown} attend a sliding window of {w} tokens (the others every earlier token)")
+    return tuple(out)
+
+
 def _build(
     cfg: ModelConfig, engine: str, rule: str, full: tuple[bool, ...], freq: int | None, offset: int | None,
     mtp_full: tuple[bool, ...] | None = None,
@@ -326,7 +337,7 @@ def derive_roles(
     if not cfg.has_indexer:
         full = (True,) * n
         rm = _build(cfg, engine, "no_indexer", full, None, None, (True,) * depths)
-        return replace(rm, notes=("the model has no DSA indexer; every stage start is allowed",))
+        return replace(rm, notes=("the model has no DSA indexer; every stage start is allowed", *_window_notes(rm)))
     f, o = _config_freq_offset(cfg, rule, freq, offset)
     declared = config_declared_roles(cfg)
     if pattern is not None:

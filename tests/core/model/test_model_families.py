@@ -297,6 +297,9 @@ def test_a_sliding_layer_attends_its_window():
     roles = derive_roles(cfg)
     sliding, full = roles.role(1), roles.role(2)
     assert (sliding.window, full.window) == (128, 0) and sliding.kind != full.kind
+    assert roles.notes[1] == ("layers 1, 3, 5, 7, 9, 11, 13, 15, ... (12 layers) attend a sliding window of 128 "
+                              "tokens (the others every earlier token)")
+    assert sliding.to_dict()["attention_window"] == 128
     per_pair = 2 * 64 * (64 + 64)
     assert sequence_layer_flops(cfg, sliding, seq_length=4096)["sparse_attention"] == per_pair * (
         sum(min(t, 128) for t in range(1, 4097)))
