@@ -323,6 +323,27 @@ def test_a_sliding_layer_attends_its_window():
     assert windowed["compute_seconds"] < unwindowed["compute_seconds"]
 
 
+@pytest.mark.parametrize("raw", [PHI3_MINI, GEMMA_7B, GEMMA2_9B, QWEN15_MOE, DEEPSEEK_V2_LITE, GPT_OSS_20B],
+                         ids=lambda r: r["model_type"])
+def test_every_new_family_is_judged_and_timed(raw):
+    """A Megatron plan of each family added in this round gets a verdict with memory, parallel
+    constraints and a step time (no field problem, nothing unavailable)."""
+    from app.core.evaluate import evaluate
+    from app.core.plan import plan_from_query
+
+    cfg = load(raw)
+    experts = cfg.n_routed_experts
+    pp = 2 if cfg.num_hidden_layers % 2 == 0 else 3  # Megatron splits the layers evenly (DeepSeek-V2-Lite: 27)
+    query = {"model": cfg.id, "engine": "megatron", "pp": str(pp), "tp": "1", "dp": "4", "mbs": "1",
+             "global_batch": "64", "seq_length": "4096", "gpu": "b200-180gb",
+             **({"ep": "4"} if experts else {})}
+    plan, problems = plan_from_query(query)
+    assert problems == []
+    ev = evaluate(plan, cfg)
+    assert ev.problems == [] and ev.memory and ev.time and "unavailable" not in ev.time, ev.time
+    assert ev.time["tokens_per_second_per_gpu"] > 0 and ev.verdict.go
+
+
 def test_gemma2_post_norms_keep_their_inputs():
     """Gemma 2's post-attention and post-feedforward RMSNorms keep their inputs for backward
     (``2H`` bytes each per token, SP-sharded like the other norms): a layer stores 4H / s_div bytes
