@@ -16,8 +16,8 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   ``DeepseekV3Config``;
 * ``gqa`` (grouped-query / multi-head attention with ``num_key_value_heads`` and ``head_dim``):
   ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma``, ``gemma2`` (dense) and
-  ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``glm4_moe``, ``gpt_oss`` (MoE), and ``gpt2`` (the dense GPT of GPT-2 / GPT-3 / Megatron's ``GPTModel``:
-  multi-head attention, a 2-matrix GELU MLP of ``n_inner`` (default 4H), LayerNorms with biases,
+  ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``glm4_moe``, ``gpt_oss`` (MoE), and ``gpt2`` (the
+  dense GPT of GPT-2 / GPT-3 / Megatron's ``GPTModel``: multi-head attention, a 2-matrix GELU MLP of ``n_inner`` (default 4H), LayerNorms with biases,
   biases on every linear layer, learned position embeddings of ``n_positions`` rows and tied
   embeddings by default; transformers ``models/gpt2/configuration_gpt2.py`` ``GPT2Config`` and
   ``modeling_gpt2.py`` ``GPT2Attention`` / ``GPT2MLP``).
@@ -475,8 +475,18 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
     }
     if model_type in _GEMMA_TYPES and raw.get("tie_word_embeddings") is None:
         out["tie_word_embeddings"] = True
-    # defaults where a field is omitted: the transformers config classes' (MixtralConfig: 8 experts,
-    # top-2, width 14336; Qwen3MoeConfig: 128 experts, top-8, width 768)
+    out.update(_gqa_ffn(raw, model_type, n))
+    if model_type == "gpt2":
+        out.update(_gpt2_family(raw))
+    return out
+
+
+def _gqa_ffn(raw: dict[str, Any], model_type: str, n: int) -> dict[str, Any]:
+    """A GQA family's FFN fields in the planner's names: its experts (defaults where a field is
+    omitted: the transformers config classes', e.g. MixtralConfig 8 experts, top-2, width 14336;
+    Qwen3MoeConfig 128, top-8, 768; GptOssConfig 128, top-4, 2880), or none (dense families;
+    GLM-4.5 reads the DeepSeek names)."""
+    out: dict[str, Any] = {}
     if model_type == "mixtral":
         out.update(n_routed_experts=_int_field(raw, "num_local_experts", 8),
                    num_experts_per_tok=_int_field(raw, "num_experts_per_tok", 2),
@@ -491,7 +501,7 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
                    mlp_layer_types=_qwen3_moe_layer_types(raw, n))
     elif model_type == "qwen2_moe":
         out.update(_qwen2_moe_experts(raw, n))
-    elif model_type == "gpt_oss":  # GptOssConfig defaults: 128 experts of 2880, top-4
+    elif model_type == "gpt_oss":
         out.update(n_routed_experts=_int_field(raw, "num_local_experts", 128),
                    num_experts_per_tok=_int_field(raw, "num_experts_per_tok", 4),
                    moe_intermediate_size=_int_field(raw, "intermediate_size", 2880), intermediate_size=0,
@@ -500,8 +510,6 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
     elif model_type != "glm4_moe":  # dense families
         out.update(n_routed_experts=0, n_shared_experts=0, num_experts_per_tok=0, moe_intermediate_size=0,
                    num_nextn_predict_layers=0)
-    if model_type == "gpt2":
-        out.update(_gpt2_family(raw))
     return out
 
 
