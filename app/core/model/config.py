@@ -18,9 +18,10 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma``, ``gemma2`` (dense) and
   ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``glm4_moe``, ``gpt_oss`` (MoE), and ``gpt2`` (the
   dense GPT of GPT-2 / GPT-3 / Megatron's ``GPTModel``: multi-head attention, a 2-matrix GELU
-  MLP of ``n_inner`` (default 4H), LayerNorms with biases, biases on every linear layer, learned position embeddings of ``n_positions`` rows and tied
-  embeddings by default; transformers ``models/gpt2/configuration_gpt2.py`` ``GPT2Config`` and
-  ``modeling_gpt2.py`` ``GPT2Attention`` / ``GPT2MLP``).
+  MLP of ``n_inner`` (default 4H), LayerNorms with biases, biases on every linear layer, learned
+  position embeddings of ``n_positions`` rows and tied embeddings by default; transformers
+  ``models/gpt2/configuration_gpt2.py`` ``GPT2Config`` and ``modeling_gpt2.py``
+  ``GPT2Attention`` / ``GPT2MLP``).
 
 Each family spells its fields its own way; they are read into one set of fields
 (huggingface/transformers ``models/<family>/configuration_<family>.py`` and the module shapes
