@@ -157,6 +157,15 @@ def test_step_time_beside_the_verdict_is_the_time_routes(client):
         assert item in html
 
 
+def test_the_time_panel_shows_the_times_notes(client):
+    """What the step time says about itself (``time.notes``, as ``isplan time`` prints them) is on the
+    page: MoE with TP > 1 and no sequence parallelism is timed as if SP were on, and says so."""
+    query = ("model=glm-5.2&engine=slime&pp=8&first=14&last=16&tp=4&cp=8&ep=32&etp=1&dp=1&sp=0&tokens_per_gpu=8192"
+             "&recompute=full&recompute_method=uniform&recompute_num_layers=1&cp_comm_type=allgather")
+    notes = client.get("/api/v1/time?" + query).json()["time"]["notes"]
+    assert notes and all(f"note: {n}" in page(client, query) for n in notes)
+
+
 def test_without_a_step_time_the_bubble_is_the_closed_form_said_so(client, monkeypatch):
     """A schedule over the live simulation's bound gets no step time on the page; the bubble line is
     then the closed form for its PP, VPP and micro-batches: PP 8 over 64 micro-batches, 7 / 71."""

@@ -174,6 +174,14 @@ class StepTime:
         return out
 
 
+#: Families whose predictions are known to miss published measured runs, and by how much (docs/MODELS.md
+#: "Model families"): said with every step time of the family.
+FAMILY_CAVEATS = {
+    "gpt_oss": "GPT-OSS is not among the calibration or validation runs: against Megatron-Bridge's published "
+               "GPT-OSS-120B runs (docs/performance-summary*.md @ 067f987d) this model predicts 24-46 % more "
+               "tokens/s/GPU in BF16 and 3-46 % more in MXFP8; read it as optimistic",
+}
+
 #: SMs the expert-parallel dispatch / combine kernels occupy while they run beside compute: Megatron-Bridge's
 #: performance recipes give HybridEP ``moe_hybridep_num_sms = 32`` (NVIDIA-NeMo/Megatron-Bridge
 #: ``src/megatron/bridge/perf_recipes/_common.py`` ``_benchmark_common`` and ``deepseek/common.py``
@@ -644,6 +652,8 @@ def _result(cfg: ModelConfig, roles: RoleMap, s: TimeSettings, hw: Hardware, ctx
     notes = []
     if s.tp > 1 and not s.sp and cfg.n_routed_experts:
         notes.append("MoE with TP > 1 needs sequence parallelism in Megatron; timed as if SP were on for the MoE")
+    if cfg.model_type in FAMILY_CAVEATS:
+        notes.append(FAMILY_CAVEATS[cfg.model_type])
     return StepTime(
         step_seconds=step, tokens_per_second_per_gpu=tokens / (step * s.world), model_tflops_per_gpu=tflops,
         mfu=tflops * 1e12 / hw.peak_flops(ctx.prec.gemm_dtype), mfu_bf16=tflops * 1e12 / hw.peak_flops("bf16"),

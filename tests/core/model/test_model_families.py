@@ -342,6 +342,8 @@ def test_every_new_family_is_judged_and_timed(raw):
     ev = evaluate(plan, cfg)
     assert ev.problems == [] and ev.memory and ev.time and "unavailable" not in ev.time, ev.time
     assert ev.time["tokens_per_second_per_gpu"] > 0 and ev.verdict.go
+    # the one family known to miss published runs says so with its time (docs/MODELS.md)
+    assert any("read it as optimistic" in n for n in ev.time["notes"]) == (raw["model_type"] == "gpt_oss")
 
 
 def test_gemma2_post_norms_keep_their_inputs():
