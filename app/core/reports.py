@@ -285,11 +285,11 @@ def time_report(plan: Plan, cfg: ModelConfig, *, timeline: bool = False, **kw: A
 
 
 def _bubble_parts(t: dict[str, Any]) -> str:
-    """``64 micro-batches: 9.9% fill and drain, the rest waiting on slower stages and sends`` (the
-    parts a pipeline has: none but the count with one stage)."""
+    """``64 micro-batches: 9.9% fill and drain, the rest waiting on slower stages, sends and
+    parameter gathers`` (the parts the schedule has: no fill and drain with one stage)."""
     parts = [f"{t['bubble_fill_drain']:.1%} fill and drain"] if t["bubble_fill_drain"] > 0 else []
     if t["bubble_fraction"] - t["bubble_fill_drain"] >= 0.0005:
-        parts.append("the rest waiting on slower stages and sends")
+        parts.append("the rest waiting on slower stages, sends and parameter gathers")
     return f"{t['num_microbatches']} micro-batches" + (": " + ", ".join(parts) if parts else "")
 
 

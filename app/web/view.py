@@ -481,8 +481,8 @@ def _timed(ev: Evaluation) -> dict[str, Any] | None:
 
 def bubble_note(ev: Evaluation) -> str | None:
     """The page's line on the pipeline bubble (PP > 1 with parallel settings): the simulated one,
-    split into what the pipeline's fill and drain explain and the ranks' waiting on slower stages
-    and sends (``time.bubble_fill_drain``); without a step time, the closed form for the plan's
+    split into what the pipeline's fill and drain explain and the ranks' waiting on slower stages,
+    sends and parameter gathers (``time.bubble_fill_drain``); without a step time, the closed form for the plan's
     PP, VPP and micro-batches, said to be one."""
     if ev.par is None or ev.stage_plan is None or ev.stage_plan.pp < 2:
         return None
@@ -496,7 +496,8 @@ def bubble_note(ev: Evaluation) -> str | None:
     text = (f"pipeline bubble {total:.1%} of the ranks' time (simulated): {fill:.1%} is its fill and drain "
             f"((PP − 1)/(VPP·m + PP − 1), m = {t['num_microbatches']} micro-batches{assumed})")
     if total - fill >= 0.0005:
-        text += f", {total - fill:.1%} waiting on slower stages and sends (Balance evens the stages)"
+        text += (f", {total - fill:.1%} waiting on slower stages, sends and parameter gathers "
+                 "(Balance evens the stages)")
     return text
 
 
