@@ -178,8 +178,10 @@ class StepTime:
 #: "Model families"): said with every step time of the family.
 FAMILY_CAVEATS = {
     "gpt_oss": "GPT-OSS is not among the calibration or validation runs: against Megatron-Bridge's published "
-               "GPT-OSS-120B runs (docs/performance-summary*.md @ 067f987d) this model predicts 24-46 % more "
-               "tokens/s/GPU in BF16 and 3-46 % more in MXFP8; read it as optimistic",
+               "GPT-OSS-120B runs on 64 GPUs (docs/performance-summary*.md @ 067f987d, timed with the recipes' "
+               "selective recompute of layernorm and moe_act) this model predicts 33-41 % more tokens/s/GPU "
+               "in BF16 on B200 / B300 / GB200 / GB300 (26.04.01), 5 % more on H100, and -0.4 to +9 % (GB300, "
+               "GB200) but +41 % (B300) in MXFP8 (26.08, 26.06); read it as optimistic",
 }
 
 #: SMs the expert-parallel dispatch / combine kernels occupy while they run beside compute: Megatron-Bridge's
