@@ -429,8 +429,6 @@ def _mtp_role(cfg: ModelConfig, roles: RoleMap, k: int) -> LayerRole:
     return LayerRole(n, "full", n, "moe" if cfg.n_routed_experts else "dense", cfg.has_indexer, mtp=True)
 
 
-
-
 def _stage_terms(cfg: ModelConfig, sh: Shapes, roles: RoleMap, stage: Stage, *, seq_length: int,
                  mbs: int, mtp_before: int, mtp_total: int,
                  per_kind: dict[LayerKind, dict[str, int]] | None = None) -> tuple[dict[str, int], int]:

@@ -22,7 +22,7 @@ widths, V the vocabulary:
   expert's gate/up and down projections ``2*i + H``, a trained router bias ``E``;
 * dense FFN ``3*H*I`` (gated SwiGLU); a 2-matrix MLP (GPT-2's GELU ``c_fc`` / ``c_proj``,
   ``gated_mlp=False``) ``2*H*I`` plus its biases ``I + H`` when ``mlp_bias``; one expert ``3*H*i``; routed experts ``E*3*H*i``; shared ``S*3*H*i``;
-  router ``E*H``; router score-correction bias ``E`` (DeepSeek / GLM ``e_score_correction_bias``;
+  router ``E*H`` (and Qwen2-MoE's shared-expert gate ``H``); router score-correction bias ``E`` (DeepSeek / GLM ``e_score_correction_bias``;
   checkpoint only, not a trained weight; none for Qwen3-MoE and Mixtral);
 * embedding and lm_head ``V*H`` each (one when tied); final norm ``H``;
 * an MTP layer: attention + norms + indexer + MoE + enorm/hnorm ``2H`` + eh_proj ``2H^2`` +
