@@ -289,7 +289,7 @@ def _bubble_parts(t: dict[str, Any]) -> str:
     parameter gathers`` (the parts the schedule has: no fill and drain with one stage)."""
     parts = [f"{t['bubble_fill_drain']:.1%} fill and drain"] if t["bubble_fill_drain"] > 0 else []
     if t["bubble_fraction"] - t["bubble_fill_drain"] >= 0.0005:
-        parts.append("the rest waiting on slower stages, sends and parameter gathers")
+        parts.append(("the rest " if parts else "") + "waiting on slower stages, sends and parameter gathers")
     return f"{t['num_microbatches']} micro-batches" + (": " + ", ".join(parts) if parts else "")
 
 

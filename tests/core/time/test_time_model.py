@@ -404,3 +404,17 @@ def test_locked_test_rows_stay_at_their_reported_figures() -> None:
     assert s["max_abs_err"] <= 0.34
     assert s["within_25pct"] >= 52
     assert s["concordance"] >= 0.95
+
+
+def test_the_time_line_names_the_bubbles_parts() -> None:
+    """``isplan time``'s bubble words: the fill and drain and the rest when both exist, the waiting
+    alone with one stage (no fill and drain), the count alone when nothing waits."""
+    from app.core.reports import _bubble_parts
+
+    t = {"num_microbatches": 64, "bubble_fill_drain": 7 / 71, "bubble_fraction": 0.444}
+    assert _bubble_parts(t) == ("64 micro-batches: 9.9% fill and drain, the rest waiting on slower stages, "
+                                "sends and parameter gathers")
+    assert _bubble_parts({**t, "bubble_fill_drain": 0.0, "bubble_fraction": 0.06}) == (
+        "64 micro-batches: waiting on slower stages, sends and parameter gathers")
+    assert _bubble_parts({**t, "bubble_fill_drain": 0.0, "bubble_fraction": 0.0}) == "64 micro-batches"
+    assert _bubble_parts({**t, "bubble_fraction": 7 / 71}) == "64 micro-batches: 9.9% fill and drain"
