@@ -481,9 +481,9 @@ def _timed(ev: Evaluation) -> dict[str, Any] | None:
 
 def bubble_note(ev: Evaluation) -> str | None:
     """The page's line on the pipeline bubble (PP > 1 with parallel settings): the simulated one,
-    split into what the pipeline's fill and drain explain and the ranks' waiting on slower stages,
-    sends and parameter gathers (``time.bubble_fill_drain``); without a step time, the closed form for the plan's
-    PP, VPP and micro-batches, said to be one."""
+    split into what the pipeline's fill and drain explain (``time.bubble_fill_drain``) and the
+    ranks' waiting on slower stages, sends and parameter gathers; without a step time, the closed
+    form for the plan's PP, VPP and micro-batches, said to be one."""
     if ev.par is None or ev.stage_plan is None or ev.stage_plan.pp < 2:
         return None
     assumed = "" if ev.par.microbatches else ", assumed 8 × PP"

@@ -339,12 +339,11 @@ class Plan:
     def query_pairs(self) -> list[tuple[str, str]]:
         """``(URL key, text)`` of every setting :meth:`query` holds, in the plan table's order:
         what ``parse_qsl`` reads back from it."""
-        plan = self
-        derived = {"mode": derived_mode(plan.layout, plan.split),
-                   "conv": derived_conv(plan.conv_split, plan.conv_pp), "parallel": _implied_parallel(plan)}
+        derived = {"mode": derived_mode(self.layout, self.split),
+                   "conv": derived_conv(self.conv_split, self.conv_pp), "parallel": _implied_parallel(self)}
         out: list[tuple[str, str]] = []
         for name, spec in TABLE.items():
-            value = getattr(plan, name)
+            value = getattr(self, name)
             if name in derived:
                 if value == derived[name]:
                     continue
