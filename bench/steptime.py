@@ -14,8 +14,8 @@ printed beside them where the two differ.
 
 The held-out rows are split once (:func:`split_holdout`) into a development set, which guides the
 physics, and a locked test set, reported only by ``--test`` / the default full run. Runs added after
-the split (the file's ``added_development``: published runs from outside Megatron-Bridge) are
-development rows by construction (:func:`development_rows`) and never enter the split.
+the split (the file's ``added_development``: published runs from outside Megatron-Bridge, and the
+GPT-OSS-120B runs of Megatron-Bridge's tables, loadable since) are development rows by construction (:func:`development_rows`) and never enter the split.
 
 It prints predicted vs measured tokens/s/GPU with the error, the mean and max |error| per set, the
 share of concordant pairs of runs within one model (is the predicted order of two runs the
@@ -497,7 +497,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     _print(f"development rows ({len(dev)} held-out runs that guided the model and fit the constants)", dev)
     added = {r["id"] for r in load_added()}
     if added:
-        _print_summary(f"of which the {len(added)} runs from outside Megatron-Bridge (added_development)",
+        _print_summary(f"of which the {len(added)} runs added after the split (added_development)",
                        [r for r in dev if r["id"] in added])
     result: dict[str, Any] = {"calibration": {"summary": summary(cal), "rows": cal},
                               "development": {"summary": summary(dev), "undisputed": summary(undisputed(dev)),

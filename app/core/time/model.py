@@ -177,11 +177,10 @@ class StepTime:
 #: Families whose predictions are known to miss published measured runs, and by how much (docs/MODELS.md
 #: "Model families"): said with every step time of the family.
 FAMILY_CAVEATS = {
-    "gpt_oss": "GPT-OSS is not among the calibration or validation runs: against Megatron-Bridge's published "
-               "GPT-OSS-120B runs on 64 GPUs (docs/performance-summary*.md @ 067f987d, timed with the recipes' "
-               "selective recompute of layernorm and moe_act) this model predicts 33-41 % more tokens/s/GPU "
-               "in BF16 on B200 / B300 / GB200 / GB300 (26.04.01), 5 % more on H100, and -0.4 to +9 % (GB300, "
-               "GB200) but +41 % (B300) in MXFP8 (26.08, 26.06); read it as optimistic",
+    "gpt_oss": "GPT-OSS was fitted on nothing: against Megatron-Bridge's 31 published GPT-OSS-120B runs "
+               "(docs/performance-summary*.md @ 067f987d; python -m bench steptime) this model predicts 29-47 % "
+               "more tokens/s/GPU in BF16 on B200 / B300 / GB200 / GB300, 2-5 % more on H100, 4-11 % more in "
+               "MXFP8 on GB200 / GB300 and 63 % more on B300; read it as optimistic",
 }
 
 #: SMs the expert-parallel dispatch / combine kernels occupy while they run beside compute: Megatron-Bridge's

@@ -1,6 +1,7 @@
 """The held-out runs added after the split (``added_development`` in ``bench/steptime_holdout.json``:
-published runs from outside Megatron-Bridge): development rows by construction, each a command a
-user types, each measured value re-derived here from the source's own figures."""
+published runs from outside Megatron-Bridge, and Megatron-Bridge's GPT-OSS-120B runs, skipped until
+isplan loaded GPT-OSS): development rows by construction, each a command a user types, each measured
+value re-derived here from the source's own figures."""
 
 from __future__ import annotations
 
@@ -24,12 +25,30 @@ def test_added_rows_are_development_rows_and_leave_the_split_alone() -> None:
     assert test_all == test
     assert dev_all == dev + ADDED
     assert {r["source"] for r in ADDED} == {"narayanan-2021-table1", "llama3-2024-table4", "mt-nlg-2022",
-                                             "nemo-performance-summary", "megatron-core-r0.8.0-h100"}
+                                             "nemo-performance-summary", "megatron-core-r0.8.0-h100",
+                                             "megatron-bridge"}
     assert not {r["id"] for r in ADDED} & {r["id"] for r in rows}
     for r in ADDED:
         assert r["cite"] and r["settings_source"]
         assert r["gpus"] == r["tp"] * r["pp"] * r["cp"] * r["dp"]
         assert r["gbs"] % (r["mbs"] * r["dp"]) == 0
+
+
+def test_gpt_oss_rows_are_the_formerly_skipped_ones() -> None:
+    """The 31 GPT-OSS-120B rows of Megatron-Bridge's tables, each cited by file:line at the pinned
+    commit, left ``skipped`` (its family was not loadable) and are development rows now; the 26.06.01
+    pair - which the tables' own footnote calls a regression - is disputed, with that evidence."""
+    import json
+
+    data = json.loads(HOLDOUT.read_text("utf-8"))
+    oss = [r for r in ADDED if r["model"] == "GPT-OSS-120B.json"]
+    assert len(oss) == 31 and {r["source"] for r in oss} == {"megatron-bridge"}
+    assert not [s for s in data["skipped"] if "GPT OSS" in s["id"]]
+    assert all(r["cite"].startswith("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary") and "@ 067f987d" in r["cite"]
+               for r in oss)
+    disputed = [r for r in oss if r.get("disputed")]
+    assert [r["container"] for r in disputed] == ["26.06.01", "26.06.01"]
+    assert all("regression" in r["disputed"] for r in disputed)
 
 
 @pytest.mark.parametrize("row", ADDED, ids=lambda r: r["id"][:60])
