@@ -197,11 +197,9 @@ def _token_positions(cfg: ModelConfig, role: LayerRole, context: int) -> tuple[i
 
 
 def causal_selected_pairs(cfg: ModelConfig, seq_length: int) -> int:
-    """``sum over t = 1..S of min(k, t)``: the (query, selected key) pairs of one sequence."""
-    if not (cfg.has_indexer and cfg.index_topk > 0) or seq_length <= cfg.index_topk:
-        return causal_pairs(seq_length)
-    k = cfg.index_topk
-    return k * (k + 1) // 2 + (seq_length - k) * k
+    """``sum over t = 1..S of min(k, t)``: the (query, selected key) pairs of one sequence - the
+    pairs of a sliding window of ``k`` (:func:`window_pairs`), all of them without an indexer."""
+    return window_pairs(seq_length, cfg.index_topk if cfg.has_indexer else 0)
 
 
 def _attention_dims(cfg: ModelConfig) -> tuple[int, int]:
