@@ -470,6 +470,7 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
         "qk_norm": model_type in ("qwen3", "qwen3_moe") or (model_type == "glm4_moe"
                                                             and _bool_field(raw, "use_qk_norm", False)),
         "moe_router_bias": model_type in _ROUTER_BIAS_TYPES,
+        "attention_sinks": model_type == "gpt_oss",  # GptOssAttention.sinks: one logit per head
         "activation": _activation(raw),
         "norms_per_layer": 4 if model_type == "gemma2" else 2,
         "layer_windows": _layer_windows(raw, model_type, n),
@@ -507,7 +508,7 @@ def _gqa_ffn(raw: dict[str, Any], model_type: str, n: int) -> dict[str, Any]:
                    num_experts_per_tok=_int_field(raw, "num_experts_per_tok", 4),
                    moe_intermediate_size=_int_field(raw, "intermediate_size", 2880), intermediate_size=0,
                    first_k_dense_replace=0, moe_layer_freq=1, n_shared_experts=0, num_nextn_predict_layers=0,
-                   expert_bias=True, router_weight_bias=True, attention_sinks=True)
+                   expert_bias=True, router_weight_bias=True)
     elif model_type != "glm4_moe":  # dense families
         out.update(n_routed_experts=0, n_shared_experts=0, num_experts_per_tok=0, moe_intermediate_size=0,
                    num_nextn_predict_layers=0)
