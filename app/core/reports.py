@@ -284,11 +284,18 @@ def time_report(plan: Plan, cfg: ModelConfig, *, timeline: bool = False, **kw: A
     return _finish(body, lines, ev.verdict, ev)
 
 
+def bubble_waiting(t: dict[str, Any]) -> float:
+    """The part of a step time's bubble its fill and drain do not explain - ranks waiting on slower
+    stages, sends and parameter gathers - or 0 below what one decimal of a percentage shows."""
+    rest = t["bubble_fraction"] - t["bubble_fill_drain"]
+    return rest if rest >= 0.0005 else 0.0
+
+
 def _bubble_parts(t: dict[str, Any]) -> str:
     """``64 micro-batches: 9.9% fill and drain, the rest waiting on slower stages, sends and
     parameter gathers`` (the parts the schedule has: no fill and drain with one stage)."""
     parts = [f"{t['bubble_fill_drain']:.1%} fill and drain"] if t["bubble_fill_drain"] > 0 else []
-    if t["bubble_fraction"] - t["bubble_fill_drain"] >= 0.0005:
+    if bubble_waiting(t):
         parts.append(("the rest " if parts else "") + "waiting on slower stages, sends and parameter gathers")
     return f"{t['num_microbatches']} micro-batches" + (": " + ", ".join(parts) if parts else "")
 

@@ -32,7 +32,7 @@ from app.core.model.config import ConfigError, ModelConfig, load_preset, preset_
 from app.core.model.parameters import stage_params
 from app.core.model.roles import RoleMap
 from app.core.plan import NEUTRAL_VALUES, TABLE, FieldProblem, Plan, applies, encode_query, format_value, mode_note
-from app.core.reports import gpu_equation, parallel_summary
+from app.core.reports import bubble_waiting, gpu_equation, parallel_summary
 from app.core.time.schedule import closed_form_bubble
 from app.core.verdict import Verdict
 from app.web.store import BaseStore
@@ -479,6 +479,14 @@ def _timed(ev: Evaluation) -> dict[str, Any] | None:
     return ev.time if ev.time and "unavailable" not in ev.time else None
 
 
+def _closed_form(ev: Evaluation) -> tuple[float, int]:
+    """The closed-form bubble of the plan's PP, VPP and micro-batches (8 x PP when the plan gives no
+    global batch) and that micro-batch count: what the page says when there is no step time."""
+    assert ev.par is not None and ev.stage_plan is not None
+    m = ev.par.microbatches or 8 * ev.stage_plan.pp
+    return closed_form_bubble(ev.stage_plan.pp, ev.stage_plan.vpp, m), m
+
+
 def bubble_note(ev: Evaluation) -> str | None:
     """The page's line on the pipeline bubble (PP > 1 with parallel settings): the simulated one,
     split into what the pipeline's fill and drain explain (``time.bubble_fill_drain``) and the
@@ -489,15 +497,13 @@ def bubble_note(ev: Evaluation) -> str | None:
     assumed = "" if ev.par.microbatches else ", assumed 8 × PP"
     t = _timed(ev)
     if t is None:
-        m = ev.par.microbatches or 8 * ev.stage_plan.pp
-        bubble = closed_form_bubble(ev.stage_plan.pp, ev.stage_plan.vpp, m)
+        bubble, m = _closed_form(ev)
         return f"pipeline bubble (closed form: equal stages, free sends) {bubble:.1%} with {m} micro-batches{assumed}"
-    total, fill = t["bubble_fraction"], t["bubble_fill_drain"]
-    text = (f"pipeline bubble {total:.1%} of the ranks' time (simulated): {fill:.1%} is its fill and drain "
-            f"((PP − 1)/(VPP·m + PP − 1), m = {t['num_microbatches']} micro-batches{assumed})")
-    if total - fill >= 0.0005:
-        text += (f", {total - fill:.1%} waiting on slower stages, sends and parameter gathers "
-                 "(Balance evens the stages)")
+    text = (f"pipeline bubble {t['bubble_fraction']:.1%} of the ranks' time (simulated): {t['bubble_fill_drain']:.1%} "
+            f"is its fill and drain ((PP − 1)/(VPP·m + PP − 1), m = {t['num_microbatches']} micro-batches{assumed})")
+    waiting = bubble_waiting(t)
+    if waiting:
+        text += f", {waiting:.1%} waiting on slower stages, sends and parameter gathers (Balance evens the stages)"
     return text
 
 
@@ -634,8 +640,7 @@ def plan_summary(view: PlanView) -> dict[str, Any]:
     t = _timed(ev)
     bubble, bubble_how = (t["bubble_fraction"], "simulated") if t else (None, None)
     if t is None and ev.par is not None and ev.stage_plan is not None:
-        m = ev.par.microbatches or 8 * ev.stage_plan.pp
-        bubble, bubble_how = closed_form_bubble(ev.stage_plan.pp, ev.stage_plan.vpp, m), "closed form"
+        bubble, bubble_how = _closed_form(ev)[0], "closed form"
     return {
         "go": view.go, "blocking": [r.kind for r in view.verdict.blocking] + (["input"] if view.field_errors else []),
         "layout": getattr(view.check, "layout_string", None),
