@@ -15,7 +15,8 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   config of another type that carries the MLA fields (``kv_lora_rank`` ...), as in transformers
   ``DeepseekV3Config``;
 * ``gqa`` (grouped-query / multi-head attention with ``num_key_value_heads`` and ``head_dim``):
-  ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma``, ``gemma2`` (dense) and
+  ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma``, ``gemma2``, ``nemotron``
+  (Nemotron-4 / Minitron: a 2-matrix squared-ReLU MLP and LayerNorms with biases) (dense) and
   ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``glm4_moe``, ``gpt_oss`` (MoE), and ``gpt2`` (the
   dense GPT of GPT-2 / GPT-3 / Megatron's ``GPTModel``: multi-head attention, a 2-matrix GELU
   MLP of ``n_inner`` (default 4H), LayerNorms with biases, biases on every linear layer, learned
@@ -122,7 +123,7 @@ _POSITIVE = {
 
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
 GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt2", "phi3", "gemma",
-                   "gemma2", "qwen2_moe", "gpt_oss")
+                   "gemma2", "qwen2_moe", "gpt_oss", "nemotron")
 #: Gemma and Gemma 2: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
 #: ``Gemma2Config`` defaults, transformers ``models/gemma2/configuration_gemma2.py``)
 _GEMMA_TYPES = ("gemma", "gemma2")
@@ -466,7 +467,8 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
         "attention": "gqa", "num_key_value_heads": kv, "head_dim": head_dim,
         "qkv_bias": (True if model_type == "qwen2" else _bool_field(raw, "qkv_bias", True) if model_type == "qwen2_moe"
                      else bias),
-        "o_bias": bias if model_type in ("llama", "mistral", "qwen3", "qwen3_moe", "gpt_oss", *_GEMMA_TYPES) else False,
+        "o_bias": (bias if model_type in ("llama", "mistral", "qwen3", "qwen3_moe", "gpt_oss", "nemotron", *_GEMMA_TYPES)
+                   else False),
         "qk_norm": model_type in ("qwen3", "qwen3_moe") or (model_type == "glm4_moe"
                                                             and _bool_field(raw, "use_qk_norm", False)),
         "moe_router_bias": model_type in _ROUTER_BIAS_TYPES,
@@ -480,7 +482,18 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
     out.update(_gqa_ffn(raw, model_type, n))
     if model_type == "gpt2":
         out.update(_gpt2_family(raw))
+    elif model_type == "nemotron":
+        out.update(_nemotron_family(raw))
     return out
+
+
+def _nemotron_family(raw: dict[str, Any]) -> dict[str, Any]:
+    """Nemotron-4 / Minitron's block (transformers ``models/nemotron``: ``NemotronMLP`` is ``up_proj``
+    H -> I and ``down_proj`` I -> H with ``mlp_bias``, squared ReLU between (``hidden_act`` default
+    ``relu2``); ``NemotronLayerNorm1P`` is a LayerNorm with weight and bias, two a layer and a final
+    one; ``NemotronConfig`` unties the embeddings by default)."""
+    return {"gated_mlp": False, "mlp_bias": _bool_field(raw, "mlp_bias", False), "norm_bias": True,
+            "activation": _activation(raw, default="relu2")}
 
 
 def _gqa_ffn(raw: dict[str, Any], model_type: str, n: int) -> dict[str, Any]:
@@ -515,16 +528,17 @@ def _gqa_ffn(raw: dict[str, Any], model_type: str, n: int) -> dict[str, Any]:
     return out
 
 
-def _activation(raw: dict[str, Any]) -> str:
+def _activation(raw: dict[str, Any], default: str = "silu") -> str:
     """The MLP activation as the config names it: ``hidden_activation`` (Gemma), else ``hidden_act``,
-    else SiLU. Only named: every activation is an elementwise op of the same cost here."""
+    else the family's default (SiLU; squared ReLU for Nemotron). Only named: every activation is an
+    elementwise op of the same cost here."""
     for name in ("hidden_activation", "hidden_act"):
         value = raw.get(name)
         if value is not None:
             if not isinstance(value, str):
                 raise ConfigError(f"{name} must be a string", name)
             return value
-    return "silu"
+    return default
 
 
 #: the families whose every layer uses ``sliding_window`` unless ``layer_types`` says otherwise

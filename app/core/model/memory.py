@@ -67,7 +67,8 @@ expert_fc1             4 (i / ETP) * k ETP / TP           gate+up output
 expert_act             2 (i / ETP) * k ETP / TP           SwiGLU output = fc2 input
 expert_output          2H * k ETP / TP                    fc2 output, kept for the prob-weighted combine
 shared_fc1/act         4 S i / TP, 2 S i / TP             shared expert (TP-sharded)
-dense_fc1/act          4 I / TP, 2 I / TP                 dense FFN layers
+dense_fc1/act          4 I / TP, 2 I / TP                 dense FFN layers (fc1 2 I / TP without a
+                                                          gated MLP: GELU, squared ReLU)
 mtp_inputs (MTP)       8H / s_div                         enorm / hnorm inputs and eh_proj input
 post_norm_inputs       4H / s_div                         Gemma 2's post-attention and post-MLP
                                                           RMSNorms (``norms_per_layer`` 4): inputs
@@ -277,12 +278,14 @@ def _attention_terms(cfg: ModelConfig, tp: int) -> dict[str, float]:
 
 
 def _ffn_terms(cfg: ModelConfig, ffn: str, tp: int, etp: int, s_div: int) -> dict[str, float]:
-    """The FFN rows per CP-local token: a dense layer's gate+up output and SwiGLU output over TP;
+    """The FFN rows per CP-local token: a dense layer's fc1 output (gate and up with a gated MLP, up
+    alone without: ``gated_mlp``) and activation output over TP;
     an MoE layer's FP32 router logits with top-k probs and int32 ids (``(4E + 8k) / s_div``), its
     ``k ETP / TP`` routed rows of width ``i / ETP`` (input, fc1, act, output) and the TP-sharded
     shared experts."""
     if ffn == "dense":
-        return {"dense_fc1": 4 * cfg.intermediate_size / tp, "dense_act": 2 * cfg.intermediate_size / tp}
+        fc1 = (4 if cfg.gated_mlp else 2) * cfg.intermediate_size / tp
+        return {"dense_fc1": fc1, "dense_act": 2 * cfg.intermediate_size / tp}
     H, k, i = cfg.hidden_size, cfg.num_experts_per_tok, cfg.moe_intermediate_size
     rows = k * etp / tp  # routed rows per CP-local token on one GPU
     t: dict[str, float] = {
@@ -674,6 +677,8 @@ def megatron_layer_params(cfg: ModelConfig, add_bias_linear: bool = False) -> di
     indexer; ``H h (dn+dr)`` for the q projection without a q LoRA); GQA ``H h d + 2 H g d + h d H``
     (+ ``2d`` with qk_layernorm); SwiGLU FFNs ``3 H I``; shared experts ``3 H S i``; routed experts
     ``3 H i E``; norms ``2H``; router ``H E`` (+E with ``--add-bias-linear``); final norm ``H``.
+    Every FFN term is ``2 H I`` without a gated MLP (``gated_linear_multiplier = 3 / 2 if
+    args.swiglu else 1``, ``theoretical_memory_usage.py`` @ d98e8a64).
     """
     H, h = cfg.hidden_size, cfg.num_attention_heads
     rq, rkv = cfg.q_lora_rank, cfg.kv_lora_rank
@@ -688,11 +693,12 @@ def megatron_layer_params(cfg: ModelConfig, add_bias_linear: bool = False) -> di
     else:
         q_term = rq * (H + h * (dn + dr) + norm) if rq else H * h * (dn + dr)
         attn = q_term + rkv * (H + h * (dn + dv) + norm) + H * dr + h * dv * H
+    f = 3 if cfg.gated_mlp else 2
     return {
         "attn": attn,
-        "dense_mlp": 3 * H * cfg.intermediate_size,
-        "shared": 3 * H * cfg.n_shared_experts * cfg.moe_intermediate_size,
-        "routed": 3 * H * cfg.moe_intermediate_size * E if E else 0,
+        "dense_mlp": f * H * cfg.intermediate_size,
+        "shared": f * H * cfg.n_shared_experts * cfg.moe_intermediate_size,
+        "routed": f * H * cfg.moe_intermediate_size * E if E else 0,
         "layernorm": 2 * H * norm,
         "router": (H * E + (E if add_bias_linear else 0)) if E else 0,
         "final_ln": norm * H,

@@ -267,6 +267,52 @@ def test_gpt_oss_exact(layers, experts, published_total, published_active):
     assert cfg.layer_windows == (128, 0) * (layers // 2)
 
 
+# Nemotron-4 (arXiv 2402.16819 / 2406.11704): nvidia/Nemotron-4-340B-Base's architecture as NemotronConfig
+# fields (96 layers, hidden 18432, 96 heads, 8 KV heads, FFN 73728, vocabulary 256000, squared ReLU)
+NEMOTRON4_340B = {"model_type": "nemotron", "architectures": ["NemotronForCausalLM"], "hidden_size": 18432,
+                  "intermediate_size": 73728, "num_hidden_layers": 96, "num_attention_heads": 96,
+                  "num_key_value_heads": 8, "vocab_size": 256000, "max_position_embeddings": 4096}
+NEMOTRON4_15B = {**NEMOTRON4_340B, "hidden_size": 6144, "intermediate_size": 24576, "num_hidden_layers": 32,
+                 "num_attention_heads": 48}
+
+
+@pytest.mark.parametrize("raw,non_embedding,embedding", [
+    (NEMOTRON4_340B, 331.6e9, 9.4e9),  # Nemotron-4 340B report, Table 1: 9.4B embedding, 331.6B non-embedding
+    (NEMOTRON4_15B, 12.5e9, 3.2e9),   # Nemotron-4 15B report, Table 1: 3.2B embedding, 12.5B non-embedding
+])
+def test_nemotron4_exact(raw, non_embedding, embedding):
+    """NemotronAttention q/k/v/o without biases; NemotronMLP up (H -> I) and down (I -> H), squared ReLU,
+    no gate; two LayerNorm1P (weight and bias) a layer and a final one; untied head (transformers
+    models/nemotron). The file omits hidden_act: NemotronConfig's default is relu2."""
+    cfg = load(raw)
+    H, I, V, L, h, g = (raw["hidden_size"], raw["intermediate_size"], raw["vocab_size"], raw["num_hidden_layers"],
+                        raw["num_attention_heads"], raw["num_key_value_heads"])
+    assert (cfg.gated_mlp, cfg.norm_bias, cfg.tie_word_embeddings, cfg.activation) == (False, True, False, "relu2")
+    body = L * (gqa_layer(H, h, g, H // h) + 2 * H * I + 4 * H) + 2 * H
+    assert count_parameters(cfg).main_total == body + 2 * V * H
+    embedding_rows = 2 * V * H
+    assert body == pytest.approx(non_embedding, rel=0.002) and embedding_rows == pytest.approx(embedding, rel=0.02)
+
+
+def test_an_ungated_mlp_keeps_one_fc1_output():
+    """A 2-matrix MLP (GELU, squared ReLU) keeps its fc1 output of I and its activation output of I,
+    2 bytes each per token (Korthikanti et al. 2022: 8sbh + 8sbh at I = 4h); a gated one keeps gate
+    and up (2I). Megatron's theoretical memory counts ``2 H I`` weights without SwiGLU
+    (``gated_linear_multiplier``, theoretical_memory_usage.py)."""
+    from app.core.model.memory import layer_activation_terms, megatron_layer_params
+
+    relu2 = load(NEMOTRON4_15B)
+    swiglu = load({**NEMOTRON4_15B, "model_type": "llama"})
+    par = ParallelConfig(tp=4, pp=1, gpus=4, sp=True, seq_length=4096)
+    I = NEMOTRON4_15B["intermediate_size"]
+    t2 = layer_activation_terms(relu2, par, ffn="dense", indexer=False)
+    t3 = layer_activation_terms(swiglu, par, ffn="dense", indexer=False)
+    assert (t2["dense_fc1"], t2["dense_act"]) == (2 * I / 4, 2 * I / 4)
+    assert (t3["dense_fc1"], t3["dense_act"]) == (4 * I / 4, 2 * I / 4)
+    assert megatron_layer_params(relu2)["dense_mlp"] == 2 * 6144 * I
+    assert megatron_layer_params(swiglu)["dense_mlp"] == 3 * 6144 * I
+
+
 def test_sliding_windows_by_family():
     """Which layers slide: ``layer_types`` when given; else Gemma 2 and GPT-OSS alternate (sliding on
     the first, ``(i + 1) % 2``), Mistral and Phi-3 slide on every layer, Qwen2 only with
@@ -323,7 +369,8 @@ def test_a_sliding_layer_attends_its_window():
     assert windowed["compute_seconds"] < unwindowed["compute_seconds"]
 
 
-@pytest.mark.parametrize("raw", [PHI3_MINI, GEMMA_7B, GEMMA2_9B, QWEN15_MOE, DEEPSEEK_V2_LITE, GPT_OSS_20B],
+@pytest.mark.parametrize("raw", [PHI3_MINI, GEMMA_7B, GEMMA2_9B, QWEN15_MOE, DEEPSEEK_V2_LITE, GPT_OSS_20B,
+                                 NEMOTRON4_15B],
                          ids=lambda r: r["model_type"])
 def test_every_new_family_is_judged_and_timed(raw):
     """A Megatron plan of each family added in this round gets a verdict with memory, parallel

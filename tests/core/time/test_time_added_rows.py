@@ -94,16 +94,22 @@ def test_mt_nlg_rows_are_the_papers_iteration_times() -> None:
 
 
 def test_nemo_rows_are_the_tables_own_figures() -> None:
-    """NeMo 25.02 DGX-B200 and 25.04 DGX-GB200 FP8 rows: the table's tokens/s/GPU as measured, and its
+    """NeMo 25.02 DGX-B200 and 25.04 DGX-GB200 FP8 rows (with the 25.04 Nemotron-4 pair): the table's
+    tokens/s/GPU as measured, and its
     GA column re-derived: GA = GBS / (MBS x DP), DP = GPUs / (TP x PP x CP) - GPT-3 175B on 512 B200,
     2048 / (2 x 512 / 16) = 32; Llama 3 405B on 128 GPUs, 64 / (1 x 128 / 64) = 32."""
     nemo = {(r["gpu"], r["model"]): r for r in ADDED if r["source"] == "nemo-performance-summary"}
-    assert len(nemo) == 9
+    assert len(nemo) == 11
     gpt3 = nemo[("b200-180gb", "gpt3-175b.gpt2.json")]
     assert gpt3["measured"]["tokens_per_s_per_gpu"] == 1600 and gpt3["gbs"] // (gpt3["mbs"] * gpt3["dp"]) == 32
     l405 = nemo[("gb200-186gb", "Llama-3.1-405B.json")]
     assert l405["measured"]["tokens_per_s_per_gpu"] == 665 and l405["gbs"] // (l405["mbs"] * l405["dp"]) == 32
     assert all(r["precision"] == "fp8" and r["recompute"]["granularity"] is None for r in nemo.values())
+    # Nemotron-15B on 64 GB200, GA 2 = 256 / (2 x 64); Nemotron-340B on 128, GA 8 = 32 / (1 x 128 / (8 x 4))
+    n15, n340 = nemo[("gb200-186gb", "Nemotron-4-15B.json")], nemo[("gb200-186gb", "Nemotron-4-340B.json")]
+    assert (n15["measured"]["tokens_per_s_per_gpu"], n15["gbs"] // (n15["mbs"] * n15["dp"])) == (17809, 2)
+    assert (n340["measured"]["tokens_per_s_per_gpu"], n340["gbs"] // (n340["mbs"] * n340["dp"])) == (737, 8)
+    assert n340["gpus"] == n340["tp"] * n340["pp"] * n340["dp"] and (n340["vp"], n340["sp"]) == (12, True)
 
 
 def test_megatron_core_rows_follow_megatron_lms_flop_count() -> None:
