@@ -206,9 +206,12 @@ def memory_report(plan: Plan, cfg: ModelConfig, **kw: Any) -> Report:
               + ("fits" if st["fits"] else "OVERFLOWS") + f"  (largest term: {st['dominant_label']})"
               for st in body["stages"]]
     mt = body["megatron_theoretical"]
-    lines.append(f"Megatron report_theoretical_memory (even split, no indexer/uneven terms): most-loaded shard "
-                 f"{mt['params_most_loaded_shard'] / 1e9:.2f}B params, {mt['weight_and_optimizer_gib']:.1f} GiB "
-                 "weights + optimizer state")
+    if "unsupported" in mt:
+        lines.append(f"Megatron report_theoretical_memory: {mt['unsupported']}")
+    else:
+        lines.append(f"Megatron report_theoretical_memory (even split, no indexer/uneven terms): most-loaded shard "
+                     f"{mt['params_most_loaded_shard'] / 1e9:.2f}B params, {mt['weight_and_optimizer_gib']:.1f} GiB "
+                     "weights + optimizer state")
     lines.append(body["explanation"])
     return _finish(body, lines, ev.verdict, ev)
 

@@ -72,6 +72,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.content_cache import hash_once, state_without_hash
+from app.core.model.hybrid import SYMBOL_PARTS, MambaDims, block_symbols
 
 MAX_CONFIG_BYTES = 1 << 20
 MAX_JSON_DEPTH = 64
@@ -123,7 +124,7 @@ _POSITIVE = {
 
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
 GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt2", "phi3", "gemma",
-                   "gemma2", "qwen2_moe", "gpt_oss", "nemotron")
+                   "gemma2", "qwen2_moe", "gpt_oss", "nemotron", "nemotron_h")
 #: Gemma and Gemma 2: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
 #: ``Gemma2Config`` defaults, transformers ``models/gemma2/configuration_gemma2.py``)
 _GEMMA_TYPES = ("gemma", "gemma2")
@@ -209,6 +210,9 @@ class ModelConfig:
     attention_sinks: bool = False  # GPT-OSS: one learned sink logit per attention head
     layer_windows: tuple[int, ...] | None = None  # per decoder layer: sliding-window size (0: full causal)
     norms_per_layer: int = 2  # norms in a decoder layer (Gemma 2: 4, a post-norm after attention and MLP too)
+    #: per decoder layer: "attention" | "mamba" | "none" (a hybrid model's MoE / MLP block); None: all attention
+    layer_mixers: tuple[str, ...] | None = None
+    mamba: MambaDims | None = None  # a hybrid model's Mamba-2 mixer sizes (app.core.model.hybrid)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -223,6 +227,16 @@ class ModelConfig:
     @property
     def num_layers(self) -> int:
         return self.num_hidden_layers
+
+    @property
+    def hybrid_pattern(self) -> str | None:
+        """A hybrid model's layers as Megatron's symbols (``M`` Mamba, ``*`` attention, ``E`` MoE,
+        ``-`` MLP: ``--hybrid-layer-pattern``); ``None`` for a model of attention + FFN layers."""
+        if self.layer_mixers is None:
+            return None
+        ffn = self.mlp_layer_types or ("none",) * self.num_hidden_layers
+        parts = {v: k for k, v in SYMBOL_PARTS.items()}
+        return "".join(parts[(m, {"sparse": "moe"}.get(f, f))] for m, f in zip(self.layer_mixers, ffn))
 
     @property
     def mtp_stores_embedding_and_head(self) -> bool:
@@ -435,6 +449,107 @@ def _gpt2_aliases(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: ``NemotronHConfig``'s defaults for the sizes a ``nemotron_h`` file may omit (transformers
+#: ``models/nemotron_h/configuration_nemotron_h.py``), and the older names it still reads
+_NEMOTRON_H_DEFAULTS = {"head_dim": 128, "num_key_value_heads": 8, "intermediate_size": 21504,
+                        "moe_intermediate_size": 7688, "moe_shared_expert_intermediate_size": 7688,
+                        "num_experts_per_tok": 2, "n_routed_experts": 8, "mamba_num_heads": 128,
+                        "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4,
+                        "chunk_size": 128}
+_NEMOTRON_H_OLD_NAMES = {"mamba_n_groups": "n_groups", "mamba_d_conv": "conv_kernel",
+                         "mamba_chunk_size": "chunk_size", "mamba_conv_bias": "use_conv_bias"}
+
+
+def _nemotron_h_blocks(raw: dict[str, Any]) -> str:
+    """A ``nemotron_h`` file's layers as Megatron's symbols: ``layers_block_type`` (or its alias
+    ``layer_types``), else the older ``hybrid_override_pattern`` string (``NemotronHConfig``)."""
+    for name in ("layers_block_type", "layer_types"):
+        blocks = raw.get(name)
+        if blocks is None:
+            continue
+        if not isinstance(blocks, list) or not blocks or not all(isinstance(b, str) for b in blocks):
+            raise ConfigError(f"{name} must be a non-empty list of mamba / attention / moe / mlp block names", name)
+        try:
+            return block_symbols(blocks)
+        except KeyError as exc:
+            raise ConfigError(f"{name} has an unknown block {exc.args[0]!r}; use linear_attention, "
+                              "full_attention, moe or mlp", name) from None
+    pattern = raw.get("hybrid_override_pattern")
+    if not isinstance(pattern, str) or not pattern:
+        raise ConfigError("a nemotron_h config needs layers_block_type (or hybrid_override_pattern): the kind of "
+                          "every layer", "layers_block_type")
+    bad = sorted(set(pattern) - set(SYMBOL_PARTS))
+    if bad:
+        raise ConfigError(f"hybrid_override_pattern may only contain M, *, E and -; found {bad[:5]}",
+                          "hybrid_override_pattern")
+    return pattern
+
+
+def _nemotron_h_aliases(raw: dict[str, Any]) -> dict[str, Any]:
+    """A ``nemotron_h`` file in the planner's names: its layer count from its block list (a stated
+    ``num_hidden_layers`` must agree), the sizes it omits at ``NemotronHConfig``'s defaults, the
+    older Mamba names read as the new ones, and no experts when no layer is MoE."""
+    symbols = _nemotron_h_blocks(raw)
+    stated = _int_field(raw, "num_hidden_layers", None)
+    if stated is not None and stated != len(symbols):
+        raise ConfigError(f"num_hidden_layers is {stated} but the block list has {len(symbols)} layers; "
+                          "make them agree", "num_hidden_layers")
+    out = {**{new: raw[old] for old, new in _NEMOTRON_H_OLD_NAMES.items() if old in raw}, **raw}
+    for name, value in _NEMOTRON_H_DEFAULTS.items():
+        if out.get(name) is None:
+            out[name] = value
+    out.update(num_hidden_layers=len(symbols), hybrid_symbols=symbols)
+    if "E" not in symbols:
+        out["n_routed_experts"] = 0
+    return out
+
+
+def _nemotron_h_family(raw: dict[str, Any]) -> dict[str, Any]:
+    """Nemotron-H's blocks (transformers ``modeling_nemotron_h.py``): one RMSNorm and one module a
+    layer (:mod:`app.core.model.hybrid`); q/k/v/o without biases (``bias=False``); MLPs and
+    experts of two matrices (``up_proj`` / ``down_proj``, ``mlp_hidden_act`` squared ReLU, biases
+    with ``mlp_bias``); a router with a score-correction bias and one shared expert of
+    ``moe_shared_expert_intermediate_size``, kept as that many expert widths (as Qwen2-MoE's).
+    Refused, naming the field: LatentMoE (``moe_latent_size``) and MTP layers, which isplan does
+    not model for hybrid models."""
+    symbols: str = raw["hybrid_symbols"]
+    for name, what in (("moe_latent_size", "LatentMoE experts (a latent projection around the experts)"),
+                       ("num_nextn_predict_layers", "MTP layers of a hybrid model")):
+        if raw.get(name):
+            raise ConfigError(f"{name} is set: isplan does not model {what} yet", name)
+    names = ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "chunk_size")
+    sizes = [_int_field(raw, f, None, required=True) or 0 for f in names]
+    for name, size in zip(names, sizes):
+        if size < 1:
+            raise ConfigError(f"{name} must be at least 1, got {size}", name)
+    mamba = MambaDims(heads=sizes[0], head_dim=sizes[1], state=sizes[2], groups=sizes[3], conv_kernel=sizes[4],
+                      chunk=sizes[5], conv_bias=_bool_field(raw, "use_conv_bias", True),
+                      proj_bias=_bool_field(raw, "use_bias", False))
+    if mamba.heads % mamba.groups:
+        raise ConfigError(f"mamba_num_heads ({mamba.heads}) must be a multiple of n_groups ({mamba.groups})",
+                          "mamba_num_heads")
+    mixers = tuple(SYMBOL_PARTS[c][0] for c in symbols)
+    ffn = tuple({"moe": "sparse"}.get(SYMBOL_PARTS[c][1], SYMBOL_PARTS[c][1]) for c in symbols)
+    out: dict[str, Any] = {"layer_mixers": mixers, "mlp_layer_types": ffn, "mamba": mamba if "M" in symbols else None,
+                           "gated_mlp": False, "mlp_bias": _bool_field(raw, "mlp_bias", False),
+                           "activation": _activation({"hidden_act": raw.get("mlp_hidden_act")}, default="relu2"),
+                           "qkv_bias": False, "o_bias": False, "norms_per_layer": 1, "layer_windows": None,
+                           "moe_router_bias": "E" in symbols, "intermediate_size": _int_field(raw, "intermediate_size", 0)}
+    if "E" in symbols:
+        width = _int_field(raw, "moe_intermediate_size", None, required=True) or 0
+        shared = _int_field(raw, "moe_shared_expert_intermediate_size", 0) or 0
+        if width < 1 or shared % width:
+            raise ConfigError(f"moe_shared_expert_intermediate_size ({shared}) must be a multiple of "
+                              f"moe_intermediate_size ({width}): isplan times the shared expert as that many experts",
+                              "moe_shared_expert_intermediate_size")
+        out.update(n_routed_experts=_int_field(raw, "n_routed_experts", None, required=True),
+                   num_experts_per_tok=_int_field(raw, "num_experts_per_tok", None, required=True),
+                   moe_intermediate_size=width, n_shared_experts=shared // width)
+    else:
+        out.update(n_routed_experts=0, num_experts_per_tok=0, moe_intermediate_size=0, n_shared_experts=0)
+    return {**out, "first_k_dense_replace": 0, "moe_layer_freq": 1, "num_nextn_predict_layers": 0}
+
+
 def _gpt2_family(raw: dict[str, Any]) -> dict[str, Any]:
     """The GPT-2 block's shapes (``GPT2Attention``: one ``c_attn`` of 3H with bias, ``c_proj`` H
     with bias; ``GPT2MLP``: ``c_fc`` H -> I and ``c_proj`` I -> H, both with biases; LayerNorm
@@ -484,6 +599,8 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
         out.update(_gpt2_family(raw))
     elif model_type == "nemotron":
         out.update(_nemotron_family(raw))
+    elif model_type == "nemotron_h":
+        out.update(_nemotron_h_family(raw))
     return out
 
 
@@ -522,7 +639,7 @@ def _gqa_ffn(raw: dict[str, Any], model_type: str, n: int) -> dict[str, Any]:
                    moe_intermediate_size=_int_field(raw, "intermediate_size", 2880), intermediate_size=0,
                    first_k_dense_replace=0, moe_layer_freq=1, n_shared_experts=0, num_nextn_predict_layers=0,
                    expert_bias=True, router_weight_bias=True)
-    elif model_type != "glm4_moe":  # dense families
+    elif model_type not in ("glm4_moe", "nemotron_h"):  # dense families (Nemotron-H: _nemotron_h_family)
         out.update(n_routed_experts=0, n_shared_experts=0, num_experts_per_tok=0, moe_intermediate_size=0,
                    num_nextn_predict_layers=0)
     return out
@@ -555,7 +672,7 @@ def _layer_windows(raw: dict[str, Any], model_type: str, n: int) -> tuple[int, .
     the family's config class puts it (:data:`_WINDOW_EVERY_LAYER`, :data:`_WINDOW_ALTERNATE`;
     Qwen2 / Qwen3 only with ``use_sliding_window``, from ``max_window_layers`` on)."""
     window = _int_field(raw, "sliding_window", None)
-    if not window:
+    if not window or model_type == "nemotron_h":  # NemotronHAttention reads no window; its layer_types are blocks
         return None
     types = raw.get("layer_types")
     if types is not None:
@@ -756,6 +873,8 @@ def config_from_dict(
     original = raw
     if raw.get("model_type") == "gpt2":
         raw = _gpt2_aliases(raw)
+    elif raw.get("model_type") == "nemotron_h":
+        raw = _nemotron_h_aliases(raw)
     dims = _read_dimensions(raw)
     n = dims["num_hidden_layers"]
     fields: dict[str, Any] = {

@@ -51,7 +51,11 @@ value head dims, Hi / di the indexer heads / head dim, k = ``index_topk``, V the
       up-projects k and v per head before core attention).
     * GQA / MHA: ``2*h*n*(2*head_dim)`` (every query head reads a key and value of head_dim).
 
-    Softmax and scaling are not counted.
+    Softmax and scaling are not counted. A hybrid model's Mamba, MoE and MLP blocks have none.
+``ssm_scan``
+    A hybrid model's Mamba-2 layers only: the SSD chunked scan, ``MambaDims.scan_flops_per_token``
+    per token (:mod:`app.core.model.hybrid`); its projections, depthwise conv and gains are in
+    ``linear`` (2 x their weights, so the identity below holds).
 
 Variants: ``indexshare`` (the roles as derived: indexers only on full layers) and
 ``every_layer`` (the same model with an indexer on every decoder layer, pattern ``F``).
@@ -92,7 +96,7 @@ from app.core.model.parameters import Shapes, shapes
 from app.core.model.roles import LayerKind, LayerRole, RoleMap, derive_roles
 
 #: Additive terms of every breakdown (their sum is ``total``).
-TERMS = ("linear", "indexer_projections", "indexer_scoring", "indexer_weighting", "sparse_attention")
+TERMS = ("linear", "indexer_projections", "indexer_scoring", "indexer_weighting", "sparse_attention", "ssm_scan")
 
 #: Named conventions: which terms count, and whether the lm_head (with the final norm) is kept.
 CONVENTIONS: dict[str, dict[str, Any]] = {
@@ -105,19 +109,19 @@ CONVENTIONS: dict[str, dict[str, Any]] = {
                        "'2.9x fewer per-token FLOPs at 1M'",
     },
     "+sparse_attention": {
-        "terms": ("linear", "indexer_projections", "indexer_scoring", "sparse_attention"),
+        "terms": ("linear", "indexer_projections", "indexer_scoring", "sparse_attention", "ssm_scan"),
         "lm_head": False,
         "description": "the above + the attention core on every layer: absorbed sparse MLA over "
                        "min(index_topk, L) positions, 2*h*n*((kv_lora_rank + qk_rope_head_dim) + kv_lora_rank), "
                        "with an indexer; non-absorbed 2*h*L*(qk_nope + qk_rope + v_head_dim) for dense MLA; "
-                       "2*h*L*2*head_dim for GQA",
+                       "2*h*L*2*head_dim for GQA; and a hybrid model's Mamba SSD scan",
     },
     "full": {
         "terms": TERMS,
         "lm_head": True,
         "description": "every term: 2 x activated parameters including the final norm and lm_head "
                        "(no input embedding), indexer projections, indexer scoring 2*L*Hi*di, "
-                       "indexer head weighting 2*L*Hi, absorbed sparse MLA attention",
+                       "indexer head weighting 2*L*Hi, absorbed sparse MLA attention, a hybrid model's SSD scan",
     },
 }
 PUBLISHED_CONVENTION = "linear(no head)+indexer_scoring"
@@ -220,12 +224,6 @@ def sparse_attention_per_position(cfg: ModelConfig) -> int:
     return 2 * cfg.num_attention_heads * (qk + pv)
 
 
-def _ffn_active(cfg: ModelConfig, sh: Shapes, ffn: str) -> int:
-    if ffn == "dense":
-        return sh.dense_ffn
-    return (cfg.num_experts_per_tok + cfg.n_shared_experts) * sh.expert + sh.router
-
-
 def _layer_role(roles: RoleMap, layer: int) -> LayerRole:
     n = len(roles.layers)
     if 1 <= layer <= n:
@@ -242,16 +240,18 @@ def _layer_terms(cfg: ModelConfig, sh: Shapes, role: LayerRole, *, tokens: int, 
                  selected: int) -> dict[str, int]:
     """Terms of one layer for ``tokens`` queries that see ``pairs`` query-key pairs in all and
     ``selected`` (query, selected key) pairs. MTP layers add eh_proj and their norms."""
-    linear_params = sh.attention + sh.norms + _ffn_active(cfg, sh, role.ffn)
+    linear_params = sh.mixer(role.mixer) + sh.norms + sh.ffn_active(cfg, role.ffn)
     if role.mtp:
         linear_params += sh.mtp_extra
     own = role.has_indexer
+    mamba = cfg.mamba if role.mixer == "mamba" else None
     return {
         "linear": 2 * linear_params * tokens,
         "indexer_projections": 2 * sh.indexer * tokens if own else 0,
         "indexer_scoring": 2 * cfg.index_n_heads * cfg.index_head_dim * pairs if own else 0,
         "indexer_weighting": 2 * cfg.index_n_heads * pairs if own else 0,
-        "sparse_attention": sparse_attention_per_position(cfg) * selected,
+        "sparse_attention": sparse_attention_per_position(cfg) * selected if role.mixer == "attention" else 0,
+        "ssm_scan": mamba.scan_flops_per_token() * tokens if mamba else 0,
     }
 
 

@@ -67,8 +67,12 @@ expert_fc1             4 (i / ETP) * k ETP / TP           gate+up output
 expert_act             2 (i / ETP) * k ETP / TP           SwiGLU output = fc2 input
 expert_output          2H * k ETP / TP                    fc2 output, kept for the prob-weighted combine
 shared_fc1/act         4 S i / TP, 2 S i / TP             shared expert (TP-sharded)
-dense_fc1/act          4 I / TP, 2 I / TP                 dense FFN layers (fc1 2 I / TP without a
-                                                          gated MLP: GELU, squared ReLU)
+dense_fc1/act          4 I / TP, 2 I / TP                 dense FFN layers (every fc1 row - dense,
+                                                          expert, shared - is half without a gated
+                                                          MLP: GELU, squared ReLU)
+mamba_* (hybrid)       2 (2d + 2GN + heads) / TP,         a Mamba-2 mixer (d = heads x head_dim):
+                       2d / TP, 4G / TP, 2d / TP          in_proj output, scan output, norm rstd,
+                                                          out_proj input (``_mamba_terms``)
 mtp_inputs (MTP)       8H / s_div                         enorm / hnorm inputs and eh_proj input
 post_norm_inputs       4H / s_div                         Gemma 2's post-attention and post-MLP
                                                           RMSNorms (``norms_per_layer`` 4): inputs
@@ -288,38 +292,55 @@ def _ffn_terms(cfg: ModelConfig, ffn: str, tp: int, etp: int, s_div: int) -> dic
         return {"dense_fc1": fc1, "dense_act": 2 * cfg.intermediate_size / tp}
     H, k, i = cfg.hidden_size, cfg.num_experts_per_tok, cfg.moe_intermediate_size
     rows = k * etp / tp  # routed rows per CP-local token on one GPU
+    fc1 = 4 if cfg.gated_mlp else 2  # gate and up, or up alone
     t: dict[str, float] = {
         "router": (4 * cfg.n_routed_experts + 8 * k) / s_div,
         "expert_input": 2 * H * rows,
-        "expert_fc1": 4 * (i / etp) * rows,
+        "expert_fc1": fc1 * (i / etp) * rows,
         "expert_act": 2 * (i / etp) * rows,
         "expert_output": 2 * H * rows,
     }
     if cfg.n_shared_experts:
-        t["shared_fc1"] = 4 * cfg.n_shared_experts * i / tp
+        t["shared_fc1"] = fc1 * cfg.n_shared_experts * i / tp
         t["shared_act"] = 2 * cfg.n_shared_experts * i / tp
     return t
 
 
+def _mamba_terms(cfg: ModelConfig, tp: int) -> dict[str, float]:
+    """A hybrid model's Mamba-2 mixer, per CP-local token, TP-sharded by heads and groups: what
+    Megatron's fused path keeps for backward (``mamba_split_conv1d_scan_combined`` saves the in_proj
+    output z, x, B, C, dt, the scan output before the gated norm and the norm's FP32 rstd per group;
+    the out_proj keeps its input, the normed output; mamba_ssm ``ops/triton/ssd_combined.py``
+    ``MambaSplitConv1dScanCombinedFn``)."""
+    m = cfg.mamba
+    assert m is not None
+    return {"mamba_in_proj_output": 2 * m.in_proj_out / tp, "mamba_scan_output": 2 * m.d_inner / tp,
+            "mamba_norm_rstd": 4 * m.groups / tp, "mamba_out_proj_input": 2 * m.d_inner / tp}
+
+
 def layer_activation_terms(cfg: ModelConfig, par: ParallelConfig, *, ffn: str, indexer: bool,
-                           mtp: bool = False) -> dict[str, float]:
+                           mtp: bool = False, mixer: str = "attention") -> dict[str, float]:
     """Bytes per CP-local token of one layer for one micro-batch with nothing recomputed
     (the table in the module docstring): the norms' inputs and outputs (``2H / s_div`` each, SP
     shards them over TP), the attention (:func:`_attention_terms`), the indexer's query, key,
     weights and FP32 top-k scores on a layer that computes its top-k, the FFN (:func:`_ffn_terms`)
-    and an MTP layer's enorm / hnorm / eh_proj inputs."""
+    and an MTP layer's enorm / hnorm / eh_proj inputs. A hybrid model's layer has one norm and
+    one module: its attention, its Mamba mixer (:func:`_mamba_terms`) or its FFN (``mixer`` /
+    ``ffn`` ``"none"`` for the part it does not have)."""
     H = cfg.hidden_size
     s_div = par.tp if par.sp else 1
-    t: dict[str, float] = {"attn_norm_input": 2 * H / s_div, "attn_norm_output": 2 * H / s_div}
-    t.update(_attention_terms(cfg, par.tp))
+    t: dict[str, float] = {}
+    if mixer != "none":
+        t["attn_norm_input"] = t["attn_norm_output"] = 2 * H / s_div
+        t.update(_attention_terms(cfg, par.tp) if mixer == "attention" else _mamba_terms(cfg, par.tp))
     if indexer and cfg.has_indexer:
         t["idx_q"] = 2 * cfg.index_n_heads * cfg.index_head_dim
         t["idx_k"] = 4 * cfg.index_head_dim
         t["idx_weights"] = 2 * cfg.index_n_heads
         t["idx_topk_scores"] = 4 * cfg.index_topk
-    t["mlp_norm_input"] = 2 * H / s_div
-    t["mlp_norm_output"] = 2 * H / s_div
-    t.update(_ffn_terms(cfg, ffn, par.tp, par.expert_tp, s_div))
+    if ffn != "none":
+        t["mlp_norm_input"] = t["mlp_norm_output"] = 2 * H / s_div
+        t.update(_ffn_terms(cfg, ffn, par.tp, par.expert_tp, s_div))
     if mtp:
         t["mtp_inputs"] = 8 * H / s_div
     if cfg.norms_per_layer == 4:
@@ -346,15 +367,15 @@ def in_flight_microbatches(pp: int, vpp: int, m: int | None, rank: int) -> list[
     return counts
 
 
-LayerKind = tuple[str, bool, bool]
+LayerKind = tuple[str, bool, bool, str]
 
 
 def _layer_kinds(roles: RoleMap, stage: Stage) -> list[LayerKind]:
-    """(ffn, owns top-k, is MTP) for every layer of a stage, decoder layers then MTP layers."""
-    out: list[LayerKind] = [(r.ffn, r.role == "full", False) for r in roles.of(stage.layers)]
+    """(ffn, owns top-k, is MTP, mixer) for every layer of a stage, decoder layers then MTP layers."""
+    out: list[LayerKind] = [(r.ffn, r.role == "full", False, r.mixer) for r in roles.of(stage.layers)]
     for j in range(stage.mtp_layers):
         m = roles.mtp[j] if j < len(roles.mtp) else None
-        out.append((m.ffn if m else "moe", True, True))
+        out.append((m.ffn if m else "moe", True, True, "attention"))
     return out
 
 
@@ -373,7 +394,7 @@ class KindBytes:
         if found is None:
             cfg, par = self.cfg, self.par
             tok = par.tokens_per_microbatch
-            terms = layer_activation_terms(cfg, par, ffn=kind[0], indexer=kind[1], mtp=kind[2])
+            terms = layer_activation_terms(cfg, par, ffn=kind[0], indexer=kind[1], mtp=kind[2], mixer=kind[3])
             found = (sum(terms.values()) * tok,
                      _stored_per_token(terms, selective_dropped(cfg, par.modules, kind[0])) * tok)
             self.per_kind[kind] = found
@@ -462,7 +483,7 @@ def _rank_activations(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, par: Pa
         c = counts[v] if v < len(counts) else 0
         per_mb.append(stored)
         acts += c * stored
-        owners = sum(1 for _, idx, _ in kinds if idx) if cfg.has_indexer else 0
+        owners = sum(1 for k in kinds if k[1]) if cfg.has_indexer else 0
         holds_indexer = holds_indexer or owners > 0
         if keep_topk:
             topk += c * owners * tok * cfg.index_topk * 4
@@ -952,6 +973,11 @@ def _megatron_beside_model(cfg: ModelConfig, par: ParallelConfig, plan: StagePla
     """:func:`megatron_theoretical` for this plan, with how far it under-reports the model's own
     fullest rank without offload (``vs_model``) and why (``where_it_under_reports``, the module
     docstring's list of what Megatron's estimate leaves out)."""
+    if cfg.layer_mixers is not None:
+        return {"source": "NVIDIA/Megatron-LM megatron/training/theoretical_memory_usage.py: report_theoretical_memory",
+                "unsupported": "Theoretical memory footprints not yet supported for hybrid Mamba-Transformer "
+                               "models. (theoretical_memory_usage.py:457-458 @ d98e8a64: Megatron prints this and "
+                               "no estimate for a hybrid model)"}
     key = (cfg, par, plan.mtp_layers)
     found = _MEGATRON_CACHE.get(key)
     if found is None:
@@ -1173,13 +1199,17 @@ def serving_weights(cfg: ModelConfig, roles: RoleMap, *, tp: int, ep: int, dp_at
 def serving_kv(cfg: ModelConfig, roles: RoleMap, *, kv_dtype: str, tp: int, n_mtp: int) -> dict[str, Any]:
     """KV cache bytes per token on one GPU: ``layers * latent + indexer_layers * indexer key``
     (:func:`kv_bytes_per_token_layer`, :func:`indexer_bytes_per_token_layer`), where the indexer
-    layers are those that own an indexer (+ MTP when served)."""
+    layers are those that own an indexer (+ MTP when served); the layers are the attention layers
+    (all of them but a hybrid model's Mamba / MoE / MLP blocks), and a hybrid model's Mamba layers
+    keep one state per sequence (``mamba_bytes_per_sequence``, ``MambaDims.state_bytes``)."""
     latent = kv_bytes_per_token_layer(cfg, kv_dtype, tp=tp)
     idx = indexer_bytes_per_token_layer(cfg)
     idx_layers = sum(1 for r in roles.layers if r.has_indexer) + (n_mtp if cfg.has_indexer else 0)
-    kv_layers = cfg.num_hidden_layers + n_mtp
+    kv_layers = sum(1 for r in roles.layers if r.mixer == "attention") + n_mtp
     per_token = kv_layers * latent + idx_layers * idx
+    mamba = sum(1 for r in roles.layers if r.mixer == "mamba") * cfg.mamba.state_bytes(tp) if cfg.mamba else 0
     return {
+        "mamba_bytes_per_sequence": round(mamba),
         "latent_bytes_per_token_layer": latent,  # MLA latent, or GQA K+V of the GPU's heads
         "kv_bytes_per_token_layer": latent,
         "indexer_bytes_per_token_layer": idx,
@@ -1192,14 +1222,15 @@ def serving_kv(cfg: ModelConfig, roles: RoleMap, *, kv_dtype: str, tp: int, n_mt
 
 
 def serving_budget(capacity: int, weights: float, per_token: int, seqs: int, context: int,
-                   tp: int, dp_attention: bool) -> tuple[int, int]:
+                   tp: int, dp_attention: bool, per_sequence: int = 0) -> tuple[int, int]:
     """(longest context for ``seqs`` sequences per GPU, most sequences of ``context`` tokens) that
     fit after the weights, with no runtime reserve; with DP attention each of the TP GPUs serves
-    its own sequences, so the batch is ``tp`` times the sequences per GPU."""
+    its own sequences, so the batch is ``tp`` times the sequences per GPU. ``per_sequence``: bytes
+    a sequence holds whatever its length (a hybrid model's Mamba state)."""
     avail = capacity - weights
-    max_tokens_per_gpu = max(0, avail // per_token) if per_token else 0
+    max_tokens_per_gpu = max(0, (avail - per_sequence * seqs) // per_token) if per_token else 0
     max_context = max_tokens_per_gpu // seqs if seqs else 0
-    per_seq = per_token * context
+    per_seq = per_token * context + per_sequence
     max_seqs = max(0, avail // per_seq) if per_seq else 0
     return int(max_context), int(max_seqs * tp if dp_attention else max_seqs)
 
@@ -1207,7 +1238,7 @@ def serving_budget(capacity: int, weights: float, per_token: int, seqs: int, con
 def _serving_notes(cfg: ModelConfig, kv: dict[str, Any], tp: int, context: int) -> list[str]:
     """The KV conventions of a serving estimate, one sentence each."""
     layers, latent, idx_layers = kv["layers"], kv["latent_bytes_per_token_layer"], kv["indexer_layers"]
-    per_seq = kv["bytes_per_token"] * context
+    per_seq = kv["bytes_per_token"] * context + kv["mamba_bytes_per_sequence"]
     return [
         f"KV per token = {layers} x {latent} B latent + {idx_layers} x {kv['indexer_bytes_per_token_layer']} B "
         f"indexer keys = {kv['bytes_per_token']:,} B"
@@ -1247,10 +1278,11 @@ def inference_memory(cfg: ModelConfig, *, tp: int = 1, ep: int = 1, dp_attention
                                              weight_dtype=weight_dtype, n_mtp=n_mtp)
     kv = serving_kv(cfg, roles, kv_dtype=kv_dtype, tp=tp, n_mtp=n_mtp)
     seqs = math.ceil(batch / tp) if dp_attention else batch
-    per_seq = kv["bytes_per_token"] * context
+    per_seq = kv["bytes_per_token"] * context + kv["mamba_bytes_per_sequence"]
     total = weights + per_seq * seqs
     cap = g.capacity_bytes
-    max_context, max_batch = serving_budget(cap, weights, kv["bytes_per_token"], seqs, context, tp, dp_attention)
+    max_context, max_batch = serving_budget(cap, weights, kv["bytes_per_token"], seqs, context, tp, dp_attention,
+                                            kv["mamba_bytes_per_sequence"])
     return {
         "gpu": g.to_dict(),
         "tp": tp, "ep": ep, "etp": 1 if ep > 1 else tp, "dp_attention": dp_attention,

@@ -24,6 +24,9 @@ widths, V the vocabulary:
   ``gated_mlp=False``) ``2*H*I`` plus its biases ``I + H`` when ``mlp_bias``; one expert ``3*H*i``; routed experts ``E*3*H*i``; shared ``S*3*H*i``;
   router ``E*H`` (and Qwen2-MoE's shared-expert gate ``H``); router score-correction bias ``E`` (DeepSeek / GLM ``e_score_correction_bias``;
   checkpoint only, not a trained weight; none for Qwen3-MoE and Mixtral);
+* a hybrid model (Nemotron-H, :mod:`app.core.model.hybrid`): a layer is its one norm and one module,
+  a Mamba-2 mixer (``MambaDims.params``, TP-sharded), an attention block, an MoE block or a dense
+  MLP; its experts and MLPs have two matrices (``2*H*i``);
 * embedding and lm_head ``V*H`` each (one when tied); final norm ``H``;
 * an MTP layer: attention + norms + indexer + MoE + enorm/hnorm ``2H`` + eh_proj ``2H^2`` +
   shared-head norm ``H`` (it shares the embedding and the head).
@@ -60,7 +63,7 @@ from app.core.model.config import ModelConfig
 from app.core.model.roles import RoleMap, derive_roles
 
 COMPONENTS = (
-    "attention", "indexer", "norms", "dense_ffn", "routed_experts", "shared_expert", "router",
+    "attention", "mamba", "indexer", "norms", "dense_ffn", "routed_experts", "shared_expert", "router",
     "router_bias", "embedding", "lm_head", "final_norm", "mtp",
 )
 
@@ -85,10 +88,24 @@ class Shapes:
     mtp_extra: int  # enorm + hnorm + eh_proj + shared-head norm
     kv_proj: int = 0  # GQA: the k and v projections (+ biases), part of attn_sharded
     position_embedding: int = 0  # learned position table P*H (GPT-2 wpe; replicated, first stage)
+    mamba: int = 0  # a hybrid model's Mamba-2 mixer (TP-sharded)
 
     @property
     def attention(self) -> int:
         return self.attn_sharded + self.attn_replicated
+
+    def mixer(self, kind: str) -> int:
+        """The parameters of a layer's mixer: attention, a Mamba-2 mixer, or none (an MoE / MLP block)."""
+        return self.attention if kind == "attention" else self.mamba if kind == "mamba" else 0
+
+    def ffn_active(self, cfg: ModelConfig, ffn: str) -> int:
+        """The FFN weights one token uses: the dense MLP, the top-k routed and shared experts and the
+        router, or none (a hybrid model's Mamba / attention block)."""
+        if ffn == "dense":
+            return self.dense_ffn
+        if ffn == "none":
+            return 0
+        return (cfg.num_experts_per_tok + cfg.n_shared_experts) * self.expert + self.router
 
     @property
     def moe_block(self) -> int:
@@ -122,7 +139,8 @@ def shapes(cfg: ModelConfig) -> Shapes:
     idx_in = rq if rq else H
     indexer = (idx_in * cfg.index_n_heads * cfg.index_head_dim + H * cfg.index_head_dim
                + H * cfg.index_n_heads + 2 * cfg.index_head_dim) if cfg.has_indexer else 0
-    expert = 3 * H * cfg.moe_intermediate_size + ((2 * cfg.moe_intermediate_size + H) if cfg.expert_bias else 0)
+    expert = ((3 if cfg.gated_mlp else 2) * H * cfg.moe_intermediate_size
+              + ((2 * cfg.moe_intermediate_size + H) if cfg.expert_bias else 0))
     E = cfg.n_routed_experts
     return Shapes(
         attn_sharded=attn_sh,
@@ -143,6 +161,7 @@ def shapes(cfg: ModelConfig) -> Shapes:
         kv_proj=(2 * H * cfg.num_key_value_heads * cfg.head_dim
                  + (2 * cfg.num_key_value_heads * cfg.head_dim if cfg.qkv_bias else 0)) if cfg.attention == "gqa" else 0,
         position_embedding=cfg.position_embeddings * H,
+        mamba=cfg.mamba.params(H) if cfg.mamba else 0,
     )
 
 
@@ -153,12 +172,13 @@ def layer_components(cfg: ModelConfig, roles: RoleMap, layer: int, sh: Shapes | 
         return {"mtp": mtp_layer_total(cfg, sh, with_bias=False)}
     r = roles.role(layer)
     out = {k: 0 for k in COMPONENTS}
-    out["attention"] = sh.attention
+    out["attention"] = sh.mixer("attention") if r.mixer == "attention" else 0
+    out["mamba"] = sh.mixer("mamba") if r.mixer == "mamba" else 0
     out["norms"] = sh.norms
     out["indexer"] = sh.indexer if r.has_indexer else 0
     if r.ffn == "dense":
         out["dense_ffn"] = sh.dense_ffn
-    else:
+    elif r.ffn == "moe":
         out["routed_experts"] = sh.routed_experts
         out["shared_expert"] = sh.shared_expert
         out["router"] = sh.router
@@ -204,7 +224,8 @@ def count_parameters(cfg: ModelConfig, roles: RoleMap | None = None) -> ParamRep
         c = layer_components(cfg, roles, n, sh)
         for k, v in c.items():
             breakdown[k] += v
-        per_layer.append({"layer": n, "role": roles.role(n).role, "ffn": roles.role(n).ffn,
+        r = roles.role(n)
+        per_layer.append({"layer": n, "role": r.role, "ffn": r.ffn, "mixer": r.mixer,
                           "total": _layer_total(c, with_bias=False), **c})
     breakdown["embedding"] = sh.embedding + sh.position_embedding
     breakdown["lm_head"] = sh.lm_head
@@ -214,13 +235,10 @@ def count_parameters(cfg: ModelConfig, roles: RoleMap | None = None) -> ParamRep
     breakdown["mtp"] = n_mtp * (mtp_layer_total(cfg, sh, with_bias=True) + own_copies)
     main_total = sum(v for k, v in breakdown.items() if k not in ("router_bias", "mtp"))
     checkpoint_total = main_total + breakdown["router_bias"] + breakdown["mtp"]
-    n_moe = sum(1 for r in roles.layers if r.ffn == "moe")
     n_idx = sum(1 for r in roles.layers if r.has_indexer)
     active = (
-        cfg.num_hidden_layers * (sh.attention + sh.norms)
+        sum(sh.mixer(r.mixer) + sh.norms + sh.ffn_active(cfg, r.ffn) for r in roles.layers)
         + n_idx * sh.indexer
-        + (cfg.num_hidden_layers - n_moe) * sh.dense_ffn
-        + n_moe * ((cfg.num_experts_per_tok + cfg.n_shared_experts) * sh.expert + sh.router)
         + sh.final_norm
         + (sh.lm_head or sh.embedding)
     )
@@ -286,14 +304,18 @@ class _Tally:
             self.kv_total += n * self.sh.kv_proj
             self.kv_gpu += n * (self.sh.kv_proj // self.cfg.num_key_value_heads)
 
-    def add_decoder_layer(self, has_indexer: bool, ffn: str, n: int = 1) -> None:
-        """``n`` decoder layers of one kind: attention and norms, the indexer (replicated) where it
-        owns one, and a dense FFN (TP-sharded) or an MoE block (routed experts, TP-sharded shared
-        expert, replicated router)."""
+    def add_decoder_layer(self, has_indexer: bool, ffn: str, n: int = 1, mixer: str = "attention") -> None:
+        """``n`` decoder layers of one kind: the mixer (attention, or a hybrid model's Mamba mixer,
+        TP-sharded) and norms, the indexer (replicated) where it owns one, and a dense FFN
+        (TP-sharded) or an MoE block (routed experts, TP-sharded shared expert, replicated router)."""
         sh, comp = self.sh, self.comp
-        comp["attention"] += n * sh.attention
+        if mixer == "attention":
+            comp["attention"] += n * sh.attention
+            self.add_attention(n)
+        elif mixer == "mamba":
+            comp["mamba"] += n * sh.mamba
+            self.sharded += n * sh.mamba
         comp["norms"] += n * sh.norms
-        self.add_attention(n)
         self.replicated += n * sh.norms
         if has_indexer:
             comp["indexer"] += n * sh.indexer
@@ -301,6 +323,8 @@ class _Tally:
         if ffn == "dense":
             comp["dense_ffn"] += n * sh.dense_ffn
             self.sharded += n * sh.dense_ffn
+            return
+        if ffn == "none":
             return
         comp["routed_experts"] += n * sh.routed_experts
         comp["shared_expert"] += n * sh.shared_expert
@@ -357,7 +381,7 @@ def stage_params(cfg: ModelConfig, roles: RoleMap, stages: list[Stage], *, tp: i
     part over TP, the replicated part whole, routed experts over EP x ETP. Kept by what it reads:
     the config, TP / EP / ETP, each stage's ends and MTP layers, and its layers' indexer and FFN kind."""
     key = (cfg, tp, ep, etp, tuple((s.embedding, s.loss, s.mtp_layers) for s in stages),
-           tuple((r.has_indexer, r.ffn) for s in stages for r in roles.of(s.layers)))
+           tuple((r.has_indexer, r.ffn, r.mixer) for s in stages for r in roles.of(s.layers)))
     found = _STAGE_PARAMS.get(key)
     if found is None:
         found = remember(_STAGE_PARAMS, key, _stage_params(cfg, roles, stages, tp, ep, etp), STAGE_PARAMS_SIZE)
@@ -368,9 +392,9 @@ def _stage_params(cfg: ModelConfig, roles: RoleMap, stages: list[Stage], tp: int
                   etp: int | None) -> StageParams:
     t = _Tally(cfg, shapes(cfg), tp)
     for s in stages:
-        held = Counter((r.has_indexer, r.ffn) for r in roles.of(s.layers))
-        for (has_indexer, ffn), n in held.items():
-            t.add_decoder_layer(has_indexer, ffn, n)
+        held = Counter((r.has_indexer, r.ffn, r.mixer) for r in roles.of(s.layers))
+        for (has_indexer, ffn, mixer), n in held.items():
+            t.add_decoder_layer(has_indexer, ffn, n, mixer)
         t.add_ends(s)
         for _ in range(s.mtp_layers):
             t.add_mtp_layer()

@@ -121,8 +121,8 @@ def parse_pattern(pattern: str, num_layers: int) -> tuple[bool, ...]:
 
 
 #: What a layer's FLOPs and time depend on besides the settings (:attr:`LayerRole.kind`): FFN kind,
-#: owns an indexer, is MTP, attention window (0: full causal)
-LayerKind = tuple[str, bool, bool, int]
+#: owns an indexer, is MTP, attention window (0: full causal), mixer
+LayerKind = tuple[str, bool, bool, int, str]
 
 
 @dataclass(frozen=True)
@@ -130,21 +130,22 @@ class LayerRole:
     layer: int  # 1-based
     role: str  # "full" | "shared"
     source: int | None  # the full layer whose top-k it uses (itself when full); None = no source
-    ffn: str  # "dense" | "moe"
+    ffn: str  # "dense" | "moe" | "none" (a hybrid model's Mamba or attention block)
     has_indexer: bool  # owns indexer weights
     mtp: bool = False
     window: int = 0  # sliding-window attention: keys a query sees at most (0: full causal attention)
+    mixer: str = "attention"  # "attention" | "mamba" | "none" (a hybrid model's MoE or MLP block)
 
     @property
     def kind(self) -> LayerKind:
-        """(FFN kind, owns an indexer, is MTP, attention window): what the layer's FLOPs and time
-        depend on besides the settings (layers of one kind cost the same)."""
-        return (self.ffn, self.has_indexer, self.mtp, self.window)
+        """(FFN kind, owns an indexer, is MTP, attention window, mixer): what the layer's FLOPs and
+        time depend on besides the settings (layers of one kind cost the same)."""
+        return (self.ffn, self.has_indexer, self.mtp, self.window, self.mixer)
 
     @classmethod
     def of_kind(cls, kind: LayerKind) -> LayerRole:
         """A layer of ``kind`` (its costs are its kind's; number and source unset)."""
-        return cls(0, "full", None, kind[0], kind[1], kind[2], kind[3])
+        return cls(0, "full", None, kind[0], kind[1], kind[2], kind[3], kind[4])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -155,6 +156,7 @@ class LayerRole:
             "has_indexer": self.has_indexer,
             "mtp": self.mtp,
             "attention_window": self.window,
+            "mixer": self.mixer,
         }
 
 
@@ -208,10 +210,11 @@ class RoleMap:
 
 
 def ffn_kinds(cfg: ModelConfig) -> tuple[str, ...]:
-    """Dense or MoE FFN per decoder layer: ``mlp_layer_types`` if present, else the DeepSeek-V3
-    rule (MoE iff experts exist, ``i >= first_k_dense_replace`` and ``i % moe_layer_freq == 0``)."""
+    """Dense or MoE FFN per decoder layer (none on a hybrid model's Mamba and attention blocks):
+    ``mlp_layer_types`` if present, else the DeepSeek-V3 rule (MoE iff experts exist,
+    ``i >= first_k_dense_replace`` and ``i % moe_layer_freq == 0``)."""
     if cfg.mlp_layer_types is not None:
-        return tuple("dense" if t == "dense" else "moe" for t in cfg.mlp_layer_types)
+        return tuple({"sparse": "moe"}.get(t, t) for t in cfg.mlp_layer_types)
     out = []
     for i in range(cfg.num_hidden_layers):
         moe = cfg.n_routed_experts > 0 and i >= cfg.first_k_dense_replace and i % cfg.moe_layer_freq == 0
@@ -274,21 +277,35 @@ def _window_notes(rm: RoleMap) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _hybrid_notes(cfg: ModelConfig) -> tuple[str, ...]:
+    """A hybrid model's layer mix, in Megatron's symbols (``--hybrid-layer-pattern``)."""
+    pattern = cfg.hybrid_pattern
+    if pattern is None:
+        return ()
+    count = {c: pattern.count(c) for c in "M*E-"}
+    mix = ", ".join(f"{count[c]} {name}" for c, name in (("M", "Mamba"), ("*", "attention"), ("E", "MoE"),
+                                                         ("-", "MLP")) if count[c])
+    return (f"a hybrid model of one-module layers: {mix} (Megatron's --hybrid-layer-pattern {pattern})",)
+
+
 def _build(
     cfg: ModelConfig, engine: str, rule: str, full: tuple[bool, ...], freq: int | None, offset: int | None,
     mtp_full: tuple[bool, ...] | None = None,
 ) -> RoleMap:
     ffn = ffn_kinds(cfg)
     windows = cfg.layer_windows or (0,) * cfg.num_hidden_layers
+    mixers = cfg.layer_mixers or ("attention",) * cfg.num_hidden_layers
     layers: list[LayerRole] = []
     errors: list[RoleError] = []
     last_full: int | None = None
     for n, is_full in enumerate(full, start=1):
         if is_full:
             last_full = n
-            layers.append(LayerRole(n, "full", n, ffn[n - 1], cfg.has_indexer, window=windows[n - 1]))
+            layers.append(LayerRole(n, "full", n, ffn[n - 1], cfg.has_indexer, window=windows[n - 1],
+                                    mixer=mixers[n - 1]))
         else:
-            layers.append(LayerRole(n, "shared", last_full, ffn[n - 1], False, window=windows[n - 1]))
+            layers.append(LayerRole(n, "shared", last_full, ffn[n - 1], False, window=windows[n - 1],
+                                    mixer=mixers[n - 1]))
             if last_full is None:
                 errors.append(
                     RoleError(
@@ -337,7 +354,8 @@ def derive_roles(
     if not cfg.has_indexer:
         full = (True,) * n
         rm = _build(cfg, engine, "no_indexer", full, None, None, (True,) * depths)
-        return replace(rm, notes=("the model has no DSA indexer; every stage start is allowed", *_window_notes(rm)))
+        return replace(rm, notes=("the model has no DSA indexer; every stage start is allowed", *_window_notes(rm),
+                                  *_hybrid_notes(cfg)))
     f, o = _config_freq_offset(cfg, rule, freq, offset)
     declared = config_declared_roles(cfg)
     if pattern is not None:

@@ -19,7 +19,8 @@ Per GPU of pipeline rank ``p`` (every GPU of a rank's TP group holds the same am
   sliding-window layer (Gemma 2, GPT-OSS) is counted with the whole context too - the engines
   allocate less there (vLLM's hybrid KV cache manager about the window, SGLang's SWA pool a
   ratio of the full pool, ``--swa-full-tokens-ratio``), which is not modelled: an overestimate,
-  on the safe side of ``fits``.
+  on the safe side of ``fits``. A hybrid model keeps KV only on its attention layers and, on each
+  Mamba layer, one state per sequence (``MambaDims.state_bytes``, counted in the same term).
 * **Indexer key cache**: ``index_head_dim`` FP8 values + one FP32 scale = 132 B per token, only on
   layers that own an indexer (full layers, MTP layers); ``indexer_cache_on_all_layers`` models an
   engine that allocates it on every layer (FACTS.md section 5 says older SGLang did).
@@ -140,11 +141,14 @@ def _stage_bytes(cfg: ModelConfig, roles: RoleMap, stage: Stage, s: ServingMemor
     params = stage_params(cfg, roles, [stage], tp=s.tp, ep=s.ep, etp=etp)
     weights = params.per_gpu * WEIGHT_BYTES[s.weight_dtype]
     tokens = s.context * s.concurrency
-    kv_layers = stage.num_layers + stage.mtp_layers
+    mixers = [roles.role(n).mixer for n in stage.layers]
+    kv_layers = mixers.count("attention") + stage.mtp_layers
     owners = sum(1 for n in stage.layers if roles.role(n).has_indexer)
     owners += stage.mtp_layers if cfg.has_indexer else 0
     index_layers = kv_layers if s.indexer_cache_on_all_layers and cfg.has_indexer else owners
     latent = kv_layers * latent_bytes_per_token(cfg, s.kv_dtype, tp=s.tp) * tokens
+    if cfg.mamba is not None:
+        latent += round(mixers.count("mamba") * cfg.mamba.state_bytes(s.tp) * s.concurrency)
     index = index_layers * indexer_key_bytes_per_token(cfg) * tokens
     return weights, latent, index, index_layers
 

@@ -408,7 +408,7 @@ class _DataParallel:
 def _param_kinds(roles: RoleMap, st: Stage) -> tuple[Any, ...]:
     """What a stage's parameters read besides the launch: its layers' FFN kinds and indexers, the
     embedding, the loss head and the MTP layers (:func:`app.core.model.parameters.stage_params`)."""
-    return tuple((r.ffn, r.has_indexer) for r in roles.of(st.layers)), st.embedding, st.loss, st.mtp_layers
+    return tuple((r.ffn, r.has_indexer, r.mixer) for r in roles.of(st.layers)), st.embedding, st.loss, st.mtp_layers
 
 
 def _optimizer_seconds(shard: float, s: TimeSettings, hw: Hardware, mem_eff: float, grad_b: float) -> float:

@@ -21,6 +21,12 @@ the ``s x s`` square; norms, softmax, router and biases not counted):
   pairs, and the teacher QK term, as ``flop_utils`` counts them);
 * MTP: ``6 * mtp * (3H + 2H^2)``; logits ``6 H V_pad (mtp + 1)`` with the vocabulary padded to a
   multiple of ``128 * TP`` (``calculate_padded_vocab_size``).
+
+A hybrid model (``hybrid_layer_pattern``) is counted by ``hybrid_flops`` instead, layer kind by
+layer kind (3 x forward): attention ``4 H p (H + H g / h) + 2 H p s`` (``p = head_dim h / H``, the
+core over the whole square), Mamba ``2 H (2 d_in + 2 G N + heads) + 7 d_in N + 2 d_in H`` with
+``d_in = 2 H`` (the function's own stand-in for ``heads x head_dim``), MLP ``4 H I f / 2``, MoE
+``4 H (i topk + i_shared) f / 2`` (``f / 2`` = 1, or 3/2 gated), logits ``2 H V_pad``.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ def padded_vocab(vocab: int, tp: int, divisible_by: int = 128) -> int:
 def model_flops_per_token(cfg: ModelConfig, roles: RoleMap | None = None, *, seq_length: int, tp: int = 1,
                           mtp_layers: int = 0, indexer_loss: bool = True, vocab_divisible_by: int = 128) -> float:
     """Megatron-Bridge model FLOPs (forward + backward) per token of a ``seq_length`` batch."""
+    if cfg.hybrid_pattern is not None:
+        return _hybrid_flops(cfg, seq_length, padded_vocab(cfg.vocab_size, tp, vocab_divisible_by))
     H, h, s = cfg.hidden_size, cfg.num_attention_heads, seq_length
     kinds = ffn_kinds(cfg)
     n_moe = sum(1 for k in kinds if k == "moe")
@@ -88,3 +96,22 @@ def _dsa_term(cfg: ModelConfig, roles: RoleMap | None, layers: int, mtp_layers: 
     score = 2 * n_idx * dense_ctx * unit + (4 * n_idx * sparse_ctx * unit if indexer_loss else 0)
     teacher = 2 * n_idx * sparse_ctx * h * (rkv + dr) if indexer_loss else 0
     return proj + core + idx_proj + score + teacher
+
+
+def _hybrid_flops(cfg: ModelConfig, s: int, vocab: int) -> float:
+    """``flop_utils.hybrid_flops`` per token (module docstring): its layer counts from the pattern."""
+    pattern = cfg.hybrid_pattern or ""
+    H, h = cfg.hidden_size, cfg.num_attention_heads
+    scale = 1.5 if cfg.gated_mlp else 1.0
+    p = cfg.head_dim * h / H
+    attn = 4 * H * p * (H + H * cfg.num_key_value_heads / h) + 2 * H * p * s
+    mamba = 0.0
+    if cfg.mamba is not None:
+        m, d_in = cfg.mamba, 2 * H
+        mamba = 2 * H * (2 * d_in + 2 * m.groups * m.state + m.heads) + 7 * d_in * m.state + 2 * d_in * H
+    mlp = 4 * H * cfg.intermediate_size * scale
+    shared = cfg.n_shared_experts * cfg.moe_intermediate_size
+    moe = 4 * H * (cfg.moe_intermediate_size * cfg.num_experts_per_tok + shared) * scale
+    forward = (pattern.count("*") * attn + pattern.count("M") * mamba + pattern.count("-") * mlp
+               + pattern.count("E") * moe + 2 * H * vocab)
+    return 3 * forward

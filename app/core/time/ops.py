@@ -19,6 +19,14 @@ layer. The GEMMs of one layer, as (M, N, K) per GPU (Megatron-Core module shapes
   each getting ``M_e = t_moe * topk * EP * ETP / E`` tokens (force-balanced routing, the measured
   runs' setting), ``fc1 (M_e, 2i/ETP, H)``, ``fc2 (M_e, H, i/ETP)``; shared experts as a TP-sharded
   dense MLP of width ``S * i``;
+* a hybrid model's Mamba-2 mixer (:mod:`app.core.model.hybrid`): ``in_proj (t, (2d + 2GN + heads)/TP, H)``
+  and ``out_proj (t, H, d/TP)``; its fused conv + SSD scan + gated norm as the attention core is
+  timed: the scan's FLOPs (``ssm_scan``, over TP) at the attention fractions of the BF16 peak, 2.5 x
+  backward as flash attention's (the backward recomputes the chunk states and forms three
+  gradients), plus the kernels' bytes over HBM (``MambaDims.scan_bytes_per_token``), three times
+  backward (it recomputes the conv and the states). A hybrid layer has one norm, one
+  residual add and one module; its attention applies no RoPE (Nemotron-H's attention layers carry
+  no position embedding: ``NemotronHAttention`` rotates nothing, the Mamba layers give the order);
 * the loss stage's output layer ``(t, V/TP, H)`` in BF16 (Megatron's ``output_layer`` is not a
   Transformer Engine module) and each MTP layer's ``eh_proj (t, H/TP, 2H)`` and its logits.
 
@@ -179,7 +187,14 @@ def layer_gemms(ctx: OpContext, role: LayerRole) -> list[Gemm]:
     H, h, tp = cfg.hidden_size, cfg.num_attention_heads, s.tp
     t, t_sp, t_moe = ctx.t, ctx.t_sp, ctx.t_moe
     out: list[Gemm] = []
-    if cfg.attention == "gqa":
+    if role.mixer == "mamba":
+        m = cfg.mamba
+        assert m is not None
+        out.append(Gemm("in_proj", t, m.in_proj_out / tp, H, module="mamba"))
+        out.append(Gemm("out_proj", t, H, m.d_inner / tp, module="mamba"))
+    elif role.mixer == "none":
+        pass
+    elif cfg.attention == "gqa":
         d, g = cfg.head_dim, cfg.num_key_value_heads
         g_gpu = g / tp if g >= tp else 1
         out.append(Gemm("qkv", t, (h / tp + 2 * g_gpu) * d, H, module="attn_proj"))
@@ -202,21 +217,22 @@ def layer_gemms(ctx: OpContext, role: LayerRole) -> list[Gemm]:
             out.append(Gemm("idx_weights", t, hi, H, module="indexer"))
     if role.mtp:
         out.append(Gemm("eh_proj", t, H / tp, 2 * H, module="mtp"))
+    fc1 = 2 if cfg.gated_mlp else 1  # gate and up, or up alone
     if role.ffn == "dense":
         width = cfg.intermediate_size
-        out.append(Gemm("fc1", t, (2 if cfg.gated_mlp else 1) * width / tp, H, module="mlp"))
+        out.append(Gemm("fc1", t, fc1 * width / tp, H, module="mlp"))
         out.append(Gemm("fc2", t, H, width / tp, module="mlp"))
-    else:
+    elif role.ffn == "moe":
         E, topk, i = cfg.n_routed_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size
         ep, etp = s.ep, s.etp_
         local = -(-E // ep)
         m_e = t_moe * topk * ep * etp / E
         out.append(Gemm("router", t_moe, E, H, low_precision=False, module="moe"))
-        out.append(Gemm("experts_fc1", m_e, 2 * i / etp, H, count=local, module="moe", grouped=True))
+        out.append(Gemm("experts_fc1", m_e, fc1 * i / etp, H, count=local, module="moe", grouped=True))
         out.append(Gemm("experts_fc2", m_e, H, i / etp, count=local, module="moe", grouped=True))
         if cfg.n_shared_experts:
             width = cfg.n_shared_experts * i
-            out.append(Gemm("shared_fc1", t, 2 * width / tp, H, module="shared_experts"))
+            out.append(Gemm("shared_fc1", t, fc1 * width / tp, H, module="shared_experts"))
             out.append(Gemm("shared_fc2", t, H, width / tp, module="shared_experts"))
     return out
 
@@ -227,24 +243,31 @@ def _elementwise(ctx: OpContext, role: LayerRole, gemms: list[Gemm]) -> dict[str
     H, h, tp = cfg.hidden_size, cfg.num_attention_heads, s.tp
     t, t_sp, t_moe = ctx.t, ctx.t_sp, ctx.t_moe
     b = ACT_BYTES
-    out = {"layernorm": cfg.norms_per_layer * 2 * H * t_sp * b, "residual": 2 * 3 * H * t_sp * b}
-    if cfg.attention == "gqa":
+    hybrid = cfg.layer_mixers is not None  # one norm, one residual add and one module a layer
+    out = {"layernorm": cfg.norms_per_layer * 2 * H * t_sp * b, "residual": (1 if hybrid else 2) * 3 * H * t_sp * b}
+    if role.mixer == "mamba":
+        assert cfg.mamba is not None
+        out["mamba"] = cfg.mamba.scan_bytes_per_token() / tp * t
+    elif role.mixer == "attention" and hybrid:
+        out["rope"] = 0.0  # Nemotron-H's attention carries no position embedding (module docstring)
+    elif role.mixer == "attention" and cfg.attention == "gqa":
         d, g = cfg.head_dim, cfg.num_key_value_heads
         g_gpu = g / tp if g >= tp else 1
         out["mla_up_proj"] = 0.0
         out["rope"] = 2 * (h / tp + g_gpu) * d * t * b
-    else:
+    elif role.mixer == "attention":
         dr = cfg.qk_rope_head_dim
         out["rope"] = 2 * (h / tp * dr + dr) * t * b
         out["mla_up_proj"] = 2 * ((cfg.q_lora_rank or 0) + cfg.kv_lora_rank) * t_sp * b
+    act = 3 if cfg.gated_mlp else 2  # the activation reads gate and up (or up) and writes its output
     if role.ffn == "dense":
-        out["mlp"] = (3 if cfg.gated_mlp else 2) * cfg.intermediate_size / tp * t * b
-    else:
+        out["mlp"] = act * cfg.intermediate_size / tp * t * b
+    elif role.ffn == "moe":
         E, topk, i = cfg.n_routed_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size
-        out["moe_act"] = 3 * i * t_moe * topk * b
+        out["moe_act"] = act * i * t_moe * topk * b
         out["moe"] = (4 * E + 2 * topk * H + 2 * H) * t_moe * b
         if cfg.n_shared_experts:
-            out["shared_experts"] = 3 * cfg.n_shared_experts * i / tp * t * b
+            out["shared_experts"] = act * cfg.n_shared_experts * i / tp * t * b
     if role.has_indexer:
         pairs = _pairs(ctx)
         out["indexer"] = 2 * 4 * pairs / s.cp
@@ -295,7 +318,7 @@ def host_ops(ctx: OpContext, role: LayerRole, gemms: list[Gemm]) -> tuple[float,
 
 
 #: GEMM modules sharded over TP: the GEMM time a TP communication overlap can hide under
-TP_SHARDED_MODULES = ("attn_proj", "mla_up_proj", "mlp", "shared_experts", "mtp")
+TP_SHARDED_MODULES = ("attn_proj", "mla_up_proj", "mlp", "shared_experts", "mtp", "mamba")
 
 #: ``--tp-comm-overlap`` (Transformer Engine userbuffers): every GEMM whose TP collective is
 #: overlapped chunk by chunk runs as ``TP`` GEMMs of ``M / TP`` rows, each reading the whole weight
@@ -381,6 +404,8 @@ def _add_attention(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
     the layer's ``sparse_attention`` FLOPs over TP x CP, ``rate`` the BF16 peak (FP8 attention: the
     FP8 peak x :data:`FP8_ATTN_FRACTION`); the DSA indexer's scoring ``I`` (over CP: duplicated over
     TP) at the BF16 peak forward, and backward ``2 I`` over the selected top-k pairs' share only."""
+    if role.mixer != "attention":
+        return
     cfg, s, eff, hw = ctx.cfg, ctx.s, ctx.eff, ctx.hw
     terms = sequence_layer_flops(cfg, role, seq_length=s.seq_length, mbs=s.mbs)
     attn_flops = terms["sparse_attention"] / (s.tp * s.cp)
@@ -405,8 +430,31 @@ def _add_attention(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
     lc.modules["core_attn"] = lc.attn_fwd
 
 
+def _add_scan(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
+    """A Mamba-2 layer's SSD scan: its ``ssm_scan`` FLOPs over TP at the BF16 peak times the
+    attention fractions, 2.5 x backward (module docstring); the fused kernel's bytes are counted
+    with the memory-bound work (:func:`_elementwise`)."""
+    if role.mixer != "mamba":
+        return
+    s, eff = ctx.s, ctx.eff
+    flops = sequence_layer_flops(ctx.cfg, role, seq_length=s.seq_length, mbs=s.mbs)["ssm_scan"] / (s.tp * s.cp)
+    peak16 = ctx.hw.peak_flops("bf16")
+    lc.attn_fwd = flops / (peak16 * eff.attn_fwd)
+    lc.attn_bwd = FA_BWD_FLOPS * flops / (peak16 * eff.attn_bwd)
+    lc.flops_fwd += flops
+    lc.fwd.attention += lc.attn_fwd
+    lc.bwd.attention += lc.attn_bwd
+    lc.modules["mamba"] = lc.modules.get("mamba", 0.0) + lc.attn_fwd
+
+
+#: Backward bytes over forward bytes of the memory-bound work: twice, except the Mamba scan's
+#: kernels, whose backward also recomputes the conv and the chunk states (:mod:`app.core.model.hybrid`)
+BWD_BYTES = {"mamba": 3.0}
+
+
 def _add_memory_and_host(ctx: OpContext, lc: LayerCost, role: LayerRole, gemms: list[Gemm]) -> None:
-    """Memory-bound work ``bytes / (HBM * m)`` forward, twice backward (:func:`_elementwise`); a
+    """Memory-bound work ``bytes / (HBM * m)`` forward, twice backward (the Mamba scan's three
+    times, :data:`BWD_BYTES`; :func:`_elementwise`); a
     gap of ``kernel`` per kernel (two per GEMM, eight more per layer, twelve more per MoE layer;
     twice as many backward); the host's issue time ``ops * host_op`` (:func:`host_ops`), none under
     a full-iteration CUDA graph."""
@@ -414,7 +462,7 @@ def _add_memory_and_host(ctx: OpContext, lc: LayerCost, role: LayerRole, gemms: 
     for key, nbytes in _elementwise(ctx, role, gemms).items():
         sec = mem_seconds(ctx, nbytes)
         lc.fwd.memory += sec
-        lc.bwd.memory += 2 * sec
+        lc.bwd.memory += BWD_BYTES.get(key, 2.0) * sec
         lc.modules[key] = lc.modules.get(key, 0.0) + sec
     n_kernels = 2 * len(gemms) + 8 + (12 if role.ffn == "moe" else 0)
     lc.fwd.kernel += n_kernels * eff.kernel
@@ -434,11 +482,12 @@ def _add_communication(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
     cfg, s, hw, eff, gr = ctx.cfg, ctx.s, ctx.hw, ctx.eff, ctx.groups
     act = ctx.t * cfg.hidden_size * ACT_BYTES
     if s.tp > 1:
+        mixer, ffn = role.mixer != "none", role.ffn == "dense" or (role.ffn == "moe" and s.etp_ > 1)
         if s.sp:
-            n_coll = 2 + (2 if (role.ffn == "dense" or s.etp_ > 1) else 0)
+            n_coll = 2 * mixer + 2 * ffn
             per = comm.reduce_scatter(gr["tp"], act, hw, eff)
         else:
-            n_coll, per = 2, comm.all_reduce(gr["tp"], act, hw, eff)
+            n_coll, per = int(mixer) + int(role.ffn != "none"), comm.all_reduce(gr["tp"], act, hw, eff)
         lc.tp_fwd = lc.tp_bwd = n_coll * per
     if role.ffn == "moe" and s.ep > 1:
         dedup = s.moe_dispatcher == "flex"
@@ -446,7 +495,9 @@ def _add_communication(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
                               topk=cfg.num_experts_per_tok if dedup else 0,
                               experts=cfg.n_routed_experts if dedup else 0)
         lc.ep_fwd = lc.ep_bwd = 2 * a2a
-    if s.cp > 1:
+    if s.cp > 1 and role.mixer == "mamba":
+        _mamba_cp(ctx, lc)
+    elif s.cp > 1 and role.mixer == "attention":
         kv = _kv_bytes_per_token(ctx) * ctx.t
         if s.cp_comm_type == "allgather" or cfg.has_indexer:
             lc.cp_fwd = comm.all_gather(gr["cp"], kv * s.cp, hw, eff)
@@ -458,6 +509,21 @@ def _add_communication(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
             lc.cp_bwd = 2 * (s.cp - 1) * step
 
 
+def _mamba_cp(ctx: OpContext, lc: LayerCost) -> None:
+    """A Mamba layer under CP (Megatron ``megatron/core/ssm/mamba_context_parallel.py``
+    ``MambaContextParallel``): z, x, B, C and dt go from sequence to head shards by all-to-all
+    before the conv and the scan, the scan's output back after it; backward the same two
+    (``pre_conv_ssm`` / ``post_conv_ssm``). Not overlapped."""
+    from app.core.time import comm
+
+    m, s = ctx.cfg.mamba, ctx.s
+    assert m is not None
+    pre = comm.all_to_all(ctx.groups["cp"], ctx.t * m.in_proj_out / s.tp * ACT_BYTES, ctx.hw, ctx.eff)
+    post = comm.all_to_all(ctx.groups["cp"], ctx.t * m.d_inner / s.tp * ACT_BYTES, ctx.hw, ctx.eff)
+    lc.cp_fwd = lc.cp_bwd = pre + post
+    lc.cp_overlappable = False
+
+
 def layer_cost(ctx: OpContext, role: LayerRole) -> LayerCost:
     """Every op of one layer (decoder or MTP) for one micro-batch on one GPU: its GEMMs
     (:func:`layer_gemms`, :func:`_add_gemms`), attention and indexer (:func:`_add_attention`),
@@ -467,6 +533,7 @@ def layer_cost(ctx: OpContext, role: LayerRole) -> LayerCost:
     gemms = layer_gemms(ctx, role)
     _add_gemms(ctx, lc, gemms)
     _add_attention(ctx, lc, role)
+    _add_scan(ctx, lc, role)
     _add_memory_and_host(ctx, lc, role, gemms)
     _add_communication(ctx, lc, role)
     return lc

@@ -23,6 +23,7 @@ from functools import lru_cache
 from typing import Any
 
 from app.core.engines.base import LayoutCheck
+from app.core.engines.megatron.hybrid_placement import hybrid_flags, materialise_hybrid
 from app.core.engines.megatron.placement import materialise, megatron_flags
 from app.core.engines.rules import ShareBehaviour
 from app.core.layout.boundary import BoundaryReport, validate_boundaries
@@ -188,7 +189,9 @@ def _run_check(cfg: ModelConfig, spec: PipelineSpec, engine: RoleRule | str, rul
         from app.core.engines import engine_for, role_rules
 
         rule, rules = engine_for(rule).role_rule or TRANSFORMERS_RULE, rules or role_rules()
-    plan = materialise(spec, cfg.num_hidden_layers, default_mtp=cfg.num_nextn_predict_layers)
+    hybrid = cfg.hybrid_pattern   # a hybrid model is pipelined by its --hybrid-layer-pattern
+    plan = (materialise_hybrid(spec, hybrid) if hybrid is not None
+            else materialise(spec, cfg.num_hidden_layers, default_mtp=cfg.num_nextn_predict_layers))
     roles, checkpoint, mismatch = engine_roles(cfg, rule, pattern, freq, offset, plan.mtp_layers)
     boundary = validate_boundaries(plan, roles)
     errors = list(extra_errors)
@@ -207,7 +210,8 @@ def _run_check(cfg: ModelConfig, spec: PipelineSpec, engine: RoleRule | str, rul
                 )
     # flags only for a plan Megatron would accept; a boundary violation still gets them (it is the
     # engine's DSA check, not its placement, that would refuse it)
-    args, layout = megatron_flags(plan) if plan.stages and not plan.errors else ([], "")
+    args, layout = ([], "") if not plan.stages or plan.errors else (
+        hybrid_flags(plan, hybrid) if hybrid is not None else megatron_flags(plan))
     return CheckResult(
         cfg, rule.engine, pattern, spec, roles, plan, boundary, tuple(errors), tuple(warnings),
         tuple(args), layout, extra or {}, checkpoint, shared_start,

@@ -39,6 +39,7 @@ CHECK_FIELD = {
     "recompute_mhc": "recompute_modules", "mtp_recompute_layers": "recompute_num_layers",
     "mtp_block_recompute": "recompute_method", "allgather_cp_non_dsa": "cp_comm_type",
     "te_cp_comm_type": "cp_comm_type", "per_layer_cp_comm_type": "cp_comm_type",
+    "mamba_heads_tp": "tp", "mamba_groups_tp": "tp", "mamba_heads_cp": "cp", "mamba_groups_cp": "cp",
 }
 #: checks whose failure is about the GPU budget, not a constraint between sizes
 GPU_CHECKS = ("world_size",)
@@ -125,6 +126,38 @@ def ffn_width_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None
         return [Check("ffn_width", False, f"the {name} {w} is not divisible by {f}={d}; try "
                                           f"{f}={_try(nearest_divisors(w, d))}")]
     return [Check("ffn_width", True, "FFN widths divide by TP (dense, shared expert) and ETP (experts)")]
+
+
+def mamba_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None) -> list[Check]:
+    """A hybrid model's Mamba mixer splits its heads and groups over TP, then over CP
+    (``megatron/core/ssm/mamba_mixer.py:262`` "nheads must be evenly divisble by tp_size" [sic],
+    ``:270`` "ngroups must be evenly divisible by tp_size"; ``megatron/core/ssm/mamba_context_parallel.py``
+    ``:108`` "nheads must be evenly divisible by tp_size * cp_size", ``:122`` "cp_size must be evenly
+    divisible by ngroups/tp_size" when the groups per TP rank are fewer than CP, else ``:129``
+    "ngroups must be evenly divisible by tp_size * cp_size")."""
+    m = cfg.mamba
+    if m is None:
+        return []
+    tp, cp, out = par.tp, par.cp, []
+    if m.heads % tp:
+        out.append(Check("mamba_heads_tp", False, f"nheads must be evenly divisble by tp_size (mamba_num_heads "
+                                                  f"{m.heads}, TP {tp}); try TP={_try(nearest_divisors(m.heads, tp))}"))
+    if m.groups % tp:
+        out.append(Check("mamba_groups_tp", False, f"ngroups must be evenly divisible by tp_size (n_groups "
+                                                   f"{m.groups}, TP {tp}); try TP={_try(nearest_divisors(m.groups, tp))}"))
+    if out or cp == 1:
+        return out
+    if (m.heads // tp) % cp:
+        out.append(Check("mamba_heads_cp", False, f"nheads must be evenly divisible by tp_size * cp_size "
+                                                  f"(mamba_num_heads {m.heads}, TP {tp}, CP {cp})"))
+    local = m.groups // tp
+    if local < cp and cp % local:
+        out.append(Check("mamba_groups_cp", False, f"cp_size must be evenly divisible by ngroups/tp_size "
+                                                   f"(n_groups {m.groups} / TP {tp} = {local}, CP {cp})"))
+    elif local >= cp and local % cp:
+        out.append(Check("mamba_groups_cp", False, f"ngroups must be evenly divisible by tp_size * cp_size "
+                                                   f"(n_groups {m.groups}, TP {tp}, CP {cp})"))
+    return out
 
 
 def experts_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None) -> list[Check]:
@@ -479,7 +512,7 @@ def optimizer_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None
 #: every rule, in the order Megatron meets them at startup (roughly: parallel state, validate_args,
 #: TransformerConfig, the optimizer, the first training forward)
 RULES: tuple[Rule, ...] = (
-    world_rule, heads_rule, kv_heads_rule, ffn_width_rule, experts_rule, expert_grid_rule, cp_seq_rule,
+    world_rule, heads_rule, kv_heads_rule, ffn_width_rule, mamba_rule, experts_rule, expert_grid_rule, cp_seq_rule,
     per_layer_cp_rule, dsa_cp_rule, te_cp_comm_rule, hierarchical_cp_rule, seq_positions_rule, sequence_parallel_rule, mtp_cp_rule,
     pipeline_rule, microbatch_rule, recompute_method_rule, recompute_layers_rule, distribute_saved_activations_rule,
     recompute_modules_rule, mtp_recompute_rule, optimizer_rule,
@@ -497,6 +530,7 @@ LAUNCH_READS: dict[Rule, tuple[str, ...]] = {
     heads_rule: ("tp",),
     kv_heads_rule: ("tp", "query_groups", "multi_latent_attention"),
     ffn_width_rule: ("tp", "expert_tp"),
+    mamba_rule: ("tp", "cp"),
     experts_rule: ("ep",),
     expert_grid_rule: ("ep", "pp", "expert_tp", "world", "expert_grid_size", "edp"),
     cp_seq_rule: ("cp", "sample_length"),
