@@ -15,7 +15,8 @@ printed beside them where the two differ.
 The held-out rows are split once (:func:`split_holdout`) into a development set, which guides the
 physics, and a locked test set, reported only by ``--test`` / the default full run. Runs added after
 the split (the file's ``added_development``: published runs from outside Megatron-Bridge, and the
-GPT-OSS-120B runs of Megatron-Bridge's tables, loadable since) are development rows by construction (:func:`development_rows`) and never enter the split.
+GPT-OSS-120B and Nemotron 3 Nano runs of Megatron-Bridge's tables, loadable since) are development
+rows by construction (:func:`development_rows`) and never enter the split.
 
 It prints predicted vs measured tokens/s/GPU with the error, the mean and max |error| per set, the
 share of concordant pairs of runs within one model (is the predicted order of two runs the

@@ -181,6 +181,11 @@ FAMILY_CAVEATS = {
                "(docs/performance-summary*.md @ 067f987d; python -m bench steptime) this model predicts 29-47 % "
                "more tokens/s/GPU in BF16 on B200 / B300 / GB200 / GB300, 2-5 % more on H100, 4-11 % more in "
                "MXFP8 on GB200 / GB300 and 63 % more on B300; read it as optimistic",
+    "nemotron_h": "hybrid Mamba models were fitted on nothing: the Mamba-2 scan's kernels are timed from their FLOPs "
+                  "(at the attention fractions) and bytes, not from a measurement; against Megatron-Bridge's 20 "
+                  "published Nemotron 3 Nano runs (docs/performance-summary*.md @ 067f987d; python -m bench steptime) "
+                  "this model predicts 11-24 % more tokens/s/GPU in MXFP8 on B200 / B300 / GB200 / GB300 and 4-8 % "
+                  "more in FP8 on H100; read it as optimistic on Blackwell",
 }
 
 #: SMs the expert-parallel dispatch / combine kernels occupy while they run beside compute: Megatron-Bridge's
