@@ -146,6 +146,13 @@ class Engine:
     judges_memory_always: ClassVar[bool] = False
 
     # -------------------------------------------------------------------- vocabulary
+    def launch_pipeline(self, values: Mapping[str, str], at: Any, plan: Plan, cfg: ModelConfig
+                        ) -> tuple[Plan, list[PlanError]]:
+        """A launch script's pipeline flags that no single plan field carries (``values``: flag ->
+        value as the script gives it; ``at(flag)``: its file:line), applied to the ``plan`` read
+        from its other flags, with the refusals they carry. None by default."""
+        return plan, []
+
     def ignored(self, plan: Plan) -> list[str]:
         """Fields the plan sets (to a non-neutral value) that this engine does not read."""
         return [n for n in TABLE if n not in self.fields and getattr(plan, n) != NEUTRAL_VALUES[n]

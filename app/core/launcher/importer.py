@@ -155,12 +155,14 @@ def _training_import(parsed: LauncherParse, cfg: ModelConfig, base: Plan, path: 
                                      chosen.flags, settings=chosen.flag_settings, absent=chosen.absent_defaults)
     if problems:
         raise LauncherImportError("; ".join(p.message for p in problems))
+    plan, pipeline_errors = chosen.launch_pipeline(parsed.values, parsed.at, plan, cfg)
     gpus = launcher_gpus(parsed)
     if gpus is not None and plan.gpus is None and plan.dp is None:
         plan = replace(plan, gpus=gpus)
     # a model flag with a plan field is compared with the config by the verdict (its URL key keeps
     # it); the launcher report keeps each value's file and line
-    errors = tuple(e for e in req.errors if not (e.kind == "model" and e.flag in flag_vocabulary()))
+    errors = tuple(e for e in req.errors if not (e.kind == "model" and e.flag in flag_vocabulary())) + tuple(
+        pipeline_errors)
     candidate = candidate_config(parsed, os.path.dirname(os.path.abspath(path))) if path is not None else None
     report = {**req.report, "engine": guess.to_json(), "warnings": warnings,
               "trainer": {"file": parsed.trainer[0], "line": parsed.trainer[1],

@@ -41,7 +41,7 @@ PIPELINE_FLAGS = (
     "--decoder-last-pipeline-num-layers", "--num-virtual-stages-per-pipeline-rank",
     "--virtual-pipeline-model-parallel-size", "--num-layers-per-virtual-pipeline-stage",
     "--pipeline-model-parallel-layout", "--mtp-num-layers", "--dsa-indexer-topk-freq",
-    "--dsa-indexer-skip-topk-offset",
+    "--dsa-indexer-skip-topk-offset", "--hybrid-layer-pattern", "--hybrid-override-pattern",
 )
 
 

@@ -20,7 +20,8 @@ from app.core.plan import TABLE
 #: Sources: THUDM/slime ``slime/utils/arguments.py`` at 624b824a898ab0ec1fcb4d373004c7f3852bf515
 #: (``--actor-num-nodes`` line 39, ``--actor-num-gpus-per-node`` 41, ``--num-gpus-per-node`` 62,
 #: ``--allgather-cp`` 297, ``--hf-checkpoint`` 307); NVIDIA/Megatron-LM ``megatron/training/arguments.py``
-#: (``--load``); torchrun's ``--nnodes`` / ``--nproc-per-node``. (``--cp-comm-type``, ``--allgather-cp``,
+#: (``--load``, ``--hybrid-layer-pattern`` / ``--hybrid-override-pattern``); torchrun's ``--nnodes`` /
+#: ``--nproc-per-node``. (``--cp-comm-type``, ``--allgather-cp``,
 #: ``--use-distributed-optimizer`` and ``--recompute-activations`` are plan settings now: the engines'
 #: ``flags`` / ``flag_settings``.)
 READER_ONLY_FLAGS: dict[str, tuple[bool, str]] = {
@@ -32,6 +33,9 @@ READER_ONLY_FLAGS: dict[str, tuple[bool, str]] = {
     "--hf-checkpoint": (True, "slime: the HF checkpoint; its config.json is offered as the model (CLI)"),
     "--load": (True, "Megatron: the checkpoint to load; its config.json is offered as the model (CLI)"),
     "--overlap-p2p-communication": (False, "not a Megatron option (overlap is the default): read to warn about it"),
+    "--hybrid-layer-pattern": (True, "Megatron: a hybrid model's layers; its | segments are the stage sizes "
+                                     "(the engine's launch_pipeline)"),
+    "--hybrid-override-pattern": (True, "Megatron: the older name of --hybrid-layer-pattern (arguments.py:744-755)"),
 }
 
 

@@ -237,3 +237,45 @@ def test_a_hybrid_plan_is_judged_placed_and_timed():
     assert "--hybrid-layer-pattern 'MEMEM*EMEMEM*E|MEMEM*EMEMEM*|EMEMEM*EMEMEM|EM*EMEMEMEME'" in ev.exports()["megatron"]
     assert ev.time["model_flops_per_token"] == pytest.approx(3 * (6 * 113_901_568 + 23 * 102_875_136
                                                                   + 23 * 159_645_696 + 2 * 2688 * 131072))
+
+
+def _imported(pattern_flag: str, cfg_raw: dict = NANO, extra: str = ""):
+    from app.core.evaluate import evaluate
+    from app.core.launcher.importer import import_launcher
+    from app.core.plan import Plan
+
+    cfg = load(cfg_raw)
+    script = ("torchrun pretrain_mamba.py --tensor-model-parallel-size 1 --pipeline-model-parallel-size 2 "
+              f"{pattern_flag} {extra}--micro-batch-size 1 --global-batch-size 64 --seq-length 8192\n")
+    imp = import_launcher(script, cfg, Plan(model=cfg.id))
+    return imp, evaluate(imp.plan, cfg, extra_errors=imp.errors)
+
+
+def test_a_launchers_pattern_segments_are_its_stages():
+    """``--hybrid-layer-pattern`` with ``|`` cuts the stages where the script cuts them (27 | 25),
+    and the exported flags give back the same segments; the older ``--hybrid-override-pattern``
+    reads the same."""
+    for flag in ("--hybrid-layer-pattern", "--hybrid-override-pattern"):
+        written = PATTERN[:27] + "|" + PATTERN[27:]
+        imp, ev = _imported(f"{flag} '{written}'")
+        assert imp.errors == () and [s.num_layers for s in ev.check.plan.stages] == [27, 25]
+        assert f"--hybrid-layer-pattern '{written}'" in ev.exports()["megatron"]
+
+
+@pytest.mark.parametrize("written,code", [
+    (PATTERN[:26] + "|" + PATTERN[26:39] + "|" + PATTERN[39:], "hybrid_segments"),  # 3 segments, PP 2
+    (PATTERN.replace("M", "E", 1), "launcher_model_mismatch"),                      # another model's layers
+])
+def test_a_launchers_pattern_megatron_would_refuse_blocks(written, code):
+    imp, ev = _imported(f"--hybrid-layer-pattern '{written}'")
+    assert code in {e.code for e in imp.errors} and not ev.verdict.go
+
+
+def test_pattern_segments_beside_first_last_or_on_a_gpt_model_are_refused():
+    imp, _ = _imported(f"--hybrid-layer-pattern '{PATTERN[:26]}|{PATTERN[26:]}'",
+                       extra="--decoder-first-pipeline-num-layers 26 ")
+    assert "hybrid_pipeline_flag" in {e.code for e in imp.errors}
+    llama = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 52,
+             "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256}
+    imp, ev = _imported(f"--hybrid-layer-pattern '{PATTERN}'", cfg_raw=llama)
+    assert [e.kind for e in imp.errors] == ["model"] and not ev.verdict.go

@@ -19,6 +19,7 @@ this engine with their own role rule and flags.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import lru_cache
 from typing import Any, ClassVar
@@ -27,6 +28,7 @@ from app.core.content_cache import remember
 from app.core.engines.base import Engine, Judgement, LaunchSyntax, LayoutCheck
 from app.core.engines.megatron.check import MEGATRON_SHARED_START, CheckResult, engine_roles, run_check
 from app.core.engines.megatron.export import ExportSettings, exports
+from app.core.engines.megatron.hybrid_placement import read_pattern_flag
 from app.core.engines.megatron.parallel import RULES, Rule, check_parallel
 from app.core.engines.megatron.placement import interleave_error, materialise
 from app.core.engines.megatron.timing import (
@@ -305,6 +307,14 @@ class MegatronEngine(Engine):
                                   f"the config has num_key_value_heads {cfg.num_key_value_heads}",
                                   "group_query_attention" if why else "num_query_groups"))
         return out
+
+    def launch_pipeline(self, values: Mapping[str, str], at: Any, plan: Plan, cfg: ModelConfig
+                        ) -> tuple[Plan, list[PlanError]]:
+        """A hybrid model's ``--hybrid-layer-pattern`` (:func:`hybrid_placement.read_pattern_flag`):
+        its ``|`` segments are the plan's stage sizes."""
+        fields, errors = read_pattern_flag(values, at, plan.pp or 1, plan.first is not None or plan.last is not None,
+                                           cfg.hybrid_pattern)
+        return (replace(plan, **fields) if fields else plan), errors
 
     # ------------------------------------------------------------------ parallelism and memory
     def judge(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck) -> Judgement:

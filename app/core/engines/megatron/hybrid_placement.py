@@ -21,7 +21,9 @@ after ``/`` in the pattern) are not modelled: asking for them is input isplan ca
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import Any
 
 from app.core.engines.megatron.placement import (
     EMB_FLAG,
@@ -41,6 +43,8 @@ from app.core.layout.pipeline_layout import FLAG as LAYOUT_FLAG
 from app.core.layout.stages import LayoutInputError, PipelineSpec, PlanError, StagePlan
 
 PATTERN_FLAG = "--hybrid-layer-pattern"
+#: the older spelling ``validate_args`` copies into ``--hybrid-layer-pattern`` (arguments.py:744-755)
+OLD_PATTERN_FLAG = "--hybrid-override-pattern"
 PIPE = "|"
 
 #: Flags ``validate_args`` refuses beside ``--hybrid-layer-pattern`` (arguments.py:813-837), with its words
@@ -114,3 +118,42 @@ def hybrid_flags(plan: StagePlan, pattern: str) -> tuple[list[str], str]:
     or VPP > 1 (Megatron deprecates the plain pattern with PP > 1), else the plain pattern."""
     written = segmented(pattern, list(plan.sizes)) if len(plan.stages) > 1 else pattern
     return [PP_FLAG, str(plan.pp), PATTERN_FLAG, written], written
+
+
+def read_pattern_flag(values: Mapping[str, str], at: Callable[[str], str], pp: int, has_first_last: bool,
+                      cfg_pattern: str | None) -> tuple[dict[str, Any], list[PlanError]]:
+    """A launch script's ``--hybrid-layer-pattern`` (or ``--hybrid-override-pattern``): the plan
+    fields it sets - stage sizes and their VPP from ``|`` segments, MTP layers from ``/`` parts
+    (which the placement then refuses as not modelled) - and its refusals: a pattern other than the
+    model's (a ``model`` error), segments that do not divide by PP (arguments.py:848-853) and
+    first / last flags beside segments (arguments.py:803-812). ``{}`` without the flag."""
+    flag = next((f for f in (PATTERN_FLAG, OLD_PATTERN_FLAG) if f in values), None)
+    if flag is None:
+        return {}, []
+    main, *mtp = values[flag].split("/")
+    symbols, where = main.replace(PIPE, ""), at(flag)
+    errors: list[PlanError] = []
+    if cfg_pattern is None:
+        errors.append(PlanError("launcher_model_mismatch", f"{where}: {flag} in the script builds a hybrid model, but "
+                                "the model's config is not one (no Mamba / single-module layers)", flag, kind="model"))
+    elif symbols != cfg_pattern:
+        first = next((i for i, (a, b) in enumerate(zip(symbols, cfg_pattern)) if a != b), min(len(symbols),
+                                                                                               len(cfg_pattern)))
+        errors.append(PlanError("launcher_model_mismatch", f"{where}: {flag} in the script ({len(symbols)} layers) "
+                                f"differs from the model's pattern ({len(cfg_pattern)} layers) from layer {first + 1} "
+                                "on", flag, kind="model"))
+    fields: dict[str, Any] = {"mtp_layers": len([m for m in mtp if m])} if any(mtp) else {}
+    if PIPE not in main:
+        return fields, errors
+    sizes = tuple(len(seg) for seg in main.split(PIPE))
+    if len(sizes) % pp:
+        errors.append(PlanError("hybrid_segments", f"{where}: The number of hybrid pipeline segments described by "
+                                f"--hybrid-layer-pattern must be evenly divisible by --pipeline-model-parallel-size. "
+                                f"Got {len(sizes)} segments and {pp} pipeline parallel size.", PP_FLAG))
+        return fields, errors
+    if has_first_last:
+        errors.append(PlanError("hybrid_pipeline_flag", f"{where}: If --hybrid-layer-pattern contains pipe separators, "
+                                f"{FIRST_FLAG} / {LAST_FLAG} should not be specified as the pipeline layout is "
+                                "explicitly defined", FIRST_FLAG))
+    vpp = len(sizes) // pp
+    return {**fields, "mode": "split", "split": sizes, "vpp": vpp if vpp > 1 else None}, errors
