@@ -75,6 +75,13 @@ class LayerCell:
     mtp: bool = False
     pp_rank: int | None = None
     vp_stage: int | None = None
+    mixer: str = "attention"  # a hybrid model's layer: "mamba", "attention" or "none" (an FFN block)
+
+    @property
+    def glyph(self) -> str:
+        """The module mark under the number: d dense FFN, e MoE; a hybrid model's Mamba (m) and
+        attention-only (a) layers have no FFN."""
+        return {"dense": "d", "moe": "e"}.get(self.ffn) or ("m" if self.mixer == "mamba" else "a")
 
     @property
     def title(self) -> str:
@@ -83,7 +90,10 @@ class LayerCell:
                f" reuses top-k of full layer {self.source}" if self.source else " has no full layer before it")
         where = f", stage {self.stage} (pp rank {self.pp_rank}, vp stage {self.vp_stage})" if self.stage else ""
         bad = "; INVALID stage start" if self.invalid else ""
-        return f"{kind}: {self.role}, {self.ffn} FFN{where};{src}{bad}"
+        module = (f"{self.ffn} FFN" if self.mixer == "attention" and self.ffn != "none" else
+                  "a Mamba-2 mixer" if self.mixer == "mamba" else "attention only" if self.mixer == "attention"
+                  else f"{'an MoE' if self.ffn == 'moe' else 'a dense MLP'} block")
+        return f"{kind}: {self.role}, {module}{where};{src}{bad}"
 
 
 #: A layer cell's HTML by everything it shows (:func:`_cell_html`): a drag redraws the map after
@@ -97,7 +107,7 @@ def _cell_html(c: LayerCell, first: bool, tagged: bool) -> str:
     source), its letter, number and FFN kind, the rank tag on a stage start when VPP > 1
     (``tagged``), the "!" of an invalid start; only the map's first cell is in the tab order."""
     key = (c.layer, c.role, c.letter, c.ffn, c.source, c.stage, c.start, c.invalid, c.mtp, c.pp_rank, c.vp_stage,
-           first, tagged)
+           c.mixer, first, tagged)
     found = _CELL_HTML.get(key)
     if found is None:
         cls = (f"cell {c.role}{' mtp' if c.mtp else ''}{' start' if c.start else ''}{' invalid' if c.invalid else ''} "
@@ -107,7 +117,7 @@ def _cell_html(c: LayerCell, first: bool, tagged: bool) -> str:
         found = (f'<div id="L{"m" if c.mtp else ""}{c.layer}" class="{cls}" data-layer="{c.layer}" role="img" '
                  f'tabindex="{0 if first else -1}" title="{escape(c.title)}"><span class="letter" aria-hidden="true">'
                  f'{c.letter}</span><span class="num" aria-hidden="true">{c.layer}</span><span class="ffn" '
-                 f'aria-hidden="true">{"d" if c.ffn == "dense" else "e"}</span>{tag}{mark}</div>')
+                 f'aria-hidden="true">{c.glyph}</span>{tag}{mark}</div>')
         remember(_CELL_HTML, key, found, CELL_HTML_SIZE)
     return found
 
@@ -550,7 +560,7 @@ def _cells(check: LayoutCheck | None, roles: RoleMap | None) -> list[LayerCell]:
         s = stage_of.get(r.layer)
         cells.append(LayerCell(r.layer, r.role, "F" if r.role == "full" else "S", r.ffn, r.source,
                                s.index + 1 if s else None, r.layer in starts, r.layer in bad,
-                               pp_rank=s.pp_rank if s else None, vp_stage=s.vp_stage if s else None))
+                               pp_rank=s.pp_rank if s else None, vp_stage=s.vp_stage if s else None, mixer=r.mixer))
     if check is not None:
         mtp_stage = next((s for s in stages if s.mtp_layers), None)
         for r in roles.mtp[: check.plan.mtp_layers]:

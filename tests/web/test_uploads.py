@@ -363,3 +363,20 @@ def test_the_real_server_refuses_hostile_configs_quickly(server):
     ]:
         status, text, elapsed = post(data)
         assert status == 422 and needle in text and elapsed < QUICK, (status, needle, elapsed)
+
+
+def test_a_hybrid_models_page_marks_each_layers_module(client):
+    """An uploaded Nemotron 3 Nano config (tests/core/model/test_hybrid_family.py) draws each layer
+    with its module - m Mamba, e MoE, a attention - and its title says so; the flags carry the
+    pattern in | segments."""
+    from tests.core.model.test_hybrid_family import NANO, PATTERN
+
+    model = accepted(client, upload(client, json.dumps(NANO).encode()))
+    r = client.get("/", params={"model": model, "engine": "megatron", "split": "14,13,13,12"})
+    assert r.status_code == 200
+    page = html.unescape(r.text)
+    glyphs = "".join(a.split("</span>", 1)[0] for a in page.split('<span class="ffn" aria-hidden="true">')[1:53])
+    assert glyphs == PATTERN.replace("M", "m").replace("E", "e").replace("*", "a")
+    assert 'title="layer 1: full, a Mamba-2 mixer, stage 1' in page
+    assert 'title="layer 2: full, an MoE block, stage 1' in page
+    assert f"--hybrid-layer-pattern '{PATTERN[:14]}|{PATTERN[14:27]}|{PATTERN[27:40]}|{PATTERN[40:]}'" in page
