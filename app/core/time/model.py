@@ -73,7 +73,8 @@ TERMS = (
     "plus operand traffic plus a launch per kernel; the output layer in BF16",
     "flash attention (causal, or DSA sparse over the top-k) and the DSA indexer on layers that own one, BF16; "
     "dense attention on A100 as Megatron's unfused core attention (every published A100 Megatron run predates "
-    "flash attention there, so an A100 run with flash attention is predicted slow)",
+    "flash attention there, so an A100 run with flash attention is predicted slow); a hybrid model's Mamba-2 "
+    "scan from its FLOPs at the attention fractions and its kernels' bytes (chunk states in FP32)",
     "memory-bound work: norms, residual adds, RoPE, activations, router, MoE permutation, quantisation casts, "
     "cross-entropy",
     "TP all-gather / reduce-scatter (SP) or all-reduce; CP ring or all-gather; EP all-to-all dispatch and combine; "
