@@ -119,7 +119,8 @@ def test_roles_json():
     body = json.loads(p.stdout)
     assert body["full_layers"] == GLM52_FULL
     assert body["layers"][20] == {"layer": 21, "role": "shared", "source_layer": 19, "ffn": "moe",
-                                  "has_indexer": False, "mtp": False, "attention_window": 0, "mixer": "attention"}
+                                  "has_indexer": False, "mtp": False, "attention_window": 0, "attention_chunk": 0,
+                                  "mixer": "attention"}
     assert body["mtp_layers"][0]["layer"] == 79
     assert body["disagreements"] == []
     p = isplan("roles", "glm-5.2", "--pattern", "FSSS", "--format", "json")

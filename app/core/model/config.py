@@ -17,7 +17,8 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
 * ``gqa`` (grouped-query / multi-head attention with ``num_key_value_heads`` and ``head_dim``):
   ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma``, ``gemma2``, ``nemotron``
   (Nemotron-4 / Minitron: a 2-matrix squared-ReLU MLP and LayerNorms with biases) (dense) and
-  ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``glm4_moe``, ``gpt_oss`` (MoE), and ``gpt2`` (the
+  ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``glm4_moe``, ``gpt_oss``, ``llama4`` (MoE; Llama 4's
+  ``text_config``, with chunked attention), ``nemotron_h`` (hybrid Mamba), and ``gpt2`` (the
   dense GPT of GPT-2 / GPT-3 / Megatron's ``GPTModel``: multi-head attention, a 2-matrix GELU
   MLP of ``n_inner`` (default 4H), LayerNorms with biases, biases on every linear layer, learned
   position embeddings of ``n_positions`` rows and tied embeddings by default; transformers
@@ -124,7 +125,7 @@ _POSITIVE = {
 
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
 GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt2", "phi3", "gemma",
-                   "gemma2", "qwen2_moe", "gpt_oss", "nemotron", "nemotron_h")
+                   "gemma2", "qwen2_moe", "gpt_oss", "nemotron", "nemotron_h", "llama4", "llama4_text")
 #: Gemma and Gemma 2: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
 #: ``Gemma2Config`` defaults, transformers ``models/gemma2/configuration_gemma2.py``)
 _GEMMA_TYPES = ("gemma", "gemma2")
@@ -212,6 +213,8 @@ class ModelConfig:
     norms_per_layer: int = 2  # norms in a decoder layer (Gemma 2: 4, a post-norm after attention and MLP too)
     #: per decoder layer: "attention" | "mamba" | "none" (a hybrid model's MoE / MLP block); None: all attention
     layer_mixers: tuple[str, ...] | None = None
+    #: per decoder layer: chunked-attention chunk size (0: none; Llama 4's ``chunked_attention`` layers)
+    layer_chunks: tuple[int, ...] | None = None
     mamba: MambaDims | None = None  # a hybrid model's Mamba-2 mixer sizes (app.core.model.hybrid)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -582,8 +585,8 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
         "attention": "gqa", "num_key_value_heads": kv, "head_dim": head_dim,
         "qkv_bias": (True if model_type == "qwen2" else _bool_field(raw, "qkv_bias", True) if model_type == "qwen2_moe"
                      else bias),
-        "o_bias": (bias if model_type in ("llama", "mistral", "qwen3", "qwen3_moe", "gpt_oss", "nemotron", *_GEMMA_TYPES)
-                   else False),
+        "o_bias": (bias if model_type in ("llama", "mistral", "qwen3", "qwen3_moe", "gpt_oss", "nemotron", "llama4",
+                                          "llama4_text", *_GEMMA_TYPES) else False),
         "qk_norm": model_type in ("qwen3", "qwen3_moe") or (model_type == "glm4_moe"
                                                             and _bool_field(raw, "use_qk_norm", False)),
         "moe_router_bias": model_type in _ROUTER_BIAS_TYPES,
@@ -633,6 +636,8 @@ def _gqa_ffn(raw: dict[str, Any], model_type: str, n: int) -> dict[str, Any]:
                    mlp_layer_types=_qwen3_moe_layer_types(raw, n))
     elif model_type == "qwen2_moe":
         out.update(_qwen2_moe_experts(raw, n))
+    elif model_type in ("llama4", "llama4_text"):
+        out.update(_llama4_ffn(raw, n))
     elif model_type == "gpt_oss":
         out.update(n_routed_experts=_int_field(raw, "num_local_experts", 128),
                    num_experts_per_tok=_int_field(raw, "num_experts_per_tok", 4),
@@ -643,6 +648,47 @@ def _gqa_ffn(raw: dict[str, Any], model_type: str, n: int) -> dict[str, Any]:
         out.update(n_routed_experts=0, n_shared_experts=0, num_experts_per_tok=0, moe_intermediate_size=0,
                    num_nextn_predict_layers=0)
     return out
+
+
+def _llama4_ffn(raw: dict[str, Any], n: int) -> dict[str, Any]:
+    """Llama 4's text model (transformers ``models/llama4``, ``Llama4TextConfig`` defaults where a
+    field is omitted): MoE layers at ``moe_layers`` (default every ``interleave_moe_layer_step``-th,
+    the last of each step) with ``num_local_experts`` routed experts of ``intermediate_size`` (gate
+    and up fused, no bias), top-``num_experts_per_tok``, one shared expert of the same width and a
+    router without a bias (``Llama4TextMoe``, ``Llama4Router``); the other layers a dense SwiGLU MLP
+    of ``intermediate_size_mlp``; chunked attention (``attention_chunk_size``) on the layers
+    ``layer_types`` marks ``chunked_attention`` - by default all but every
+    ``no_rope_layer_interval``-th, whose NoPE attention sees every earlier token. The q / k L2 norm
+    (``use_qk_norm``) has no weights."""
+    step = _int_field(raw, "interleave_moe_layer_step", 1) or 1
+    moe = raw.get("moe_layers")
+    if moe is None:
+        moe = list(range(step - 1, n, step))
+    if not isinstance(moe, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n for i in moe):
+        raise ConfigError(f"moe_layers must be a list of 0-based layer indices below {n}", "moe_layers")
+    chunk = _int_field(raw, "attention_chunk_size", 8192) or 0
+    kinds = _str_list(raw, "layer_types", ("chunked_attention", "full_attention"), n)
+    if kinds is None:
+        interval = _int_field(raw, "no_rope_layer_interval", 4) or 4
+        rope = raw.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n)]
+        kinds = tuple("chunked_attention" if r else "full_attention" for r in rope)
+    width = _int_field(raw, "intermediate_size", 8192)
+    return {"n_routed_experts": _int_field(raw, "num_local_experts", 16),
+            "num_experts_per_tok": _int_field(raw, "num_experts_per_tok", 1), "moe_intermediate_size": width,
+            "intermediate_size": _int_field(raw, "intermediate_size_mlp", 16384), "n_shared_experts": 1,
+            "first_k_dense_replace": 0, "moe_layer_freq": 1, "num_nextn_predict_layers": 0,
+            "mlp_layer_types": tuple("sparse" if i in set(moe) else "dense" for i in range(n)),
+            "layer_chunks": tuple(chunk if k == "chunked_attention" else 0 for k in kinds) if chunk else None}
+
+
+def _llama4_text(raw: dict[str, Any]) -> dict[str, Any]:
+    """A ``llama4`` (``Llama4Config``) file's ``text_config``: the language model isplan plans; the
+    vision encoder and projector are not counted."""
+    text = raw.get("text_config")
+    if not isinstance(text, dict):
+        raise ConfigError("a llama4 config needs text_config (the language model's fields)", "text_config")
+    return {**text, "model_type": "llama4", "tie_word_embeddings": raw.get("tie_word_embeddings",
+                                                                           text.get("tie_word_embeddings", False))}
 
 
 def _activation(raw: dict[str, Any], default: str = "silu") -> str:
@@ -875,6 +921,8 @@ def config_from_dict(
         raw = _gpt2_aliases(raw)
     elif raw.get("model_type") == "nemotron_h":
         raw = _nemotron_h_aliases(raw)
+    elif raw.get("model_type") == "llama4":
+        raw = _llama4_text(raw)
     dims = _read_dimensions(raw)
     n = dims["num_hidden_layers"]
     fields: dict[str, Any] = {

@@ -183,19 +183,31 @@ def window_pairs(seq_length: int, window: int) -> int:
     return window * (window + 1) // 2 + (seq_length - window) * window
 
 
+def chunk_pairs(seq_length: int, chunk: int) -> int:
+    """Query-key pairs of one causal sequence under chunked attention (transformers Llama 4's
+    ``chunked_attention``: a query sees the earlier keys of its own block of ``chunk`` tokens):
+    ``S // C`` whole chunks of ``C(C+1)/2`` and the remainder's ``r(r+1)/2``."""
+    if not chunk or seq_length <= chunk:
+        return causal_pairs(seq_length)
+    whole, rest = divmod(seq_length, chunk)
+    return whole * causal_pairs(chunk) + causal_pairs(rest)
+
+
 def _sequence_pairs(cfg: ModelConfig, role: LayerRole, seq_length: int) -> tuple[int, int]:
     """(query-key pairs, (query, attended key) pairs) of one causal sequence at ``role``: the
-    indexer's selection on a DSA model, the sliding window on a windowed layer."""
-    if role.window:
-        pairs = window_pairs(seq_length, role.window)
+    indexer's selection on a DSA model, the sliding window on a windowed layer, the chunks on a
+    chunked one."""
+    if role.window or role.chunk:
+        pairs = window_pairs(seq_length, role.window) if role.window else chunk_pairs(seq_length, role.chunk)
         return pairs, pairs
     return causal_pairs(seq_length), causal_selected_pairs(cfg, seq_length)
 
 
 def _token_positions(cfg: ModelConfig, role: LayerRole, context: int) -> tuple[int, int]:
-    """(key positions, attended key positions) of one query at ``context`` at ``role``."""
-    if role.window:
-        seen = min(context, role.window)
+    """(key positions, attended key positions) of one query at ``context`` at ``role`` (the last
+    token of a ``context``-long prefix: on a chunked layer, its place in its chunk)."""
+    if role.window or role.chunk:
+        seen = min(context, role.window) if role.window else (context - 1) % role.chunk + 1
         return seen, seen
     return context, topk_positions(cfg, context)
 

@@ -121,8 +121,8 @@ def parse_pattern(pattern: str, num_layers: int) -> tuple[bool, ...]:
 
 
 #: What a layer's FLOPs and time depend on besides the settings (:attr:`LayerRole.kind`): FFN kind,
-#: owns an indexer, is MTP, attention window (0: full causal), mixer
-LayerKind = tuple[str, bool, bool, int, str]
+#: owns an indexer, is MTP, attention window (0: full causal), mixer, attention chunk (0: none)
+LayerKind = tuple[str, bool, bool, int, str, int]
 
 
 @dataclass(frozen=True)
@@ -135,17 +135,18 @@ class LayerRole:
     mtp: bool = False
     window: int = 0  # sliding-window attention: keys a query sees at most (0: full causal attention)
     mixer: str = "attention"  # "attention" | "mamba" | "none" (a hybrid model's MoE or MLP block)
+    chunk: int = 0  # chunked attention: a query sees the earlier keys of its own chunk of this many (0: none)
 
     @property
     def kind(self) -> LayerKind:
-        """(FFN kind, owns an indexer, is MTP, attention window, mixer): what the layer's FLOPs and
-        time depend on besides the settings (layers of one kind cost the same)."""
-        return (self.ffn, self.has_indexer, self.mtp, self.window, self.mixer)
+        """(FFN kind, owns an indexer, is MTP, attention window, mixer, attention chunk): what the
+        layer's FLOPs and time depend on besides the settings (layers of one kind cost the same)."""
+        return (self.ffn, self.has_indexer, self.mtp, self.window, self.mixer, self.chunk)
 
     @classmethod
     def of_kind(cls, kind: LayerKind) -> LayerRole:
         """A layer of ``kind`` (its costs are its kind's; number and source unset)."""
-        return cls(0, "full", None, kind[0], kind[1], kind[2], kind[3], kind[4])
+        return cls(0, "full", None, kind[0], kind[1], kind[2], kind[3], kind[4], kind[5])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -156,6 +157,7 @@ class LayerRole:
             "has_indexer": self.has_indexer,
             "mtp": self.mtp,
             "attention_window": self.window,
+            "attention_chunk": self.chunk,
             "mixer": self.mixer,
         }
 
@@ -274,6 +276,10 @@ def _window_notes(rm: RoleMap) -> tuple[str, ...]:
         held = [r.layer for r in rm.layers if r.window == w]
         shown = ", ".join(map(str, held[:8])) + (f", ... ({len(held)} layers)" if len(held) > 8 else "")
         out.append(f"layers {shown} attend a sliding window of {w} tokens (the others every earlier token)")
+    for c in sorted({r.chunk for r in rm.layers} - {0}):
+        held = [r.layer for r in rm.layers if r.chunk == c]
+        shown = ", ".join(map(str, held[:8])) + (f", ... ({len(held)} layers)" if len(held) > 8 else "")
+        out.append(f"layers {shown} attend within chunks of {c} tokens (the others every earlier token)")
     return tuple(out)
 
 
@@ -295,6 +301,7 @@ def _build(
     ffn = ffn_kinds(cfg)
     windows = cfg.layer_windows or (0,) * cfg.num_hidden_layers
     mixers = cfg.layer_mixers or ("attention",) * cfg.num_hidden_layers
+    chunks = cfg.layer_chunks or (0,) * cfg.num_hidden_layers
     layers: list[LayerRole] = []
     errors: list[RoleError] = []
     last_full: int | None = None
@@ -302,10 +309,10 @@ def _build(
         if is_full:
             last_full = n
             layers.append(LayerRole(n, "full", n, ffn[n - 1], cfg.has_indexer, window=windows[n - 1],
-                                    mixer=mixers[n - 1]))
+                                    mixer=mixers[n - 1], chunk=chunks[n - 1]))
         else:
             layers.append(LayerRole(n, "shared", last_full, ffn[n - 1], False, window=windows[n - 1],
-                                    mixer=mixers[n - 1]))
+                                    mixer=mixers[n - 1], chunk=chunks[n - 1]))
             if last_full is None:
                 errors.append(
                     RoleError(

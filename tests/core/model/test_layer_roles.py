@@ -119,15 +119,15 @@ def test_launcher_overrides_of_freq_and_offset():
 
 
 @pytest.mark.parametrize("model", ["glm-5.2", "deepseek-v3", "llama-3.1-70b"])
-def test_a_stages_kinds_are_its_layers_ffn_indexer_mtp_window_and_mixer(model):
+def test_a_stages_kinds_are_its_layers_ffn_indexer_mtp_window_mixer_and_chunk(model):
     """``RoleMap.kinds_of`` (the time and FLOPs models' stage keys) is, for every span of layers a
     stage can hold - the empty one included - each layer's (FFN kind, owns an indexer, is MTP,
-    attention window, mixer)."""
+    attention window, mixer, attention chunk)."""
     roles = derive_roles(load_model(model), role_rule("megatron"))
     n = roles.num_layers
     for first in range(1, n + 1):
         for last in (first - 1, first, min(n, first + 6), n):
             span = range(first, last + 1) if last >= first else range(0)
-            assert roles.kinds_of(span) == tuple((r.ffn, r.has_indexer, r.mtp, r.window, r.mixer)
+            assert roles.kinds_of(span) == tuple((r.ffn, r.has_indexer, r.mtp, r.window, r.mixer, r.chunk)
                                                  for r in roles.of(span))
     assert roles.kinds_of(range(0)) == ()

@@ -369,8 +369,15 @@ def test_a_sliding_layer_attends_its_window():
     assert windowed["compute_seconds"] < unwindowed["compute_seconds"]
 
 
+#: a small Llama 4 of the same shape rules (chunked layers, interleaved MoE with a shared expert)
+LLAMA4_SMALL = {"model_type": "llama4", "text_config": {
+    "hidden_size": 1024, "intermediate_size": 1024, "intermediate_size_mlp": 2048, "num_hidden_layers": 8,
+    "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 128, "num_local_experts": 8,
+    "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "vocab_size": 32000, "attention_chunk_size": 2048}}
+
+
 @pytest.mark.parametrize("raw", [PHI3_MINI, GEMMA_7B, GEMMA2_9B, QWEN15_MOE, DEEPSEEK_V2_LITE, GPT_OSS_20B,
-                                 NEMOTRON4_15B],
+                                 NEMOTRON4_15B, LLAMA4_SMALL],
                          ids=lambda r: r["model_type"])
 def test_every_new_family_is_judged_and_timed(raw):
     """A Megatron plan of each family added in this round gets a verdict with memory, parallel
@@ -587,3 +594,65 @@ def test_mixtral_memory_has_no_shared_expert_terms():
     dense = 16 * (gqa_layer(H, 32, 8, 128) // 2 + 8 * H + 2 * H) + 32000 * H // 2
     assert r["stages"][0]["params_per_gpu"] == {"dense": dense, "expert": 16 * 2 * 3 * H * 14336,
                                                 "total": dense + 16 * 2 * 3 * H * 14336}
+
+
+# Llama 4 (transformers models/llama4, Llama4TextConfig) as meta-llama/Llama-4-Scout-17B-16E ships its
+# text_config; Maverick: 128 experts on every other layer, no q/k norm
+LLAMA4_SCOUT_TEXT = {"model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192,
+                     "intermediate_size_mlp": 16384, "num_hidden_layers": 48, "num_attention_heads": 40,
+                     "num_key_value_heads": 8, "head_dim": 128, "num_local_experts": 16, "num_experts_per_tok": 1,
+                     "interleave_moe_layer_step": 1, "vocab_size": 202048, "attention_chunk_size": 8192,
+                     "use_qk_norm": True, "tie_word_embeddings": False}
+LLAMA4_SCOUT = {"model_type": "llama4", "architectures": ["Llama4ForConditionalGeneration"],
+                "text_config": LLAMA4_SCOUT_TEXT, "vision_config": {"hidden_size": 1408}}
+LLAMA4_MAVERICK = {**LLAMA4_SCOUT, "text_config": {**LLAMA4_SCOUT_TEXT, "num_local_experts": 128,
+                                                   "interleave_moe_layer_step": 2, "use_qk_norm": False}}
+
+
+@pytest.mark.parametrize("raw,experts,moe_layers,published_total", [
+    (LLAMA4_SCOUT, 16, 48, None),        # 109B with the vision encoder; the text model by hand below
+    (LLAMA4_MAVERICK, 128, 24, 400e9),   # "17B active, 400B total" (Meta's model card)
+])
+def test_llama4_text_model_exact(raw, experts, moe_layers, published_total):
+    """Llama4TextAttention q/k/v/o without biases (the q / k L2 norm has no weights); MoE layers of E
+    experts (gate + up fused, down) of 8192, one shared expert of 8192 and a router E x H without a
+    bias; the other layers a SwiGLU MLP of 16384; two RMSNorms a layer; untied embeddings of 202,048.
+    17B active with the input embedding, as published for both."""
+    cfg = load(raw)
+    H, V = 5120, 202048
+    attn = gqa_layer(H, 40, 8, 128)
+    moe = experts * 3 * H * 8192 + 3 * H * 8192 + experts * H
+    dense = 3 * H * 16384
+    r = count_parameters(cfg)
+    total = 48 * (attn + 2 * H) + moe_layers * moe + (48 - moe_layers) * dense + H + 2 * V * H
+    assert r.main_total == total
+    if published_total:
+        assert r.main_total == pytest.approx(published_total, rel=0.005)
+    active = 48 * (attn + 2 * H) + moe_layers * (2 * 3 * H * 8192 + experts * H) + (48 - moe_layers) * dense + H + V * H
+    assert r.active == active and r.active + V * H == pytest.approx(17e9, rel=0.02)
+    assert (cfg.model_type, cfg.qk_norm, cfg.moe_router_bias) == ("llama4", False, False)
+
+
+def test_llama4_chunked_attention_layers():
+    """Every layer but each fourth (NoPE, global attention) attends within chunks of 8192 tokens
+    (``layer_types`` "chunked_attention"): at 8192 tokens or fewer that is plain causal attention; at
+    20,000 tokens two whole chunks and a chunk of 3,616."""
+    from app.core.model.flops import chunk_pairs, layer_flops, sequence_layer_flops
+
+    cfg = load(LLAMA4_SCOUT)
+    roles = derive_roles(cfg)
+    assert [r.chunk for r in roles.layers[:8]] == [8192, 8192, 8192, 0] * 2
+    assert chunk_pairs(8192, 8192) == 8192 * 8193 // 2
+    assert chunk_pairs(20000, 8192) == 2 * (8192 * 8193 // 2) + 3616 * 3617 // 2
+    per_pair = 2 * 40 * 2 * 128
+    chunked, glob = roles.role(1), roles.role(4)
+    assert sequence_layer_flops(cfg, chunked, seq_length=20000)["sparse_attention"] == per_pair * chunk_pairs(20000, 8192)
+    assert sequence_layer_flops(cfg, glob, seq_length=20000)["sparse_attention"] == per_pair * 20000 * 20001 // 2
+    assert layer_flops(cfg, roles, 1, 8192 + 100)["sparse_attention"] == per_pair * 100  # 100th token of chunk 2
+    assert roles.layers[0].to_dict()["attention_chunk"] == 8192
+    assert any("within chunks of 8192 tokens" in n for n in roles.notes)
+    explicit = load({**LLAMA4_SCOUT, "text_config": {**LLAMA4_SCOUT_TEXT, "layer_types": ["full_attention"] * 48}})
+    assert all(r.chunk == 0 for r in derive_roles(explicit).layers)
+    with pytest.raises(ConfigError) as exc:
+        load({"model_type": "llama4", "vision_config": {}})
+    assert exc.value.field == "text_config"

@@ -116,7 +116,7 @@ def test_nemo_rows_are_the_tables_own_figures() -> None:
     GA column re-derived: GA = GBS / (MBS x DP), DP = GPUs / (TP x PP x CP) - GPT-3 175B on 512 B200,
     2048 / (2 x 512 / 16) = 32; Llama 3 405B on 128 GPUs, 64 / (1 x 128 / 64) = 32."""
     nemo = {(r["gpu"], r["model"]): r for r in ADDED if r["source"] == "nemo-performance-summary"}
-    assert len(nemo) == 11
+    assert len(nemo) == 12
     gpt3 = nemo[("b200-180gb", "gpt3-175b.gpt2.json")]
     assert gpt3["measured"]["tokens_per_s_per_gpu"] == 1600 and gpt3["gbs"] // (gpt3["mbs"] * gpt3["dp"]) == 32
     l405 = nemo[("gb200-186gb", "Llama-3.1-405B.json")]
@@ -127,6 +127,15 @@ def test_nemo_rows_are_the_tables_own_figures() -> None:
     assert (n15["measured"]["tokens_per_s_per_gpu"], n15["gbs"] // (n15["mbs"] * n15["dp"])) == (17809, 2)
     assert (n340["measured"]["tokens_per_s_per_gpu"], n340["gbs"] // (n340["mbs"] * n340["dp"])) == (737, 8)
     assert n340["gpus"] == n340["tp"] * n340["pp"] * n340["dp"] and (n340["vp"], n340["sp"]) == (12, True)
+    # NeMo 25.07's Llama 4 Scout on 64 GB200, GA 16 = 1024 / (1 x 64); the table's TFLOP/s over its tokens/s is
+    # 108.9 GFLOP a token, Megatron-Bridge's count of the text model at 8192 (app.core.time.model_flops)
+    scout = nemo[("gb200-186gb", "Llama-4-Scout-17B-16E.json")]
+    assert (scout["measured"]["tokens_per_s_per_gpu"], scout["gbs"] // (scout["mbs"] * scout["dp"])) == (13783, 16)
+    from app.core.model.config import load_model
+    from app.core.time.model_flops import model_flops_per_token
+
+    cfg = load_model(str(HOLDOUT.parent / "steptime_configs" / scout["model"]))
+    assert model_flops_per_token(cfg, seq_length=8192) == pytest.approx(1501e12 / 13783, rel=0.001)
 
 
 def test_megatron_core_rows_follow_megatron_lms_flop_count() -> None:
