@@ -16,7 +16,8 @@ Per GPU of pipeline rank ``p`` (every GPU of a rank's TP group holds the same am
   GLM-5.2), 2 bytes each in BF16 (1152 B), or vLLM's ``fp8_ds_mla`` layout: the latent in FP8, one
   FP32 scale per 128 values and the rope part in BF16 (512 + 16 + 128 = 656 B). MLA has one latent
   head, so TP does not split it. Source: FACTS.md section 5 (vLLM ``fp8_ds_mla``). A
-  sliding-window layer (Gemma 2, GPT-OSS) is counted with the whole context too - the engines
+  sliding-window layer (Gemma 2, GPT-OSS) or chunked-attention layer (Llama 4) is counted with the
+  whole context too - the engines
   allocate less there (vLLM's hybrid KV cache manager about the window, SGLang's SWA pool a
   ratio of the full pool, ``--swa-full-tokens-ratio``), which is not modelled: an overestimate,
   on the safe side of ``fits``. A hybrid model keeps KV only on its attention layers and, on each
