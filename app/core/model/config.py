@@ -537,7 +537,8 @@ def _nemotron_h_family(raw: dict[str, Any]) -> dict[str, Any]:
                            "gated_mlp": False, "mlp_bias": _bool_field(raw, "mlp_bias", False),
                            "activation": _activation({"hidden_act": raw.get("mlp_hidden_act")}, default="relu2"),
                            "qkv_bias": False, "o_bias": False, "norms_per_layer": 1, "layer_windows": None,
-                           "moe_router_bias": "E" in symbols, "intermediate_size": _int_field(raw, "intermediate_size", 0)}
+                           "moe_router_bias": "E" in symbols,
+                           "intermediate_size": _int_field(raw, "intermediate_size", 0) if "-" in symbols else 0}
     if "E" in symbols:
         width = _int_field(raw, "moe_intermediate_size", None, required=True) or 0
         shared = _int_field(raw, "moe_shared_expert_intermediate_size", 0) or 0
@@ -637,7 +638,7 @@ def _gqa_ffn(raw: dict[str, Any], model_type: str, n: int) -> dict[str, Any]:
     elif model_type == "qwen2_moe":
         out.update(_qwen2_moe_experts(raw, n))
     elif model_type in ("llama4", "llama4_text"):
-        out.update(_llama4_ffn(raw, n))
+        out.update(_llama4_layers(raw, n))
     elif model_type == "gpt_oss":
         out.update(n_routed_experts=_int_field(raw, "num_local_experts", 128),
                    num_experts_per_tok=_int_field(raw, "num_experts_per_tok", 4),
@@ -650,8 +651,8 @@ def _gqa_ffn(raw: dict[str, Any], model_type: str, n: int) -> dict[str, Any]:
     return out
 
 
-def _llama4_ffn(raw: dict[str, Any], n: int) -> dict[str, Any]:
-    """Llama 4's text model (transformers ``models/llama4``, ``Llama4TextConfig`` defaults where a
+def _llama4_layers(raw: dict[str, Any], n: int) -> dict[str, Any]:
+    """Llama 4's text model's layers (transformers ``models/llama4``, ``Llama4TextConfig`` defaults where a
     field is omitted): MoE layers at ``moe_layers`` (default every ``interleave_moe_layer_step``-th,
     the last of each step) with ``num_local_experts`` routed experts of ``intermediate_size`` (gate
     and up fused, no bias), top-``num_experts_per_tok``, one shared expert of the same width and a
@@ -671,13 +672,17 @@ def _llama4_ffn(raw: dict[str, Any], n: int) -> dict[str, Any]:
     if kinds is None:
         interval = _int_field(raw, "no_rope_layer_interval", 4) or 4
         rope = raw.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n)]
+        if not isinstance(rope, list) or len(rope) != n or any(r not in (0, 1) for r in rope):
+            raise ConfigError(f"no_rope_layers must be a list of {n} entries of 0 or 1 (one per decoder layer)",
+                              "no_rope_layers")
         kinds = tuple("chunked_attention" if r else "full_attention" for r in rope)
+    sparse = set(moe)
     width = _int_field(raw, "intermediate_size", 8192)
     return {"n_routed_experts": _int_field(raw, "num_local_experts", 16),
             "num_experts_per_tok": _int_field(raw, "num_experts_per_tok", 1), "moe_intermediate_size": width,
             "intermediate_size": _int_field(raw, "intermediate_size_mlp", 16384), "n_shared_experts": 1,
             "first_k_dense_replace": 0, "moe_layer_freq": 1, "num_nextn_predict_layers": 0,
-            "mlp_layer_types": tuple("sparse" if i in set(moe) else "dense" for i in range(n)),
+            "mlp_layer_types": tuple("sparse" if i in sparse else "dense" for i in range(n)),
             "layer_chunks": tuple(chunk if k == "chunked_attention" else 0 for k in kinds) if chunk else None}
 
 

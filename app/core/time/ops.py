@@ -27,6 +27,8 @@ layer. The GEMMs of one layer, as (M, N, K) per GPU (Megatron-Core module shapes
   backward (it recomputes the conv and the states). A hybrid layer has one norm, one
   residual add and one module; its attention applies no RoPE (Nemotron-H's attention layers carry
   no position embedding: ``NemotronHAttention`` rotates nothing, the Mamba layers give the order);
+  its kernel gaps and host operations are counted as a whole layer's (:data:`HOST_LAYER_OPS`: more
+  than one module issues, on the safe side; only micro-batch-1 MoE runs are host-bound);
 * the loss stage's output layer ``(t, V/TP, H)`` in BF16 (Megatron's ``output_layer`` is not a
   Transformer Engine module) and each MTP layer's ``eh_proj (t, H/TP, 2H)`` and its logits.
 

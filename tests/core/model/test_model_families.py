@@ -656,3 +656,15 @@ def test_llama4_chunked_attention_layers():
     with pytest.raises(ConfigError) as exc:
         load({"model_type": "llama4", "vision_config": {}})
     assert exc.value.field == "text_config"
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"no_rope_layers": [1, 0]}, "no_rope_layers"),
+    ({"no_rope_layers": [2] * 48}, "no_rope_layers"),
+    ({"moe_layers": [48]}, "moe_layers"),
+    ({"layer_types": ["sliding_attention"] * 48}, "layer_types"),
+])
+def test_a_llama4_layer_list_isplan_cannot_read_is_refused_naming_it(change, field):
+    with pytest.raises(ConfigError) as exc:
+        load({**LLAMA4_SCOUT, "text_config": {**LLAMA4_SCOUT_TEXT, **change}})
+    assert exc.value.field == field
