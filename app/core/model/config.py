@@ -216,6 +216,8 @@ class ModelConfig:
     #: per decoder layer: chunked-attention chunk size (0: none; Llama 4's ``chunked_attention`` layers)
     layer_chunks: tuple[int, ...] | None = None
     mamba: MambaDims | None = None  # a hybrid model's Mamba-2 mixer sizes (app.core.model.hybrid)
+    #: LatentMoE: the routed experts work in this many dimensions between two projections (0: in H)
+    moe_latent_size: int = 0
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -513,13 +515,14 @@ def _nemotron_h_family(raw: dict[str, Any]) -> dict[str, Any]:
     experts of two matrices (``up_proj`` / ``down_proj``, ``mlp_hidden_act`` squared ReLU, biases
     with ``mlp_bias``); a router with a score-correction bias and one shared expert of
     ``moe_shared_expert_intermediate_size``, kept as that many expert widths (as Qwen2-MoE's).
-    Refused, naming the field: LatentMoE (``moe_latent_size``) and MTP layers, which isplan does
-    not model for hybrid models."""
+    LatentMoE (``moe_latent_size``, Nemotron 3 Super / Ultra): the routed experts work in that
+    many dimensions between ``fc1_latent_proj`` (H -> L) and ``fc2_latent_proj`` (L -> H), the
+    shared expert in H (``NemotronHMoE``). MTP layers (``num_nextn_predict_layers``) are read when
+    each is an attention block and an MoE block (``mtp_layers_block_type``, default
+    ``["full_attention", "moe"]``, or ``mtp_hybrid_override_pattern`` ``*E``) - the MTP layer isplan
+    models; another MTP block list is refused naming the field."""
     symbols: str = raw["hybrid_symbols"]
-    for name, what in (("moe_latent_size", "LatentMoE experts (a latent projection around the experts)"),
-                       ("num_nextn_predict_layers", "MTP layers of a hybrid model")):
-        if raw.get(name):
-            raise ConfigError(f"{name} is set: isplan does not model {what} yet", name)
+    _hybrid_mtp_blocks(raw)
     names = ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "chunk_size")
     sizes = [_int_field(raw, f, None, required=True) or 0 for f in names]
     for name, size in zip(names, sizes):
@@ -551,7 +554,31 @@ def _nemotron_h_family(raw: dict[str, Any]) -> dict[str, Any]:
                    moe_intermediate_size=width, n_shared_experts=shared // width)
     else:
         out.update(n_routed_experts=0, num_experts_per_tok=0, moe_intermediate_size=0, n_shared_experts=0)
-    return {**out, "first_k_dense_replace": 0, "moe_layer_freq": 1, "num_nextn_predict_layers": 0}
+    latent = _int_field(raw, "moe_latent_size", 0) or 0
+    return {**out, "first_k_dense_replace": 0, "moe_layer_freq": 1, "moe_latent_size": latent if "E" in symbols else 0,
+            "num_nextn_predict_layers": _int_field(raw, "num_nextn_predict_layers", 0)}
+
+
+#: The MTP layer isplan models for a hybrid model: one attention block and one MoE block
+#: (``NemotronHConfig.mtp_layers_block_type`` default; Megatron's ``/*E`` pattern parts)
+HYBRID_MTP_BLOCKS = "*E"
+
+
+def _hybrid_mtp_blocks(raw: dict[str, Any]) -> None:
+    """Refuse an MTP block list other than :data:`HYBRID_MTP_BLOCKS` when the model has MTP layers."""
+    if not raw.get("num_nextn_predict_layers"):
+        return
+    for name in ("mtp_layers_block_type", "mtp_hybrid_override_pattern"):
+        value = raw.get(name)
+        if value is None:
+            continue
+        try:
+            blocks = block_symbols(value) if isinstance(value, list) else value
+        except KeyError:
+            blocks = None
+        if blocks != HYBRID_MTP_BLOCKS:
+            raise ConfigError(f"{name} {json.dumps(value)[:60]}: isplan models a hybrid MTP layer of one attention and "
+                              "one MoE block (['full_attention', 'moe'], '*E') only", name)
 
 
 def _gpt2_family(raw: dict[str, Any]) -> dict[str, Any]:

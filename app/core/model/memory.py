@@ -62,7 +62,8 @@ idx_topk_scores        4 topk                             FP32 scores of the sel
 mlp_norm_input         2H / s_div                         RMSNorm backward
 mlp_norm_output        2H / s_div                         router / shared-expert / FFN input
 router                 (4E + 8k) / s_div                  FP32 logits + top-k probs and int32 ids
-expert_input           2H * k ETP / TP                    permuted tokens (k copies per token)
+expert_input           2H * k ETP / TP                    permuted tokens (k copies per token; LatentMoE:
+                                                          2L, and ``latent_proj`` 2L / s_div)
 expert_fc1             4 (i / ETP) * k ETP / TP           gate+up output
 expert_act             2 (i / ETP) * k ETP / TP           SwiGLU output = fc2 input
 expert_output          2H * k ETP / TP                    fc2 output, kept for the prob-weighted combine
@@ -195,7 +196,7 @@ RECOMPUTE_DROPS: dict[str, dict[str, tuple[str, ...]]] = {
     "layernorm": {"mla": ("attn_norm_output",), "moe": ("mlp_norm_output",)},
     "mlp": {"dense": ("mlp_norm_output", "dense_fc1", "dense_act")},
     "moe": {"moe": ("router", "expert_input", "expert_fc1", "expert_act", "expert_output", "shared_fc1",
-                    "shared_act")},
+                    "shared_act", "latent_proj")},
     "moe_act": {"moe": ("expert_act",)},
     "shared_experts": {"moe": ("shared_fc1", "shared_act")},
 }
@@ -291,15 +292,18 @@ def _ffn_terms(cfg: ModelConfig, ffn: str, tp: int, etp: int, s_div: int) -> dic
         fc1 = (4 if cfg.gated_mlp else 2) * cfg.intermediate_size / tp
         return {"dense_fc1": fc1, "dense_act": 2 * cfg.intermediate_size / tp}
     H, k, i = cfg.hidden_size, cfg.num_experts_per_tok, cfg.moe_intermediate_size
+    d_in = cfg.moe_latent_size or H  # LatentMoE: the routed tokens travel and work in the latent
     rows = k * etp / tp  # routed rows per CP-local token on one GPU
     fc1 = 4 if cfg.gated_mlp else 2  # gate and up, or up alone
     t: dict[str, float] = {
         "router": (4 * cfg.n_routed_experts + 8 * k) / s_div,
-        "expert_input": 2 * H * rows,
+        "expert_input": 2 * d_in * rows,
         "expert_fc1": fc1 * (i / etp) * rows,
         "expert_act": 2 * (i / etp) * rows,
-        "expert_output": 2 * H * rows,
+        "expert_output": 2 * d_in * rows,
     }
+    if cfg.moe_latent_size:   # fc2_latent_proj's saved input (fc1_latent_proj's is the norm output)
+        t["latent_proj"] = 2 * cfg.moe_latent_size / s_div
     if cfg.n_shared_experts:
         t["shared_fc1"] = fc1 * cfg.n_shared_experts * i / tp
         t["shared_act"] = 2 * cfg.n_shared_experts * i / tp

@@ -26,7 +26,10 @@ widths, V the vocabulary:
   checkpoint only, not a trained weight; none for Qwen3-MoE and Mixtral);
 * a hybrid model (Nemotron-H, :mod:`app.core.model.hybrid`): a layer is its one norm and one module,
   a Mamba-2 mixer (``MambaDims.params``, TP-sharded), an attention block, an MoE block or a dense
-  MLP; its experts and MLPs have two matrices (``2*H*i``);
+  MLP; its experts and MLPs have two matrices (``2*H*i``); its MTP layer (an attention and an MoE
+  block) has one norm more; LatentMoE (``moe_latent_size`` L): the routed experts take L instead of
+  H (``3*L*i`` / ``2*L*i``) between the latent projections ``2*H*L`` (duplicated over TP, counted
+  with the router's component as ``latent_proj``), the shared expert stays in H;
 * embedding and lm_head ``V*H`` each (one when tied); final norm ``H``;
 * an MTP layer: attention + norms + indexer + MoE + enorm/hnorm ``2H`` + eh_proj ``2H^2`` +
   shared-head norm ``H`` (it shares the embedding and the head).
@@ -64,7 +67,7 @@ from app.core.model.roles import RoleMap, derive_roles
 
 COMPONENTS = (
     "attention", "mamba", "indexer", "norms", "dense_ffn", "routed_experts", "shared_expert", "router",
-    "router_bias", "embedding", "lm_head", "final_norm", "mtp",
+    "latent_proj", "router_bias", "embedding", "lm_head", "final_norm", "mtp",
 )
 
 
@@ -89,6 +92,7 @@ class Shapes:
     kv_proj: int = 0  # GQA: the k and v projections (+ biases), part of attn_sharded
     position_embedding: int = 0  # learned position table P*H (GPT-2 wpe; replicated, first stage)
     mamba: int = 0  # a hybrid model's Mamba-2 mixer (TP-sharded)
+    latent_proj: int = 0  # LatentMoE's two projections H -> L -> H (replicated over TP)
 
     @property
     def attention(self) -> int:
@@ -105,11 +109,11 @@ class Shapes:
             return self.dense_ffn
         if ffn == "none":
             return 0
-        return (cfg.num_experts_per_tok + cfg.n_shared_experts) * self.expert + self.router
+        return cfg.num_experts_per_tok * self.expert + self.shared_expert + self.router + self.latent_proj
 
     @property
     def moe_block(self) -> int:
-        return self.routed_experts + self.shared_expert + self.router
+        return self.routed_experts + self.shared_expert + self.router + self.latent_proj
 
 
 def _gqa_attention(cfg: ModelConfig) -> tuple[int, int]:
@@ -139,8 +143,9 @@ def shapes(cfg: ModelConfig) -> Shapes:
     idx_in = rq if rq else H
     indexer = (idx_in * cfg.index_n_heads * cfg.index_head_dim + H * cfg.index_head_dim
                + H * cfg.index_n_heads + 2 * cfg.index_head_dim) if cfg.has_indexer else 0
-    expert = ((3 if cfg.gated_mlp else 2) * H * cfg.moe_intermediate_size
-              + ((2 * cfg.moe_intermediate_size + H) if cfg.expert_bias else 0))
+    f = 3 if cfg.gated_mlp else 2
+    d_in = cfg.moe_latent_size or H  # the routed experts' model dimension (LatentMoE: the latent)
+    expert = f * d_in * cfg.moe_intermediate_size + ((2 * cfg.moe_intermediate_size + H) if cfg.expert_bias else 0)
     E = cfg.n_routed_experts
     return Shapes(
         attn_sharded=attn_sh,
@@ -151,17 +156,19 @@ def shapes(cfg: ModelConfig) -> Shapes:
         + ((cfg.intermediate_size + H) if cfg.mlp_bias else 0),
         expert=expert,
         routed_experts=E * expert,
-        shared_expert=cfg.n_shared_experts * expert,
+        shared_expert=cfg.n_shared_experts * f * H * cfg.moe_intermediate_size,
         router=E * H + (E if cfg.router_weight_bias else 0) + (H if cfg.shared_expert_gate else 0),
         router_bias=E if cfg.moe_router_bias else 0,
         embedding=cfg.vocab_size * H,
         lm_head=0 if cfg.tie_word_embeddings else cfg.vocab_size * H,
         final_norm=(2 if cfg.norm_bias else 1) * H,
-        mtp_extra=2 * H + 2 * H * H + H,
+        mtp_extra=2 * H + 2 * H * H + H + (H if cfg.layer_mixers is not None else 0),  # hybrid: the MoE block's norm
         kv_proj=(2 * H * cfg.num_key_value_heads * cfg.head_dim
                  + (2 * cfg.num_key_value_heads * cfg.head_dim if cfg.qkv_bias else 0)) if cfg.attention == "gqa" else 0,
         position_embedding=cfg.position_embeddings * H,
         mamba=cfg.mamba.params(H) if cfg.mamba else 0,
+        latent_proj=2 * H * cfg.moe_latent_size + ((cfg.moe_latent_size + H) if cfg.mlp_bias else 0)
+        if cfg.moe_latent_size and E else 0,
     )
 
 
@@ -182,6 +189,7 @@ def layer_components(cfg: ModelConfig, roles: RoleMap, layer: int, sh: Shapes | 
         out["routed_experts"] = sh.routed_experts
         out["shared_expert"] = sh.shared_expert
         out["router"] = sh.router
+        out["latent_proj"] = sh.latent_proj
         out["router_bias"] = sh.router_bias
     return out
 
@@ -329,9 +337,10 @@ class _Tally:
         comp["routed_experts"] += n * sh.routed_experts
         comp["shared_expert"] += n * sh.shared_expert
         comp["router"] += n * sh.router
+        comp["latent_proj"] += n * sh.latent_proj
         self.expert += n * sh.routed_experts
         self.sharded += n * sh.shared_expert
-        self.replicated += n * sh.router
+        self.replicated += n * (sh.router + sh.latent_proj)
 
     def add_ends(self, stage: Stage) -> None:
         """The embedding (vocab-parallel; learned positions replicated) on the first stage and on
@@ -350,12 +359,13 @@ class _Tally:
     def add_mtp_layer(self) -> None:
         """An MTP layer: attention (split as above), norms, indexer, MoE (a dense FFN in a model
         without routed experts); eh_proj (2H^2) is column-parallel, enorm / hnorm / shared-head
-        norm (3H) are replicated."""
+        norm (3H; a hybrid model's MoE block's norm too) are replicated."""
         cfg, sh = self.cfg, self.sh
+        eh_proj = 2 * cfg.hidden_size * cfg.hidden_size
         self.comp["mtp"] += mtp_layer_total(cfg, sh, with_bias=False)
         self.add_attention()
-        self.sharded += sh.shared_expert + (sh.mtp_extra - 3 * cfg.hidden_size)
-        self.replicated += sh.norms + sh.indexer + sh.router + 3 * cfg.hidden_size
+        self.sharded += sh.shared_expert + eh_proj
+        self.replicated += sh.norms + sh.indexer + sh.router + sh.latent_proj + sh.mtp_extra - eh_proj
         self.expert += sh.routed_experts
         if not cfg.n_routed_experts:
             self.sharded += sh.dense_ffn

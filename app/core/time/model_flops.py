@@ -26,7 +26,9 @@ A hybrid model (``hybrid_layer_pattern``) is counted by ``hybrid_flops`` instead
 layer kind (3 x forward): attention ``4 H p (H + H g / h) + 2 H p s`` (``p = head_dim h / H``, the
 core over the whole square), Mamba ``2 H (2 d_in + 2 G N + heads) + 7 d_in N + 2 d_in H`` with
 ``d_in = 2 H`` (the function's own stand-in for ``heads x head_dim``), MLP ``4 H I f / 2``, MoE
-``4 H (i topk + i_shared) f / 2`` (``f / 2`` = 1, or 3/2 gated), logits ``2 H V_pad``.
+``4 H (i topk + i_shared) f / 2`` (``f / 2`` = 1, or 3/2 gated; LatentMoE: the routed part over L for H
+and ``4 H L`` for the projections), logits ``2 H V_pad`` once more per MTP layer, each MTP layer's
+attention and MoE blocks counted as layers.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def model_flops_per_token(cfg: ModelConfig, roles: RoleMap | None = None, *, seq
                           mtp_layers: int = 0, indexer_loss: bool = True, vocab_divisible_by: int = 128) -> float:
     """Megatron-Bridge model FLOPs (forward + backward) per token of a ``seq_length`` batch."""
     if cfg.hybrid_pattern is not None:
-        return _hybrid_flops(cfg, seq_length, padded_vocab(cfg.vocab_size, tp, vocab_divisible_by))
+        return _hybrid_flops(cfg, seq_length, padded_vocab(cfg.vocab_size, tp, vocab_divisible_by), mtp_layers)
     H, h, s = cfg.hidden_size, cfg.num_attention_heads, seq_length
     kinds = ffn_kinds(cfg)
     n_moe = sum(1 for k in kinds if k == "moe")
@@ -98,9 +100,11 @@ def _dsa_term(cfg: ModelConfig, roles: RoleMap | None, layers: int, mtp_layers: 
     return proj + core + idx_proj + score + teacher
 
 
-def _hybrid_flops(cfg: ModelConfig, s: int, vocab: int) -> float:
-    """``flop_utils.hybrid_flops`` per token (module docstring): its layer counts from the pattern."""
-    pattern = cfg.hybrid_pattern or ""
+def _hybrid_flops(cfg: ModelConfig, s: int, vocab: int, mtp_layers: int = 0) -> float:
+    """``flop_utils.hybrid_flops`` per token (module docstring): its layer counts from the pattern and
+    the MTP layers' blocks (``*E`` each, ``get_hybrid_layer_counts`` counts them too), the logits
+    once more per MTP layer."""
+    pattern = (cfg.hybrid_pattern or "") + "*E" * mtp_layers
     H, h = cfg.hidden_size, cfg.num_attention_heads
     scale = 1.5 if cfg.gated_mlp else 1.0
     p = cfg.head_dim * h / H
@@ -111,7 +115,9 @@ def _hybrid_flops(cfg: ModelConfig, s: int, vocab: int) -> float:
         mamba = 2 * H * (2 * d_in + 2 * m.groups * m.state + m.heads) + 7 * d_in * m.state + 2 * d_in * H
     mlp = 4 * H * cfg.intermediate_size * scale
     shared = cfg.n_shared_experts * cfg.moe_intermediate_size
-    moe = 4 * H * (cfg.moe_intermediate_size * cfg.num_experts_per_tok + shared) * scale
+    latent = cfg.moe_latent_size
+    moe = 4 * (latent or H) * cfg.moe_intermediate_size * cfg.num_experts_per_tok * scale + 4 * H * shared * scale
+    moe += 4 * H * latent  # LatentMoE's two projections
     forward = (pattern.count("*") * attn + pattern.count("M") * mamba + pattern.count("-") * mlp
-               + pattern.count("E") * moe + 2 * H * vocab)
+               + pattern.count("E") * moe + 2 * H * vocab * (1 + mtp_layers))
     return 3 * forward

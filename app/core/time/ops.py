@@ -18,7 +18,8 @@ layer. The GEMMs of one layer, as (M, N, K) per GPU (Megatron-Core module shapes
 * MoE: router ``(t_moe, E, H)``; routed experts as grouped GEMMs over the ``E/EP`` local experts,
   each getting ``M_e = t_moe * topk * EP * ETP / E`` tokens (force-balanced routing, the measured
   runs' setting), ``fc1 (M_e, 2i/ETP, H)``, ``fc2 (M_e, H, i/ETP)``; shared experts as a TP-sharded
-  dense MLP of width ``S * i``;
+  dense MLP of width ``S * i``; LatentMoE (``moe_latent_size`` L): ``latent_fc1 (t_moe, L, H)`` and
+  ``latent_fc2 (t_moe, H, L)`` around the experts, which take L for H, and L-wide dispatch / combine;
 * a hybrid model's Mamba-2 mixer (:mod:`app.core.model.hybrid`): ``in_proj (t, (2d + 2GN + heads)/TP, H)``
   and ``out_proj (t, H, d/TP)``; its fused conv + SSD scan + gated norm as the attention core is
   timed: the scan's FLOPs (``ssm_scan``, over TP) at the attention fractions of the BF16 peak, 2.5 x
@@ -229,9 +230,13 @@ def layer_gemms(ctx: OpContext, role: LayerRole) -> list[Gemm]:
         ep, etp = s.ep, s.etp_
         local = -(-E // ep)
         m_e = t_moe * topk * ep * etp / E
+        d_in = cfg.moe_latent_size or H
         out.append(Gemm("router", t_moe, E, H, low_precision=False, module="moe"))
-        out.append(Gemm("experts_fc1", m_e, fc1 * i / etp, H, count=local, module="moe", grouped=True))
-        out.append(Gemm("experts_fc2", m_e, H, i / etp, count=local, module="moe", grouped=True))
+        if cfg.moe_latent_size:   # LatentMoE's projections, duplicated over TP (Megatron moe_layer.py)
+            out.append(Gemm("latent_fc1", t_moe, d_in, H, module="moe"))
+            out.append(Gemm("latent_fc2", t_moe, H, d_in, module="moe"))
+        out.append(Gemm("experts_fc1", m_e, fc1 * i / etp, d_in, count=local, module="moe", grouped=True))
+        out.append(Gemm("experts_fc2", m_e, d_in, i / etp, count=local, module="moe", grouped=True))
         if cfg.n_shared_experts:
             width = cfg.n_shared_experts * i
             out.append(Gemm("shared_fc1", t, fc1 * width / tp, H, module="shared_experts"))
@@ -267,7 +272,7 @@ def _elementwise(ctx: OpContext, role: LayerRole, gemms: list[Gemm]) -> dict[str
     elif role.ffn == "moe":
         E, topk, i = cfg.n_routed_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size
         out["moe_act"] = act * i * t_moe * topk * b
-        out["moe"] = (4 * E + 2 * topk * H + 2 * H) * t_moe * b
+        out["moe"] = (4 * E + 2 * topk * (cfg.moe_latent_size or H) + 2 * H) * t_moe * b
         if cfg.n_shared_experts:
             out["shared_experts"] = act * cfg.n_shared_experts * i / tp * t * b
     if role.has_indexer:
@@ -493,7 +498,8 @@ def _add_communication(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
         lc.tp_fwd = lc.tp_bwd = n_coll * per
     if role.ffn == "moe" and s.ep > 1:
         dedup = s.moe_dispatcher == "flex"
-        a2a = comm.all_to_all(gr["ep"], ctx.t_moe * cfg.num_experts_per_tok * cfg.hidden_size * ACT_BYTES, hw, eff,
+        width = cfg.moe_latent_size or cfg.hidden_size   # LatentMoE dispatches latent tokens
+        a2a = comm.all_to_all(gr["ep"], ctx.t_moe * cfg.num_experts_per_tok * width * ACT_BYTES, hw, eff,
                               topk=cfg.num_experts_per_tok if dedup else 0,
                               experts=cfg.n_routed_experts if dedup else 0)
         lc.ep_fwd = lc.ep_bwd = 2 * a2a

@@ -12,7 +12,7 @@ import pytest
 from app.core.engines import role_rule
 from app.core.engines.megatron.check import run_check
 from app.core.engines.megatron.parallel import check_parallel
-from app.core.layout.stages import LayoutInputError, PipelineSpec
+from app.core.layout.stages import PipelineSpec
 from app.core.model.config import ConfigError, load_config_bytes
 from app.core.model.flops import causal_pairs, sequence_layer_flops, token_flops
 from app.core.model.memory import layer_activation_terms, serving_kv
@@ -78,8 +78,8 @@ def test_the_block_list_and_the_legacy_pattern_read_the_same():
     ({"hybrid_override_pattern": "MEX"}, "hybrid_override_pattern"),
     ({"hybrid_override_pattern": None}, "layers_block_type"),
     ({"layers_block_type": ["mamba", "rnn"]}, "layers_block_type"),
-    ({"moe_latent_size": 1024}, "moe_latent_size"),
-    ({"num_nextn_predict_layers": 1}, "num_nextn_predict_layers"),
+    ({"num_nextn_predict_layers": 1, "mtp_layers_block_type": ["linear_attention", "moe"]}, "mtp_layers_block_type"),
+    ({"num_nextn_predict_layers": 2, "mtp_hybrid_override_pattern": "*-"}, "mtp_hybrid_override_pattern"),
     ({"n_groups": 0}, "n_groups"),
     ({"n_groups": 5}, "mamba_num_heads"),
     ({"moe_shared_expert_intermediate_size": 1000}, "moe_shared_expert_intermediate_size"),
@@ -184,8 +184,12 @@ def test_megatrons_hybrid_pipeline_rules():
         errors = _check(cfg, **spec).plan.errors
         assert errors and errors[0].flag == flag and "should not be used with --hybrid-layer-pattern" in errors[0].message
     assert "interleave" in _check(cfg, split=(26, 26), vpp=2).plan.errors[0].code  # VPP 2 needs PP > 1
-    with pytest.raises(LayoutInputError):
-        _check(cfg, pp=2, mtp_layers=1)
+    mtp = _check(cfg, pp=2, mtp_layers=2)
+    assert mtp.valid and [s.mtp_layers for s in mtp.plan.stages] == [0, 2]  # the loss stage builds the MTP block
+    flags = list(mtp.megatron_flags)
+    written = flags[flags.index("--hybrid-layer-pattern") + 1]
+    main, *depths = written.split("/")  # parse_hybrid_pattern: one part per MTP depth after the main decoder
+    assert main.replace("|", "") == PATTERN and depths == ["*E", "*E"]
 
 
 @pytest.mark.parametrize("tp,cp,failing", [
@@ -279,3 +283,90 @@ def test_pattern_segments_beside_first_last_or_on_a_gpt_model_are_refused():
              "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256}
     imp, ev = _imported(f"--hybrid-layer-pattern '{PATTERN}'", cfg_raw=llama)
     assert [e.kind for e in imp.errors] == ["model"] and not ev.verdict.go
+
+
+#: A LatentMoE hybrid with one MTP layer (Nemotron 3 Super's shape on Nano's sizes): the routed experts
+#: work in L = 1024 between ``fc1_latent_proj`` / ``fc2_latent_proj`` (transformers ``NemotronHMoE``;
+#: Megatron ``moe_layer.py`` @ d98e8a64 builds both ``parallel_mode="duplicated"``), the shared expert in H
+L = 1024
+LATENT = {**NANO, "moe_latent_size": L, "num_nextn_predict_layers": 1,
+          "mtp_layers_block_type": ["attention", "moe"]}
+MOE_L = 128 * 2 * L * 1856 + 2 * H * 3712 + 128 * H + 2 * H * L  # routed on L, shared on H, router, latent
+
+
+def test_latent_moe_and_the_hybrid_mtp_layer_count_by_hand():
+    """The MTP layer (Megatron ``MultiTokenPredictionLayer`` over a ``*E`` stack): enorm and hnorm,
+    eh_proj 2H x H, an attention block and an MoE block with a norm each, the shared head's norm."""
+    cfg = load(LATENT)
+    mtp = 2 * H + 2 * H * H + (ATTENTION + H) + (MOE_L + H) + H
+    r = count_parameters(cfg)
+    assert r.main_total == 23 * (MAMBA + H) + 6 * (ATTENTION + H) + 23 * (MOE_L + H) + H + 2 * V * H
+    assert r.breakdown["mtp"] == mtp + 128  # with its router's score-correction bias, as the checkpoint has it
+    assert r.breakdown["latent_proj"] == 23 * 2 * H * L
+    active = 23 * (6 * 2 * L * 1856 + 2 * H * 3712 + 128 * H + 2 * H * L + H)
+    assert r.active == 23 * (MAMBA + H) + 6 * (ATTENTION + H) + active + H + V * H
+
+
+def test_latent_moe_model_flops_follow_megatron_bridges_count():
+    """``moe_layer_flops`` with ``moe_latent_size`` (Megatron-Bridge ``flop_utils.py`` @ 067f987d):
+    routed ``4 L i k``, projections ``4 H L``, shared ``4 H i_shared``; ``get_hybrid_layer_counts``
+    counts the MTP depth's ``*E`` as layers and the logits run once more per depth."""
+    from app.core.time.model_flops import model_flops_per_token
+
+    cfg = load(LATENT)
+    moe = 4 * L * 1856 * 6 + 4 * H * L + 4 * H * 3712
+    by_hand = 3 * (7 * 113_901_568 + 23 * 102_875_136 + 24 * moe + 2 * 2 * H * V)
+    assert model_flops_per_token(cfg, seq_length=8192, mtp_layers=1) == by_hand
+
+
+def test_latent_moe_shapes_the_expert_gemms_dispatch_and_activations():
+    """The grouped GEMMs take K = L (fc1) and N = L (fc2), the projections are (t, L, H) and (t, H, L)
+    and their FLOPs are the flops model's linear term (less the norm's gain); the permuted tokens are
+    L wide and fc2_latent_proj keeps its L-wide input; a Megatron plan puts the MTP layer on the last
+    stage, writes it as ``/*E`` and is timed."""
+    from app.core.evaluate import evaluate
+    from app.core.model.hardware import get_hardware
+    from app.core.model.parameters import shapes
+    from app.core.plan import plan_from_query
+    from app.core.time import TimeSettings, comm
+    from app.core.time.efficiency import CONSTANTS
+    from app.core.time.ops import OpContext, layer_gemms
+    from app.core.time.precision import get_precision
+
+    cfg = load(LATENT)
+    par = ParallelConfig(tp=2, pp=1, gpus=2, sp=True, seq_length=8192)
+    e = layer_activation_terms(cfg, par, ffn="moe", indexer=False, mixer="none")
+    # ETP defaults to TP: 6 routed rows per token on a GPU, each L wide; fc2_latent_proj's input over SP
+    assert e["expert_input"] == e["expert_output"] == 2 * L * 6 and e["latent_proj"] == 2 * L / 2
+    s = TimeSettings(tp=1, ep=8, etp=1, dp=8, seq_length=8192, mbs=1)
+    hw = get_hardware("h100-80gb")
+    gr = comm.groups(tp=1, cp=1, dp=8, pp=1, ep=8, etp=1, domain=hw.nvlink_domain)
+    ctx = OpContext(cfg, shapes(cfg), s, hw, CONSTANTS[hw.generation], get_precision(s.precision), gr)
+    role = derive_roles(cfg, role_rule("megatron")).role(PATTERN.index("E") + 1)
+    g = {x.name: x for x in layer_gemms(ctx, role)}
+    assert (g["latent_fc1"].n, g["latent_fc1"].k) == (L, H) and (g["latent_fc2"].n, g["latent_fc2"].k) == (H, L)
+    assert g["experts_fc1"].k == L and g["experts_fc2"].n == L
+    linear = sequence_layer_flops(cfg, role, seq_length=8192)["linear"]
+    assert sum(x.flops for x in g.values()) == pytest.approx(linear - 2 * H * 8192, rel=1e-12)
+    plan, problems = plan_from_query({"model": cfg.id, "engine": "megatron", "pp": "2", "tp": "1", "ep": "8",
+                                      "dp": "8", "mbs": "1", "global_batch": "64", "seq_length": "8192",
+                                      "gpu": "gb200-186gb", "precision": "mxfp8", "mtp_layers": "1"})
+    assert problems == []
+    ev = evaluate(plan, cfg)
+    assert ev.verdict.go, ev.verdict
+    assert [st.mtp_layers for st in ev.check.plan.stages] == [0, 1]
+    assert "/*E'" in ev.exports()["megatron"] and ev.time["tokens_per_second_per_gpu"] > 0
+
+
+def test_a_launchers_mtp_pattern_parts_are_its_mtp_layers():
+    """``parse_hybrid_pattern``: each ``/`` part after the main decoder is one MTP depth. ``/*E/*E``
+    is two MTP layers on the last stage (and is written back the same); another block list is not
+    the MTP layer isplan models and blocks the verdict naming the flag."""
+    written = PATTERN[:26] + "|" + PATTERN[26:]
+    imp, ev = _imported(f"--hybrid-layer-pattern '{written}/*E/*E'", cfg_raw=LATENT)
+    assert imp.errors == () and imp.plan.mtp_layers == 2
+    assert [s.mtp_layers for s in ev.check.plan.stages] == [0, 2]
+    assert f"--hybrid-layer-pattern '{written}/*E/*E'" in ev.exports()["megatron"]
+    imp, ev = _imported(f"--hybrid-layer-pattern '{written}/M*'", cfg_raw=LATENT)
+    bad = [e for e in imp.errors if e.code == "launcher_model_mismatch"]
+    assert bad and "'M*'" in bad[0].message and not ev.verdict.go

@@ -15,8 +15,10 @@ A hybrid model (:mod:`app.core.model.hybrid`) is pipelined by its pattern, not b
   ``vp * PP + rank`` goes to that rank and virtual stage, i.e. isplan's vp-major stage sizes.
 
 isplan's stage sizes (``--split``) are the segments; the flags it writes always use ``|`` when PP > 1
-(the form Megatron asks for) and the plain pattern at PP 1. A hybrid model's MTP layers (written
-after ``/`` in the pattern) are not modelled: asking for them is input isplan cannot read.
+(the form Megatron asks for) and the plain pattern at PP 1. MTP layers are written after ``/`` in
+the pattern, one ``*E`` part per depth (``parse_hybrid_pattern``: "Each repeated pattern after the
+main decoder represents one MTP prediction depth"), and sit on the last stage, as Megatron builds
+the MTP block on the stage that computes the loss.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from app.core.engines.megatron.placement import (
     LAST_FLAG,
     LOSS_FLAG,
     LPVS_FLAG,
-    MTP_FLAG,
     PP_FLAG,
     VPP_FLAG,
     _assemble,
@@ -40,7 +41,8 @@ from app.core.engines.megatron.placement import (
     _uneven_sizes,
 )
 from app.core.layout.pipeline_layout import FLAG as LAYOUT_FLAG
-from app.core.layout.stages import LayoutInputError, PipelineSpec, PlanError, StagePlan
+from app.core.layout.stages import PipelineSpec, PlanError, StagePlan
+from app.core.model.config import HYBRID_MTP_BLOCKS
 
 PATTERN_FLAG = "--hybrid-layer-pattern"
 #: the older spelling ``validate_args`` copies into ``--hybrid-layer-pattern`` (arguments.py:744-755)
@@ -77,20 +79,18 @@ def _refusals(spec: PipelineSpec) -> list[PlanError]:
 def materialise_hybrid(spec: PipelineSpec, pattern: str) -> StagePlan:
     """The stages Megatron builds for a hybrid model of ``pattern`` (one symbol per layer):
     explicit sizes as ``|`` segments, else an even or first / last split of the plain pattern
-    (module docstring). Rule violations are returned as ``errors``; raises
-    :class:`LayoutInputError` for MTP layers, which isplan does not model for hybrid models."""
-    if spec.mtp_layers:
-        raise LayoutInputError(f"{MTP_FLAG} {spec.mtp_layers}: isplan does not model a hybrid model's MTP layers "
-                               f"(Megatron writes them after '/' in {PATTERN_FLAG}); drop it")
-    _refuse_out_of_range(spec, 0)
+    (module docstring), the MTP layers on the last stage. Rule violations are returned as
+    ``errors``; raises :class:`LayoutInputError` for input that is no pipeline at all."""
+    n_mtp = spec.mtp_layers or 0
+    _refuse_out_of_range(spec, n_mtp)
     n = len(pattern)
     errors = _refusals(spec)
     if spec.split is not None:
-        pp, vpp, stages = _from_split(spec, n, 0, errors)
-        return StagePlan(pp, vpp, n, 0, stages, tuple(errors), spec)
+        pp, vpp, stages = _from_split(spec, n, n_mtp, errors)
+        return StagePlan(pp, vpp, n, n_mtp, stages, tuple(errors), spec)
     pp = spec.pp or 1
     if errors:
-        return StagePlan(pp, 1, n, 0, (), tuple(errors), spec)
+        return StagePlan(pp, 1, n, n_mtp, (), tuple(errors), spec)
     if spec.first is not None or spec.last is not None:
         sizes = _uneven_sizes(replace(spec, vpp=None), n, pp, 1, VPP_FLAG, errors)
     elif n % pp:
@@ -100,8 +100,8 @@ def materialise_hybrid(spec: PipelineSpec, pattern: str) -> StagePlan:
         sizes = None
     else:
         sizes = [n // pp] * pp
-    stages = () if sizes is None else _assemble(pp, 1, sizes, 0)
-    return StagePlan(pp, 1, n, 0, stages, tuple(errors), spec)
+    stages = () if sizes is None else _assemble(pp, 1, sizes, n_mtp)
+    return StagePlan(pp, 1, n, n_mtp, stages, tuple(errors), spec)
 
 
 def segmented(pattern: str, sizes: list[int]) -> str:
@@ -115,8 +115,10 @@ def segmented(pattern: str, sizes: list[int]) -> str:
 
 def hybrid_flags(plan: StagePlan, pattern: str) -> tuple[list[str], str]:
     """The Megatron arguments for ``plan`` and its pattern as written: ``|`` segments when PP > 1
-    or VPP > 1 (Megatron deprecates the plain pattern with PP > 1), else the plain pattern."""
+    or VPP > 1 (Megatron deprecates the plain pattern with PP > 1), else the plain pattern; one
+    ``/*E`` per MTP layer."""
     written = segmented(pattern, list(plan.sizes)) if len(plan.stages) > 1 else pattern
+    written += f"/{HYBRID_MTP_BLOCKS}" * plan.mtp_layers
     return [PP_FLAG, str(plan.pp), PATTERN_FLAG, written], written
 
 
@@ -124,8 +126,8 @@ def read_pattern_flag(values: Mapping[str, str], at: Callable[[str], str], pp: i
                       cfg_pattern: str | None) -> tuple[dict[str, Any], list[PlanError]]:
     """A launch script's ``--hybrid-layer-pattern`` (or ``--hybrid-override-pattern``): the plan
     fields it sets - stage sizes and their VPP from ``|`` segments, MTP layers from ``/`` parts
-    (which the placement then refuses as not modelled) - and its refusals: a pattern other than the
-    model's (a ``model`` error), segments that do not divide by PP (arguments.py:848-853) and
+    - and its refusals: a pattern other than the model's or MTP parts other than ``*E`` (``model``
+    errors), segments that do not divide by PP (arguments.py:848-853) and
     first / last flags beside segments (arguments.py:803-812). ``{}`` without the flag."""
     flag = next((f for f in (PATTERN_FLAG, OLD_PATTERN_FLAG) if f in values), None)
     if flag is None:
@@ -142,7 +144,11 @@ def read_pattern_flag(values: Mapping[str, str], at: Callable[[str], str], pp: i
         errors.append(PlanError("launcher_model_mismatch", f"{where}: {flag} in the script ({len(symbols)} layers) "
                                 f"differs from the model's pattern ({len(cfg_pattern)} layers) from layer {first + 1} "
                                 "on", flag, kind="model"))
-    fields: dict[str, Any] = {"mtp_layers": len([m for m in mtp if m])} if any(mtp) else {}
+    if any(part != HYBRID_MTP_BLOCKS for part in mtp):
+        errors.append(PlanError("launcher_model_mismatch", f"{where}: {flag}'s MTP parts {'/'.join(mtp)!r} are not "
+                                f"the MTP layer isplan models ({HYBRID_MTP_BLOCKS!r}: an attention and an MoE block "
+                                "per depth)", flag, kind="model"))
+    fields: dict[str, Any] = {"mtp_layers": len(mtp)} if mtp else {}
     if PIPE not in main:
         return fields, errors
     sizes = tuple(len(seg) for seg in main.split(PIPE))
