@@ -7,10 +7,11 @@ used to fit a constant) **through the product**: each row becomes exactly the ``
 command a user would type (:func:`argv_for`: the model, ``--tp --pp --cp --vpp --ep --etp --dp
 --mbs --global-batch --seq-length --sp --recompute --recompute-method --recompute-num-layers
 --recompute-modules --mtp-layers --layout --tp-comm-overlap --overlap-grad-reduce
---overlap-param-gather --gpu --precision`` and nothing else), run by ``app.cli.main([...,
+--overlap-param-gather --overlap-moe-expert-parallel-comm --moe-token-dispatcher-type --cuda-graph-impl
+--fp8-dot-product-attention --fp8-output-proj --gpu --precision`` and nothing else), run by ``app.cli.main([...,
 "--format", "json"])``. Those are the numbers that count. The direct path (the row's every stated
-setting, e.g. its MoE dispatcher or EP overlap, handed to :func:`app.core.time.step_time`) is
-printed beside them where the two differ.
+setting handed to :func:`app.core.time.step_time`) is printed beside them where the two differ. A Megatron-Bridge row's settings beyond the table's columns are those of
+its container's recipe (:func:`with_recipe`, :mod:`bench.recipe_settings`).
 
 The held-out rows are split once (:func:`split_holdout`) into a development set, which guides the
 physics, and a locked test set, reported only by ``--test`` / the default full run. Runs added after
@@ -82,7 +83,27 @@ FIT: tuple[tuple[tuple[str, ...], str], ...] = (
 def load_rows(path: Path) -> list[dict[str, Any]]:
     data = json.loads(path.read_text("utf-8"))
     rows = data["rows"] if isinstance(data, dict) else data
-    return [normalise(r) for r in rows]
+    return [with_recipe(normalise(r)) for r in rows]
+
+
+def with_recipe(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with the settings its container's recipe ran (``recipe``, written by
+    :mod:`bench.recipe_settings` from the Megatron-Bridge release of that container): the EP overlap,
+    full-iteration CUDA graphs, FP8 attention and, where the recipe states them, the MoE dispatcher
+    and the recomputed modules (``[]``: no recompute). Rows without one keep the recipe pattern of their
+    ``settings_source``."""
+    rec = row.get("recipe")
+    if not rec:
+        return row
+    out = {**row, "overlaps": {**(row.get("overlaps") or {}), "ep_comm_overlap": rec["ep_comm_overlap"]},
+           "cuda_graph": rec["cuda_graph"], "fp8_attention": rec["fp8_attention"] and row["precision"] != "bf16"}
+    if rec.get("dispatcher"):
+        out["moe_dispatcher"] = rec["dispatcher"]
+    modules = rec.get("recompute_modules")
+    if modules is not None:
+        out["recompute"] = ({"granularity": "selective", "method": None, "num_layers": None, "modules": modules}
+                            if modules else {"granularity": None, "method": None, "num_layers": None, "modules": None})
+    return out
 
 
 def load_added(path: Path = HOLDOUT) -> list[dict[str, Any]]:
@@ -91,7 +112,7 @@ def load_added(path: Path = HOLDOUT) -> list[dict[str, Any]]:
     ``rows`` so that :func:`split_holdout` of the original 160 runs - and so the locked test set -
     cannot change when rows are added."""
     data = json.loads(path.read_text("utf-8"))
-    return [normalise(r) for r in data.get("added_development", [])] if isinstance(data, dict) else []
+    return [with_recipe(normalise(r)) for r in data.get("added_development", [])] if isinstance(data, dict) else []
 
 
 def development_rows(path: Path = HOLDOUT) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -214,6 +235,14 @@ def argv_for(row: dict[str, Any]) -> list[str]:
     ov = row.get("overlaps") or {}
     argv += [f"--{k.replace('_', '-')}" for k in ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather")
              if ov.get(k)]
+    if ov.get("ep_comm_overlap"):
+        argv.append("--overlap-moe-expert-parallel-comm")
+    if row.get("moe_dispatcher") not in (None, "flex"):   # flex: isplan's own assumption when none is given
+        argv += ["--moe-token-dispatcher-type", row["moe_dispatcher"]]
+    if row.get("cuda_graph") == "full_iteration":
+        argv += ["--cuda-graph-impl", "full_iteration"]
+    argv += [flag for flag, key in (("--fp8-dot-product-attention", "fp8_attention"),
+                                    ("--fp8-output-proj", "fp8_output_proj")) if row.get(key)]
     return [*argv, "--gpu", row["gpu"], "--precision", row["precision"], "--format", "json"]
 
 

@@ -158,6 +158,15 @@ class ParallelConfig:
     #: ``--group-query-attention``, else the head count)
     multi_latent_attention: bool | None = None
     query_groups: int | None = None
+    #: the overlap switches, ``--fp8-output-proj`` and the GEMM precision (``--precision``), for
+    #: Megatron's refusals of them (engines/megatron/parallel.py)
+    tp_comm_overlap: bool = False
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    overlap_moe_expert_parallel_comm: bool = False
+    moe_token_dispatcher_type: str | None = None  # --moe-token-dispatcher-type (None: not given)
+    fp8_output_proj: bool = False
+    precision: str = "bf16"
 
     def __post_init__(self) -> None:
         for name in ("tp", "cp", "pp", "ep", "mbs", "gpus_per_node", "make_vocab_size_divisible_by"):

@@ -55,6 +55,10 @@ RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", 
 #: takes p2p, all_gather, a2a, a2a+p2p; Megatron's DSA attention normalises allgather / all_gather
 #: (``dsa_layout.py:115-119``); slime's ``--allgather-cp`` is ``allgather``
 CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p", "all_gather")
+#: ``--moe-token-dispatcher-type`` (Megatron-LM ``transformer_config.py`` @ d98e8a64)
+MOE_DISPATCHERS = ("allgather", "alltoall", "flex")
+#: ``--cuda-graph-impl`` (Megatron-LM ``transformer_config.py`` ``cuda_graph_impl`` @ d98e8a64)
+CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
 
 
 #: ``quote_plus`` of a query key or value, kept: a live page encodes the same few dozen texts (the
@@ -276,6 +280,27 @@ class Plan:
                                    "overlap the gradient reduce-scatter with backward", "time")
     overlap_param_gather: bool = _f("bool", False, "--overlap-param-gather",
                                     "overlap the parameter all-gather with forward", "time")
+    overlap_moe_expert_parallel_comm: bool = _f(
+        "bool", False, "--overlap-moe-expert-parallel-comm",
+        "overlap the MoE all-to-all with another micro-batch's compute (Megatron's combined 1F1B; needs EP > 1, "
+        "and VPP when PP > 1)", "time", aliases=("ep_overlap",))
+    moe_token_dispatcher_type: str | None = _f(
+        "choice", None, "--moe-token-dispatcher-type",
+        "how MoE tokens reach their experts: flex (DeepEP / HybridEP: a token crosses to a remote NVLink domain "
+        "once), alltoall or allgather (NCCL: every expert copy crosses); not given: timed as flex, as "
+        "Megatron-Bridge's recipes launch MoE (Megatron-LM's own default is allgather)", "time",
+        choices=MOE_DISPATCHERS, aliases=("dispatcher",))
+    cuda_graph_impl: str = _f("choice", "none", "--cuda-graph-impl",
+                              "CUDA graphs: full_iteration replays the whole step (no host cost); local and "
+                              "transformer_engine capture parts of it and are timed as eager", "time",
+                              choices=CUDA_GRAPH_IMPLS, aliases=("cuda_graph",))
+    fp8_dot_product_attention: bool = _f("bool", False, "--fp8-dot-product-attention",
+                                         "the attention core in FP8 (Megatron-Bridge's mixed-precision "
+                                         "fp8_dot_product_attention; Megatron-LM has no flag for it; needs an FP8 or "
+                                         "FP4 --precision)", "time",
+                                         aliases=("fp8_attention",))
+    fp8_output_proj: bool = _f("bool", False, "--fp8-output-proj",
+                               "the output layer in MXFP8 (needs --precision mxfp8)", "time")
     cp_comm_type: str = _f("choice", "p2p", "--cp-comm-type",
                            "context-parallel communication, one type for every layer or a comma list of one per "
                            "layer (DSA with CP > 1 needs allgather; a2a+p2p needs "

@@ -1,5 +1,6 @@
 """Generated Megatron launchers over issue 19's training settings (recompute, optimizer, sequence
-length, context-parallel communication, GQA / MLA, MTP) against an oracle written here from
+length, context-parallel communication, GQA / MLA, MTP) and the speed switches (TP / gradient /
+parameter overlap, the MoE all-to-all overlap and the token dispatcher) against an oracle written here from
 NVIDIA/Megatron-LM's source at d98e8a64ddf34856e74b24714e3bedb2f5a39553, independently of app/core.
 
 The oracle follows Megatron's startup path in its own order, with its own state changes on the way:
@@ -56,6 +57,13 @@ LINES = {
     "mtp_recompute_layers": "multi_token_prediction.py:1621-1627", "cpu_offload_flags": "arguments.py:1884-1888",
     "precision_aware_distributed": "optimizer/__init__.py:1057-1060", "gqa_with_mla": "arguments.py:1973-1974",
     "te_cp_comm_type": "te:context_parallel.py:5096-5139", "per_layer_cp_comm_type": "transformer_layer.py:378-385",
+    "param_gather_optimizer": "arguments.py:1024-1027", "param_gather_grad_reduce": "arguments.py:1028-1029",
+    "tp_comm_overlap_sp": "arguments.py:1441-1442", "ep_overlap_vpp": "transformer_config.py:3007-3011",
+    "ep_overlap_ep": "transformer_config.py:3013-3015", "ep_overlap_dispatcher": "transformer_config.py:3016-3019",
+    "ep_overlap_recompute": "transformer_config.py:3021-3023",
+    "ep_overlap_recompute_method": "transformer_config.py:3024-3026",
+    "ep_overlap_recompute_num_layers": "transformer_config.py:3027-3029",
+    "ep_overlap_recompute_moe": "transformer_config.py:3030-3032", "ep_overlap_mtp": "transformer_config.py:3042-3046",
 }
 MODEL_CODES = {"attention_mismatch", "num_query_groups_mismatch"}
 
@@ -82,6 +90,12 @@ def oracle(c: dict) -> tuple[set[str], bool]:
     if granularity == "selective" and c["method"] is not None:                          # arguments.py:1425-1428
         out.add("arguments.py:1425-1428")
     sp = c["sp"] and tp > 1                                                              # arguments.py:1433-1439
+    if c["opg"] and not c["dist_opt"]:                                                   # arguments.py:1024-1027
+        out.add("arguments.py:1024-1027")
+    if c["opg"] and not c["ogr"]:                                                        # arguments.py:1028-1029
+        out.add("arguments.py:1028-1029")
+    if c["tpo"] and not sp:                                                              # arguments.py:1441-1442
+        out.add("arguments.py:1441-1442")
     if c["offload"] and not c["pao"]:                                                    # arguments.py:1884-1888
         out.add("arguments.py:1884-1888")
     mla = c["mla_flag"]
@@ -127,6 +141,21 @@ def oracle(c: dict) -> tuple[set[str], bool]:
         out.add("moe_layer.py:636-640")
     if c["mtp"] and granularity == "full" and c["method"] == "uniform" and c["layers"] != 1:
         out.add("multi_token_prediction.py:1621-1627")
+    if c["ep_overlap"]:   # transformer_config.py:3002-3046 (PP 2 without VPP, EP 1 in these launches)
+        out.add("transformer_config.py:3007-3011")
+        out.add("transformer_config.py:3013-3015")
+        if c["dispatcher"] in (None, "allgather"):   # the default is allgather (transformer_config.py:891)
+            out.add("transformer_config.py:3016-3019")
+        if granularity == "full":
+            out.add("transformer_config.py:3021-3023")
+        if c["method"] is not None:
+            out.add("transformer_config.py:3024-3026")
+        if c["layers"] is not None:
+            out.add("transformer_config.py:3027-3029")
+        if "moe" in modules:
+            out.add("transformer_config.py:3030-3032")
+        if c["mtp"] > 1:
+            out.add("transformer_config.py:3042-3046")
     # the checkpoint: MLA with --multi-latent-attention only; a GQA model's groups as built
     mismatch = (cfg.attention == "mla") != bool(mla) or (cfg.attention == "gqa" and not mla
                                                          and groups != cfg.num_key_value_heads)
@@ -158,6 +187,9 @@ def flag_sets(draw) -> dict:
         "hier": draw(st.sampled_from([None, None, [cp], [2, max(1, cp // 2)], [3]])),
         "dist_opt": draw(st.booleans()), "pao": draw(st.booleans()), "offload": draw(st.booleans()),
         "mtp": draw(st.sampled_from([0, 1])) if cfg.num_nextn_predict_layers else 0,
+        "tpo": draw(st.booleans()), "ogr": draw(st.booleans()), "opg": draw(st.booleans()),
+        "ep_overlap": draw(st.sampled_from([False] * 5 + [True])),
+        "dispatcher": draw(st.sampled_from([None, None, "allgather", "alltoall", "flex"])),
     }
     if draw(st.booleans()):   # half the sets are coherent launches, so GO plans (and their exports) are common
         full = c["granularity"] == "full" and not c["recompute_activations"]
@@ -166,7 +198,7 @@ def flag_sets(draw) -> dict:
                  hier=[cp] if c["cp_comm_type"] == ["a2a+p2p"] else None,
                  cp_comm_type=(["allgather"] if cfg.has_indexer else draw(st.sampled_from([None, ["p2p"], ["all_gather"],
                                                                                           ["a2a"]]))) if cp > 1 else
-                 c["cp_comm_type"], pao=c["pao"] or c["offload"])
+                 c["cp_comm_type"], pao=c["pao"] or c["offload"], ogr=c["ogr"] or c["opg"], ep_overlap=False)
     if cfg.attention == "mla":
         c.update(mla_flag=draw(st.sampled_from([True] * 8 + [False])), gqa_flag=draw(st.sampled_from([False] * 8 + [True])),
                  groups=None)
@@ -208,10 +240,12 @@ def launcher_argv(c: dict) -> list[str]:
     switches = {"--sequence-parallel": c["sp"], "--recompute-activations": c["recompute_activations"],
                 "--moe-grouped-gemm": c["grouped_gemm"], "--distribute-saved-activations": c["distribute"],
                 "--use-distributed-optimizer": c["dist_opt"], "--use-precision-aware-optimizer": c["pao"],
-                "--optimizer-cpu-offload": c["offload"]}
+                "--optimizer-cpu-offload": c["offload"], "--tp-comm-overlap": c["tpo"],
+                "--overlap-grad-reduce": c["ogr"], "--overlap-param-gather": c["opg"],
+                "--overlap-moe-expert-parallel-comm": c["ep_overlap"]}
     argv += [flag for flag, on in switches.items() if on]
     for flag, value in (("--recompute-granularity", c["granularity"]), ("--recompute-method", c["method"]),
-                        ("--recompute-num-layers", c["layers"])):
+                        ("--recompute-num-layers", c["layers"]), ("--moe-token-dispatcher-type", c["dispatcher"])):
         if value is not None:
             argv += [flag, str(value)]
     for flag, values in (("--recompute-modules", c["modules"]), ("--cp-comm-type", c["cp_comm_type"]),
@@ -274,7 +308,10 @@ def exported_case(ns: argparse.Namespace, c: dict) -> dict:
         "dist_opt": bool(get("use_distributed_optimizer")), "pao": bool(get("use_precision_aware_optimizer")),
         "offload": bool(get("optimizer_cpu_offload")), "mtp": get("mtp_num_layers") or 0,
         "mla_flag": bool(get("multi_latent_attention")), "gqa_flag": bool(get("group_query_attention")),
-        "groups": get("num_query_groups"),
+        "groups": get("num_query_groups"), "tpo": bool(get("tp_comm_overlap")),
+        "ogr": bool(get("overlap_grad_reduce")), "opg": bool(get("overlap_param_gather")),
+        "ep_overlap": bool(get("overlap_moe_expert_parallel_comm")),
+        "dispatcher": get("moe_token_dispatcher_type"),
     }
 
 
@@ -282,7 +319,8 @@ def test_the_option_list_knows_every_flag_the_generator_writes():
     c = {"model": "glm-5.2", "tp": 4, "cp": 2, "sp": True, "seq": 4096, "max_pos": 4096, "granularity": "full",
          "recompute_activations": True, "method": "uniform", "layers": 1, "modules": ["core_attn"],
          "grouped_gemm": True, "distribute": True, "cp_comm_type": ["allgather"], "hier": [2], "dist_opt": True,
-         "pao": True, "offload": True, "mtp": 1, "mla_flag": True, "gqa_flag": True, "groups": 8}
+         "pao": True, "offload": True, "mtp": 1, "mla_flag": True, "gqa_flag": True, "groups": 8, "tpo": True,
+         "ogr": True, "opg": True, "ep_overlap": True, "dispatcher": "alltoall"}
     argv = launcher_argv(c)
     assert {a for a in argv if a.startswith("--")} <= set(SHAPES)
     ns = megatron_parser().parse_args(argv)

@@ -92,7 +92,7 @@ def _reads(fn: object, seen: set[str] | None = None) -> set[str]:
 def test_a_launch_rule_is_kept_by_everything_it_reads_of_the_launch():
     """Each launch rule's listed reads (``LAUNCH_READS``, the key of its kept checks) cover every
     ``par.<name>`` in its source and in the helpers it hands the launch to."""
-    plan_rules = {parallel.pipeline_rule, parallel.mtp_cp_rule, parallel.mtp_recompute_rule}
+    plan_rules = {parallel.pipeline_rule, parallel.mtp_cp_rule, parallel.mtp_recompute_rule, parallel.ep_overlap_rule}
     assert frozenset(parallel.RULES) - plan_rules == parallel.LAUNCH_RULES
     for rule, listed in parallel.LAUNCH_READS.items():
         found = _reads(rule)

@@ -240,11 +240,11 @@ def test_sourcing_the_same_big_file_again_and_again_is_bounded():
 
 
 def test_a_setting_the_step_time_does_not_follow_is_named_where_the_script_sets_it():
-    """A launcher's ``--cuda-graph-impl`` / ``--moe-token-dispatcher-type`` / ``--overlap-moe-expert-parallel-comm``
-    / ``--accumulate-allreduce-grads-in-fp32`` change how fast a step runs but no plan field carries
-    them: the import names each with its file:line and the assumption the time keeps (the time's own
-    ``defaults``), instead of answering as if the script had not set it; a script without them gets
-    no such warning."""
+    """A launcher's ``--accumulate-allreduce-grads-in-fp32`` changes how fast a step runs but no plan
+    field carries it: the import names it with its file:line and the assumption the time keeps (the
+    time's own ``defaults``), instead of answering as if the script had not set it;
+    ``--moe-token-dispatcher-type``, ``--overlap-moe-expert-parallel-comm`` and ``--cuda-graph-impl``
+    are plan settings and become the plan's; a script without them gets no such warning."""
     from app.core.engines.megatron.timing import UNSTATED_DEFAULTS, UNTIMED_FLAGS
     from app.core.launcher import import_launcher
     from app.core.model.config import load_preset
@@ -257,15 +257,14 @@ def test_a_setting_the_step_time_does_not_follow_is_named_where_the_script_sets_
     cfg = load_preset("qwen3-30b-a3b")
     got = import_launcher(script, cfg, Plan(model=cfg.id))
     untimed = [w for w in got.warnings if "is not a plan setting" in w]
-    expected = {"--moe-token-dispatcher-type alltoall": ("moe_dispatcher", 3),
-                "--overlap-moe-expert-parallel-comm": ("ep_comm_overlap", 3),
-                "--cuda-graph-impl full_iteration": ("cuda_graph", 4),
-                "--accumulate-allreduce-grads-in-fp32": ("grad_reduce_in_fp32", 4)}
+    expected = {"--accumulate-allreduce-grads-in-fp32": ("grad_reduce_in_fp32", 4)}
     assert len(untimed) == len(expected)
     for given, (setting, line) in expected.items():
         (w,) = [w for w in untimed if w.startswith(f"{given} (line {line}) ")]
         assert w.endswith("assumes " + UNSTATED_DEFAULTS[setting])
     assert got.report["warnings"] == list(got.warnings)
     assert got.report["values"]["--cuda-graph-impl"]["value"] == "full_iteration"
+    assert (got.plan.moe_token_dispatcher_type, got.plan.overlap_moe_expert_parallel_comm,
+            got.plan.cuda_graph_impl) == ("alltoall", True, "full_iteration")
     assert {f for f, _, _ in UNTIMED_FLAGS} >= {f.split()[0] for f in expected}
     assert not [w for w in import_launcher(base + "\n", cfg, Plan(model=cfg.id)).warnings if "plan setting" in w]

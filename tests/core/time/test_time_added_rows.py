@@ -12,8 +12,9 @@ from bench.steptime import HOLDOUT, argv_for, development_rows, load_added, load
 
 ALLOWED = {"--tp", "--pp", "--cp", "--vpp", "--ep", "--etp", "--dp", "--mbs", "--global-batch", "--seq-length", "--sp",
            "--recompute", "--recompute-method", "--recompute-num-layers", "--recompute-modules", "--mtp-layers",
-           "--layout", "--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather", "--gpu", "--precision",
-           "--format"}
+           "--layout", "--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather",
+           "--overlap-moe-expert-parallel-comm", "--moe-token-dispatcher-type", "--cuda-graph-impl",
+           "--fp8-dot-product-attention", "--fp8-output-proj", "--gpu", "--precision", "--format"}
 ADDED = load_added(HOLDOUT)
 
 

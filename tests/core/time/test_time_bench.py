@@ -5,7 +5,6 @@ both sides, and the product path and the direct path agree when given the same s
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 
 import pytest
 
@@ -15,6 +14,7 @@ from bench.steptime import (
     HOLDOUT,
     SPLIT_KEY,
     argv_for,
+    load_added,
     load_rows,
     model_for,
     plan_for,
@@ -27,8 +27,9 @@ from bench.steptime import (
 #: issue 18's inputs: exactly these flags (plus the model, --gpu, --precision and --format)
 ALLOWED = {"--tp", "--pp", "--cp", "--vpp", "--ep", "--etp", "--dp", "--mbs", "--global-batch", "--seq-length", "--sp",
            "--recompute", "--recompute-method", "--recompute-num-layers", "--recompute-modules", "--mtp-layers",
-           "--layout", "--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather", "--gpu", "--precision",
-           "--format"}
+           "--layout", "--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather",
+           "--overlap-moe-expert-parallel-comm", "--moe-token-dispatcher-type", "--cuda-graph-impl",
+           "--fp8-dot-product-attention", "--fp8-output-proj", "--gpu", "--precision", "--format"}
 
 
 def _key(row: dict) -> str:
@@ -77,17 +78,42 @@ def test_every_row_is_a_command_a_user_types(row: dict) -> None:
 
 @pytest.mark.parametrize("row", load_rows(CALIBRATION), ids=lambda r: r["id"][:60])
 def test_the_two_paths_agree_on_the_same_settings(row: dict) -> None:
-    """The direct path given the product's defaults for what the flags cannot say (no EP overlap,
-    the flex dispatcher, BF16 attention and output layer, no CUDA graph) times the row as
-    ``isplan time`` does."""
+    """The direct path (every setting the row states, handed to ``step_time``) and ``isplan time``
+    with the row's flags are one computation: the flags now carry every setting the calibration rows
+    state (EP overlap, dispatcher, FP8 attention and output layer, CUDA graphs)."""
     from app.core.engines import role_rule
     from app.core.model.hardware import get_hardware
     from app.core.model.roles import derive_roles
     from app.core.time import step_time
 
     cfg = model_for(row["model"])
-    s = replace(settings_for(row), ep_comm_overlap=False, moe_dispatcher="flex", fp8_attention=False,
-                fp8_output_proj=False, cuda_graph="none")
+    s = settings_for(row)
     direct = step_time(cfg, derive_roles(cfg, role_rule("megatron")), plan_for(cfg, row), s, get_hardware(row["gpu"]))
     product = predict_product(row)
     assert product["step_seconds"] == pytest.approx(direct.step_seconds, rel=1e-9)
+
+
+def test_each_bridge_row_runs_its_own_containers_recipe():
+    """A Megatron-Bridge row's ``recipe`` (bench/recipe_settings.py, from the release shipped with
+    its container) names its release and config, and is what the row is timed with: Qwen3 and
+    DeepSeek-V3 MXFP8 on GB200 / GB300 switched to EP overlap and full-iteration CUDA graphs in
+    June 2026 (Megatron-Bridge #3983, #4211, #4226), so their 26.06+ rows carry both and their 26.04
+    rows neither; ``isplan time``'s command says so with its own flags."""
+    from bench.recipe_settings import RELEASES
+
+    rows = [r for r in load_rows(HOLDOUT) + load_added(HOLDOUT) if r.get("recipe")]
+    assert len(rows) >= 100
+    for r in rows:
+        rec = r["recipe"]
+        assert rec["release"] in {*RELEASES.values(), "v0.6.0"} and rec["config"], r["id"]
+        assert (r["cuda_graph"], r["overlaps"]["ep_comm_overlap"]) == (rec["cuda_graph"], rec["ep_comm_overlap"])
+        argv = argv_for(r)
+        assert ("--overlap-moe-expert-parallel-comm" in argv) == rec["ep_comm_overlap"], r["id"]
+        assert ("full_iteration" in argv) == (rec["cuda_graph"] == "full_iteration"), r["id"]
+    moe_blackwell = [r for r in rows if r["precision"] == "mxfp8" and r["gpu"] in ("gb200-186gb", "gb300-288gb")
+                     and ("Qwen3" in r["id"] or "DeepSeekV3" in r["id"])]
+    newer = [r for r in moe_blackwell if r["container"] >= "26.06"]
+    older = [r for r in moe_blackwell if r["container"] in ("26.04", "26.04.01")]
+    assert newer and older
+    assert all(r["recipe"]["ep_comm_overlap"] and r["recipe"]["cuda_graph"] == "full_iteration" for r in newer)
+    assert not any(r["recipe"]["cuda_graph"] == "full_iteration" for r in older)

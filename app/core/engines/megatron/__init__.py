@@ -83,7 +83,9 @@ MEGATRON_FLAGS: dict[str, str] = {
     "--make-vocab-size-divisible-by": "make_vocab_size_divisible_by",
     "--recompute-modules": "recompute_modules", "--tp-comm-overlap": "tp_comm_overlap",
     "--overlap-grad-reduce": "overlap_grad_reduce", "--overlap-param-gather": "overlap_param_gather",
-    "--cp-comm-type": "cp_comm_type",
+    "--cp-comm-type": "cp_comm_type", "--overlap-moe-expert-parallel-comm": "overlap_moe_expert_parallel_comm",
+    "--cuda-graph-impl": "cuda_graph_impl", "--fp8-output-proj": "fp8_output_proj",
+    "--moe-token-dispatcher-type": "moe_token_dispatcher_type",
     # issue 19: the training settings Megatron accepts and refuses (engines/megatron/parallel.py)
     "--hierarchical-context-parallel-sizes": "hierarchical_context_parallel_sizes",
     "--max-position-embeddings": "max_position_embeddings",
@@ -200,6 +202,11 @@ def _launch(plan: Plan, stages: StagePlan, cfg: ModelConfig | None) -> ParallelC
         make_vocab_size_divisible_by=plan.make_vocab_size_divisible_by, recompute_modules=plan.recompute_modules,
         distribute_saved_activations=plan.distribute_saved_activations, moe_grouped_gemm=plan.moe_grouped_gemm,
         cp_comm_type=plan.cp_comm_type, hierarchical_context_parallel_sizes=plan.hierarchical_context_parallel_sizes,
+        tp_comm_overlap=plan.tp_comm_overlap, overlap_grad_reduce=plan.overlap_grad_reduce,
+        overlap_param_gather=plan.overlap_param_gather,
+        overlap_moe_expert_parallel_comm=plan.overlap_moe_expert_parallel_comm, fp8_output_proj=plan.fp8_output_proj,
+        moe_token_dispatcher_type=plan.moe_token_dispatcher_type,
+        precision=plan.precision,
         # compared with the sequence length the plan states (not the 4096 assumed without one)
         max_position_embeddings=plan.max_position_embeddings if plan.seq_length else None,
         expert_weight_bytes=get_precision(plan.precision).param_gather_bytes)

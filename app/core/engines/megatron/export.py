@@ -71,6 +71,8 @@ class ExportSettings:
     max_position_embeddings: int | None = None          # --max-position-embeddings
     #: the attention flags the plan gives, as Megatron spells them (``[]``: the model's own arguments)
     model_argv: tuple[str, ...] = ()
+    #: the overlap, CUDA-graph and FP8 switches the plan turns on (how fast it runs, not where layers go)
+    time_argv: tuple[str, ...] = ()
 
     @classmethod
     def from_parallel(cls, par: ParallelConfig) -> ExportSettings:
@@ -102,7 +104,29 @@ class ExportSettings:
                 model += ["--" + name.replace("_", "-"), str(value)]
         return replace(cls.from_parallel(par), seq_length=plan.seq_length,
                        max_position_embeddings=plan.max_position_embeddings, model_argv=tuple(model),
-                       precision=plan.precision)
+                       precision=plan.precision, time_argv=tuple(_time_argv(plan)))
+
+
+#: the plan's on/off speed switches, as Megatron spells them (each emitted only when on). FP8 attention
+#: is not among them: Megatron-LM keeps ``fp8_dot_product_attention`` out of its arguments
+#: (``arguments.py`` @ d98e8a64 lists it among the config fields it does not expose; Megatron-Bridge
+#: sets it in its mixed-precision config).
+TIME_SWITCHES = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_moe_expert_parallel_comm",
+                 "fp8_output_proj")
+
+
+def _time_argv(plan: Plan) -> list[str]:
+    """The plan's speed settings as Megatron's flags: the switches that are on, the MoE dispatcher
+    when the plan names one and a CUDA-graph implementation other than ``none`` (``full_iteration`` with ``--no-check-for-nan-in-loss-and-grad``,
+    which ``validate_args`` asserts for it)."""
+    argv = ["--" + name.replace("_", "-") for name in TIME_SWITCHES if getattr(plan, name)]
+    if plan.moe_token_dispatcher_type is not None:
+        argv += ["--moe-token-dispatcher-type", plan.moe_token_dispatcher_type]
+    if plan.cuda_graph_impl != "none":
+        argv += ["--cuda-graph-impl", plan.cuda_graph_impl]
+    if plan.cuda_graph_impl == "full_iteration":
+        argv.append("--no-check-for-nan-in-loss-and-grad")
+    return argv
 
 
 #: ``shlex.quote`` kept by the word: the exports quote the same ~70 flags and values on every update
@@ -156,6 +180,7 @@ def _parallel_argv(s: ExportSettings) -> list[str]:
             argv += [flag, str(value)]
     argv += list(s.model_argv)
     argv += _recompute_argv(s)
+    argv += list(s.time_argv)
     if s.moe_grouped_gemm:
         argv.append("--moe-grouped-gemm")
     for on, flag in ((s.distributed_optimizer, "--use-distributed-optimizer"),

@@ -40,6 +40,12 @@ CHECK_FIELD = {
     "mtp_block_recompute": "recompute_method", "allgather_cp_non_dsa": "cp_comm_type",
     "te_cp_comm_type": "cp_comm_type", "per_layer_cp_comm_type": "cp_comm_type",
     "mamba_heads_tp": "tp", "mamba_groups_tp": "tp", "mamba_heads_cp": "cp", "mamba_groups_cp": "cp",
+    "ep_overlap_vpp": "vpp", "ep_overlap_ep": "ep", "ep_overlap_recompute": "recompute",
+    "ep_overlap_recompute_method": "recompute_method", "ep_overlap_recompute_num_layers": "recompute_num_layers",
+    "ep_overlap_recompute_moe": "recompute_modules", "ep_overlap_mtp": "mtp_layers",
+    "ep_overlap_dispatcher": "moe_token_dispatcher_type", "fp8_output_proj": "precision",
+    "tp_comm_overlap_sp": "tp_comm_overlap", "param_gather_optimizer": "no_distributed_optimizer",
+    "param_gather_grad_reduce": "overlap_grad_reduce",
 }
 #: checks whose failure is about the GPU budget, not a constraint between sizes
 GPU_CHECKS = ("world_size",)
@@ -511,11 +517,79 @@ def optimizer_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None
 
 #: every rule, in the order Megatron meets them at startup (roughly: parallel state, validate_args,
 #: TransformerConfig, the optimizer, the first training forward)
+def overlap_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None) -> list[Check]:
+    """``validate_args``' refusals of the overlap switches (NVIDIA/Megatron-LM ``megatron/training/
+    arguments.py`` @ d98e8a64): ``--tp-comm-overlap`` needs sequence parallelism, which Megatron turns
+    off at TP 1 ("Tensor parallel communication/GEMM overlap can happen only when sequence parallelism
+    is enabled"); ``--overlap-param-gather`` needs the distributed optimizer and
+    ``--overlap-grad-reduce``."""
+    out = []
+    if par.tp_comm_overlap and not (par.sp and par.tp > 1):
+        out.append(Check("tp_comm_overlap_sp", False, "Tensor parallel communication/GEMM overlap can happen only "
+                         f"when sequence parallelism is enabled (TP={par.tp}, SP {'on' if par.sp else 'off'}; "
+                         "Megatron turns SP off at TP 1): add --sp with TP > 1 or drop --tp-comm-overlap"))
+    if par.overlap_param_gather and not par.distributed_optimizer:
+        out.append(Check("param_gather_optimizer", False, "--overlap-param-gather only supported with distributed "
+                         "optimizer, megatron fsdp, or dist_muon: drop --no-distributed-optimizer"))
+    if par.overlap_param_gather and not par.overlap_grad_reduce:
+        out.append(Check("param_gather_grad_reduce", False, "Must use --overlap-param-gather with "
+                         "--overlap-grad-reduce"))
+    return out
+
+
+def ep_overlap_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None) -> list[Check]:
+    """``--overlap-moe-expert-parallel-comm``'s refusals, as ``TransformerConfig.__post_init__`` asserts
+    them (NVIDIA/Megatron-LM ``megatron/core/transformer/transformer_config.py`` @ d98e8a64, the
+    ``if self.overlap_moe_expert_parallel_comm:`` block): VPP with PP > 1, EP > 1, no full recompute,
+    no recompute method or layer count, no ``moe`` in ``--recompute-modules``, at most one MTP layer,
+    an alltoall or flex dispatcher (a plan that names none has Megatron's default, allgather)."""
+    if not par.overlap_moe_expert_parallel_comm:
+        return []
+    flag = "--overlap-moe-expert-parallel-comm"
+    out = []
+    for name, bad, message in (
+        ("ep_overlap_vpp", par.pp > 1 and par.vpp is None,
+         "If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified when "
+         f"pipeline_model_parallel_size > 1 (PP={par.pp}): give --vpp or drop {flag}"),
+        ("ep_overlap_ep", par.ep <= 1, f"overlap_moe_expert_parallel_comm is only supported with expert model "
+                                       f"parallelism (EP={par.ep}): raise --ep or drop {flag}"),
+        ("ep_overlap_recompute", par.recompute == "full",
+         f"disable full recomputation when enabling overlap_moe_expert_parallel_comm ({flag})"),
+        ("ep_overlap_recompute_method", par.recompute_method is not None,
+         f"disable recomputation method when enabling overlap_moe_expert_parallel_comm ({flag})"),
+        ("ep_overlap_recompute_num_layers", par.recompute_num_layers is not None,
+         f"recompute_num_layers must be None when enabling overlap_moe_expert_parallel_comm ({flag})"),
+        ("ep_overlap_recompute_moe", "moe" in (par.recompute_modules or ()),
+         f"disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm ({flag})"),
+        ("ep_overlap_mtp", _mtp(cfg, plan) > 1,
+         f"MTP supports at most one layer when enabling overlap_moe_expert_parallel_comm ({flag})"),
+    ):
+        if bad:
+            out.append(Check(name, False, message))
+    if par.moe_token_dispatcher_type in (None, "allgather"):
+        given = par.moe_token_dispatcher_type or "not given: Megatron's default allgather"
+        out.append(Check("ep_overlap_dispatcher", False, "overlap_moe_expert_parallel_comm is supported with "
+                         f"alltoall/flex token dispatcher ({given}): set --moe-token-dispatcher-type alltoall or "
+                         "flex"))
+    return out
+
+
+def fp8_output_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None) -> list[Check]:
+    """``--fp8-output-proj`` needs the MXFP8 recipe: ``TransformerConfig.__post_init__`` raises
+    "fp8_output_proj must be used together with fp8 mode." / "fp8_output_proj requires
+    fp8_recipe='mxfp8'" (``transformer_config.py`` @ d98e8a64)."""
+    if not par.fp8_output_proj or par.precision == "mxfp8":
+        return []
+    why = ("fp8_output_proj must be used together with fp8 mode." if par.precision in ("bf16", "nvfp4") else
+           "fp8_output_proj requires fp8_recipe='mxfp8', got 'tensorwise'.")  # isplan's fp8 = current scaling
+    return [Check("fp8_output_proj", False, f"{why} Use --precision mxfp8 or drop --fp8-output-proj")]
+
+
 RULES: tuple[Rule, ...] = (
     world_rule, heads_rule, kv_heads_rule, ffn_width_rule, mamba_rule, experts_rule, expert_grid_rule, cp_seq_rule,
     per_layer_cp_rule, dsa_cp_rule, te_cp_comm_rule, hierarchical_cp_rule, seq_positions_rule, sequence_parallel_rule, mtp_cp_rule,
     pipeline_rule, microbatch_rule, recompute_method_rule, recompute_layers_rule, distribute_saved_activations_rule,
-    recompute_modules_rule, mtp_recompute_rule, optimizer_rule,
+    recompute_modules_rule, mtp_recompute_rule, optimizer_rule, overlap_rule, ep_overlap_rule, fp8_output_rule,
 )
 
 
@@ -547,6 +621,9 @@ LAUNCH_READS: dict[Rule, tuple[str, ...]] = {
     recompute_modules_rule: ("modules", "moe_grouped_gemm", "multi_latent_attention"),
     optimizer_rule: ("optimizer_cpu_offload", "use_precision_aware_optimizer", "distributed_optimizer",
                      "main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"),
+    overlap_rule: ("tp_comm_overlap", "sp", "tp", "overlap_param_gather", "distributed_optimizer",
+                   "overlap_grad_reduce"),
+    fp8_output_rule: ("fp8_output_proj", "precision"),
 }
 LAUNCH_RULES: frozenset[Rule] = frozenset(LAUNCH_READS)
 #: each launch rule's read values of a launch, in one C call

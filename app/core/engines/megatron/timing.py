@@ -15,10 +15,12 @@ A plan the time model cannot time (a custom GPU without peak rates, settings it 
 time; the reason is the answer's ``unavailable`` (the verdict is unchanged: it does not depend on
 the time model).
 
-Settings a plan has no field for take the defaults in :data:`UNSTATED_DEFAULTS` - Megatron-LM's own,
-which is how a run launched with the plan's flags and nothing else behaves; where today's
-Megatron-Bridge performance recipes add more (EP overlap, CUDA graphs, FP8 attention) the answer is
-the time without it, and ``docs/MODELS.md`` ("Step time") says how far the recipes' runs are from it.
+The EP overlap, CUDA graphs, FP8 attention and the FP8 output layer are plan settings
+(``--overlap-moe-expert-parallel-comm``, ``--cuda-graph-impl``, ``--fp8-dot-product-attention``,
+``--fp8-output-proj``), off by default as in Megatron-LM; Megatron-Bridge's MXFP8 MoE recipes on
+Blackwell turn them on. Settings a plan has no field for take the defaults in
+:data:`UNSTATED_DEFAULTS` - Megatron-LM's own unless stated, which is how a run launched with the
+plan's flags and nothing else behaves.
 """
 
 from __future__ import annotations
@@ -35,18 +37,6 @@ from app.core.plan import Plan
 #: :class:`~app.core.time.settings.TimeSettings` default; the answer's ``defaults`` repeats them):
 #: Megatron-LM's defaults at NVIDIA/Megatron-LM@d98e8a64ddf3 unless said otherwise.
 UNSTATED_DEFAULTS: dict[str, str] = {
-    "ep_comm_overlap": "off: --overlap-moe-expert-parallel-comm is opt-in (model_parallel_config.py "
-                       "overlap_moe_expert_parallel_comm = False); Megatron-Bridge's MXFP8 recipes for DeepSeek-V3 and "
-                       "Qwen3 on Blackwell turn it on (perf_recipes deepseek/common.py, qwen/common.py @ 067f987d)",
-    "cuda_graph": "none: transformer_config.py cuda_graph_impl = 'none' (eager: the host issues every kernel); the "
-                  "recipes' full-iteration graphs remove that cost",
-    "moe_dispatcher": "flex (DeepEP / HybridEP: a token crosses to a remote NVLink domain once), as Megatron-Bridge's "
-                      "v0.6.0 recipes launch MoE across domains (perf_recipes deepseek/common.py, kimi/*, qwen/*); "
-                      "Megatron-LM's own default is allgather (transformer_config.py moe_token_dispatcher_type)",
-    "fp8_attention": "off: transformer_config.py fp8_dot_product_attention = False (BF16 attention under every "
-                     "precision)",
-    "fp8_output_proj": "off: transformer_config.py fp8_output_proj = False (the output layer is a BF16 "
-                       "ColumnParallelLinear)",
     "distributed_optimizer": "on unless --no-distributed-optimizer (every recipe isplan models uses it)",
     "grad_reduce_in_fp32": "off: --accumulate-allreduce-grads-in-fp32 is opt-in; Megatron-Bridge's perf recipes set "
                            "grad_reduce_in_fp32 = False (perf_recipes/_common.py _benchmark_common)",
@@ -56,10 +46,6 @@ UNSTATED_DEFAULTS: dict[str, str] = {
 #: would change)``. A launcher may set them; the plan has no field for them, so the step time keeps
 #: the default (the launcher import says so: :attr:`app.core.engines.base.LaunchSyntax.untimed_flags`).
 UNTIMED_FLAGS: tuple[tuple[str, bool, str], ...] = (
-    ("--cuda-graph-impl", True, "cuda_graph"),
-    ("--moe-token-dispatcher-type", True, "moe_dispatcher"),
-    ("--overlap-moe-expert-parallel-comm", False, "ep_comm_overlap"),
-    ("--fp8-output-proj", False, "fp8_output_proj"),
     ("--accumulate-allreduce-grads-in-fp32", False, "grad_reduce_in_fp32"),
 )
 
@@ -128,8 +114,24 @@ def time_settings(plan: Plan, stages: StagePlan, par: ParallelConfig) -> tuple[A
         tp_comm_overlap=plan.tp_comm_overlap, overlap_grad_reduce=plan.overlap_grad_reduce,
         overlap_param_gather=plan.overlap_param_gather, distributed_optimizer=not plan.no_distributed_optimizer,
         optimizer_cpu_offload=plan.optimizer_cpu_offload, cp_comm_type=_cp_form(plan.cp_comm_type, notes),
-        vocab_divisible_by=plan.make_vocab_size_divisible_by)
+        vocab_divisible_by=plan.make_vocab_size_divisible_by,
+        ep_comm_overlap=plan.overlap_moe_expert_parallel_comm, cuda_graph=_graphs(plan.cuda_graph_impl, notes),
+        fp8_attention=plan.fp8_dot_product_attention and plan.precision != "bf16",
+        moe_dispatcher=plan.moe_token_dispatcher_type or "flex",
+        fp8_output_proj=plan.fp8_output_proj)
+    if plan.fp8_dot_product_attention and plan.precision == "bf16":
+        notes.append("--fp8-dot-product-attention has no effect without an FP8 or FP4 --precision (Transformer "
+                     "Engine reads it inside the FP8 autocast only): the attention is timed in BF16")
     return settings, notes
+
+
+def _graphs(impl: str, notes: list[str]) -> str:
+    """The time model's CUDA graphs: ``full_iteration``, else eager; partial graphs are timed as eager
+    (an upper bound on their host cost), which ``notes`` says."""
+    if impl in ("local", "transformer_engine"):
+        notes.append(f"--cuda-graph-impl {impl} captures parts of the step: timed as eager, an upper bound on "
+                     "the host's cost")
+    return "full_iteration" if impl == "full_iteration" else "none"
 
 
 def hardware_of(plan: Plan) -> Any:
