@@ -55,9 +55,10 @@ MODELS = {
     "LLAMA3_8B": ("LLAMA3_8B", "llama/llama3_workload_base_configs.py"),
     "LLAMA3.1_405B": ("LLAMA31_405B", "llama/llama31_workload_base_configs.py"),
     "Kimi_K2": ("KIMI_K2", "kimi/kimi_workload_base_configs.py"),
+    "Nemotron_3_Super": ("NEMOTRON_3_SUPER", "nemotronh/nemotron_3_workload_base_configs.py"),
 }
 #: the tables' MoE models (the dispatcher matters for them only)
-MOE_MODELS = ("DeepSeekV3", "Qwen3_30B_a3B", "Qwen3_235B_a22B", "Kimi_K2")
+MOE_MODELS = ("DeepSeekV3", "Qwen3_30B_a3B", "Qwen3_235B_a22B", "Kimi_K2", "Nemotron_3_Super")
 #: the tables' precision names -> the configs' (H100 "FP8" is current scaling)
 PRECISIONS = {"BF16": "BF16", "FP8-CS": "FP8_CS", "FP8": "FP8_CS", "FP8-MX": "FP8_MX", "MXFP8": "FP8_MX",
               "NVFP4": "NVFP4"}
@@ -66,7 +67,11 @@ PRECISIONS = {"BF16": "BF16", "FP8-CS": "FP8_CS", "FP8": "FP8_CS", "FP8-MX": "FP
 #: ``_enable_hybridep_full_iteration_mxfp8`` (qwen/common.py) and ``_enable_deepseek_full_iteration_mxfp8``
 #: (deepseek/common.py) set ``cuda_graph_impl = "full_iteration"``, ``overlap_moe_expert_parallel_comm``
 #: and (Qwen; DeepSeek-V3 when asked) ``fp8_dot_product_attention``
+_SUPER_26_08 = {"cuda_graph": "none", "ep_comm_overlap": False, "fp8_attention": False, "recompute_modules": None,
+                "dispatcher": "flex"}   # partial (transformer_engine) graphs; _apply_nemotron_3_super_perf_defaults
 FLAT_26_08 = {
+    **{("Nemotron_3_Super", system, precision): (f"nemotronh/{system.lower()}/nemotronh.py", _SUPER_26_08)
+       for system in ("GB200", "GB300") for precision in ("MXFP8", "NVFP4")},
     ("DeepSeekV3", "GB300", "MXFP8"): ("deepseek/gb300/deepseek_v3.py", {
         "cuda_graph": "full_iteration", "ep_comm_overlap": True, "fp8_attention": True, "recompute_modules": [],
         "dispatcher": "flex"}),

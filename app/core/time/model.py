@@ -186,7 +186,9 @@ FAMILY_CAVEATS = {
                   "(at the attention fractions) and bytes, not from a measurement; against Megatron-Bridge's 20 "
                   "published Nemotron 3 Nano runs (docs/performance-summary*.md @ 067f987d; python -m bench steptime) "
                   "this model predicts 11-24 % more tokens/s/GPU in MXFP8 on B200 / B300 / GB200 / GB300 and 4-8 % "
-                  "more in FP8 on H100; read it as optimistic on Blackwell",
+                  "more in FP8 on H100, and against its 30 Nemotron 3 Super runs (LatentMoE, two MTP depths) "
+                  "+3-9 % on GB200, +19-45 % on GB300, +12-31 % on B200 and -16-43 % on B300 (EP 8); read it as "
+                  "optimistic on Blackwell and uncertain by system",
 }
 
 #: SMs the expert-parallel dispatch / combine kernels occupy while they run beside compute: Megatron-Bridge's

@@ -370,3 +370,29 @@ def test_a_launchers_mtp_pattern_parts_are_its_mtp_layers():
     imp, ev = _imported(f"--hybrid-layer-pattern '{written}/M*'", cfg_raw=LATENT)
     bad = [e for e in imp.errors if e.code == "launcher_model_mismatch"]
     assert bad and "'M*'" in bad[0].message and not ev.verdict.go
+
+
+def test_nemotron_3_super_counts_and_flops_as_published():
+    """Nemotron 3 Super (bench/steptime_configs/Nemotron-3-Super-120B-A12B.json: LatentMoE with 512
+    experts top-22 of 2688 in L = 1024, 40 Mamba / 40 MoE / 8 attention layers, one MTP block run twice):
+    the published 120B total and 12B active, and Megatron-Bridge's model FLOPs with its recipe's two
+    MTP depths equal to the 26.08 tables' Model TFLOP/s over tokens/s/GPU (GB300 MXFP8 831e12 / 9,856;
+    GB200 MXFP8 600e12 / 7,040; GB300 NVFP4 864e12 / 10,240) within 1 %. By hand: a Mamba layer
+    ``4096 x (2*8192 + 2*8*128 + 128) + conv 10240 x 4 + 10240 + 3 x 128 + 8192 + 8192 x 4096``."""
+    from pathlib import Path
+
+    from app.core.time.model_flops import model_flops_per_token
+
+    raw = json.loads((Path(__file__).parents[3] / "bench/steptime_configs/Nemotron-3-Super-120B-A12B.json").read_text())
+    cfg = load(raw)
+    h = 4096
+    mamba = h * (2 * 8192 + 2 * 8 * 128 + 128) + 10240 * 4 + 10240 + 3 * 128 + 8192 + 8192 * h
+    attention = h * 4096 + 2 * h * 256 + 4096 * h
+    moe = 512 * 2 * 1024 * 2688 + 2 * h * 5376 + 512 * h + 2 * h * 1024
+    total = 40 * (mamba + h) + 8 * (attention + h) + 40 * (moe + h) + h + 2 * V * h
+    r = count_parameters(cfg)
+    assert r.main_total == total and r.main_total == pytest.approx(120e9, rel=0.01)
+    assert r.active == pytest.approx(12e9, rel=0.025)
+    per_token = model_flops_per_token(cfg, seq_length=8192, mtp_layers=2)
+    for tflops, tokens in ((831e12, 9856), (600e12, 7040), (864e12, 10240)):
+        assert per_token == pytest.approx(tflops / tokens, rel=0.01)
