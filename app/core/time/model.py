@@ -179,16 +179,16 @@ class StepTime:
 #: "Model families"): said with every step time of the family.
 FAMILY_CAVEATS = {
     "gpt_oss": "GPT-OSS was fitted on nothing: against Megatron-Bridge's 31 published GPT-OSS-120B runs "
-               "(docs/performance-summary*.md @ 067f987d; python -m bench steptime) this model predicts 29-47 % "
-               "more tokens/s/GPU in BF16 on B200 / B300 / GB200 / GB300, 2-5 % more on H100, 4-11 % more in "
-               "MXFP8 on GB200 / GB300 and 63 % more on B300; read it as optimistic",
+               "(docs/performance-summary*.md @ 067f987d; python -m bench steptime) this model predicts 17-82 % "
+               "more tokens/s/GPU in BF16 on B200 / B300 / GB200 / GB300, 1-33 % more on H100, 2-11 % more in "
+               "MXFP8 on GB200 / GB300 and 59 % more on B300; read it as optimistic",
     "nemotron_h": "hybrid Mamba models were fitted on nothing: the Mamba-2 scan's kernels are timed from their FLOPs "
                   "(at the attention fractions) and bytes, not from a measurement; against Megatron-Bridge's 20 "
                   "published Nemotron 3 Nano runs (docs/performance-summary*.md @ 067f987d; python -m bench steptime) "
-                  "this model predicts 11-24 % more tokens/s/GPU in MXFP8 on B200 / B300 / GB200 / GB300 and 4-8 % "
+                  "this model predicts 11-24 % more tokens/s/GPU in MXFP8 on B200 / B300 / GB200 / GB300 and 2-6 % "
                   "more in FP8 on H100, and against its 30 Nemotron 3 Super runs (LatentMoE, two MTP depths) "
-                  "+3-9 % on GB200, +19-45 % on GB300, +12-31 % on B200 and -16-43 % on B300 (EP 8); read it as "
-                  "optimistic on Blackwell and uncertain by system",
+                  "-17 to -10 % on GB200, +11 to +26 % on GB300, +6 to +13 % on B200 and -30 to +6 % on B300 "
+                  "(EP 8); read it as uncertain by system",
 }
 
 #: SMs the expert-parallel dispatch / combine kernels occupy while they run beside compute: Megatron-Bridge's
