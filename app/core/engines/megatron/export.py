@@ -117,8 +117,8 @@ TIME_SWITCHES = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather
 
 def _time_argv(plan: Plan) -> list[str]:
     """The plan's speed settings as Megatron's flags: the switches that are on, the MoE dispatcher
-    when the plan names one and a CUDA-graph implementation other than ``none`` (``full_iteration`` with ``--no-check-for-nan-in-loss-and-grad``,
-    which ``validate_args`` asserts for it)."""
+    when the plan names one and a CUDA-graph implementation other than ``none`` (``full_iteration``
+    with ``--no-check-for-nan-in-loss-and-grad``, which ``validate_args`` asserts for it)."""
     argv = ["--" + name.replace("_", "-") for name in TIME_SWITCHES if getattr(plan, name)]
     if plan.moe_token_dispatcher_type is not None:
         argv += ["--moe-token-dispatcher-type", plan.moe_token_dispatcher_type]

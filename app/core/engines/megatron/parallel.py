@@ -515,8 +515,6 @@ def optimizer_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None
     return out
 
 
-#: every rule, in the order Megatron meets them at startup (roughly: parallel state, validate_args,
-#: TransformerConfig, the optimizer, the first training forward)
 def overlap_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None) -> list[Check]:
     """``validate_args``' refusals of the overlap switches (NVIDIA/Megatron-LM ``megatron/training/
     arguments.py`` @ d98e8a64): ``--tp-comm-overlap`` needs sequence parallelism, which Megatron turns
@@ -585,6 +583,8 @@ def fp8_output_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | Non
     return [Check("fp8_output_proj", False, f"{why} Use --precision mxfp8 or drop --fp8-output-proj")]
 
 
+#: every rule, in the order Megatron meets them at startup (roughly: parallel state, validate_args,
+#: TransformerConfig, the optimizer, the first training forward)
 RULES: tuple[Rule, ...] = (
     world_rule, heads_rule, kv_heads_rule, ffn_width_rule, mamba_rule, experts_rule, expert_grid_rule, cp_seq_rule,
     per_layer_cp_rule, dsa_cp_rule, te_cp_comm_rule, hierarchical_cp_rule, seq_positions_rule, sequence_parallel_rule, mtp_cp_rule,

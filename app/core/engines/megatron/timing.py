@@ -15,10 +15,11 @@ A plan the time model cannot time (a custom GPU without peak rates, settings it 
 time; the reason is the answer's ``unavailable`` (the verdict is unchanged: it does not depend on
 the time model).
 
-The EP overlap, CUDA graphs, FP8 attention and the FP8 output layer are plan settings
-(``--overlap-moe-expert-parallel-comm``, ``--cuda-graph-impl``, ``--fp8-dot-product-attention``,
-``--fp8-output-proj``), off by default as in Megatron-LM; Megatron-Bridge's MXFP8 MoE recipes on
-Blackwell turn them on. Settings a plan has no field for take the defaults in
+The EP overlap and its dispatcher, CUDA graphs, FP8 attention and the FP8 output layer are plan
+settings (``--overlap-moe-expert-parallel-comm``, ``--moe-token-dispatcher-type``,
+``--cuda-graph-impl``, ``--fp8-dot-product-attention``, ``--fp8-output-proj``), off by default as in
+Megatron-LM (a plan that names no dispatcher is timed with ``flex``, as Megatron-Bridge launches
+MoE); Megatron-Bridge's MXFP8 MoE recipes on Blackwell turn them on. Settings a plan has no field for take the defaults in
 :data:`UNSTATED_DEFAULTS` - Megatron-LM's own unless stated, which is how a run launched with the
 plan's flags and nothing else behaves.
 """
