@@ -56,9 +56,12 @@ MODELS = {
     "LLAMA3.1_405B": ("LLAMA31_405B", "llama/llama31_workload_base_configs.py"),
     "Kimi_K2": ("KIMI_K2", "kimi/kimi_workload_base_configs.py"),
     "Nemotron_3_Super": ("NEMOTRON_3_SUPER", "nemotronh/nemotron_3_workload_base_configs.py"),
+    "Nemotron_3_Nano": ("NEMOTRON_3_NANO", "nemotronh/nemotron_3_workload_base_configs.py"),
+    "GPT OSS 120B": ("GPT_OSS_120B", "gpt_oss/gpt_oss_workload_base_configs.py"),
 }
 #: the tables' MoE models (the dispatcher matters for them only)
-MOE_MODELS = ("DeepSeekV3", "Qwen3_30B_a3B", "Qwen3_235B_a22B", "Kimi_K2", "Nemotron_3_Super")
+MOE_MODELS = ("DeepSeekV3", "Qwen3_30B_a3B", "Qwen3_235B_a22B", "Kimi_K2", "Nemotron_3_Super", "Nemotron_3_Nano",
+              "GPT OSS 120B")
 #: the tables' precision names -> the configs' (H100 "FP8" is current scaling)
 PRECISIONS = {"BF16": "BF16", "FP8-CS": "FP8_CS", "FP8": "FP8_CS", "FP8-MX": "FP8_MX", "MXFP8": "FP8_MX",
               "NVFP4": "NVFP4"}
@@ -69,7 +72,18 @@ PRECISIONS = {"BF16": "BF16", "FP8-CS": "FP8_CS", "FP8": "FP8_CS", "FP8-MX": "FP
 #: and (Qwen; DeepSeek-V3 when asked) ``fp8_dot_product_attention``
 _SUPER_26_08 = {"cuda_graph": "none", "ep_comm_overlap": False, "fp8_attention": False, "recompute_modules": None,
                 "dispatcher": "flex"}   # partial (transformer_engine) graphs; _apply_nemotron_3_super_perf_defaults
+#: GPT-OSS 120B's MXFP8 recipes (gpt_oss/common.py _apply_gpt_oss_120b_full_iter_fp8mx_configs: full-iteration
+#: graph, EP overlap, FP8 attention, HybridEP; GB200's then sets recompute_modules = [])
+_GPT_OSS_26_08 = {"cuda_graph": "full_iteration", "ep_comm_overlap": True, "fp8_attention": True,
+                  "recompute_modules": [], "dispatcher": "flex"}
 FLAT_26_08 = {
+    ("GPT OSS 120B", "GB300", "MXFP8"): ("gpt_oss/gb300/gpt_oss.py", _GPT_OSS_26_08),
+    ("GPT OSS 120B", "GB200", "MXFP8"): ("gpt_oss/gb200/gpt_oss.py", _GPT_OSS_26_08),
+    # Nemotron 3 Nano (nemotronh/gb300/nemotronh.py: _apply_nemotron_3_nano_perf_defaults, no recompute,
+    # HybridEP, partial transformer_engine graphs)
+    ("Nemotron_3_Nano", "GB300", "MXFP8"): ("nemotronh/gb300/nemotronh.py", {
+        "cuda_graph": "none", "ep_comm_overlap": False, "fp8_attention": False, "recompute_modules": [],
+        "dispatcher": "flex"}),
     **{("Nemotron_3_Super", system, precision): (f"nemotronh/{system.lower()}/nemotronh.py", _SUPER_26_08)
        for system in ("GB200", "GB300") for precision in ("MXFP8", "NVFP4")},
     ("DeepSeekV3", "GB300", "MXFP8"): ("deepseek/gb300/deepseek_v3.py", {
