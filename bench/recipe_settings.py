@@ -4,8 +4,8 @@ The performance tables state the parallel sizes; the rest (CUDA graphs, the MoE 
 FP8 attention, selective recompute) is in the performance recipes of the Megatron-Bridge release
 shipped in that container. This reads them once, offline, from a Megatron-Bridge git directory
 (``fetch`` gives one) and writes them into ``bench/steptime_holdout.json`` as each row's
-``recipe`` (with the tag and the config it matched), which :func:`bench.steptime.normalise` and
-:func:`bench.steptime.settings_for` then use. Nothing here runs in CI (the repository is not there);
+``recipe`` (with the tag and the config it matched), which :func:`bench.steptime.with_recipe` lays
+over the row. Nothing here runs in CI (the repository is not there);
 the JSON is the record.
 
 Container -> release: the tag released with the container's performance summary
@@ -16,8 +16,8 @@ GPUs, GBS, MBS, TP, PP, CP, VP and EP are the row's (``scripts/performance/confi
 (``scripts/performance/utils/overrides.py``) applies ``cuda_graph_impl`` / ``cuda_graph_scope``,
 ``moe_a2a_overlap`` (-> ``overlap_moe_expert_parallel_comm``), ``fp8_dot_product_attention`` and
 ``recompute_modules``; a MoE model's dispatcher is ``flex`` when the config names a flex backend,
-else ``alltoall`` (:func:`dispatcher_of`). Release v0.6.0 (26.08) has no workload configs (flat ``perf_recipes``);
-its rows are read from the recipe functions by :data:`FLAT_26_08`.
+else ``alltoall`` (:func:`dispatcher_of`). Release v0.6.0 (26.08) has no workload configs (flat
+``perf_recipes``); its rows are read from the recipe functions by :data:`FLAT_26_08`.
 
 Usage: ``python -m bench.recipe_settings /work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo``
 """
@@ -66,12 +66,13 @@ MOE_MODELS = ("DeepSeekV3", "Qwen3_30B_a3B", "Qwen3_235B_a22B", "Kimi_K2", "Nemo
 PRECISIONS = {"BF16": "BF16", "FP8-CS": "FP8_CS", "FP8": "FP8_CS", "FP8-MX": "FP8_MX", "MXFP8": "FP8_MX",
               "NVFP4": "NVFP4"}
 
-#: 26.08 (v0.6.0, ``src/megatron/bridge/perf_recipes``): the rows' recipe functions, read by hand:
+#: 26.08 (v0.6.0, ``src/megatron/bridge/perf_recipes``): the rows' recipe functions, read by hand.
 #: ``_enable_hybridep_full_iteration_mxfp8`` (qwen/common.py) and ``_enable_deepseek_full_iteration_mxfp8``
 #: (deepseek/common.py) set ``cuda_graph_impl = "full_iteration"``, ``overlap_moe_expert_parallel_comm``
-#: and (Qwen; DeepSeek-V3 when asked) ``fp8_dot_product_attention``
+#: and (Qwen; DeepSeek-V3 when asked) ``fp8_dot_product_attention``; Nemotron 3 Super's
+#: (nemotronh/<system>/nemotronh.py, ``_apply_nemotron_3_super_perf_defaults``) keep partial graphs.
 _SUPER_26_08 = {"cuda_graph": "none", "ep_comm_overlap": False, "fp8_attention": False, "recompute_modules": None,
-                "dispatcher": "flex"}   # partial (transformer_engine) graphs; _apply_nemotron_3_super_perf_defaults
+                "dispatcher": "flex"}
 #: GPT-OSS 120B's MXFP8 recipes (gpt_oss/common.py _apply_gpt_oss_120b_full_iter_fp8mx_configs: full-iteration
 #: graph, EP overlap, FP8 attention, HybridEP; GB200's then sets recompute_modules = [])
 _GPT_OSS_26_08 = {"cuda_graph": "full_iteration", "ep_comm_overlap": True, "fp8_attention": True,
