@@ -7,11 +7,12 @@ used to fit a constant) **through the product**: each row becomes exactly the ``
 command a user would type (:func:`argv_for`: the model, ``--tp --pp --cp --vpp --ep --etp --dp
 --mbs --global-batch --seq-length --sp --recompute --recompute-method --recompute-num-layers
 --recompute-modules --mtp-layers --layout --tp-comm-overlap --overlap-grad-reduce
---overlap-param-gather --overlap-moe-expert-parallel-comm --moe-token-dispatcher-type --cuda-graph-impl
---fp8-dot-product-attention --fp8-output-proj --gpu --precision`` and nothing else), run by ``app.cli.main([...,
-"--format", "json"])``. Those are the numbers that count. The direct path (the row's every stated
-setting handed to :func:`app.core.time.step_time`) is printed beside them where the two differ. A Megatron-Bridge row's settings beyond the table's columns are those of
-its container's recipe (:func:`with_recipe`, :mod:`bench.recipe_settings`).
+--overlap-param-gather --overlap-moe-expert-parallel-comm --moe-token-dispatcher-type
+--cuda-graph-impl --fp8-dot-product-attention --fp8-output-proj --gpu --precision`` and nothing
+else), run by ``app.cli.main([..., "--format", "json"])``. Those are the numbers that count. The
+direct path (the row's every stated setting handed to :func:`app.core.time.step_time`) is printed
+beside them where the two differ. A Megatron-Bridge row's settings beyond the table's columns are
+those of its container's recipe (:func:`with_recipe`, :mod:`bench.recipe_settings`).
 
 The held-out rows are split once (:func:`split_holdout`) into a development set, which guides the
 physics, and a locked test set, reported only by ``--test`` / the default full run. Runs added after
@@ -237,7 +238,9 @@ def argv_for(row: dict[str, Any]) -> list[str]:
              if ov.get(k)]
     if ov.get("ep_comm_overlap"):
         argv.append("--overlap-moe-expert-parallel-comm")
-    if row.get("moe_dispatcher") not in (None, "flex"):   # flex: isplan's own assumption when none is given
+    # the dispatcher: when it is not flex (isplan's assumption when none is given), or when the EP overlap
+    # needs one named (Megatron refuses the overlap with its default allgather)
+    if row.get("moe_dispatcher") and (row["moe_dispatcher"] != "flex" or ov.get("ep_comm_overlap")):
         argv += ["--moe-token-dispatcher-type", row["moe_dispatcher"]]
     if row.get("cuda_graph") == "full_iteration":
         argv += ["--cuda-graph-impl", "full_iteration"]
