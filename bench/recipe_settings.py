@@ -75,6 +75,8 @@ _SUPER_26_08 = {"cuda_graph": "none", "ep_comm_overlap": False, "fp8_attention":
                 "dispatcher": "flex"}
 #: GPT-OSS 120B's MXFP8 recipes (gpt_oss/common.py _apply_gpt_oss_120b_full_iter_fp8mx_configs: full-iteration
 #: graph, EP overlap, FP8 attention, HybridEP; GB200's then sets recompute_modules = [])
+_QWEN_26_08 = {"cuda_graph": "full_iteration", "ep_comm_overlap": True, "fp8_attention": True, "recompute_modules": None,
+               "dispatcher": "flex"}   # qwen/<system>/qwen3_moe.py: _enable_hybridep_full_iteration_mxfp8
 _GPT_OSS_26_08 = {"cuda_graph": "full_iteration", "ep_comm_overlap": True, "fp8_attention": True,
                   "recompute_modules": [], "dispatcher": "flex"}
 FLAT_26_08 = {
@@ -93,18 +95,10 @@ FLAT_26_08 = {
     ("DeepSeekV3", "GB200", "MXFP8"): ("deepseek/gb200/deepseek_v3.py", {
         "cuda_graph": "full_iteration", "ep_comm_overlap": True, "fp8_attention": False,
         "recompute_modules": ["mla_up_proj"], "dispatcher": "flex"}),
-    ("Qwen3_30B_a3B", "GB200", "MXFP8"): ("qwen/gb200/qwen3_moe.py", {
-        "cuda_graph": "full_iteration", "ep_comm_overlap": True, "fp8_attention": True, "recompute_modules": None,
-        "dispatcher": "flex"}),
-    ("Qwen3_30B_a3B", "GB300", "MXFP8"): ("qwen/gb300/qwen3_moe.py", {
-        "cuda_graph": "full_iteration", "ep_comm_overlap": True, "fp8_attention": True, "recompute_modules": None,
-        "dispatcher": "flex"}),
-    ("Qwen3_235B_a22B", "GB200", "MXFP8"): ("qwen/gb200/qwen3_moe.py", {
-        "cuda_graph": "full_iteration", "ep_comm_overlap": True, "fp8_attention": True, "recompute_modules": None,
-        "dispatcher": "flex"}),
-    ("Qwen3_235B_a22B", "GB300", "MXFP8"): ("qwen/gb300/qwen3_moe.py", {
-        "cuda_graph": "full_iteration", "ep_comm_overlap": True, "fp8_attention": True, "recompute_modules": None,
-        "dispatcher": "flex"}),
+    ("Qwen3_30B_a3B", "GB200", "MXFP8"): ("qwen/gb200/qwen3_moe.py", _QWEN_26_08),
+    ("Qwen3_30B_a3B", "GB300", "MXFP8"): ("qwen/gb300/qwen3_moe.py", _QWEN_26_08),
+    ("Qwen3_235B_a22B", "GB200", "MXFP8"): ("qwen/gb200/qwen3_moe.py", _QWEN_26_08),
+    ("Qwen3_235B_a22B", "GB300", "MXFP8"): ("qwen/gb300/qwen3_moe.py", _QWEN_26_08),
 }
 
 ROW_ID = re.compile(r"mb-(?P<c>[\d.]+)-(?P<model>.+?)-DGX-(?P<sys>[A-Z0-9]+)-(?P<prec>.+?)-(?P<gpus>\d+)g-")

@@ -545,13 +545,10 @@ def _nemotron_h_family(raw: dict[str, Any]) -> dict[str, Any]:
     if "E" in symbols:
         width = _int_field(raw, "moe_intermediate_size", None, required=True) or 0
         shared = _int_field(raw, "moe_shared_expert_intermediate_size", 0) or 0
-        if width < 1 or shared % width:
-            raise ConfigError(f"moe_shared_expert_intermediate_size ({shared}) must be a multiple of "
-                              f"moe_intermediate_size ({width}): isplan times the shared expert as that many experts",
-                              "moe_shared_expert_intermediate_size")
         out.update(n_routed_experts=_int_field(raw, "n_routed_experts", None, required=True),
                    num_experts_per_tok=_int_field(raw, "num_experts_per_tok", None, required=True),
-                   moe_intermediate_size=width, n_shared_experts=shared // width)
+                   moe_intermediate_size=width,
+                   n_shared_experts=_shared_expert_widths(shared, width, "moe_shared_expert_intermediate_size"))
     else:
         out.update(n_routed_experts=0, num_experts_per_tok=0, moe_intermediate_size=0, n_shared_experts=0)
     latent = _int_field(raw, "moe_latent_size", 0) or 0
@@ -779,13 +776,22 @@ def _qwen2_moe_experts(raw: dict[str, Any], n: int) -> dict[str, Any]:
     width = _int_field(raw, "moe_intermediate_size", 1408)
     shared = _int_field(raw, "shared_expert_intermediate_size", 5632)
     assert width is not None and shared is not None
-    if width < 1 or shared % width:
-        raise ConfigError(f"shared_expert_intermediate_size ({shared}) must be a multiple of moe_intermediate_size "
-                          f"({width}): isplan times the shared expert as that many experts", "shared_expert_intermediate_size")
     return {"n_routed_experts": _int_field(raw, "num_experts", 60), "num_experts_per_tok": _int_field(raw, "num_experts_per_tok", 4),
-            "moe_intermediate_size": width, "n_shared_experts": shared // width, "shared_expert_gate": shared > 0,
+            "moe_intermediate_size": width,
+            "n_shared_experts": _shared_expert_widths(shared, width, "shared_expert_intermediate_size"),
+            "shared_expert_gate": shared > 0,
             "first_k_dense_replace": 0, "moe_layer_freq": 1, "num_nextn_predict_layers": 0,
             "mlp_layer_types": _qwen3_moe_layer_types(raw, n)}
+
+
+def _shared_expert_widths(shared: int, width: int, name: str) -> int:
+    """A shared expert of width ``shared`` (the field ``name``) as that many expert widths (isplan
+    times it as that many experts, one GEMM of the same shape): refused, naming the field, unless
+    it is a multiple of ``moe_intermediate_size`` (``width``)."""
+    if width < 1 or shared % width:
+        raise ConfigError(f"{name} ({shared}) must be a multiple of moe_intermediate_size ({width}): isplan times "
+                          "the shared expert as that many experts", name)
+    return shared // width
 
 
 def _qwen3_moe_layer_types(raw: dict[str, Any], n: int) -> tuple[str, ...] | None:

@@ -1239,10 +1239,16 @@ def serving_budget(capacity: int, weights: float, per_token: int, seqs: int, con
     return int(max_context), int(max_seqs * tp if dp_attention else max_seqs)
 
 
+def sequence_bytes(kv: dict[str, Any], context: int) -> int:
+    """What one sequence of ``context`` tokens holds on a GPU (:func:`serving_kv`): its KV cache and,
+    for a hybrid model, its Mamba state."""
+    return kv["bytes_per_token"] * context + kv["mamba_bytes_per_sequence"]
+
+
 def _serving_notes(cfg: ModelConfig, kv: dict[str, Any], tp: int, context: int) -> list[str]:
     """The KV conventions of a serving estimate, one sentence each."""
     layers, latent, idx_layers = kv["layers"], kv["latent_bytes_per_token_layer"], kv["indexer_layers"]
-    per_seq = kv["bytes_per_token"] * context + kv["mamba_bytes_per_sequence"]
+    per_seq = sequence_bytes(kv, context)
     return [
         f"KV per token = {layers} x {latent} B latent + {idx_layers} x {kv['indexer_bytes_per_token_layer']} B "
         f"indexer keys = {kv['bytes_per_token']:,} B"
@@ -1282,7 +1288,7 @@ def inference_memory(cfg: ModelConfig, *, tp: int = 1, ep: int = 1, dp_attention
                                              weight_dtype=weight_dtype, n_mtp=n_mtp)
     kv = serving_kv(cfg, roles, kv_dtype=kv_dtype, tp=tp, n_mtp=n_mtp)
     seqs = math.ceil(batch / tp) if dp_attention else batch
-    per_seq = kv["bytes_per_token"] * context + kv["mamba_bytes_per_sequence"]
+    per_seq = sequence_bytes(kv, context)
     total = weights + per_seq * seqs
     cap = g.capacity_bytes
     max_context, max_batch = serving_budget(cap, weights, kv["bytes_per_token"], seqs, context, tp, dp_attention,

@@ -270,16 +270,14 @@ def _mtp_roles(cfg: ModelConfig, full: tuple[bool, ...], errors: list[RoleError]
 
 
 def _window_notes(rm: RoleMap) -> tuple[str, ...]:
-    """One line per attention window the decoder layers use (FLOPs and time count it)."""
+    """One line per attention window and per attention chunk the decoder layers use (FLOPs and
+    time count them)."""
     out = []
-    for w in sorted({r.window for r in rm.layers} - {0}):
-        held = [r.layer for r in rm.layers if r.window == w]
-        shown = ", ".join(map(str, held[:8])) + (f", ... ({len(held)} layers)" if len(held) > 8 else "")
-        out.append(f"layers {shown} attend a sliding window of {w} tokens (the others every earlier token)")
-    for c in sorted({r.chunk for r in rm.layers} - {0}):
-        held = [r.layer for r in rm.layers if r.chunk == c]
-        shown = ", ".join(map(str, held[:8])) + (f", ... ({len(held)} layers)" if len(held) > 8 else "")
-        out.append(f"layers {shown} attend within chunks of {c} tokens (the others every earlier token)")
+    for attr, what in (("window", "a sliding window of"), ("chunk", "within chunks of")):
+        for size in sorted({getattr(r, attr) for r in rm.layers} - {0}):
+            held = [r.layer for r in rm.layers if getattr(r, attr) == size]
+            shown = ", ".join(map(str, held[:8])) + (f", ... ({len(held)} layers)" if len(held) > 8 else "")
+            out.append(f"layers {shown} attend {what} {size} tokens (the others every earlier token)")
     return tuple(out)
 
 
