@@ -283,22 +283,21 @@ class Plan:
     overlap_moe_expert_parallel_comm: bool = _f(
         "bool", False, "--overlap-moe-expert-parallel-comm",
         "overlap the MoE all-to-all with another micro-batch's compute (Megatron's combined 1F1B; needs EP > 1, "
-        "and VPP when PP > 1)", "time", aliases=("ep_overlap",))
+        "and VPP when PP > 1)", "time")
     moe_token_dispatcher_type: str | None = _f(
         "choice", None, "--moe-token-dispatcher-type",
         "how MoE tokens reach their experts: flex (DeepEP / HybridEP: a token crosses to a remote NVLink domain "
         "once), alltoall or allgather (NCCL: every expert copy crosses); not given: timed as flex, as "
         "Megatron-Bridge's recipes launch MoE (Megatron-LM's own default is allgather)", "time",
-        choices=MOE_DISPATCHERS, aliases=("dispatcher",))
+        choices=MOE_DISPATCHERS)
     cuda_graph_impl: str = _f("choice", "none", "--cuda-graph-impl",
                               "CUDA graphs: full_iteration replays the whole step (no host cost); local and "
                               "transformer_engine capture parts of it and are timed as eager", "time",
-                              choices=CUDA_GRAPH_IMPLS, aliases=("cuda_graph",))
+                              choices=CUDA_GRAPH_IMPLS)
     fp8_dot_product_attention: bool = _f("bool", False, "--fp8-dot-product-attention",
                                          "the attention core in FP8 (Megatron-Bridge's mixed-precision "
                                          "fp8_dot_product_attention; Megatron-LM has no flag for it; needs an FP8 or "
-                                         "FP4 --precision)", "time",
-                                         aliases=("fp8_attention",))
+                                         "FP4 --precision)", "time")
     fp8_output_proj: bool = _f("bool", False, "--fp8-output-proj",
                                "the output layer in MXFP8 (needs --precision mxfp8)", "time")
     cp_comm_type: str = _f("choice", "p2p", "--cp-comm-type",
