@@ -11,7 +11,9 @@ the ``s x s`` square; norms, softmax, router and biases not counted):
   (SwiGLU) MLP and ``2`` otherwise; MTP layers count as one more MoE (or dense) layer each;
 * GQA / MHA attention per layer (MTP layers included):
   ``6 (H (q + k + v) + q H + q * s / 2 * 2)`` with ``q = kv_channels * heads``,
-  ``k = v = kv_channels * query_groups``;
+  ``k = v = kv_channels * query_groups``; on a sliding-window layer of ``W < s`` keys the core is
+  ``6 q * c * 2`` over the window's mean causal context ``c = W - W (W - 1) / (2 s)`` (the
+  function's ``window_size`` / ``window_attn_skip_freq`` branch; GPT-OSS: every other layer);
 * MLA per layer: ``6 (rq (H + h (dn + dr) + 1) + rkv (H + h (dn + dv) + 1) + H dr + h dv H
   + s h (dn + dr) / 2 + s h dv / 2)`` (``H h (dn + dr)`` without a q LoRA);
 * DSA (``experimental_attention_variant == "dsa"``): the MLA projections, absorbed sparse
@@ -63,7 +65,7 @@ def model_flops_per_token(cfg: ModelConfig, roles: RoleMap | None = None, *, seq
     if cfg.attention == "gqa":
         q = cfg.head_dim * h
         kv = cfg.head_dim * cfg.num_key_value_heads
-        attn = 6 * layers * (H * (q + 2 * kv) + q * H + q * s / 2 * 2)
+        attn = 6 * (layers * (H * (q + 2 * kv) + q * H) + 2 * q * _gqa_context(cfg, s, mtp_layers))
     else:
         rq, rkv = cfg.q_lora_rank, cfg.kv_lora_rank
         dn, dr, dv = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
@@ -78,6 +80,15 @@ def model_flops_per_token(cfg: ModelConfig, roles: RoleMap | None = None, *, seq
     mtp = 6 * mtp_layers * (3 * H + 2 * H * H)
     logits = 6 * H * padded_vocab(cfg.vocab_size, tp, vocab_divisible_by) * (mtp_layers + 1)
     return mlp + attn + mtp + logits
+
+
+def _gqa_context(cfg: ModelConfig, s: int, mtp_layers: int) -> float:
+    """The causal context summed over the attention layers (MTP layers as full ones): ``s / 2`` a
+    full layer, ``W - W (W - 1) / (2 s)`` a sliding-window layer of ``W < s`` keys (``flop_utils``'
+    exact mean causal sliding-window context; a window of ``s`` or more counts as full)."""
+    windows = cfg.layer_windows or ()
+    full = cfg.num_hidden_layers + mtp_layers - sum(1 for w in windows if 0 < w < s)
+    return full * s / 2 + sum(w - w * (w - 1) / (2 * s) for w in windows if 0 < w < s)
 
 
 def _dsa_term(cfg: ModelConfig, roles: RoleMap | None, layers: int, mtp_layers: int, s: int, q_term: float,

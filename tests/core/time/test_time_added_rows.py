@@ -5,6 +5,8 @@ value re-derived here from the source's own figures."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from app.cli import build_parser
@@ -153,3 +155,27 @@ def test_megatron_core_rows_follow_megatron_lms_flop_count() -> None:
     assert all((r["precision"], r["gpu"], r["dp"]) == ("bf16", "h100-80gb", 48) for r in rows.values())
     # the interleaving assumed: the largest VP <= 8 that splits every stage evenly (none for 23 layers)
     assert {g: r["vp"] for g, r in rows.items() if r["pp"] > 1} == {768: 7, 1536: None, 2304: 8, 3072: 6, 6144: 7}
+
+
+def test_gpt_oss_model_flops_count_its_sliding_windows_as_the_tables_do() -> None:
+    """Megatron-Bridge's 26.06 / 26.08 GPT-OSS-120B rows divide Model TFLOP/s by tokens/s to 32.59-32.61
+    GFLOP a token (``flop_utils`` @ 067f987d counts the 18 sliding-window layers' core over their mean
+    causal context). By hand at s = 4096 (H 2880, q = 64 x 64 = 4096, kv = 8 x 64 = 512, V 201088, already a
+    multiple of 128; 128 experts top-4 of 2880, gated): MLP 6 * 2880 * 2880 * 4 * 3 * 36 = 21,499,084,800;
+    projections 6 * 36 * (2880 * (4096 + 1024) + 4096 * 2880) = 5,733,089,280; core
+    6 * 2 * 4096 * (18 * 2048 + 18 * (128 - 128 * 127 / 8192)) = 1,923,429,888; logits 6 * 2880 * 201088 =
+    3,474,800,640: 32,630,404,608 (counting the sliding layers as full: 34,330,853,376)."""
+    from app.core.model.config import load_model
+    from app.core.time.model_flops import model_flops_per_token
+
+    cfg = load_model(str(HOLDOUT.parent / "steptime_configs" / "GPT-OSS-120B.json"))
+    window = 128 - 128 * 127 / (2 * 4096)
+    by_hand = (6 * 2880 * 2880 * 4 * 3 * 36 + 6 * 36 * (2880 * (4096 + 1024) + 4096 * 2880)
+               + 6 * 2 * 4096 * (18 * 2048 + 18 * window) + 6 * 2880 * 201088)
+    assert model_flops_per_token(cfg, seq_length=4096) == pytest.approx(by_hand, rel=1e-12)
+    rows = [r for r in json.loads(HOLDOUT.read_text())["rows"] + json.loads(HOLDOUT.read_text())["added_development"]
+            if r["model"] == "GPT-OSS-120B.json" and r["container"] in ("26.06", "26.08")]
+    assert len(rows) == 5
+    for r in rows:
+        m = r["measured"]
+        assert by_hand == pytest.approx(m["model_tflops_per_gpu"] * 1e12 / m["tokens_per_s_per_gpu"], rel=0.002)
