@@ -59,6 +59,17 @@ MODELS = {
     "Nemotron_3_Nano": ("NEMOTRON_3_NANO", "nemotronh/nemotron_3_workload_base_configs.py"),
     "GPT OSS 120B": ("GPT_OSS_120B", "gpt_oss/gpt_oss_workload_base_configs.py"),
 }
+#: v0.2.0 (25.11) kept one workload file per model family and named its configs
+#: ``<MODEL>_<SYSTEM>_<PRECISION>_BASE_CONFIG`` (no task, no variant): its files by the tables' names
+V0_2_PATHS = {
+    "DeepSeekV3": "deepseek/workload_base_configs.py",
+    "Qwen3_30B_a3B": "qwen3/workload_base_configs.py",
+    "Qwen3_235B_a22B": "qwen3/workload_base_configs.py",
+    "LLAMA3_70B": "llama3/workload_base_configs.py",
+    "LLAMA3_8B": "llama3/workload_base_configs.py",
+    "LLAMA3.1_405B": "llama31/workload_base_configs.py",
+    "GPT OSS 120B": "gpt_oss/workload_base_configs.py",
+}
 #: the tables' MoE models (the dispatcher matters for them only)
 MOE_MODELS = ("DeepSeekV3", "Qwen3_30B_a3B", "Qwen3_235B_a22B", "Kimi_K2", "Nemotron_3_Super", "Nemotron_3_Nano",
               "GPT OSS 120B")
@@ -177,8 +188,15 @@ def recipe_for(repo: Path, row: dict[str, Any]) -> dict[str, Any] | None:
     if tag is None or m["model"] not in MODELS:
         return None
     prefix, path = MODELS[m["model"]]
-    name = f"{prefix}_PRETRAIN_CONFIG_{m['sys']}_{PRECISIONS[m['prec']]}"
-    found = {k: v for k, v in workload_configs(repo, tag, path).items() if k.startswith(name + "_")}
+    if tag == "v0.2.0":
+        if m["model"] not in V0_2_PATHS:
+            return None
+        path = V0_2_PATHS[m["model"]]
+        name = f"{prefix}_{m['sys']}_{PRECISIONS[m['prec']]}_BASE_CONFIG"
+        found = {k: v for k, v in workload_configs(repo, tag, path).items() if k == name}
+    else:
+        name = f"{prefix}_PRETRAIN_CONFIG_{m['sys']}_{PRECISIONS[m['prec']]}"
+        found = {k: v for k, v in workload_configs(repo, tag, path).items() if k.startswith(name + "_")}
     hits = {k: v for k, v in found.items() if _matches(row, v)}
     if not hits:
         return None

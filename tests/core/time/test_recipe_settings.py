@@ -72,3 +72,33 @@ def test_a_row_takes_its_recipes_settings():
     assert listed["recompute"]["modules"] == ["moe_act"]
     assert with_recipe({**row, "precision": "bf16", "recipe": rec})["fp8_attention"] is False
     assert with_recipe(row) is row
+
+
+def test_each_release_is_read_under_its_own_file_and_config_names(monkeypatch):
+    """v0.2.0 (25.11) named its configs ``<MODEL>_<SYSTEM>_<PRECISION>_BASE_CONFIG`` in one file per
+    family (``qwen3/workload_base_configs.py``); later releases ``<MODEL>_PRETRAIN_CONFIG_<SYSTEM>_
+    <PRECISION>_<VARIANT>`` (``qwen/qwen3_workload_base_configs.py``). A 25.11 row is read there, with the
+    EP overlap and, no flex backend named, the ``alltoall`` dispatcher."""
+    from bench import recipe_settings
+
+    asked: list[tuple[str, str]] = []
+    h100 = _config(num_gpus=256, global_batch_size=2048, tensor_model_parallel_size=2, pipeline_model_parallel_size=8,
+                   virtual_pipeline_model_parallel_size=4, expert_model_parallel_size=32, moe_a2a_overlap=True)
+
+    def configs(repo, tag, path):
+        asked.append((tag, path))
+        if tag == "v0.2.0":
+            return {"QWEN3_235B_A22B_H100_FP8_CS_BASE_CONFIG": h100,
+                    "QWEN3_235B_A22B_H100_BF16_BASE_CONFIG": _config()}
+        return {"QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V1": h100}
+
+    monkeypatch.setattr(recipe_settings, "workload_configs", configs)
+    row = {"id": "mb-25.11-Qwen3_235B_a22B-DGX-H100-FP8-CS-256g-gbs2048-mbs1-tp2pp8cp1vp4ep32", "gpus": 256,
+           "gbs": 2048, "mbs": 1, "tp": 2, "pp": 8, "cp": 1, "vp": 4, "ep": 32}
+    rec = recipe_settings.recipe_for("repo", row)
+    assert asked == [("v0.2.0", "qwen3/workload_base_configs.py")]
+    assert rec is not None and rec["config"].endswith("qwen3/workload_base_configs.py:QWEN3_235B_A22B_H100_FP8_CS_BASE_CONFIG")
+    assert (rec["ep_comm_overlap"], rec["dispatcher"]) == (True, "alltoall")
+    later = recipe_settings.recipe_for("repo", {**row, "id": row["id"].replace("mb-25.11-", "mb-26.04-")})
+    assert asked[-1] == ("v0.4.0", "qwen/qwen3_workload_base_configs.py")
+    assert later is not None and later["config"].endswith(":QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V1")
