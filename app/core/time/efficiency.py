@@ -86,13 +86,11 @@ class Efficiency:
 #: Dense and grouped GEMMs are separate op classes on Blackwell: a grouped GEMM over the E/EP local
 #: experts (one problem per expert, each with its tail wave and its own scales) reaches less of the
 #: peak than one large dense GEMM (0.46 against 0.60 / 0.68). Hopper's cross-node all-to-all (EP 16
-#: / 32 over 400 Gb/s InfiniBand) reaches 0.70 of the NIC, not DeepEP's 0.85 on H800 (stated for the
-#: other generations): refitted in issue 18's tenth round once each H100 MoE row ran its recipe's
-#: dispatcher (NCCL ``alltoall``, every expert copy crossing); the 0.51 before it was fitted with every
-#: row timed as ``flex`` (one copy per remote node) and absorbed the difference.
+#: / 32 over 400 Gb/s InfiniBand, timed with the ``flex`` dispatcher's one copy per remote node)
+#: reaches 0.51 of the NIC, not DeepEP's 0.85 on H800 (stated for the other generations).
 _HOST_OP = 7.5e-05  # refitted with ops.HOST_EXPERT_LAUNCH (issue 18, ninth round)
 _BW_GEMM, _BWU_GEMM, _BW_GROUPED, _BW_FP4 = 0.5963, 0.6815, 0.4622, 0.5195
-_HOPPER_GEMM, _HOPPER_A2A_NET = 0.7185, 0.70
+_HOPPER_GEMM, _HOPPER_A2A_NET = 0.7185, 0.5110
 _AMPERE_GEMM = 0.81
 
 CONSTANTS: dict[str, Efficiency] = {
@@ -124,8 +122,7 @@ FITTED: dict[str, str] = {
                                                         "calibration + development rows (--fit-dev)",
     "blackwell / blackwell_ultra gemm fp4": "NVFP4 calibration + development rows (--fit-dev)",
     "hopper gemm fp8 (= bf16)": "calibration + development rows (--fit-dev)",
-    "hopper a2a_net": "the 38 H100 calibration + development rows (EP 16 / 32 across nodes move with it): the "
-                      "mean |log error| over 0.35-0.85, flat at 0.65-0.75, least at 0.70 (tenth round)",
+    "hopper a2a_net": "the H100 MoE runs among the development rows (EP 16 / 32 across nodes; --fit-dev)",
     "ampere gemm bf16": "the 17 A100 rows (Korthikanti Table 5, Narayanan Table 1; calibration + development), "
                         "with the unfused attention: 0.81 in the flat optimum 0.79-0.81 (docs/MODELS.md)",
     "host_op (every generation)": "calibration + development rows (--fit-dev; only micro-batch-1 MoE runs are "
