@@ -14,6 +14,7 @@ from bench.steptime import (
     HOLDOUT,
     SPLIT_KEY,
     argv_for,
+    issue_argv,
     load_added,
     load_rows,
     model_for,
@@ -24,7 +25,7 @@ from bench.steptime import (
     undisputed,
 )
 
-#: issue 18's inputs: exactly these flags (plus the model, --gpu, --precision and --format)
+#: what argv_for may write: issue 18's inputs (bench.steptime.ISSUE_FLAGS) and the speed settings isplan added since
 ALLOWED = {"--tp", "--pp", "--cp", "--vpp", "--ep", "--etp", "--dp", "--mbs", "--global-batch", "--seq-length", "--sp",
            "--recompute", "--recompute-method", "--recompute-num-layers", "--recompute-modules", "--mtp-layers",
            "--layout", "--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather",
@@ -117,3 +118,28 @@ def test_each_bridge_row_runs_its_own_containers_recipe():
     assert newer and older
     assert all(r["recipe"]["ep_comm_overlap"] and r["recipe"]["cuda_graph"] == "full_iteration" for r in newer)
     assert not any(r["recipe"]["cuda_graph"] == "full_iteration" for r in older)
+
+
+def test_the_issues_judge_types_only_the_flags_issue_18_lists() -> None:
+    """``issue_argv``: the row's command with the dispatcher, EP overlap, CUDA graph and FP8 attention /
+    output flags (added after issue 18) and their values dropped, every listed flag kept with its
+    values, ``--recompute-modules``' several included."""
+    row = {"id": "x", "model": "deepseek-v3", "gpu": "gb200-186gb", "precision": "mxfp8", "tp": 1, "pp": 4,
+           "cp": 1, "vp": 4, "ep": 64, "etp": 1, "dp": 64, "mbs": 1, "gbs": 4096, "seq": 4096, "mtp": 1,
+           "sp": False, "layout": None,
+           "recompute": {"granularity": "selective", "method": None, "num_layers": None,
+                         "modules": ["mla_up_proj", "moe_act"]},
+           "overlaps": {"overlap_grad_reduce": True, "overlap_param_gather": True, "ep_comm_overlap": True},
+           "moe_dispatcher": "flex", "cuda_graph": "full_iteration", "fp8_attention": True,
+           "fp8_output_proj": True}
+    full = argv_for(row)
+    assert {"--overlap-moe-expert-parallel-comm", "--cuda-graph-impl", "--fp8-dot-product-attention",
+            "--fp8-output-proj", "--moe-token-dispatcher-type"} <= set(full)
+    assert issue_argv(row) == [
+        "time", "deepseek-v3", "--tp", "1", "--pp", "4", "--cp", "1", "--vpp", "4", "--ep", "64", "--etp", "1",
+        "--dp", "64", "--mbs", "1", "--global-batch", "4096", "--seq-length", "4096", "--mtp-layers", "1",
+        "--recompute", "selective", "--recompute-modules", "mla_up_proj", "moe_act", "--overlap-grad-reduce",
+        "--overlap-param-gather", "--gpu", "gb200-186gb", "--precision", "mxfp8", "--format", "json"]
+    plain = {**row, "overlaps": {}, "moe_dispatcher": None, "cuda_graph": None, "fp8_attention": False,
+             "fp8_output_proj": False}
+    assert issue_argv(plain) == argv_for(plain)
