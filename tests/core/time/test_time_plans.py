@@ -78,6 +78,46 @@ def test_a_split_megatron_refuses_is_no_go_but_still_timed_as_the_recipes_place_
     assert body["time"]["assumed"][0].startswith("Megatron refuses the stages as given; timed as Megatron-Bridge")
 
 
+
+def test_a_refused_split_past_the_live_bound_is_still_timed_by_isplan_time():
+    """The live evaluation bounds the simulation (the page, every route); ``isplan time`` redoes it
+    with its larger bound - for a split Megatron refuses too, timed as the recipes place it. Here
+    16 stages x 2 x 4096 micro-batches (GBS 4096 on DP 1) = 131,072 steps, over the live 100,000."""
+    from app.core.engines.megatron.timing import MAX_EVENTS, MAX_LIVE_EVENTS
+
+    assert MAX_LIVE_EVENTS < 16 * 2 * 4096 <= MAX_EVENTS
+    p = isplan("time", "glm-5.2", "--pp", "4", "--vpp", "4", "--tp", "8", "--etp", "1", "--dp", "1",
+               "--sp", "--seq-length", "4096", "--global-batch", "4096", "--format", "json")
+    assert p.returncode == 1, p.stderr   # no go (Megatron refuses the split), but timed
+    t = json.loads(p.stdout)["time"]
+    assert t["num_microbatches"] == 4096 and t["tokens_per_second_per_gpu"] > 0
+    assert t["assumed"][0].startswith("Megatron refuses the stages as given; timed as Megatron-Bridge")
+
+
+def test_the_answer_says_what_an_off_speed_switch_leaves_exposed():
+    """``speed_switch_notes``: a note names the exposed share of the host's kernel issue (eager) and of
+    the EP all-to-all when each is >= 5 % of the step and its switch is off; none once it is on."""
+    from app.core.engines.megatron.timing import speed_switch_notes
+
+    body = {"step_seconds": 10.0, "breakdown": {"host": {"exposed": 1.0}, "ep": {"exposed": 2.0}}}
+    notes = speed_switch_notes(Plan(model="glm-5.2"), body)
+    assert len(notes) == 2 and "10% of this step" in notes[0] and "20% of this step" in notes[1]
+    assert "--cuda-graph-impl full_iteration" in notes[0] and "--overlap-moe-expert-parallel-comm" in notes[1]
+    on = Plan(model="glm-5.2", cuda_graph_impl="full_iteration", overlap_moe_expert_parallel_comm=True)
+    assert speed_switch_notes(on, body) == []
+    small = {"step_seconds": 10.0, "breakdown": {"host": {"exposed": 0.49}, "ep": {"exposed": 0.0}}}
+    assert speed_switch_notes(Plan(model="glm-5.2"), small) == []
+    # through isplan time: DeepSeek-V3 at EP 64 on GB200 without the EP overlap (its 26.08 launch's sizes)
+    p = isplan("time", "deepseek-v3", "--tp", "1", "--pp", "4", "--vpp", "4", "--ep", "64", "--dp", "64", "--mbs", "1",
+               "--global-batch", "4096", "--seq-length", "4096", "--gpu", "gb200-186gb", "--precision", "mxfp8",
+               "--format", "json")
+    t = json.loads(p.stdout)["time"]
+    shares = {k: t["breakdown"][k]["exposed"] / t["step_seconds"] for k in ("host", "ep")}
+    expect = [k for k in ("host", "ep") if shares[k] >= 0.05]
+    told = [k for k, word in (("host", "the host issuing kernels"), ("ep", "the expert-parallel all-to-all"))
+            if any(n.startswith(word) for n in t["notes"])]
+    assert told == expect and "ep" in expect
+
 def test_a_gpu_without_peak_rates_cannot_be_timed_exit_2_naming_gpu():
     p = isplan("time", "glm-5.2", *PROFILE, "--gpu", "custom", "--gpu-memory-gb", "96", "--format", "json")
     assert p.returncode == 2

@@ -358,10 +358,12 @@ class MegatronEngine(Engine):
         out.time = plan_time(cfg, plan, stages, check.roles, par, timeline=False, max_events=self.max_time_events)
         return out
 
-    def _refused_time(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck, par: ParallelConfig) -> dict[str, Any]:
+    def _refused_time(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck, par: ParallelConfig,
+                      max_events: int | None = None) -> dict[str, Any]:
         """The time of a plan Megatron refuses as given (the verdict says why): the stages it
         describes when they place every layer (e.g. a layout string beside a VPP flag), else the
-        stages Megatron-Bridge's recipes would build for its PP x VPP."""
+        stages Megatron-Bridge's recipes would build for its PP x VPP. ``max_events``: the
+        simulation bound (default the live one)."""
         built = check.plan
         if built.stages and sum(built.sizes) == cfg.num_hidden_layers:
             found: tuple[StagePlan, str] | None = (replace(built, errors=()), "as described")
@@ -373,7 +375,7 @@ class MegatronEngine(Engine):
                     "field": self.layout_field(plan)}
         stages, how = found
         body = plan_time(cfg, plan, stages, check.roles, replace(par, pp=stages.pp), timeline=False,
-                         max_events=self.max_time_events)
+                         max_events=self.max_time_events if max_events is None else max_events)
         body.setdefault("assumed", []).insert(0, f"Megatron refuses the stages as given; timed {how}")
         return body
 
@@ -388,8 +390,8 @@ class MegatronEngine(Engine):
         if judgement.parallel is None or judgement.time is None or "unavailable" not in judgement.time:
             return judgement.time
         stages = check.plan
-        if not stages.stages or stages.errors:
-            return judgement.time
+        if not stages.stages or stages.errors:   # refused as given: timed as judge times it, with the larger bound
+            return self._refused_time(cfg, plan, check, judgement.parallel, MAX_EVENTS)
         return plan_time(cfg, plan, stages, check.roles, judgement.parallel, timeline=False, max_events=MAX_EVENTS)
 
     def exports(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck, judgement: Judgement,

@@ -126,6 +126,30 @@ def time_settings(plan: Plan, stages: StagePlan, par: ParallelConfig) -> tuple[A
     return settings, notes
 
 
+#: A part of the step worth a note when the switch that hides it is off: at least this share of it.
+SWITCH_NOTE_SHARE = 0.05
+
+
+def speed_switch_notes(plan: Plan, body: dict[str, Any]) -> list[str]:
+    """What the step time leaves exposed because a Megatron speed switch is off (as it is by
+    default), when it is at least :data:`SWITCH_NOTE_SHARE` of the step: the host issuing every
+    kernel (``--cuda-graph-impl`` other than ``full_iteration``) and the expert-parallel all-to-all
+    (no ``--overlap-moe-expert-parallel-comm``). Megatron-Bridge's 26.06+ MXFP8 MoE recipes on
+    GB200 / GB300 turn both on; their runs measured 20-30 % faster than the same flags timed
+    without (docs/MODELS.md, "Tenth round")."""
+    step, parts = body.get("step_seconds") or 0.0, body.get("breakdown", {})
+    host, ep = (parts.get(k, {}).get("exposed", 0.0) for k in ("host", "ep"))
+    out = []
+    if plan.cuda_graph_impl != "full_iteration" and host >= SWITCH_NOTE_SHARE * step > 0:
+        out.append(f"the host issuing kernels is {host / step:.0%} of this step (eager, no full-iteration CUDA "
+                   "graph: Megatron's default); --cuda-graph-impl full_iteration takes it off")
+    if not plan.overlap_moe_expert_parallel_comm and ep >= SWITCH_NOTE_SHARE * step > 0:
+        out.append(f"the expert-parallel all-to-all is {ep / step:.0%} of this step, exposed; "
+                   "--overlap-moe-expert-parallel-comm runs it beside another micro-batch's compute "
+                   "(Megatron needs VPP when PP > 1)")
+    return out
+
+
 def _graphs(impl: str, notes: list[str]) -> str:
     """The time model's CUDA graphs: ``full_iteration``, else eager; partial graphs are timed as eager
     (an upper bound on their host cost), which ``notes`` says."""
@@ -239,6 +263,7 @@ def plan_time(cfg: ModelConfig, plan: Plan, stages: StagePlan, roles: RoleMap, p
     except TimeInputError as exc:
         return {"unavailable": f"no step time: {exc}", "field": exc.field}
     body = result.to_json(timeline=timeline)
+    body["notes"] = [*body.get("notes", []), *speed_switch_notes(plan, body)]
     body["assumed"] = notes
     body["settings"] = settings.to_dict()
     body["defaults"] = dict(UNSTATED_DEFAULTS)
