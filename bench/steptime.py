@@ -332,8 +332,11 @@ def evaluate(rows: list[dict[str, Any]], constants: dict[str, Efficiency] | None
         if row.get("disputed"):
             res["disputed"] = row["disputed"]
         judged = issue_argv(row)
-        issue = t if judged == argv_for(row) else predict_product(row, constants, judged)
-        res["issue"], res["issue_err"] = issue["tokens_per_second_per_gpu"], issue["tokens_per_second_per_gpu"] / measured - 1.0
+        try:
+            issue = t if judged == argv_for(row) else predict_product(row, constants, judged)
+            res["issue"], res["issue_err"] = issue["tokens_per_second_per_gpu"], issue["tokens_per_second_per_gpu"] / measured - 1.0
+        except ValueError as exc:
+            res["issue_error"] = str(exc)
         if direct:
             try:
                 d = predict(row, constants).tokens_per_second_per_gpu
@@ -529,8 +532,11 @@ def _print(title: str, results: list[dict[str, Any]]) -> None:
 
 
 def issue_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """:func:`summary` of the rows as :func:`issue_argv` times them."""
-    return summary([{**r, "predicted": r["issue"], "err": r["issue_err"]} for r in results if "issue" in r])
+    """:func:`summary` of the rows as :func:`issue_argv` times them (a row that path cannot time
+    counts as not predicted)."""
+    return summary([{**r, "predicted": r["issue"], "err": r["issue_err"]} if "issue" in r
+                    else {k: v for k, v in r.items() if k not in ("predicted", "err")} | {"error": r.get("issue_error", "")}
+                    for r in results])
 
 
 def undisputed(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
