@@ -122,6 +122,27 @@ def _cell_html(c: LayerCell, first: bool, tagged: bool) -> str:
     return found
 
 
+
+#: How the summary words a parallelism check (:attr:`PlanView.checks_html`).
+CHECK_WORDS = {"warn": "warning", "pass": "pass", "fail": "FAIL"}
+
+def _stage_row_html(r: dict[str, Any]) -> str:
+    """One row of the stage table (:attr:`PlanView.stage_rows_html`), its text escaped."""
+    start = escape(str(r["start"]))
+    source, source_stage = r["source"], r["source_stage"]
+    if not source:
+        source = "—"
+    elif source_stage and source_stage != r["stage"]:
+        source = f"{source} (stage {source_stage})"
+    params = f'{r["params_per_gpu"] / 1e9:.2f}B' if r["params_per_gpu"] is not None else "—"
+    flops = f'{r["flops"] / 1e12:.0f}' if r["flops"] is not None else "—"
+    seconds = f'{r["seconds"]:.3f}' if r["seconds"] is not None else "—"
+    return (f'<tr class="{"invalid" if r["invalid"] else ""}"><th scope="row">{r["stage"]}</th>'
+            f'<td>{r["pp_rank"]} / {r["vp_stage"]}</td><td>{escape(str(r["range"]))}</td><td>{r["num_layers"]}</td>'
+            f'<td>{f"<strong>{start}</strong>" if r["invalid"] else start}</td><td>{source}</td>'
+            f'<td>{", ".join(map(str, r["full_layers"]))}</td><td>{params}</td><td>{escape(str(r["memory"]))}</td>'
+            f'<td>{flops}</td><td>{seconds}</td><td>{escape(str(r["extras"]))}</td></tr>')
+
 @dataclass
 class FieldView:
     """One control of the engine's form."""
@@ -290,6 +311,23 @@ class PlanView:
         """The parallel checks as the page lists them (read six times a render: built once)."""
         return [c.to_dict() for c in self.ev.checks]
 
+    @property
+    def checks_counts(self) -> tuple[int, int, int]:
+        """(failing errors, warnings, all): the parallelism checks' summary line."""
+        failing = sum(1 for c in self.checks if not c["ok"] and c["level"] == "error")
+        return failing, sum(1 for c in self.checks if c["warning"]), len(self.checks)
+
+    @property
+    def checks_html(self) -> Markup:
+        """Every parallelism check as the summary lists it, built here in one pass (a template loop
+        escaped its name and message and built its word table per check): ``warning`` where its
+        caveat applies, else ``pass`` or ``FAIL``, then its name and message."""
+        out = []
+        for c in self.checks:
+            kind = "warn" if c["warning"] else ("pass" if c["ok"] else "fail")
+            out.append(f'<li class="{kind}">{CHECK_WORDS[kind]} · {escape(c["name"])}: {escape(c["message"])}</li>')
+        return Markup("".join(out))
+
     @cached_property
     def starts(self) -> list[int]:
         if not self.check:
@@ -300,6 +338,14 @@ class PlanView:
     def blocking_starts(self) -> bool:
         """Whether a stage starting on a shared layer blocks in this engine (build)."""
         return bool(self.check is None or self.check.share.blocking)
+
+    @property
+    def stage_rows_html(self) -> Markup:
+        """The stage table's rows (:func:`_rows`), built here in one pass as :attr:`map_html` is (a
+        template loop escaped each of their ~15 values a row): stage, PP / VP rank, layers, count,
+        start (bold where it blocks), top-k source and its stage, full layers, parameters, memory,
+        forward TFLOPs and forward + backward seconds per micro-batch, what the stage holds."""
+        return Markup("".join(_stage_row_html(r) for r in self.rows))
 
     @property
     def map_html(self) -> Markup:

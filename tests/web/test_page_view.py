@@ -304,3 +304,80 @@ def test_a_kept_cell_is_never_another_cells(name, other):
         alone = view._cell_html(cell, first_cell, tagged)
         view._cell_html(cell, False, True)
         assert view._cell_html(cell, first_cell, tagged) == alone
+
+
+#: The stage table's rows as the page's template drew them before :attr:`PlanView.stage_rows_html`:
+#: the reference the Python rows are checked against.
+_STAGE_ROWS_TEMPLATE = """{% for r in rows %}<tr class="{{ 'invalid' if r.invalid else '' }}">
+<th scope="row">{{ r.stage }}</th><td>{{ r.pp_rank }} / {{ r.vp_stage }}</td><td>{{ r.range }}</td><td>{{ r.num_layers }}</td>
+<td>{% if r.invalid %}<strong>{{ r.start }}</strong>{% else %}{{ r.start }}{% endif %}</td>
+<td>{% if r.source %}{{ r.source }}{% if r.source_stage and r.source_stage != r.stage %} (stage {{ r.source_stage }}){% endif %}{% else %}—{% endif %}</td>
+<td>{{ r.full_layers|join(', ') }}</td>
+<td>{% if r.params_per_gpu is not none %}{{ '{:.2f}B'.format(r.params_per_gpu / 1e9) }}{% else %}—{% endif %}</td>
+<td>{{ r.memory }}</td>
+<td>{% if r.flops is not none %}{{ '{:.0f}'.format(r.flops / 1e12) }}{% else %}—{% endif %}</td>
+<td>{% if r.seconds is not none %}{{ '{:.3f}'.format(r.seconds) }}{% else %}—{% endif %}</td>
+<td>{{ r.extras }}</td>
+</tr>{% endfor %}"""
+
+
+def _table_cells(html: str) -> list[tuple[str, list[str]]]:
+    """Each row's class and its cells' markup with entities resolved (``&#34;`` and ``&quot;`` alike)."""
+    rows = re.findall(r'<tr class="([^"]*)">(.*?)</tr>', html.replace("\n", ""), re.S)
+    return [(cls, [unescape(c) for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", body, re.S)]) for cls, body in rows]
+
+
+@pytest.mark.parametrize("query", [
+    "model=glm-5.2&tp=4&ep=8&split=14,8,8,8,8,8,8,16",
+    "model=glm-5.2&tp=4&ep=8&split=15,8,8,8,8,8,8,15",          # a stage starting on a shared layer
+    "model=glm-5.2&tp=4&ep=8&pp=4&vpp=2&split=10,10,10,10,10,10,10,8&mtp_layers=1",  # virtual stages, MTP
+    "model=glm-5.2&engine=vllm&pp=4&tp=8",                       # serving: memory in GiB, no step time
+    "model=deepseek-v3&pp=4&tp=8&ep=8&dp=8&split=16,15,15,15",
+])
+def test_the_stage_rows_drawn_in_python_are_the_template_loops(tmp_path, query):
+    """:attr:`PlanView.stage_rows_html` draws the rows the template loop drew: the same classes and
+    the same cells, text and markup, row by row."""
+    from jinja2 import Environment
+
+    from app.core.plan import plan_from_query
+    from app.web import view
+    from app.web.store import ConfigStore
+
+    v = view.build_view(plan_from_query(dict(parse_qsl(query)))[0], [], ConfigStore(tmp_path / "s.sqlite3"))
+    assert v.rows, query
+    reference = Environment(autoescape=True).from_string(_STAGE_ROWS_TEMPLATE).render(rows=v.rows)
+    assert _table_cells(str(v.stage_rows_html)) == _table_cells(reference)
+    assert len(_table_cells(reference)) == len(v.rows)
+
+
+#: The parallelism checks' summary as the template drew it before :attr:`PlanView.checks_html`.
+_CHECKS_TEMPLATE = """Parallelism checks: {{ checks|rejectattr("ok")|selectattr("level", "equalto", "error")|list|length }} failing, {{ checks|selectattr("warning")|list|length }} warning(s), {{ checks|length }} in all
+<ul>{% for chk in checks %}{% set kind = 'warn' if chk.warning else ('pass' if chk.ok else 'fail') %}<li class="{{ kind }}">{{ {'warn': 'warning', 'pass': 'pass', 'fail': 'FAIL'}[kind] }} · {{ chk.name }}: {{ chk.message }}</li>{% endfor %}</ul>"""
+
+
+@pytest.mark.parametrize("query", [
+    "model=glm-5.2&tp=4&ep=8&split=14,8,8,8,8,8,8,16&gpus=64",     # a GPU budget: a failing check
+    "model=glm-5.2&tp=4&ep=8&split=14,8,8,8,8,8,8,16",
+    "model=glm-5.2&engine=slime&tp=4&cp=8&ep=32&etp=1&sp=1&split=14,8,8,8,8,8,8,16&recompute=full",
+    "model=deepseek-v3&pp=4&tp=8&ep=8&dp=8&split=16,15,15,15&tp_comm_overlap=1",
+])
+def test_the_checks_drawn_in_python_are_the_template_loops(tmp_path, query):
+    """:attr:`PlanView.checks_html` and :attr:`PlanView.checks_counts` draw what the template did:
+    the same counts, the same items with the same classes and text."""
+    from jinja2 import Environment
+
+    from app.core.plan import plan_from_query
+    from app.web import view
+    from app.web.store import ConfigStore
+
+    v = view.build_view(plan_from_query(dict(parse_qsl(query)))[0], [], ConfigStore(tmp_path / "s.sqlite3"))
+    assert v.checks, query
+    reference = Environment(autoescape=True).from_string(_CHECKS_TEMPLATE).render(checks=v.checks)
+    head, items = reference.split("\n", 1)
+    failing, warnings, total = v.checks_counts
+    assert head == f"Parallelism checks: {failing} failing, {warnings} warning(s), {total} in all"
+
+    def parts(html: str) -> list[tuple[str, str]]:
+        return [(cls, unescape(text)) for cls, text in re.findall(r'<li class="([^"]*)">(.*?)</li>', html)]
+
+    assert parts(str(v.checks_html)) == parts(items) and len(parts(items)) == total
