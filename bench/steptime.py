@@ -277,9 +277,8 @@ ISSUE_FLAGS: dict[str, bool] = {
 }
 
 
-def issue_argv(row: dict[str, Any]) -> list[str]:
-    """:func:`argv_for` with only :data:`ISSUE_FLAGS`: the command issue 18's judge types for the row."""
-    argv = argv_for(row)
+def issue_argv(argv: list[str]) -> list[str]:
+    """A row's command (:func:`argv_for`) with only :data:`ISSUE_FLAGS`: what issue 18's judge types."""
     out, keep = argv[:2], True
     for arg in argv[2:]:
         if arg.startswith("--"):
@@ -317,8 +316,9 @@ def evaluate(rows: list[dict[str, Any]], constants: dict[str, Efficiency] | None
     out = []
     for row in rows:
         measured = row["measured"]["tokens_per_s_per_gpu"]
+        argv = argv_for(row)
         try:
-            t = predict_product(row, constants)
+            t = predict_product(row, constants, argv)
         except ValueError as exc:
             out.append({"id": row["id"], "model": row["model"], "error": str(exc), "measured": measured})
             continue
@@ -331,9 +331,9 @@ def evaluate(rows: list[dict[str, Any]], constants: dict[str, Efficiency] | None
                "breakdown": {k: round(v["exposed"], 4) for k, v in t["breakdown"].items()}}
         if row.get("disputed"):
             res["disputed"] = row["disputed"]
-        judged = issue_argv(row)
+        judged = issue_argv(argv)
         try:
-            issue = t if judged == argv_for(row) else predict_product(row, constants, judged)
+            issue = t if judged == argv else predict_product(row, constants, judged)
             res["issue"], res["issue_err"] = issue["tokens_per_second_per_gpu"], issue["tokens_per_second_per_gpu"] / measured - 1.0
         except ValueError as exc:
             res["issue_error"] = str(exc)
@@ -534,8 +534,8 @@ def _print(title: str, results: list[dict[str, Any]]) -> None:
 def issue_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     """:func:`summary` of the rows as :func:`issue_argv` times them (a row that path cannot time
     counts as not predicted)."""
-    return summary([{**r, "predicted": r["issue"], "err": r["issue_err"]} if "issue" in r
-                    else {k: v for k, v in r.items() if k not in ("predicted", "err")} | {"error": r.get("issue_error", "")}
+    return summary([{**r, "predicted": r["issue"], "err": r["issue_err"]} if "issue" in r else
+                    {"id": r["id"], "model": r["model"], "error": r.get("issue_error") or r.get("error", "")}
                     for r in results])
 
 

@@ -121,7 +121,7 @@ def test_each_bridge_row_runs_its_own_containers_recipe():
 
 
 def test_the_issues_judge_types_only_the_flags_issue_18_lists() -> None:
-    """``issue_argv``: the row's command with the dispatcher, EP overlap, CUDA graph and FP8 attention /
+    """``issue_argv``: a row's command with the dispatcher, EP overlap, CUDA graph and FP8 attention /
     output flags (added after issue 18) and their values dropped, every listed flag kept with its
     values, ``--recompute-modules``' several included."""
     row = {"id": "x", "model": "deepseek-v3", "gpu": "gb200-186gb", "precision": "mxfp8", "tp": 1, "pp": 4,
@@ -135,11 +135,11 @@ def test_the_issues_judge_types_only_the_flags_issue_18_lists() -> None:
     full = argv_for(row)
     assert {"--overlap-moe-expert-parallel-comm", "--cuda-graph-impl", "--fp8-dot-product-attention",
             "--fp8-output-proj", "--moe-token-dispatcher-type"} <= set(full)
-    assert issue_argv(row) == [
+    assert issue_argv(full) == [
         "time", "deepseek-v3", "--tp", "1", "--pp", "4", "--cp", "1", "--vpp", "4", "--ep", "64", "--etp", "1",
         "--dp", "64", "--mbs", "1", "--global-batch", "4096", "--seq-length", "4096", "--mtp-layers", "1",
         "--recompute", "selective", "--recompute-modules", "mla_up_proj", "moe_act", "--overlap-grad-reduce",
         "--overlap-param-gather", "--gpu", "gb200-186gb", "--precision", "mxfp8", "--format", "json"]
     plain = {**row, "overlaps": {}, "moe_dispatcher": None, "cuda_graph": None, "fp8_attention": False,
              "fp8_output_proj": False}
-    assert issue_argv(plain) == argv_for(plain)
+    assert issue_argv(argv_for(plain)) == argv_for(plain)
