@@ -122,9 +122,9 @@ def _cell_html(c: LayerCell, first: bool, tagged: bool) -> str:
     return found
 
 
-
 #: How the summary words a parallelism check (:attr:`PlanView.checks_html`).
 CHECK_WORDS = {"warn": "warning", "pass": "pass", "fail": "FAIL"}
+
 
 def _stage_row_html(r: dict[str, Any]) -> str:
     """One row of the stage table (:attr:`PlanView.stage_rows_html`), its text escaped."""
@@ -142,6 +142,7 @@ def _stage_row_html(r: dict[str, Any]) -> str:
             f'<td>{f"<strong>{start}</strong>" if r["invalid"] else start}</td><td>{source}</td>'
             f'<td>{", ".join(map(str, r["full_layers"]))}</td><td>{params}</td><td>{escape(str(r["memory"]))}</td>'
             f'<td>{flops}</td><td>{seconds}</td><td>{escape(str(r["extras"]))}</td></tr>')
+
 
 @dataclass
 class FieldView:
