@@ -181,13 +181,13 @@ FAMILY_CAVEATS = {
     "gpt_oss": "GPT-OSS was fitted on nothing: against Megatron-Bridge's 31 published GPT-OSS-120B runs "
                "(docs/performance-summary*.md @ 067f987d; python -m bench steptime, each with its container's "
                "recipe settings) this model predicts 15-76 % more tokens/s/GPU in BF16 on B200 / B300 / GB200 / "
-               "GB300, 1-33 % more on H100 and 17-96 % more in MXFP8 on GB200 / GB300 / B300; read it as optimistic",
+               "GB300, 25-33 % more on H100 and 17-96 % more in MXFP8 on GB200 / GB300 / B300; read it as optimistic",
     "nemotron_h": "hybrid Mamba models were fitted on nothing: the Mamba-2 scan's kernels are timed from their FLOPs "
                   "(at the attention fractions) and bytes, not from a measurement; against Megatron-Bridge's 20 "
                   "published Nemotron 3 Nano runs (docs/performance-summary*.md @ 067f987d; python -m bench steptime) "
-                  "this model predicts 11-24 % more tokens/s/GPU in MXFP8 on B200 / B300 / GB200 / GB300 and 2-6 % "
+                  "this model predicts 11-24 % more tokens/s/GPU in MXFP8 on B200 / B300 / GB200 / GB300 and 4-24 % "
                   "more in FP8 on H100, and against its 30 Nemotron 3 Super runs (LatentMoE, two MTP depths) "
-                  "-17 to -10 % on GB200, +11 to +26 % on GB300, +6 to +13 % on B200 and -30 to +6 % on B300 "
+                  "-17 to -10 % on GB200, +11 to +26 % on GB300, +6 to +13 % on B200 and -6 to +8 % on B300 "
                   "(EP 8); read it as uncertain by system",
 }
 
@@ -239,16 +239,20 @@ def _exposed(lc: LayerCost, s: TimeSettings, ep_share: float = 0.0, ep_sm: float
     return {"tp_f": tp_f, "tp_b": tp_b, "ep_f": ep_f, "ep_b": ep_b, "cp_f": cp_f, "cp_b": cp_b}
 
 
-def _recompute_seconds(lc: LayerCost, exp: dict[str, float], s: TimeSettings, full: bool) -> float:
+def _recompute_seconds(lc: LayerCost, exp: dict[str, float], s: TimeSettings, full: bool) -> tuple[float, float]:
+    """(GPU, host) seconds of what recompute re-runs of one layer before its backward: the whole
+    forward (full), else the listed modules' parts (:data:`_RECOMPUTE_PARTS`) - their GPU time and
+    the host's issue time of their kernels (``LayerCost.host_modules``)."""
     if full:
-        return lc.fwd.total + exp["tp_f"] + exp["ep_f"] + exp["cp_f"]
-    sec = 0.0
+        return lc.fwd.total + exp["tp_f"] + exp["ep_f"] + exp["cp_f"], lc.host_fwd
+    sec = host = 0.0
     for module in s.modules:
         for part in _RECOMPUTE_PARTS[module]:
             sec += lc.modules.get(part, 0.0)
+            host += lc.host_modules.get(part, 0.0)
         if module == "moe":
             sec += exp["ep_f"]
-    return sec
+    return sec, host
 
 
 def _recomputed(stage: Stage, s: TimeSettings) -> set[int]:
@@ -263,15 +267,17 @@ def _recomputed(stage: Stage, s: TimeSettings) -> set[int]:
     return set(layers)
 
 
-def _add_layer(sc: _StageCost, lc: LayerCost, exp: dict[str, float], recompute: float, count: int = 1) -> None:
+def _add_layer(sc: _StageCost, lc: LayerCost, exp: dict[str, float], redo: tuple[float, float] = (0.0, 0.0),
+               count: int = 1) -> None:
     """Add ``count`` equal layers to a stage; each direction takes the longer of the GPU stream
     (compute and exposed communication) and the host issuing its kernels (``host_fwd`` / ``host_bwd``):
     ``f = max(fwd + tp_f + ep_f + cp_f, host_fwd)``, ``b = max(bwd + tp_b + ep_b + cp_b + recompute,
-    host_bwd (+ host_fwd when recomputed))``."""
+    host_bwd + recompute_host)`` with ``redo = (recompute, recompute_host)`` (:func:`_recompute_seconds`)."""
+    recompute, recompute_host = redo
     gpu_f = lc.fwd.total + exp["tp_f"] + exp["ep_f"] + exp["cp_f"]
     gpu_b = lc.bwd.total + exp["tp_b"] + exp["ep_b"] + exp["cp_b"] + recompute
     f = max(gpu_f, lc.host_fwd)
-    b = max(gpu_b, lc.host_bwd + (lc.host_fwd if recompute else 0.0))
+    b = max(gpu_b, lc.host_bwd + recompute_host)
     sc.fwd += count * f
     sc.bwd += count * b
     sc.host += count * ((f - gpu_f) + (b - gpu_b))
@@ -352,7 +358,8 @@ def _stage_layers(cfg: ModelConfig, roles: RoleMap, st: Stage, s: TimeSettings, 
         full = s.recompute == "full"
         for (_kind, redo), (role, count) in _stage_layer_counts(cfg, roles, st, s, first_mtp).items():
             lc, exp = cost(role)
-            _add_layer(sc, lc, exp, _recompute_seconds(lc, exp, s, full and not role.mtp) if redo else 0.0, count)
+            _add_layer(sc, lc, exp, _recompute_seconds(lc, exp, s, full and not role.mtp) if redo else (0.0, 0.0),
+                       count)
         found = remember(cache, key, (tuple(getattr(sc, f) for f in _LAYER_SUMS), tuple(sc.tp), tuple(sc.ep),
                                       tuple(sc.cp)), STAGE_CACHE_SIZE)  # bounded: a huge upload's spans are many
     (fwd, bwd, host, compute, recompute, flops), tp, ep, cp = found
@@ -382,10 +389,10 @@ def stage_costs(cfg: ModelConfig, roles: RoleMap, plan: StagePlan, s: TimeSettin
         sc = _stage_layers(cfg, roles, st, s, mtp_seen, cost, cache)
         mtp_seen += st.mtp_layers
         if st.embedding:
-            _add_layer(sc, *_ends_cost(cache, ("embedding",), lambda: embedding_cost(ctx), s), 0.0)
+            _add_layer(sc, *_ends_cost(cache, ("embedding",), lambda: embedding_cost(ctx), s))
         if st.loss:
             _add_layer(sc, *_ends_cost(cache, ("head", plan.mtp_layers, s.vocab_divisible_by, s.fp8_output_proj),
-                                       lambda: head_cost(ctx, plan.mtp_layers), s), 0.0)
+                                       lambda: head_cost(ctx, plan.mtp_layers), s))
         out.append(sc)
     return out
 

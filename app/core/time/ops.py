@@ -141,6 +141,7 @@ class LayerCost:
     flops_fwd: float = 0.0  # executed forward FLOPs on this GPU (GEMMs + attention)
     host_fwd: float = 0.0  # seconds the host needs to issue the layer's kernels (eager mode)
     host_bwd: float = 0.0
+    host_modules: dict[str, float] = field(default_factory=dict)  # recompute part -> forward host seconds
 
 
 @dataclass(frozen=True)
@@ -311,23 +312,51 @@ HOST_MOE_OPS = (30, 20)
 HOST_EXPERT_LAUNCH = 0.35
 
 
+def _gemm_host_ops(ctx: OpContext, g: Gemm) -> tuple[float, float]:
+    """(forward, backward) host-issued operations of one GEMM (:data:`HOST_LAYER_OPS`)."""
+    if g.count > 1:
+        return 2 + HOST_EXPERT_LAUNCH * g.count, 2 + 2 * HOST_EXPERT_LAUNCH * g.count
+    if g.low_precision and ctx.prec.gemm_dtype != "bf16":
+        return 3.0, 4.0
+    return 1.0, 2.0
+
+
 def host_ops(ctx: OpContext, role: LayerRole, gemms: list[Gemm]) -> tuple[float, float]:
     """(forward, backward) host-issued operations of one layer (:data:`HOST_LAYER_OPS`)."""
-    low = ctx.prec.gemm_dtype != "bf16"
     fwd, bwd = float(HOST_LAYER_OPS[0]), float(HOST_LAYER_OPS[1])
     for g in gemms:
-        if g.count > 1:
-            fwd += 2 + HOST_EXPERT_LAUNCH * g.count
-            bwd += 2 + 2 * HOST_EXPERT_LAUNCH * g.count
-        elif g.low_precision and low:
-            fwd, bwd = fwd + 3, bwd + 4
-        else:
-            fwd, bwd = fwd + 1, bwd + 2
+        f, b = _gemm_host_ops(ctx, g)
+        fwd, bwd = fwd + f, bwd + b
     if role.ffn == "moe":
         fwd, bwd = fwd + HOST_MOE_OPS[0], bwd + HOST_MOE_OPS[1]
     if ctx.s.tp > 1:
         fwd, bwd = fwd + 4, bwd + 4
     return fwd, bwd
+
+
+def host_module_ops(ctx: OpContext, role: LayerRole, gemms: list[Gemm]) -> dict[str, float]:
+    """Forward host-issued operations of the parts selective recompute re-runs, keyed as the
+    recompute parts (``LayerCost.modules``): each GEMM's forward ops (:func:`_gemm_host_ops`) under
+    its module, and one op a kernel for the rest - the layer's norms (``layernorm``), the attention
+    core (``core_attn``) and its RoPE (``rope``), an MLP's or shared expert's activation, the MoE
+    activation (``moe_act``: Megatron's fused weighted SwiGLU / quick-GeGLU), and an MoE layer's
+    router-to-unpermute work (``moe``, :data:`HOST_MOE_OPS`). A recomputed module is issued again
+    before its backward (Megatron ``CheckpointWithoutOutput`` / ``tensor_parallel.checkpoint``), so
+    the host re-issues these ops, not the whole layer's forward, as full recompute does."""
+    out: dict[str, float] = {"layernorm": float(ctx.cfg.norms_per_layer)}
+    for g in gemms:
+        out[g.module] = out.get(g.module, 0.0) + _gemm_host_ops(ctx, g)[0]
+    if role.mixer == "attention":
+        out["core_attn"] = out.get("core_attn", 0.0) + 1
+        out["rope"] = out.get("rope", 0.0) + 1
+    if role.ffn == "dense":
+        out["mlp"] = out.get("mlp", 0.0) + 1
+    elif role.ffn == "moe":
+        out["moe"] = out.get("moe", 0.0) + HOST_MOE_OPS[0]
+        out["moe_act"] = 1.0
+        if "shared_experts" in out:
+            out["shared_experts"] += 1
+    return out
 
 
 #: GEMM modules sharded over TP: the GEMM time a TP communication overlap can hide under
@@ -483,6 +512,7 @@ def _add_memory_and_host(ctx: OpContext, lc: LayerCost, role: LayerRole, gemms: 
     if ctx.s.cuda_graph != "full_iteration":  # a full-iteration graph replays the step: nothing to issue
         ops_f, ops_b = host_ops(ctx, role, gemms)
         lc.host_fwd, lc.host_bwd = ops_f * eff.host_op, ops_b * eff.host_op
+        lc.host_modules = {k: n * eff.host_op for k, n in host_module_ops(ctx, role, gemms).items()}
 
 
 def _add_communication(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:

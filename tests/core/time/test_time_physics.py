@@ -19,7 +19,7 @@ from app.core.model.parameters import shapes
 from app.core.model.roles import derive_roles
 from app.core.time import TimeInputError, TimeSettings, comm, step_time
 from app.core.time.efficiency import CONSTANTS
-from app.core.time.model import EP_COMM_SMS, _exposed, ep_overlap_share
+from app.core.time.model import EP_COMM_SMS, _exposed, _recompute_seconds, ep_overlap_share
 from app.core.time.ops import LayerCost, OpContext, head_cost, layer_cost
 from app.core.time.precision import get_precision
 
@@ -165,6 +165,31 @@ def test_a_full_iteration_graph_issues_nothing_from_the_host() -> None:
     assert eager.host_fwd > 0 and eager.host_bwd > 0
     assert graph.host_fwd == graph.host_bwd == 0.0
     assert graph.fwd.total == pytest.approx(eager.fwd.total)
+
+
+def test_selective_recompute_reissues_only_its_modules_kernels() -> None:
+    """``--recompute-modules layernorm moe_act`` re-runs the layer's two norms and the one fused MoE
+    activation before the backward: the host issues those 3 kernels again, 3 * host_op, not the
+    whole forward's ~64 operations (router, permutation, two grouped GEMMs of 16 local experts, ...),
+    which full recompute re-issues. Qwen3-30B-A3B at micro-batch 1 x 1,024 tokens on B200 is
+    host-bound in every layer, so each of its 48 layers' backward grows by exactly that."""
+    cfg = load_model(str(CONFIGS / "Qwen3-30B-A3B.json"))
+    roles = derive_roles(cfg, role_rule("megatron"))
+    s = TimeSettings(ep=8, dp=8, mbs=1, global_batch=8, seq_length=1024, precision="mxfp8",
+                     recompute="selective", recompute_modules=("layernorm", "moe_act"))
+    lc = layer_cost(_ctx(cfg, s, "b200-180gb"), roles.role(1))
+    exp = _exposed(lc, s)
+    host_op = CONSTANTS["blackwell"].host_op
+    gpu, host = _recompute_seconds(lc, exp, s, full=False)
+    assert cfg.norms_per_layer == 2 and host == pytest.approx(3 * host_op, rel=1e-12)
+    assert gpu == pytest.approx(lc.modules["layernorm"] + lc.modules["moe_act"], rel=1e-12)
+    assert _recompute_seconds(lc, exp, s, full=True)[1] == lc.host_fwd > 60 * host_op
+    assert lc.host_bwd > lc.bwd.total + exp["ep_b"] + gpu  # host-bound with the recompute too
+    plan = materialise(PipelineSpec(pp=1), cfg.num_hidden_layers)
+    hw = get_hardware("b200-180gb")
+    none = step_time(cfg, roles, plan, replace(s, recompute="none", recompute_modules=None), hw).per_stage[0]
+    sel = step_time(cfg, roles, plan, s, hw).per_stage[0]
+    assert sel["backward_seconds"] - none["backward_seconds"] == pytest.approx(48 * 3 * host_op, rel=1e-9)
 
 
 def test_gradients_are_reduced_in_bf16_unless_asked() -> None:
