@@ -539,6 +539,30 @@ def issue_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
                     for r in results])
 
 
+def by_model(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Mean |error| per model (a preset id or a config file: the rows of one model ``order`` is
+    judged within) on both paths, most runs first: where a change to the time model moved the error."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault(r["model"], []).append(r)
+    out = {}
+    for model, rows in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        s, i = summary(rows), issue_summary(rows)
+        out[model] = {"runs": len(rows), "mean_abs_err": s["mean_abs_err"], "max_abs_err": s["max_abs_err"],
+                      "issue_mean_abs_err": i["mean_abs_err"]}
+    return out
+
+
+def _print_by_model(results: list[dict[str, Any]]) -> None:
+    print("\nby model, every run (calibration + held-out): runs, mean |error| (max) on the recipe path, and through "
+          "issue 18's flags")
+    for model, m in by_model(results).items():
+        if m["mean_abs_err"] is None:
+            continue
+        issue = f"{m['issue_mean_abs_err']:.1%}" if m["issue_mean_abs_err"] is not None else "-"
+        print(f"  {model[:40]:40s} {m['runs']:4d}  {m['mean_abs_err']:6.1%} ({m['max_abs_err']:.1%})  {issue:>6s}")
+
+
 def undisputed(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows without a ``disputed`` measurement: a row is disputed only when the same launch
     (every setting the table states) was measured about 2x faster in another container, with the
@@ -586,6 +610,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result["test"] = {"summary": summary(test), "issue_flags": issue_summary(test), "rows": test}
         result["holdout"] = {"summary": summary(dev + test), "issue_flags": issue_summary(dev + test)}
         _print_summary("all held-out rows (development + test)", dev + test)
+        result["by_model"] = by_model(cal + dev + test)
+        _print_by_model(cal + dev + test)
     result.update(seconds=elapsed, errors=sum(1 for r in cal if "error" in r))
     path = save("steptime", result)
     print(f"\n{len(cal) + len(dev) + len(test)} runs predicted in {elapsed:.1f} s; wrote {path}")

@@ -14,6 +14,7 @@ from bench.steptime import (
     HOLDOUT,
     SPLIT_KEY,
     argv_for,
+    by_model,
     issue_argv,
     load_added,
     load_rows,
@@ -143,3 +144,19 @@ def test_the_issues_judge_types_only_the_flags_issue_18_lists() -> None:
     plain = {**row, "overlaps": {}, "moe_dispatcher": None, "cuda_graph": None, "fp8_attention": False,
              "fp8_output_proj": False}
     assert issue_argv(argv_for(plain)) == argv_for(plain)
+
+
+def test_by_model_averages_each_models_runs_on_both_paths() -> None:
+    """Two runs of A (errors +10 % and -30 %, through the issue's flags +10 % and -10 %) and one of B
+    (+5 %, not timed through the flags): A's mean |error| is 20 % (max 30 %), 10 % through the
+    flags; B's 5 %, none through the flags; the model with more runs first."""
+    rows = [{"id": "a1", "model": "A", "measured": 100.0, "predicted": 110.0, "err": 0.10, "issue": 110.0,
+             "issue_err": 0.10},
+            {"id": "b1", "model": "B", "measured": 100.0, "predicted": 105.0, "err": 0.05, "issue_error": "exit 2"},
+            {"id": "a2", "model": "A", "measured": 100.0, "predicted": 70.0, "err": -0.30, "issue": 90.0,
+             "issue_err": -0.10}]
+    out = by_model(rows)
+    assert list(out) == ["A", "B"]
+    assert out["A"]["runs"] == 2 and out["A"]["mean_abs_err"] == pytest.approx(0.20)
+    assert out["A"]["max_abs_err"] == pytest.approx(0.30) and out["A"]["issue_mean_abs_err"] == pytest.approx(0.10)
+    assert out["B"]["mean_abs_err"] == pytest.approx(0.05) and out["B"]["issue_mean_abs_err"] is None
