@@ -51,7 +51,9 @@ in ``modeling_<family>.py``):
 * MTP (``num_nextn_predict_layers``): DeepSeek and GLM; none elsewhere.
 
 A ``model_type`` outside this list without the MLA fields is refused (its shapes cannot be read
-completely). Input is refused, with a message naming the field, when
+completely), and so is any config that sets a field building what isplan does not model
+(:data:`UNMODELLED_FIELDS`: DeepSeek-V4's hyper-connections, compressed sparse attention and hash
+routing, Qwen3-Next's and Kimi K3's linear attention). Input is refused, with a message naming the field, when
 it is not JSON, is over 1 MiB, nests deeper than 64 levels, repeats a key, contains NaN or
 Infinity, lacks ``num_hidden_layers``, or carries a negative, non-integer or absurd size, or an
 ``indexer_types`` / ``mlp_layer_types`` / ``index_topk_pattern`` of the wrong length or with
@@ -809,6 +811,44 @@ def _qwen3_moe_layer_types(raw: dict[str, Any], n: int) -> tuple[str, ...] | Non
     return tuple("dense" if i in only or (i + 1) % step else "sparse" for i in range(n))
 
 
+#: Config fields that build what isplan does not model, each with what it builds. A config that sets
+#: one is refused before its sizes are read: its parameters, FLOPs, memory and step time would all
+#: miss it (an MLA-shaped config of one of these would otherwise load as a plain MLA model). Names as
+#: Megatron-Bridge's bridges read them @ 067f987d: ``src/megatron/bridge/models/deepseek/
+#: deepseek_v4_bridge.py`` (``hc_mult`` -> ``num_residual_streams``, ``compress_ratios``,
+#: ``num_hash_layers``), ``models/qwen/qwen35_bridge.py`` (``linear_num_value_heads``),
+#: ``models/kimi/kimi_k3_bridge.py`` (``linear_attn_config``).
+UNMODELLED_FIELDS = {
+    "hc_mult": "hyper-connections, several residual streams per layer (DeepSeek-V4)",
+    "compress_ratios": "compressed sparse attention (DeepSeek-V4)",
+    "num_hash_layers": "hash-routed MoE layers (DeepSeek-V4)",
+    "linear_num_value_heads": "gated DeltaNet linear-attention layers (Qwen3-Next, Qwen3.5)",
+    "linear_attn_config": "linear-attention layers (Kimi K3)",
+}
+
+
+def _builds(name: str, value: Any) -> bool:
+    """Whether ``value`` of an :data:`UNMODELLED_FIELDS` field builds anything: absent, zero, empty
+    or all zeros builds nothing, and ``hc_mult`` 1 is the plain single residual stream."""
+    if isinstance(value, (list, tuple)):
+        return any(value)
+    if name == "hc_mult" and value == 1:
+        return False
+    return bool(value)
+
+
+def _refuse_unmodelled(raw: dict[str, Any]) -> None:
+    """Refuse a config that sets an :data:`UNMODELLED_FIELDS` field, naming it, and a multimodal
+    wrapper whose language model's sizes are under ``text_config`` (pointing there)."""
+    for name, what in UNMODELLED_FIELDS.items():
+        if _builds(name, raw.get(name)):
+            raise ConfigError(f"{name} builds {what}, which isplan does not model: its parameters, FLOPs, memory "
+                              "and step time would all miss it, so this config is not read", name)
+    if "num_hidden_layers" not in raw and isinstance(raw.get("text_config"), dict):
+        raise ConfigError("num_hidden_layers is missing here, and the language model's sizes are under text_config "
+                          "(a multimodal wrapper): use that object as the config", "text_config")
+
+
 def _read_dimensions(raw: dict[str, Any]) -> dict[str, Any]:
     """``model_type`` (a string, or absent) and the four sizes every family needs: layers, hidden
     size, attention heads, vocabulary."""
@@ -951,7 +991,8 @@ def config_from_dict(
     """Validate a parsed config and build a :class:`ModelConfig`; ``data`` are the exact bytes.
 
     The fields are read group by group, each by its reader, in this order (so the first bad field
-    named is always the same): a GPT-2 config's names mapped (:func:`_gpt2_aliases`), dimensions,
+    named is always the same): a GPT-2 config's names mapped (:func:`_gpt2_aliases`), architecture
+    isplan does not model refused (:func:`_refuse_unmodelled`), dimensions,
     top-k pattern, attention family, IndexShare / embeddings / MTP, FFN, MLA and indexer sizes,
     per-layer type lists, ``max_position_embeddings``; then the checks on the built config."""
     original = raw
@@ -961,6 +1002,7 @@ def config_from_dict(
         raw = _nemotron_h_aliases(raw)
     elif raw.get("model_type") == "llama4":
         raw = _llama4_text(raw)
+    _refuse_unmodelled(raw)
     dims = _read_dimensions(raw)
     n = dims["num_hidden_layers"]
     fields: dict[str, Any] = {

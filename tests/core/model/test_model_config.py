@@ -154,6 +154,35 @@ def test_unknown_non_mla_model_is_refused_naming_the_field():
     assert not load_config_bytes(json.dumps(ok).encode()).has_indexer
 
 
+@pytest.mark.parametrize(("field", "value", "builds"), [
+    ("hc_mult", 4, True), ("hc_mult", 1, False),  # 1: the plain single residual stream
+    ("compress_ratios", [0, 4, 128], True), ("compress_ratios", [0, 0, 0], False),
+    ("num_hash_layers", 3, True), ("num_hash_layers", 0, False),
+    ("linear_num_value_heads", 32, True), ("linear_attn_config", {"num_heads": 32}, True),
+])
+def test_a_field_building_what_isplan_does_not_model_is_refused_by_name(field, value, builds):
+    """An MLA-shaped config (it would load as DeepSeek-V3) that also sets DeepSeek-V4's
+    hyper-connections, compressed attention or hash routing, or Qwen3-Next / Kimi K3 linear
+    attention, is refused naming that field; the same field at a value that builds nothing loads."""
+    raw = tiny_config(model_type="deepseek_v3")
+    for k in ("index_n_heads", "index_head_dim", "index_topk"):
+        raw.pop(k)
+    raw[field] = value
+    if not builds:
+        assert load_config_bytes(json.dumps(raw).encode()).attention == "mla"
+        return
+    with pytest.raises(ConfigError) as err:
+        load_config_bytes(json.dumps(raw).encode())
+    assert err.value.field == field and "does not model" in str(err.value)
+
+
+def test_a_multimodal_wrapper_points_to_its_text_config():
+    raw = {"model_type": "kimi_k3", "text_config": tiny_config(model_type="deepseek_v3")}
+    with pytest.raises(ConfigError) as err:
+        load_config_bytes(json.dumps(raw).encode())
+    assert err.value.field == "text_config" and "use that object" in str(err.value)
+
+
 def test_dsa_sizes_default_like_transformers_when_omitted():
     raw = tiny_config(8, indexer_types=["full", "shared"] * 4)
     for k in ("index_n_heads", "index_head_dim", "index_topk"):
