@@ -15,7 +15,7 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   config of another type that carries the MLA fields (``kv_lora_rank`` ...), as in transformers
   ``DeepseekV3Config``;
 * ``gqa`` (grouped-query / multi-head attention with ``num_key_value_heads`` and ``head_dim``):
-  ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma``, ``gemma2``, ``nemotron``
+  ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma``, ``gemma2``, ``gemma3_text``, ``nemotron``
   (Nemotron-4 / Minitron: a 2-matrix squared-ReLU MLP and LayerNorms with biases) (dense) and
   ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``glm4_moe``, ``gpt_oss``, ``llama4`` (MoE; Llama 4's
   ``text_config``, with chunked attention), ``nemotron_h`` (hybrid Mamba), and ``gpt2`` (the
@@ -43,8 +43,9 @@ in ``modeling_<family>.py``):
 * QK-norm (an RMSNorm of ``head_dim`` on q and on k): always for Qwen3 / Qwen3-MoE,
   ``use_qk_norm`` for GLM-4.5;
 * Phi-3 fuses q/k/v into ``qkv_proj`` and gate/up into ``gate_up_proj`` (same counts, no biases);
-  Gemma / Gemma 2 default ``head_dim`` to 256 and tie the embeddings unless the file says
-  otherwise, and Gemma 2 has four RMSNorms a layer (``norms_per_layer``);
+  Gemma / Gemma 2 / Gemma 3 default ``head_dim`` to 256 and tie the embeddings unless the file says
+  otherwise, Gemma 2 and 3 have four RMSNorms a layer (``norms_per_layer``), and Gemma 3 a QK-norm
+  and one full-attention layer every ``sliding_window_pattern`` (6) layers, the rest sliding;
 * GPT-OSS: attention sinks, expert and trained router biases, and sliding windows on alternate
   layers (``layer_windows``, :func:`_layer_windows`, as for Gemma 2, Mistral and Phi-3);
 * router score-correction bias (``e_score_correction_bias``, E per MoE layer): DeepSeek and GLM;
@@ -127,10 +128,14 @@ _POSITIVE = {
 
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
 GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt2", "phi3", "gemma",
-                   "gemma2", "qwen2_moe", "gpt_oss", "nemotron", "nemotron_h", "llama4", "llama4_text")
-#: Gemma and Gemma 2: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
-#: ``Gemma2Config`` defaults, transformers ``models/gemma2/configuration_gemma2.py``)
-_GEMMA_TYPES = ("gemma", "gemma2")
+                   "gemma2", "gemma3_text", "qwen2_moe", "gpt_oss", "nemotron", "nemotron_h", "llama4", "llama4_text")
+#: Gemma, Gemma 2 and Gemma 3: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
+#: ``Gemma2Config`` / ``Gemma3TextConfig`` defaults, transformers ``models/gemma2/configuration_gemma2.py``,
+#: ``models/gemma3/configuration_gemma3.py``)
+_GEMMA_TYPES = ("gemma", "gemma2", "gemma3_text")
+#: four RMSNorms a layer - input, post-attention, pre- and post-feedforward (``Gemma2DecoderLayer``,
+#: ``Gemma3DecoderLayer``)
+_FOUR_NORM_TYPES = ("gemma2", "gemma3_text")
 KNOWN_MODEL_TYPES = MLA_MODEL_TYPES + GQA_MODEL_TYPES
 #: model types whose MoE router has a score-correction bias (``e_score_correction_bias``)
 _ROUTER_BIAS_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2", "glm4_moe")
@@ -614,12 +619,12 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
                      else bias),
         "o_bias": (bias if model_type in ("llama", "mistral", "qwen3", "qwen3_moe", "gpt_oss", "nemotron", "llama4",
                                           "llama4_text", *_GEMMA_TYPES) else False),
-        "qk_norm": model_type in ("qwen3", "qwen3_moe") or (model_type == "glm4_moe"
-                                                            and _bool_field(raw, "use_qk_norm", False)),
+        "qk_norm": model_type in ("qwen3", "qwen3_moe", "gemma3_text") or (model_type == "glm4_moe"
+                                                                           and _bool_field(raw, "use_qk_norm", False)),
         "moe_router_bias": model_type in _ROUTER_BIAS_TYPES,
         "attention_sinks": model_type == "gpt_oss",  # GptOssAttention.sinks: one logit per head
         "activation": _activation(raw),
-        "norms_per_layer": 4 if model_type == "gemma2" else 2,
+        "norms_per_layer": 4 if model_type in _FOUR_NORM_TYPES else 2,
         "layer_windows": _layer_windows(raw, model_type, n),
     }
     if model_type in _GEMMA_TYPES and raw.get("tie_word_embeddings") is None:
@@ -741,6 +746,10 @@ _WINDOW_EVERY_LAYER = ("mistral", "phi3")
 #: the families that alternate sliding and full layers by default, sliding first (``Gemma2Config`` /
 #: ``GptOssConfig``: ``"sliding_attention" if (i + 1) % 2 else "full_attention"``)
 _WINDOW_ALTERNATE = ("gemma2", "gpt_oss")
+#: the families with one full layer every ``sliding_window_pattern`` layers (default 6), the rest sliding:
+#: ``Gemma3Attention.is_sliding = bool((layer_idx + 1) % config.sliding_window_pattern)`` (transformers
+#: ``models/gemma3`` @ 008f5c8c; later ``Gemma3TextConfig`` writes the same as its default ``layer_types``)
+_WINDOW_PATTERN = {"gemma3_text": 6}
 
 
 def _layer_windows(raw: dict[str, Any], model_type: str, n: int) -> tuple[int, ...] | None:
@@ -758,6 +767,9 @@ def _layer_windows(raw: dict[str, Any], model_type: str, n: int) -> tuple[int, .
         sliding = [k == "sliding_attention" for k in kinds]
     elif model_type in _WINDOW_ALTERNATE:
         sliding = [bool((i + 1) % 2) for i in range(n)]
+    elif model_type in _WINDOW_PATTERN:
+        every = _int_field(raw, "sliding_window_pattern", _WINDOW_PATTERN[model_type]) or 1
+        sliding = [bool((i + 1) % every) for i in range(n)]
     elif model_type in _WINDOW_EVERY_LAYER:
         sliding = [True] * n
     elif model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and _bool_field(raw, "use_sliding_window", False):

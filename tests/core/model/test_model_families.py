@@ -400,6 +400,30 @@ def test_every_new_family_is_judged_and_timed(raw):
     assert any("read it as optimistic" in n for n in ev.time["notes"]) == (raw["model_type"] == "gpt_oss")
 
 
+# the text model of google/gemma-3-27b (its config.json's text_config, model_type gemma3_text)
+GEMMA3_27B = {"model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"], "hidden_size": 5376,
+              "intermediate_size": 21504, "num_hidden_layers": 62, "num_attention_heads": 32,
+              "num_key_value_heads": 16, "head_dim": 128, "query_pre_attn_scalar": 168, "sliding_window": 1024,
+              "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "vocab_size": 262208}
+
+
+def test_gemma3_text_parameters_and_windows():
+    """Gemma 3 (transformers ``Gemma3DecoderLayer``): Gemma 2's four RMSNorms and tied embeddings,
+    plus an RMSNorm of ``head_dim`` on q and on k, and one full-attention layer every
+    ``sliding_window_pattern`` (default 6) layers, the others sliding (``is_sliding = bool((i + 1) %
+    6)``): 10 of the 62 layers are full. Gemma 3 technical report (arXiv 2503.19786), Table 1: the
+    27B model has 25,600M non-embedding parameters; by hand per layer q/k/v/o + 3 H I + 4 H + 2 d."""
+    cfg = load(GEMMA3_27B)
+    H, I, V, L, h, g, d = 5376, 21504, 262208, 62, 32, 16, 128
+    assert (cfg.norms_per_layer, cfg.qk_norm, cfg.tie_word_embeddings, cfg.head_dim) == (4, True, True, d)
+    layer = gqa_layer(H, h, g, d, qk_norm=True) + 3 * H * I + 4 * H
+    non_embedding = count_parameters(cfg).main_total - V * H
+    assert non_embedding == L * layer + H
+    assert non_embedding == pytest.approx(25_600e6, rel=5e-4)
+    assert cfg.layer_windows == ((1024,) * 5 + (0,)) * 10 + (1024,) * 2
+    assert load({**GEMMA3_27B, "sliding_window_pattern": 2}).layer_windows == (1024, 0) * 31
+
+
 def test_gemma2_post_norms_keep_their_inputs():
     """Gemma 2's post-attention and post-feedforward RMSNorms keep their inputs for backward
     (``2H`` bytes each per token, SP-sharded like the other norms): a layer stores 4H / s_div bytes
