@@ -727,6 +727,29 @@ def _llama4_text(raw: dict[str, Any]) -> dict[str, Any]:
                                                                            text.get("tie_word_embeddings", False))}
 
 
+#: ``Gemma3TextConfig``'s defaults for the fields isplan reads (transformers
+#: ``models/gemma3/configuration_gemma3.py`` @ 008f5c8c): a Gemma 3 file omits what equals them (the
+#: 27B's ``text_config`` has no ``vocab_size``), and transformers reads it with these.
+GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+    "tie_word_embeddings": True, "sliding_window": 4096, "sliding_window_pattern": 6,
+}
+
+
+def _gemma3_text(raw: dict[str, Any]) -> dict[str, Any]:
+    """A Gemma 3 language model's fields over :data:`GEMMA3_TEXT_DEFAULTS`: a ``gemma3_text`` file's,
+    or a multimodal ``gemma3`` file's ``text_config`` (``Gemma3Config``; the SigLIP vision tower and
+    its projector are not counted)."""
+    if raw.get("model_type") == "gemma3":
+        text = raw.get("text_config")
+        if not isinstance(text, dict):
+            raise ConfigError("a gemma3 config needs text_config (the language model's fields)", "text_config")
+        raw = {**text, **({"tie_word_embeddings": raw["tie_word_embeddings"]} if "tie_word_embeddings" in raw
+                          and "tie_word_embeddings" not in text else {})}
+    return {**GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in raw.items() if v is not None}, "model_type": "gemma3_text"}
+
+
 def _activation(raw: dict[str, Any], default: str = "silu") -> str:
     """The MLP activation as the config names it: ``hidden_activation`` (Gemma), else ``hidden_act``,
     else the family's default (SiLU; squared ReLU for Nemotron). Only named: every activation is an
@@ -1003,7 +1026,8 @@ def config_from_dict(
     """Validate a parsed config and build a :class:`ModelConfig`; ``data`` are the exact bytes.
 
     The fields are read group by group, each by its reader, in this order (so the first bad field
-    named is always the same): a GPT-2 config's names mapped (:func:`_gpt2_aliases`), architecture
+    named is always the same): a GPT-2 config's names mapped (:func:`_gpt2_aliases`; Nemotron-H's,
+    Llama 4's and Gemma 3's language model read as theirs are), architecture
     isplan does not model refused (:func:`_refuse_unmodelled`), dimensions,
     top-k pattern, attention family, IndexShare / embeddings / MTP, FFN, MLA and indexer sizes,
     per-layer type lists, ``max_position_embeddings``; then the checks on the built config."""
@@ -1014,6 +1038,8 @@ def config_from_dict(
         raw = _nemotron_h_aliases(raw)
     elif raw.get("model_type") == "llama4":
         raw = _llama4_text(raw)
+    elif raw.get("model_type") in ("gemma3", "gemma3_text"):
+        raw = _gemma3_text(raw)
     _refuse_unmodelled(raw)
     dims = _read_dimensions(raw)
     n = dims["num_hidden_layers"]

@@ -424,6 +424,22 @@ def test_gemma3_text_parameters_and_windows():
     assert load({**GEMMA3_27B, "sliding_window_pattern": 2}).layer_windows == (1024, 0) * 31
 
 
+def test_a_gemma3_multimodal_file_is_read_through_its_text_config():
+    """google/gemma-3-27b's config.json is a ``gemma3`` wrapper whose ``text_config`` omits what
+    equals ``Gemma3TextConfig``'s defaults (no ``vocab_size``: 262,208): read through it, the
+    language model is the same as the text config's (the vision tower is not counted)."""
+    text = {k: v for k, v in GEMMA3_27B.items() if k not in ("vocab_size", "architectures")}
+    wrapper = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"], "text_config": text,
+               "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152}}
+    cfg, ref = load(wrapper), load(GEMMA3_27B)
+    assert (cfg.model_type, cfg.vocab_size) == ("gemma3_text", 262208)
+    assert count_parameters(cfg).main_total == count_parameters(ref).main_total
+    assert cfg.layer_windows == ref.layer_windows
+    with pytest.raises(ConfigError) as err:
+        load({"model_type": "gemma3", "vision_config": {}})
+    assert err.value.field == "text_config"
+
+
 def test_gemma2_post_norms_keep_their_inputs():
     """Gemma 2's post-attention and post-feedforward RMSNorms keep their inputs for backward
     (``2H`` bytes each per token, SP-sharded like the other norms): a layer stores 4H / s_div bytes
