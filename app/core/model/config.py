@@ -747,7 +747,7 @@ def _gemma3_text(raw: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError("a gemma3 config needs text_config (the language model's fields)", "text_config")
         raw = {**text, **({"tie_word_embeddings": raw["tie_word_embeddings"]} if "tie_word_embeddings" in raw
                           and "tie_word_embeddings" not in text else {})}
-    return {**GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in raw.items() if v is not None}, "model_type": "gemma3_text"}
+    return {**GEMMA3_TEXT_DEFAULTS, **raw, "model_type": "gemma3_text"}  # a value the file gives, null too, is kept
 
 
 def _activation(raw: dict[str, Any], default: str = "silu") -> str:

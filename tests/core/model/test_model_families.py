@@ -422,6 +422,8 @@ def test_gemma3_text_parameters_and_windows():
     assert non_embedding == pytest.approx(25_600e6, rel=5e-4)
     assert cfg.layer_windows == ((1024,) * 5 + (0,)) * 10 + (1024,) * 2
     assert load({**GEMMA3_27B, "sliding_window_pattern": 2}).layer_windows == (1024, 0) * 31
+    # an explicit null is what the file says (transformers keeps it: no window), not the class default 4096
+    assert load({**GEMMA3_27B, "sliding_window": None}).layer_windows is None
 
 
 def test_a_gemma3_multimodal_file_is_read_through_its_text_config():
