@@ -15,7 +15,8 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   config of another type that carries the MLA fields (``kv_lora_rank`` ...), as in transformers
   ``DeepseekV3Config``;
 * ``gqa`` (grouped-query / multi-head attention with ``num_key_value_heads`` and ``head_dim``):
-  ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma``, ``gemma2``, ``gemma3_text``, ``nemotron``
+  ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma``, ``gemma2``, ``gemma3_text`` (and a
+  multimodal ``gemma3`` file's ``text_config``), ``nemotron``
   (Nemotron-4 / Minitron: a 2-matrix squared-ReLU MLP and LayerNorms with biases) (dense) and
   ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``glm4_moe``, ``gpt_oss``, ``llama4`` (MoE; Llama 4's
   ``text_config``, with chunked attention), ``nemotron_h`` (hybrid Mamba), and ``gpt2`` (the
@@ -1026,9 +1027,9 @@ def config_from_dict(
     """Validate a parsed config and build a :class:`ModelConfig`; ``data`` are the exact bytes.
 
     The fields are read group by group, each by its reader, in this order (so the first bad field
-    named is always the same): a GPT-2 config's names mapped (:func:`_gpt2_aliases`; Nemotron-H's,
-    Llama 4's and Gemma 3's language model read as theirs are), architecture
-    isplan does not model refused (:func:`_refuse_unmodelled`), dimensions,
+    named is always the same): a family's own spelling mapped (GPT-2's and Nemotron-H's names;
+    Llama 4's and Gemma 3's language model out of a multimodal file), architecture isplan does not
+    model refused (:func:`_refuse_unmodelled`), dimensions,
     top-k pattern, attention family, IndexShare / embeddings / MTP, FFN, MLA and indexer sizes,
     per-layer type lists, ``max_position_embeddings``; then the checks on the built config."""
     original = raw
