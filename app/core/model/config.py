@@ -16,7 +16,7 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   ``DeepseekV3Config``;
 * ``gqa`` (grouped-query / multi-head attention with ``num_key_value_heads`` and ``head_dim``):
   ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma``, ``gemma2``, ``gemma3_text`` (and a
-  multimodal ``gemma3`` file's ``text_config``), ``nemotron``
+  multimodal ``gemma3`` file's ``text_config``), ``olmo2``, ``olmo3``, ``nemotron``
   (Nemotron-4 / Minitron: a 2-matrix squared-ReLU MLP and LayerNorms with biases) (dense) and
   ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``glm4_moe``, ``gpt_oss``, ``llama4`` (MoE; Llama 4's
   ``text_config``, with chunked attention), ``nemotron_h`` (hybrid Mamba), and ``gpt2`` (the
@@ -41,8 +41,8 @@ in ``modeling_<family>.py``):
   none for Qwen3-MoE and Mixtral;
 * attention biases: Qwen2 has q/k/v biases (``bias=True`` in ``Qwen2Attention``) and none on
   o_proj; Llama / Mistral / Qwen3 put ``attention_bias`` on q, k, v and o; GLM-4.5 on q, k, v only;
-* QK-norm (an RMSNorm of ``head_dim`` on q and on k): always for Qwen3 / Qwen3-MoE,
-  ``use_qk_norm`` for GLM-4.5;
+* QK-norm (an RMSNorm of ``head_dim`` on q and on k): always for Qwen3 / Qwen3-MoE and Gemma 3,
+  ``use_qk_norm`` for GLM-4.5; OLMo 2 / 3 norm the whole q and k projections (``qk_norm_full``);
 * Phi-3 fuses q/k/v into ``qkv_proj`` and gate/up into ``gate_up_proj`` (same counts, no biases);
   Gemma / Gemma 2 / Gemma 3 default ``head_dim`` to 256 and tie the embeddings unless the file says
   otherwise, Gemma 2 and 3 have four RMSNorms a layer (``norms_per_layer``), and Gemma 3 a QK-norm
@@ -129,7 +129,8 @@ _POSITIVE = {
 
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
 GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt2", "phi3", "gemma",
-                   "gemma2", "gemma3_text", "qwen2_moe", "gpt_oss", "nemotron", "nemotron_h", "llama4", "llama4_text")
+                   "gemma2", "gemma3_text", "olmo2", "olmo3", "qwen2_moe", "gpt_oss", "nemotron", "nemotron_h", "llama4",
+                   "llama4_text")
 #: Gemma, Gemma 2 and Gemma 3: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
 #: ``Gemma2Config`` / ``Gemma3TextConfig`` defaults, transformers ``models/gemma2/configuration_gemma2.py``,
 #: ``models/gemma3/configuration_gemma3.py``)
@@ -137,6 +138,10 @@ _GEMMA_TYPES = ("gemma", "gemma2", "gemma3_text")
 #: four RMSNorms a layer - input, post-attention, pre- and post-feedforward (``Gemma2DecoderLayer``,
 #: ``Gemma3DecoderLayer``)
 _FOUR_NORM_TYPES = ("gemma2", "gemma3_text")
+#: OLMo 2 and 3 (transformers ``models/olmo2/modeling_olmo2.py`` ``Olmo2Attention``: ``q_norm =
+#: RMSNorm(h d)``, ``k_norm = RMSNorm(g d)``; ``Olmo2DecoderLayer``: two norms, after attention and after
+#: the MLP; ``models/olmo3/modular_olmo3.py``: the same layer, sliding windows on 3 layers of 4)
+_OLMO_TYPES = ("olmo2", "olmo3")
 KNOWN_MODEL_TYPES = MLA_MODEL_TYPES + GQA_MODEL_TYPES
 #: model types whose MoE router has a score-correction bias (``e_score_correction_bias``)
 _ROUTER_BIAS_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2", "glm4_moe")
@@ -207,6 +212,7 @@ class ModelConfig:
     qkv_bias: bool = False  # biases on q, k, v projections
     o_bias: bool = False  # bias on the output projection
     qk_norm: bool = False  # RMSNorm(head_dim) on q and on k
+    qk_norm_full: bool = False  # OLMo 2 / 3: an RMSNorm over the whole q (h d) and the whole k (g d) projection
     moe_router_bias: bool = True  # router score-correction bias in the checkpoint
     gated_mlp: bool = True  # SwiGLU-style 3-matrix MLP; False: 2 matrices (GPT-2 GELU, H -> I -> H)
     mlp_bias: bool = False  # biases on the MLP's linear layers (GPT-2: c_fc I, c_proj H)
@@ -619,9 +625,10 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
         "qkv_bias": (True if model_type == "qwen2" else _bool_field(raw, "qkv_bias", True) if model_type == "qwen2_moe"
                      else bias),
         "o_bias": (bias if model_type in ("llama", "mistral", "qwen3", "qwen3_moe", "gpt_oss", "nemotron", "llama4",
-                                          "llama4_text", *_GEMMA_TYPES) else False),
+                                          "llama4_text", *_GEMMA_TYPES, *_OLMO_TYPES) else False),
         "qk_norm": model_type in ("qwen3", "qwen3_moe", "gemma3_text") or (model_type == "glm4_moe"
                                                                            and _bool_field(raw, "use_qk_norm", False)),
+        "qk_norm_full": model_type in _OLMO_TYPES,
         "moe_router_bias": model_type in _ROUTER_BIAS_TYPES,
         "attention_sinks": model_type == "gpt_oss",  # GptOssAttention.sinks: one logit per head
         "activation": _activation(raw),
@@ -773,7 +780,9 @@ _WINDOW_ALTERNATE = ("gemma2", "gpt_oss")
 #: the families with one full layer every ``sliding_window_pattern`` layers (default 6), the rest sliding:
 #: ``Gemma3Attention.is_sliding = bool((layer_idx + 1) % config.sliding_window_pattern)`` (transformers
 #: ``models/gemma3`` @ 008f5c8c; later ``Gemma3TextConfig`` writes the same as its default ``layer_types``)
-_WINDOW_PATTERN = {"gemma3_text": 6}
+_WINDOW_PATTERN = {"gemma3_text": 6, "olmo3": 4}
+#: ``sliding_window`` when the file omits it, as the family's config class defaults it (``Olmo3Config``: 4096)
+_WINDOW_DEFAULT = {"olmo3": 4096}
 
 
 def _layer_windows(raw: dict[str, Any], model_type: str, n: int) -> tuple[int, ...] | None:
@@ -781,7 +790,8 @@ def _layer_windows(raw: dict[str, Any], model_type: str, n: int) -> tuple[int, .
     ``sliding_window`` on the layers ``layer_types`` marks ``sliding_attention``, else on the layers
     the family's config class puts it (:data:`_WINDOW_EVERY_LAYER`, :data:`_WINDOW_ALTERNATE`;
     Qwen2 / Qwen3 only with ``use_sliding_window``, from ``max_window_layers`` on)."""
-    window = _int_field(raw, "sliding_window", None)
+    # a window the file gives (null too: none) wins over the family's default
+    window = _int_field(raw, "sliding_window", None) if "sliding_window" in raw else _WINDOW_DEFAULT.get(model_type)
     if not window or model_type == "nemotron_h":  # NemotronHAttention reads no window; its layer_types are blocks
         return None
     types = raw.get("layer_types")

@@ -118,10 +118,11 @@ class Shapes:
 
 def _gqa_attention(cfg: ModelConfig) -> tuple[int, int]:
     """(TP-sharded, replicated) parameters of one GQA / MHA attention block (GPT-OSS's attention
-    sinks, one per head, are sharded with their heads)."""
+    sinks, one per head, and OLMo's norms over the whole q and k projections are sharded with their
+    heads; a QK-norm of ``head_dim`` is replicated)."""
     H, h, d, g = cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim, cfg.num_key_value_heads
     sharded = (H * h * d + 2 * H * g * d + h * d * H + ((h * d + 2 * g * d) if cfg.qkv_bias else 0)
-               + (h if cfg.attention_sinks else 0))
+               + (h if cfg.attention_sinks else 0) + ((h + g) * d if cfg.qk_norm_full else 0))
     replicated = (H if cfg.o_bias else 0) + (2 * d if cfg.qk_norm else 0)
     return sharded, replicated
 

@@ -442,6 +442,34 @@ def test_a_gemma3_multimodal_file_is_read_through_its_text_config():
     assert err.value.field == "text_config"
 
 
+# config.json field values of allenai/OLMo-2-1124-7B
+OLMO2_7B = {"model_type": "olmo2", "architectures": ["Olmo2ForCausalLM"], "hidden_size": 4096,
+            "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+            "vocab_size": 100352, "hidden_act": "silu", "attention_bias": False, "tie_word_embeddings": False}
+
+
+def test_olmo2_norms_its_whole_q_and_k_projections():
+    """OLMo 2 (transformers ``Olmo2Attention``): ``q_norm`` is an RMSNorm over the whole q projection
+    (h d weights) and ``k_norm`` over the whole k projection (g d), not one of ``head_dim``; two norms a
+    layer (after attention and after the MLP); untied. By hand: 7,298,617,344 (the model card's 7.3B)."""
+    cfg = load(OLMO2_7B)
+    H, I, V, L, h, g, d = 4096, 11008, 100352, 32, 32, 32, 128
+    assert (cfg.qk_norm_full, cfg.qk_norm, cfg.norms_per_layer, cfg.tie_word_embeddings) == (True, False, 2, False)
+    layer = gqa_layer(H, h, g, d) + (h + g) * d + 3 * H * I + 2 * H
+    assert count_parameters(cfg).main_total == L * layer + 2 * V * H + H == 7_298_617_344
+
+
+def test_olmo3_slides_three_layers_of_four():
+    """OLMo 3 is OLMo 2's layer with sliding windows: ``Olmo3Config`` defaults ``layer_types`` to
+    sliding unless ``(i + 1) % 4 == 0`` and ``sliding_window`` to 4096; a window the file gives wins,
+    null meaning none. The parameters are OLMo 2's."""
+    o3 = {**OLMO2_7B, "model_type": "olmo3"}
+    assert load(o3).layer_windows == (4096, 4096, 4096, 0) * 8
+    assert load({**o3, "sliding_window": 512}).layer_windows == (512, 512, 512, 0) * 8
+    assert load({**o3, "sliding_window": None}).layer_windows is None
+    assert count_parameters(load(o3)).main_total == count_parameters(load(OLMO2_7B)).main_total
+
+
 def test_gemma2_post_norms_keep_their_inputs():
     """Gemma 2's post-attention and post-feedforward RMSNorms keep their inputs for backward
     (``2H`` bytes each per token, SP-sharded like the other norms): a layer stores 4H / s_div bytes
