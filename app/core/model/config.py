@@ -16,7 +16,8 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   ``DeepseekV3Config``;
 * ``gqa`` (grouped-query / multi-head attention with ``num_key_value_heads`` and ``head_dim``):
   ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma``, ``gemma2``, ``gemma3_text`` (and a
-  multimodal ``gemma3`` file's ``text_config``), ``olmo2``, ``olmo3``, ``nemotron``
+  multimodal ``gemma3`` file's ``text_config``), ``olmo2``, ``olmo3``, ``granite`` (Granite 3: Llama's
+  shapes, its multipliers scale activations only), ``nemotron``
   (Nemotron-4 / Minitron: a 2-matrix squared-ReLU MLP and LayerNorms with biases) (dense) and
   ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``glm4_moe``, ``gpt_oss``, ``llama4`` (MoE; Llama 4's
   ``text_config``, with chunked attention), ``nemotron_h`` (hybrid Mamba), and ``gpt2`` (the
@@ -129,8 +130,8 @@ _POSITIVE = {
 
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
 GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt2", "phi3", "gemma",
-                   "gemma2", "gemma3_text", "olmo2", "olmo3", "qwen2_moe", "gpt_oss", "nemotron", "nemotron_h", "llama4",
-                   "llama4_text")
+                   "gemma2", "gemma3_text", "olmo2", "olmo3", "granite", "qwen2_moe", "gpt_oss", "nemotron", "nemotron_h",
+                   "llama4", "llama4_text")
 #: Gemma, Gemma 2 and Gemma 3: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
 #: ``Gemma2Config`` / ``Gemma3TextConfig`` defaults, transformers ``models/gemma2/configuration_gemma2.py``,
 #: ``models/gemma3/configuration_gemma3.py``)
@@ -625,7 +626,9 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
         "qkv_bias": (True if model_type == "qwen2" else _bool_field(raw, "qkv_bias", True) if model_type == "qwen2_moe"
                      else bias),
         "o_bias": (bias if model_type in ("llama", "mistral", "qwen3", "qwen3_moe", "gpt_oss", "nemotron", "llama4",
-                                          "llama4_text", *_GEMMA_TYPES, *_OLMO_TYPES) else False),
+                                          "llama4_text", "granite", *_GEMMA_TYPES, *_OLMO_TYPES) else False),
+        # LlamaMLP / GraniteMLP: gate, up and down with ``bias=config.mlp_bias``
+        "mlp_bias": model_type in ("llama", "granite") and _bool_field(raw, "mlp_bias", False),
         "qk_norm": model_type in ("qwen3", "qwen3_moe", "gemma3_text") or (model_type == "glm4_moe"
                                                                            and _bool_field(raw, "use_qk_norm", False)),
         "qk_norm_full": model_type in _OLMO_TYPES,

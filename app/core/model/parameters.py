@@ -21,7 +21,7 @@ widths, V the vocabulary:
 * GPT-OSS (transformers ``modeling_gpt_oss.py``): an attention sink per head ``h``, biases on every
   expert's gate/up and down projections ``2*i + H``, a trained router bias ``E``;
 * dense FFN ``3*H*I`` (gated SwiGLU); a 2-matrix MLP (GPT-2's GELU ``c_fc`` / ``c_proj``,
-  ``gated_mlp=False``) ``2*H*I`` plus its biases ``I + H`` when ``mlp_bias``; one expert ``3*H*i``; routed experts ``E*3*H*i``; shared ``S*3*H*i``;
+  ``gated_mlp=False``) ``2*H*I`` plus its biases ``I + H`` (gated: ``2I + H``) when ``mlp_bias``; one expert ``3*H*i``; routed experts ``E*3*H*i``; shared ``S*3*H*i``;
   router ``E*H`` (and Qwen2-MoE's shared-expert gate ``H``); router score-correction bias ``E`` (DeepSeek / GLM ``e_score_correction_bias``;
   checkpoint only, not a trained weight; none for Qwen3-MoE and Mixtral);
 * a hybrid model (Nemotron-H, :mod:`app.core.model.hybrid`): a layer is its one norm and one module,
@@ -154,7 +154,7 @@ def shapes(cfg: ModelConfig) -> Shapes:
         norms=cfg.norms_per_layer * (2 if cfg.norm_bias else 1) * H,
         indexer=indexer,
         dense_ffn=(3 if cfg.gated_mlp else 2) * H * cfg.intermediate_size
-        + ((cfg.intermediate_size + H) if cfg.mlp_bias else 0),
+        + (((2 if cfg.gated_mlp else 1) * cfg.intermediate_size + H) if cfg.mlp_bias else 0),
         expert=expert,
         routed_experts=E * expert,
         shared_expert=cfg.n_shared_experts * f * H * cfg.moe_intermediate_size,

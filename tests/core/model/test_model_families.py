@@ -470,6 +470,28 @@ def test_olmo3_slides_three_layers_of_four():
     assert count_parameters(load(o3)).main_total == count_parameters(load(OLMO2_7B)).main_total
 
 
+# config.json field values of a Granite 3.x 8B (GraniteForCausalLM, model_type granite)
+GRANITE3_8B = {"model_type": "granite", "architectures": ["GraniteForCausalLM"], "hidden_size": 4096,
+               "intermediate_size": 12800, "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8,
+               "vocab_size": 49159, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
+               "tie_word_embeddings": True, "attention_multiplier": 0.0078125, "embedding_multiplier": 12.0,
+               "logits_scaling": 16.0, "residual_multiplier": 0.22}
+
+
+def test_granite_is_llamas_shapes_and_mlp_biases_count_for_a_gated_mlp():
+    """Granite (transformers ``GraniteAttention`` / ``GraniteMLP``) has Llama's modules; its four
+    multipliers scale activations and carry no weights. By hand, tied: 8,170,864,640. ``mlp_bias``
+    (``LlamaMLP`` / ``GraniteMLP``: gate, up and down with ``bias=config.mlp_bias``) adds 2 I + H a layer."""
+    cfg = load(GRANITE3_8B)
+    H, I, V, L, h, g, d = 4096, 12800, 49159, 40, 32, 8, 128
+    layer = gqa_layer(H, h, g, d) + 3 * H * I + 2 * H
+    assert count_parameters(cfg).main_total == L * layer + V * H + H == 8_170_864_640
+    for model_type in ("granite", "llama"):
+        biased = load({**GRANITE3_8B, "model_type": model_type, "mlp_bias": True})
+        assert count_parameters(biased).main_total - count_parameters(load({**GRANITE3_8B, "model_type": model_type})
+                                                                        ).main_total == L * (2 * I + H)
+
+
 def test_gemma2_post_norms_keep_their_inputs():
     """Gemma 2's post-attention and post-feedforward RMSNorms keep their inputs for backward
     (``2H`` bytes each per token, SP-sharded like the other norms): a layer stores 4H / s_div bytes
