@@ -16,8 +16,8 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   ``DeepseekV3Config``;
 * ``gqa`` (grouped-query / multi-head attention with ``num_key_value_heads`` and ``head_dim``):
   ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma``, ``gemma2``, ``gemma3_text`` (and a
-  multimodal ``gemma3`` file's ``text_config``), ``olmo2``, ``olmo3``, ``granite`` (Granite 3: Llama's
-  shapes, its multipliers scale activations only), ``nemotron``
+  multimodal ``gemma3`` file's ``text_config``; a ``mistral3`` file's ``mistral`` one), ``olmo2``, ``olmo3``,
+  ``granite`` (Granite 3: Llama's shapes, its multipliers scale activations only), ``nemotron``
   (Nemotron-4 / Minitron: a 2-matrix squared-ReLU MLP and LayerNorms with biases) (dense) and
   ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``glm4_moe``, ``gpt_oss``, ``llama4`` (MoE; Llama 4's
   ``text_config``, with chunked attention), ``nemotron_h`` (hybrid Mamba), and ``gpt2`` (the
@@ -761,6 +761,29 @@ def _gemma3_text(raw: dict[str, Any]) -> dict[str, Any]:
     return {**GEMMA3_TEXT_DEFAULTS, **raw, "model_type": "gemma3_text"}  # a value the file gives, null too, is kept
 
 
+#: Multimodal files whose language model (``text_config``) is read when its ``model_type`` is one isplan
+#: reads, with the type ``text_config`` has by default: ``Mistral3Config`` (transformers
+#: ``models/mistral3/configuration_mistral3.py``: a ``mistral`` text model by default; Mistral Small 3.x).
+#: The vision tower and projector are not counted.
+_TEXT_WRAPPERS = {"mistral3": "mistral"}
+
+
+def _wrapped_text(raw: dict[str, Any]) -> dict[str, Any]:
+    """The language model of a :data:`_TEXT_WRAPPERS` file: its ``text_config`` (the wrapper's
+    ``tie_word_embeddings`` where the text config has none), refused naming ``text_config`` when it
+    is missing or of a type isplan does not read."""
+    text = raw.get("text_config")
+    if not isinstance(text, dict):
+        raise ConfigError(f"a {raw['model_type']} config needs text_config (the language model's fields)",
+                          "text_config")
+    kind = text.get("model_type") or _TEXT_WRAPPERS[raw["model_type"]]
+    if kind not in GQA_MODEL_TYPES:
+        raise ConfigError(f"the language model under text_config is model_type {str(kind)[:40]!r}, which isplan does "
+                          f"not read (it reads {', '.join(GQA_MODEL_TYPES)})", "text_config")
+    tie = {"tie_word_embeddings": raw["tie_word_embeddings"]} if "tie_word_embeddings" in raw else {}
+    return {**tie, **text, "model_type": kind}
+
+
 def _activation(raw: dict[str, Any], default: str = "silu") -> str:
     """The MLP activation as the config names it: ``hidden_activation`` (Gemma), else ``hidden_act``,
     else the family's default (SiLU; squared ReLU for Nemotron). Only named: every activation is an
@@ -1041,7 +1064,7 @@ def config_from_dict(
 
     The fields are read group by group, each by its reader, in this order (so the first bad field
     named is always the same): a family's own spelling mapped (GPT-2's and Nemotron-H's names;
-    Llama 4's and Gemma 3's language model out of a multimodal file), architecture isplan does not
+    Llama 4's, Gemma 3's and Mistral 3's language model out of a multimodal file), architecture isplan does not
     model refused (:func:`_refuse_unmodelled`), dimensions,
     top-k pattern, attention family, IndexShare / embeddings / MTP, FFN, MLA and indexer sizes,
     per-layer type lists, ``max_position_embeddings``; then the checks on the built config."""
@@ -1054,6 +1077,8 @@ def config_from_dict(
         raw = _llama4_text(raw)
     elif raw.get("model_type") in ("gemma3", "gemma3_text"):
         raw = _gemma3_text(raw)
+    elif raw.get("model_type") in _TEXT_WRAPPERS:
+        raw = _wrapped_text(raw)
     _refuse_unmodelled(raw)
     dims = _read_dimensions(raw)
     n = dims["num_hidden_layers"]

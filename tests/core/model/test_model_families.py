@@ -492,6 +492,29 @@ def test_granite_is_llamas_shapes_and_mlp_biases_count_for_a_gated_mlp():
                                                                         ).main_total == L * (2 * I + H)
 
 
+# config.json field values of mistralai/Mistral-Small-3.1-24B (a mistral3 file, its Pixtral tower left out)
+MISTRAL_SMALL_31 = {"model_type": "mistral3", "architectures": ["Mistral3ForConditionalGeneration"],
+                    "text_config": {"model_type": "mistral", "hidden_size": 5120, "intermediate_size": 32768,
+                                    "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8,
+                                    "head_dim": 128, "vocab_size": 131072, "sliding_window": None,
+                                    "hidden_act": "silu"},
+                    "vision_config": {"model_type": "pixtral", "hidden_size": 1024}}
+
+
+def test_a_mistral3_file_is_read_through_its_mistral_text_config():
+    """Mistral Small 3.x ships a ``mistral3`` file: its language model is the ``mistral`` text_config
+    (untied, no window), by hand 23,572,403,200 parameters (with the ~0.4B vision tower, not counted,
+    the card's 24B). A text model of a type isplan does not read is refused naming text_config."""
+    cfg = load(MISTRAL_SMALL_31)
+    H, I, V, L, h, g, d = 5120, 32768, 131072, 40, 32, 8, 128
+    assert (cfg.model_type, cfg.tie_word_embeddings, cfg.layer_windows) == ("mistral", False, None)
+    layer = gqa_layer(H, h, g, d) + 3 * H * I + 2 * H
+    assert count_parameters(cfg).main_total == L * layer + 2 * V * H + H == 23_572_403_200
+    with pytest.raises(ConfigError) as err:
+        load({**MISTRAL_SMALL_31, "text_config": {**MISTRAL_SMALL_31["text_config"], "model_type": "mistral4"}})
+    assert err.value.field == "text_config" and "mistral4" in str(err.value)
+
+
 def test_gemma2_post_norms_keep_their_inputs():
     """Gemma 2's post-attention and post-feedforward RMSNorms keep their inputs for backward
     (``2H`` bytes each per token, SP-sharded like the other norms): a layer stores 4H / s_div bytes
