@@ -1069,15 +1069,16 @@ def config_from_dict(
     top-k pattern, attention family, IndexShare / embeddings / MTP, FFN, MLA and indexer sizes,
     per-layer type lists, ``max_position_embeddings``; then the checks on the built config."""
     original = raw
-    if raw.get("model_type") == "gpt2":
+    kind = raw.get("model_type") if isinstance(raw.get("model_type"), str) else None  # else refused below, named
+    if kind == "gpt2":
         raw = _gpt2_aliases(raw)
-    elif raw.get("model_type") == "nemotron_h":
+    elif kind == "nemotron_h":
         raw = _nemotron_h_aliases(raw)
-    elif raw.get("model_type") == "llama4":
+    elif kind == "llama4":
         raw = _llama4_text(raw)
-    elif raw.get("model_type") in ("gemma3", "gemma3_text"):
+    elif kind in ("gemma3", "gemma3_text"):
         raw = _gemma3_text(raw)
-    elif raw.get("model_type") in _TEXT_WRAPPERS:
+    elif kind in _TEXT_WRAPPERS:
         raw = _wrapped_text(raw)
     _refuse_unmodelled(raw)
     dims = _read_dimensions(raw)
