@@ -17,7 +17,8 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
 * ``gqa`` (grouped-query / multi-head attention with ``num_key_value_heads`` and ``head_dim``):
   ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma``, ``gemma2``, ``gemma3_text`` (and a
   multimodal ``gemma3`` file's ``text_config``; a ``mistral3`` file's ``mistral`` one), ``olmo2``, ``olmo3``,
-  ``granite`` (Granite 3: Llama's shapes, its multipliers scale activations only), ``nemotron``
+  ``granite`` (Granite 3: Llama's shapes, its multipliers scale activations only), ``glm4`` (GLM-4 dense:
+  four norms a layer, q/k/v biases), ``nemotron``
   (Nemotron-4 / Minitron: a 2-matrix squared-ReLU MLP and LayerNorms with biases) (dense) and
   ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``glm4_moe``, ``gpt_oss``, ``llama4`` (MoE; Llama 4's
   ``text_config``, with chunked attention), ``nemotron_h`` (hybrid Mamba), and ``gpt2`` (the
@@ -130,15 +131,16 @@ _POSITIVE = {
 
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
 GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt2", "phi3", "gemma",
-                   "gemma2", "gemma3_text", "olmo2", "olmo3", "granite", "qwen2_moe", "gpt_oss", "nemotron", "nemotron_h",
-                   "llama4", "llama4_text")
+                   "gemma2", "gemma3_text", "olmo2", "olmo3", "granite", "glm4", "qwen2_moe", "gpt_oss", "nemotron",
+                   "nemotron_h", "llama4", "llama4_text")
 #: Gemma, Gemma 2 and Gemma 3: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
 #: ``Gemma2Config`` / ``Gemma3TextConfig`` defaults, transformers ``models/gemma2/configuration_gemma2.py``,
 #: ``models/gemma3/configuration_gemma3.py``)
 _GEMMA_TYPES = ("gemma", "gemma2", "gemma3_text")
 #: four RMSNorms a layer - input, post-attention, pre- and post-feedforward (``Gemma2DecoderLayer``,
-#: ``Gemma3DecoderLayer``)
-_FOUR_NORM_TYPES = ("gemma2", "gemma3_text")
+#: ``Gemma3DecoderLayer``; GLM-4's ``Glm4DecoderLayer``: input, post-self-attention, post-attention and
+#: post-MLP, transformers ``models/glm4/modular_glm4.py``)
+_FOUR_NORM_TYPES = ("gemma2", "gemma3_text", "glm4")
 #: OLMo 2 and 3 (transformers ``models/olmo2/modeling_olmo2.py`` ``Olmo2Attention``: ``q_norm =
 #: RMSNorm(h d)``, ``k_norm = RMSNorm(g d)``; ``Olmo2DecoderLayer``: two norms, after attention and after
 #: the MLP; ``models/olmo3/modular_olmo3.py``: the same layer, sliding windows on 3 layers of 4)
@@ -620,7 +622,8 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
                 f"hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads}); give head_dim", "head_dim"
             )
         head_dim = hidden // heads
-    bias = _bool_field(raw, "attention_bias", model_type == "gpt_oss")  # GptOssConfig: attention_bias=True
+    # GptOssConfig and Glm4Config: attention_bias=True by default
+    bias = _bool_field(raw, "attention_bias", model_type in ("gpt_oss", "glm4"))
     out: dict[str, Any] = {
         "attention": "gqa", "num_key_value_heads": kv, "head_dim": head_dim,
         "qkv_bias": (True if model_type == "qwen2" else _bool_field(raw, "qkv_bias", True) if model_type == "qwen2_moe"

@@ -515,6 +515,26 @@ def test_a_mistral3_file_is_read_through_its_mistral_text_config():
     assert err.value.field == "text_config" and "mistral4" in str(err.value)
 
 
+# config.json field values of THUDM/GLM-4-9B-0414 (model_type glm4)
+GLM4_9B = {"model_type": "glm4", "architectures": ["Glm4ForCausalLM"], "hidden_size": 4096, "intermediate_size": 13696,
+           "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
+           "vocab_size": 151552, "attention_bias": True, "partial_rotary_factor": 0.5, "tie_word_embeddings": False}
+
+
+def test_glm4_dense_four_norms_and_qkv_biases():
+    """GLM-4 dense (transformers ``Glm4DecoderLayer``): four RMSNorms a layer (input, post-self-attention,
+    post-attention, post-MLP), ``GlmAttention``'s q/k/v with ``attention_bias`` (``Glm4Config``
+    default true) and no o bias, Phi-3's fused gate/up MLP; untied. By hand 9,400,279,040 (the card's 9.4B);
+    ``attention_bias`` defaults to true when the file omits it."""
+    cfg = load(GLM4_9B)
+    H, I, V, L, h, g, d = 4096, 13696, 151552, 40, 32, 2, 128
+    assert (cfg.norms_per_layer, cfg.qkv_bias, cfg.o_bias) == (4, True, False)
+    layer = gqa_layer(H, h, g, d, qkv_bias=True) + 3 * H * I + 4 * H
+    assert count_parameters(cfg).main_total == L * layer + 2 * V * H + H == 9_400_279_040
+    omitted = {k: v for k, v in GLM4_9B.items() if k != "attention_bias"}
+    assert count_parameters(load(omitted)).main_total == 9_400_279_040
+
+
 def test_gemma2_post_norms_keep_their_inputs():
     """Gemma 2's post-attention and post-feedforward RMSNorms keep their inputs for backward
     (``2H`` bytes each per token, SP-sharded like the other norms): a layer stores 4H / s_div bytes
