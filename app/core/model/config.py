@@ -20,7 +20,7 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   ``granite`` (Granite 3: Llama's shapes, its multipliers scale activations only), ``glm4`` (GLM-4 dense:
   four norms a layer, q/k/v biases), ``nemotron``
   (Nemotron-4 / Minitron: a 2-matrix squared-ReLU MLP and LayerNorms with biases) (dense) and
-  ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``glm4_moe``, ``gpt_oss``, ``llama4`` (MoE; Llama 4's
+  ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``olmoe``, ``glm4_moe``, ``gpt_oss``, ``llama4`` (MoE; Llama 4's
   ``text_config``, with chunked attention), ``nemotron_h`` (hybrid Mamba), and ``gpt2`` (the
   dense GPT of GPT-2 / GPT-3 / Megatron's ``GPTModel``: multi-head attention, a 2-matrix GELU
   MLP of ``n_inner`` (default 4H), LayerNorms with biases, biases on every linear layer, learned
@@ -32,8 +32,8 @@ Each family spells its fields its own way; they are read into one set of fields
 (huggingface/transformers ``models/<family>/configuration_<family>.py`` and the module shapes
 in ``modeling_<family>.py``):
 
-* experts: ``n_routed_experts`` (DeepSeek, GLM), ``num_experts`` (Qwen3-MoE),
-  ``num_local_experts`` (Mixtral, whose ``intermediate_size`` is the expert width);
+* experts: ``n_routed_experts`` (DeepSeek, GLM), ``num_experts`` (Qwen3-MoE; OLMoE, whose
+  ``intermediate_size`` is the expert width), ``num_local_experts`` (Mixtral, likewise);
 * dense-first / interleaved MoE layers: ``first_k_dense_replace`` + ``moe_layer_freq``
   (DeepSeek, GLM), ``decoder_sparse_step`` + ``mlp_only_layers`` (Qwen3-MoE: layer ``i`` is MoE
   iff ``i`` is not in ``mlp_only_layers`` and ``(i + 1) % decoder_sparse_step == 0``), every
@@ -44,7 +44,7 @@ in ``modeling_<family>.py``):
 * attention biases: Qwen2 has q/k/v biases (``bias=True`` in ``Qwen2Attention``) and none on
   o_proj; Llama / Mistral / Qwen3 put ``attention_bias`` on q, k, v and o; GLM-4.5 on q, k, v only;
 * QK-norm (an RMSNorm of ``head_dim`` on q and on k): always for Qwen3 / Qwen3-MoE and Gemma 3,
-  ``use_qk_norm`` for GLM-4.5; OLMo 2 / 3 norm the whole q and k projections (``qk_norm_full``);
+  ``use_qk_norm`` for GLM-4.5; OLMo 2 / 3 and OLMoE norm the whole q and k projections (``qk_norm_full``);
 * Phi-3 fuses q/k/v into ``qkv_proj`` and gate/up into ``gate_up_proj`` (same counts, no biases);
   Gemma / Gemma 2 / Gemma 3 default ``head_dim`` to 256 and tie the embeddings unless the file says
   otherwise, Gemma 2 and 3 have four RMSNorms a layer (``norms_per_layer``), and Gemma 3 a QK-norm
@@ -130,7 +130,8 @@ _POSITIVE = {
 }
 
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
-GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt2", "phi3", "gemma",
+GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "olmoe", "glm4_moe", "gpt2", "phi3",
+                   "gemma",
                    "gemma2", "gemma3_text", "olmo2", "olmo3", "granite", "glm4", "qwen2_moe", "gpt_oss", "nemotron",
                    "nemotron_h", "llama4", "llama4_text")
 #: Gemma, Gemma 2 and Gemma 3: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
@@ -145,6 +146,12 @@ _FOUR_NORM_TYPES = ("gemma2", "gemma3_text", "glm4")
 #: RMSNorm(h d)``, ``k_norm = RMSNorm(g d)``; ``Olmo2DecoderLayer``: two norms, after attention and after
 #: the MLP; ``models/olmo3/modular_olmo3.py``: the same layer, sliding windows on 3 layers of 4)
 _OLMO_TYPES = ("olmo2", "olmo3")
+#: OLMoE (transformers ``models/olmoe/modular_olmoe.py``: ``OlmoeAttention`` is Llama's attention with
+#: ``q_norm = RMSNorm(H)`` and ``k_norm = RMSNorm(H / h * g)``, the whole q and k projections; Llama's
+#: pre-norm layer; every layer an MoE of ``num_experts`` (alias ``num_local_experts``) gated experts of
+#: ``intermediate_size``, a router without bias, no shared expert; ``OlmoeConfig`` defaults 64, top-8,
+#: 2048, untied, ``attention_bias`` false)
+_FULL_QK_NORM_TYPES = (*_OLMO_TYPES, "olmoe")
 KNOWN_MODEL_TYPES = MLA_MODEL_TYPES + GQA_MODEL_TYPES
 #: model types whose MoE router has a score-correction bias (``e_score_correction_bias``)
 _ROUTER_BIAS_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2", "glm4_moe")
@@ -629,12 +636,13 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
         "qkv_bias": (True if model_type == "qwen2" else _bool_field(raw, "qkv_bias", True) if model_type == "qwen2_moe"
                      else bias),
         "o_bias": (bias if model_type in ("llama", "mistral", "qwen3", "qwen3_moe", "gpt_oss", "nemotron", "llama4",
-                                          "llama4_text", "granite", *_GEMMA_TYPES, *_OLMO_TYPES) else False),
+                                          "llama4_text", "granite", *_GEMMA_TYPES, *_FULL_QK_NORM_TYPES)
+                   else False),
         # LlamaMLP / GraniteMLP: gate, up and down with ``bias=config.mlp_bias``
         "mlp_bias": model_type in ("llama", "granite") and _bool_field(raw, "mlp_bias", False),
         "qk_norm": model_type in ("qwen3", "qwen3_moe", "gemma3_text") or (model_type == "glm4_moe"
                                                                            and _bool_field(raw, "use_qk_norm", False)),
-        "qk_norm_full": model_type in _OLMO_TYPES,
+        "qk_norm_full": model_type in _FULL_QK_NORM_TYPES,
         "moe_router_bias": model_type in _ROUTER_BIAS_TYPES,
         "attention_sinks": model_type == "gpt_oss",  # GptOssAttention.sinks: one logit per head
         "activation": _activation(raw),
@@ -665,7 +673,7 @@ def _nemotron_family(raw: dict[str, Any]) -> dict[str, Any]:
 def _gqa_ffn(raw: dict[str, Any], model_type: str, n: int) -> dict[str, Any]:
     """A GQA family's FFN fields in the planner's names: its experts (defaults where a field is
     omitted: the transformers config classes', e.g. MixtralConfig 8 experts, top-2, width 14336;
-    Qwen3MoeConfig 128, top-8, 768; GptOssConfig 128, top-4, 2880), or none (dense families;
+    Qwen3MoeConfig 128, top-8, 768; OlmoeConfig 64, top-8, 2048; GptOssConfig 128, top-4, 2880), or none (dense families;
     GLM-4.5 reads the DeepSeek names)."""
     out: dict[str, Any] = {}
     if model_type == "mixtral":
@@ -680,6 +688,12 @@ def _gqa_ffn(raw: dict[str, Any], model_type: str, n: int) -> dict[str, Any]:
                    moe_intermediate_size=_int_field(raw, "moe_intermediate_size", 768), n_shared_experts=0,
                    first_k_dense_replace=0, moe_layer_freq=1, num_nextn_predict_layers=0,
                    mlp_layer_types=_qwen3_moe_layer_types(raw, n))
+    elif model_type == "olmoe":
+        experts = "num_experts" if "num_experts" in raw else "num_local_experts"  # OlmoeConfig.attribute_map
+        out.update(n_routed_experts=_int_field(raw, experts, 64),
+                   num_experts_per_tok=_int_field(raw, "num_experts_per_tok", 8),
+                   moe_intermediate_size=_int_field(raw, "intermediate_size", 2048), intermediate_size=0,
+                   first_k_dense_replace=0, moe_layer_freq=1, n_shared_experts=0, num_nextn_predict_layers=0)
     elif model_type == "qwen2_moe":
         out.update(_qwen2_moe_experts(raw, n))
     elif model_type in ("llama4", "llama4_text"):

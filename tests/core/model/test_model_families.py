@@ -470,6 +470,37 @@ def test_olmo3_slides_three_layers_of_four():
     assert count_parameters(load(o3)).main_total == count_parameters(load(OLMO2_7B)).main_total
 
 
+# config.json field values of allenai/OLMoE-1B-7B-0924
+OLMOE_1B_7B = {"model_type": "olmoe", "architectures": ["OlmoeForCausalLM"], "hidden_size": 2048,
+               "intermediate_size": 1024, "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 16,
+               "num_experts": 64, "num_experts_per_tok": 8, "vocab_size": 50304, "hidden_act": "silu",
+               "attention_bias": False, "clip_qkv": None, "norm_topk_prob": False, "tie_word_embeddings": False}
+
+
+def test_olmoe_is_olmos_whole_q_k_norm_on_a_mixtral_like_moe():
+    """OLMoE (transformers ``modular_olmoe.py``): Llama's attention with ``q_norm`` over H and
+    ``k_norm`` over ``H / h * g``, two pre-norms, every layer an MoE of 64 gated experts of
+    ``intermediate_size`` (1024) with a bias-free router, untied. By hand: a layer 4 H^2 + 2 H (q/k
+    norms) + 2 H (norms) + 64 H + 64 * 3 H I = 419,569,664; 16 of them, two 50,304 x 2,048 tables and
+    the final norm: 6,919,161,856 (the model card's "6.9B total"); 1.18B active a token (8 of 64
+    experts, and the output layer; with the input embedding, the card's "1.3B active")."""
+    cfg = load(OLMOE_1B_7B)
+    H, I, V, L, E = 2048, 1024, 50304, 16, 64
+    assert (cfg.qk_norm_full, cfg.qk_norm, cfg.n_routed_experts, cfg.num_experts_per_tok,
+            cfg.moe_intermediate_size, cfg.n_shared_experts, cfg.moe_router_bias) == (True, False, 64, 8, 1024, 0, False)
+    layer = 4 * H * H + 2 * H + 2 * H + E * H + E * 3 * H * I
+    assert layer == 419_569_664
+    assert count_parameters(cfg).main_total == L * layer + 2 * V * H + H == 6_919_161_856
+    # active per token: 8 of the 64 experts, the output layer and the final norm (the input embedding is a lookup)
+    assert count_parameters(cfg).active == L * (layer - (E - 8) * 3 * H * I) + V * H + H == 1_178_994_688
+    # OlmoeConfig.attribute_map: num_local_experts is num_experts; the class defaults where omitted
+    alias = {k: v for k, v in OLMOE_1B_7B.items() if k != "num_experts"} | {"num_local_experts": 64}
+    assert count_parameters(load(alias)).main_total == 6_919_161_856
+    bare = load({k: v for k, v in OLMOE_1B_7B.items()
+                 if k not in ("num_experts", "num_experts_per_tok", "intermediate_size")})
+    assert (bare.n_routed_experts, bare.num_experts_per_tok, bare.moe_intermediate_size) == (64, 8, 2048)
+
+
 # config.json field values of a Granite 3.x 8B (GraniteForCausalLM, model_type granite)
 GRANITE3_8B = {"model_type": "granite", "architectures": ["GraniteForCausalLM"], "hidden_size": 4096,
                "intermediate_size": 12800, "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8,
