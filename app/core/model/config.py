@@ -20,7 +20,7 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   ``granite`` (Granite 3: Llama's shapes, its multipliers scale activations only), ``glm4`` (GLM-4 dense:
   four norms a layer, q/k/v biases), ``nemotron``
   (Nemotron-4 / Minitron: a 2-matrix squared-ReLU MLP and LayerNorms with biases) (dense) and
-  ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``olmoe``, ``glm4_moe``, ``gpt_oss``, ``llama4`` (MoE; Llama 4's
+  ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``olmoe``, ``minimax_m2``, ``glm4_moe``, ``gpt_oss``, ``llama4`` (MoE; Llama 4's
   ``text_config``, with chunked attention), ``nemotron_h`` (hybrid Mamba), and ``gpt2`` (the
   dense GPT of GPT-2 / GPT-3 / Megatron's ``GPTModel``: multi-head attention, a 2-matrix GELU
   MLP of ``n_inner`` (default 4H), LayerNorms with biases, biases on every linear layer, learned
@@ -44,14 +44,15 @@ in ``modeling_<family>.py``):
 * attention biases: Qwen2 has q/k/v biases (``bias=True`` in ``Qwen2Attention``) and none on
   o_proj; Llama / Mistral / Qwen3 put ``attention_bias`` on q, k, v and o; GLM-4.5 on q, k, v only;
 * QK-norm (an RMSNorm of ``head_dim`` on q and on k): always for Qwen3 / Qwen3-MoE and Gemma 3,
-  ``use_qk_norm`` for GLM-4.5; OLMo 2 / 3 and OLMoE norm the whole q and k projections (``qk_norm_full``);
+  ``use_qk_norm`` for GLM-4.5; OLMo 2 / 3, OLMoE and MiniMax-M2 norm the whole q and k projections
+  (``qk_norm_full``);
 * Phi-3 fuses q/k/v into ``qkv_proj`` and gate/up into ``gate_up_proj`` (same counts, no biases);
   Gemma / Gemma 2 / Gemma 3 default ``head_dim`` to 256 and tie the embeddings unless the file says
   otherwise, Gemma 2 and 3 have four RMSNorms a layer (``norms_per_layer``), and Gemma 3 a QK-norm
   and one full-attention layer every ``sliding_window_pattern`` (6) layers, the rest sliding;
 * GPT-OSS: attention sinks, expert and trained router biases, and sliding windows on alternate
   layers (``layer_windows``, :func:`_layer_windows`, as for Gemma 2, Mistral and Phi-3);
-* router score-correction bias (``e_score_correction_bias``, E per MoE layer): DeepSeek and GLM;
+* router score-correction bias (``e_score_correction_bias``, E per MoE layer): DeepSeek, GLM and MiniMax-M2;
 * MTP (``num_nextn_predict_layers``): DeepSeek and GLM; none elsewhere.
 
 A ``model_type`` outside this list without the MLA fields is refused (its shapes cannot be read
@@ -130,8 +131,8 @@ _POSITIVE = {
 }
 
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
-GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "olmoe", "glm4_moe", "gpt2", "phi3",
-                   "gemma",
+GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "olmoe", "minimax_m2", "glm4_moe",
+                   "gpt2", "phi3", "gemma",
                    "gemma2", "gemma3_text", "olmo2", "olmo3", "granite", "glm4", "qwen2_moe", "gpt_oss", "nemotron",
                    "nemotron_h", "llama4", "llama4_text")
 #: Gemma, Gemma 2 and Gemma 3: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
@@ -151,10 +152,17 @@ _OLMO_TYPES = ("olmo2", "olmo3")
 #: pre-norm layer; every layer an MoE of ``num_experts`` (alias ``num_local_experts``) gated experts of
 #: ``intermediate_size``, a router without bias, no shared expert; ``OlmoeConfig`` defaults 64, top-8,
 #: 2048, untied, ``attention_bias`` false)
-_FULL_QK_NORM_TYPES = (*_OLMO_TYPES, "olmoe")
+#: MiniMax-M2 (transformers ``models/minimax_m2/modular_minimax_m2.py``: ``MiniMaxM2Attention`` is OLMo 2's
+#: attention - ``q_norm`` over h d, ``k_norm`` over g d - with bias-free projections; Mixtral's pre-norm layer
+#: and experts, ``num_local_experts`` (alias ``num_experts``) of ``intermediate_size``, a sigmoid router with
+#: ``e_score_correction_bias``; ``MiniMaxM2Config`` defaults 256, top-8, 1536, ``head_dim`` 128, 8 KV heads;
+#: its ``num_mtp_modules`` are built by neither transformers nor Megatron-Bridge's bridge, so not counted)
+_FULL_QK_NORM_TYPES = (*_OLMO_TYPES, "olmoe", "minimax_m2")
+#: ``head_dim`` when the file omits it (the config classes' defaults; else H / h)
+_HEAD_DIM_DEFAULT = {"gemma": 256, "gemma2": 256, "gemma3_text": 256, "gpt_oss": 64, "minimax_m2": 128}
 KNOWN_MODEL_TYPES = MLA_MODEL_TYPES + GQA_MODEL_TYPES
 #: model types whose MoE router has a score-correction bias (``e_score_correction_bias``)
-_ROUTER_BIAS_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2", "glm4_moe")
+_ROUTER_BIAS_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2", "glm4_moe", "minimax_m2")
 _DSA_DEFAULTS = {"glm_moe_dsa": (32, 128, 2048), "deepseek_v32": (64, 128, 2048)}
 
 
@@ -616,21 +624,21 @@ def _gpt2_family(raw: dict[str, Any]) -> dict[str, Any]:
 
 def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads: int) -> dict[str, Any]:
     """The GQA family's fields in the planner's names (module docstring)."""
-    kv = _int_field(raw, "num_key_value_heads", heads)
+    kv = _int_field(raw, "num_key_value_heads", 8 if model_type == "minimax_m2" else heads)
     assert kv is not None
     if heads % kv:
         raise ConfigError(
             f"num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv})", "num_key_value_heads"
         )
-    head_dim = _int_field(raw, "head_dim", 256 if model_type in _GEMMA_TYPES else 64 if model_type == "gpt_oss" else None)
+    head_dim = _int_field(raw, "head_dim", _HEAD_DIM_DEFAULT.get(model_type))
     if head_dim is None:
         if hidden % heads:
             raise ConfigError(
                 f"hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads}); give head_dim", "head_dim"
             )
         head_dim = hidden // heads
-    # GptOssConfig and Glm4Config: attention_bias=True by default
-    bias = _bool_field(raw, "attention_bias", model_type in ("gpt_oss", "glm4"))
+    # GptOssConfig and Glm4Config: attention_bias=True by default; MiniMax-M2's projections never have one
+    bias = model_type != "minimax_m2" and _bool_field(raw, "attention_bias", model_type in ("gpt_oss", "glm4"))
     out: dict[str, Any] = {
         "attention": "gqa", "num_key_value_heads": kv, "head_dim": head_dim,
         "qkv_bias": (True if model_type == "qwen2" else _bool_field(raw, "qkv_bias", True) if model_type == "qwen2_moe"
@@ -673,7 +681,8 @@ def _nemotron_family(raw: dict[str, Any]) -> dict[str, Any]:
 def _gqa_ffn(raw: dict[str, Any], model_type: str, n: int) -> dict[str, Any]:
     """A GQA family's FFN fields in the planner's names: its experts (defaults where a field is
     omitted: the transformers config classes', e.g. MixtralConfig 8 experts, top-2, width 14336;
-    Qwen3MoeConfig 128, top-8, 768; OlmoeConfig 64, top-8, 2048; GptOssConfig 128, top-4, 2880), or none (dense families;
+    Qwen3MoeConfig 128, top-8, 768; OlmoeConfig 64, top-8, 2048; MiniMaxM2Config 256, top-8, 1536;
+    GptOssConfig 128, top-4, 2880), or none (dense families;
     GLM-4.5 reads the DeepSeek names)."""
     out: dict[str, Any] = {}
     if model_type == "mixtral":
@@ -688,11 +697,12 @@ def _gqa_ffn(raw: dict[str, Any], model_type: str, n: int) -> dict[str, Any]:
                    moe_intermediate_size=_int_field(raw, "moe_intermediate_size", 768), n_shared_experts=0,
                    first_k_dense_replace=0, moe_layer_freq=1, num_nextn_predict_layers=0,
                    mlp_layer_types=_qwen3_moe_layer_types(raw, n))
-    elif model_type == "olmoe":
-        experts = "num_experts" if "num_experts" in raw else "num_local_experts"  # OlmoeConfig.attribute_map
-        out.update(n_routed_experts=_int_field(raw, experts, 64),
-                   num_experts_per_tok=_int_field(raw, "num_experts_per_tok", 8),
-                   moe_intermediate_size=_int_field(raw, "intermediate_size", 2048), intermediate_size=0,
+    elif model_type in ("olmoe", "minimax_m2"):
+        # the config classes' attribute_map: num_experts and num_local_experts are one field
+        experts = next((f for f in ("num_experts", "num_local_experts") if f in raw), "num_experts")
+        e, k, width = (64, 8, 2048) if model_type == "olmoe" else (256, 8, 1536)
+        out.update(n_routed_experts=_int_field(raw, experts, e), num_experts_per_tok=_int_field(raw, "num_experts_per_tok", k),
+                   moe_intermediate_size=_int_field(raw, "intermediate_size", width), intermediate_size=0,
                    first_k_dense_replace=0, moe_layer_freq=1, n_shared_experts=0, num_nextn_predict_layers=0)
     elif model_type == "qwen2_moe":
         out.update(_qwen2_moe_experts(raw, n))

@@ -501,6 +501,42 @@ def test_olmoe_is_olmos_whole_q_k_norm_on_a_mixtral_like_moe():
     assert (bare.n_routed_experts, bare.num_experts_per_tok, bare.moe_intermediate_size) == (64, 8, 2048)
 
 
+# config.json field values of MiniMaxAI/MiniMax-M2 (its MTP fields included: nothing builds them)
+MINIMAX_M2 = {"model_type": "minimax_m2", "architectures": ["MiniMaxM2ForCausalLM"], "hidden_size": 3072,
+              "intermediate_size": 1536, "num_hidden_layers": 62, "num_attention_heads": 48, "num_key_value_heads": 8,
+              "head_dim": 128, "num_local_experts": 256, "num_experts_per_tok": 8, "vocab_size": 200064,
+              "hidden_act": "silu", "rotary_dim": 64, "scoring_func": "sigmoid", "use_routing_bias": True,
+              "use_qk_norm": True, "qk_norm_type": "per_layer", "shared_intermediate_size": 0, "use_mtp": True,
+              "num_mtp_modules": 3, "mtp_transformer_layers": 1, "tie_word_embeddings": False}
+
+
+def test_minimax_m2_is_olmo2_attention_on_a_256_expert_moe_with_a_router_bias():
+    """MiniMax-M2 (transformers ``modular_minimax_m2.py``): OLMo 2's attention (``q_norm`` over h d = 6,144,
+    ``k_norm`` over g d = 1,024) with bias-free projections, Mixtral's pre-norm layer and experts (256 of
+    width 1,536, top-8), a sigmoid router with an ``e_score_correction_bias`` of 256 a layer; untied. By hand:
+    a layer 2 H h d + 2 H g d + (h + g) d + 2 H + 256 H + 256 x 3 H I = 3,668,718,592; 62 of them, two
+    200,064 x 3,072 tables and the final norm: 228,689,748,992 (the card's "230B total"); active
+    10,415,940,608 ("10B active"); the checkpoint adds the router biases, 62 x 256. The MTP modules the file
+    names are built by neither transformers nor Megatron-Bridge's bridge ("MTP modules are not mapped")."""
+    cfg = load(MINIMAX_M2)
+    H, I, V, L, E, h, g, d = 3072, 1536, 200064, 62, 256, 48, 8, 128
+    assert (cfg.qk_norm_full, cfg.qkv_bias, cfg.o_bias, cfg.moe_router_bias, cfg.n_routed_experts, cfg.num_experts_per_tok,
+            cfg.moe_intermediate_size, cfg.n_shared_experts, cfg.num_nextn_predict_layers
+            ) == (True, False, False, True, 256, 8, 1536, 0, 0)
+    layer = gqa_layer(H, h, g, d) + (h + g) * d + 2 * H + E * H + E * 3 * H * I
+    assert layer == 3_668_718_592
+    counts = count_parameters(cfg)
+    assert counts.main_total == L * layer + 2 * V * H + H == 228_689_748_992
+    assert counts.active == L * (layer - (E - 8) * 3 * H * I) + V * H + H == 10_415_940_608
+    assert counts.checkpoint_total - counts.main_total == L * E
+    # "attention_bias" is not read (MiniMaxM2Attention builds its projections without one); the class defaults
+    assert count_parameters(load({**MINIMAX_M2, "attention_bias": True})).main_total == counts.main_total
+    bare = load({k: v for k, v in MINIMAX_M2.items() if k not in ("num_local_experts", "num_key_value_heads", "head_dim")})
+    assert (bare.n_routed_experts, bare.num_key_value_heads, bare.head_dim) == (256, 8, 128)
+    alias = {k: v for k, v in MINIMAX_M2.items() if k != "num_local_experts"} | {"num_experts": 128}
+    assert load(alias).n_routed_experts == 128
+
+
 # config.json field values of a Granite 3.x 8B (GraniteForCausalLM, model_type granite)
 GRANITE3_8B = {"model_type": "granite", "architectures": ["GraniteForCausalLM"], "hidden_size": 4096,
                "intermediate_size": 12800, "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8,
