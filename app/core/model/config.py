@@ -20,7 +20,8 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   ``granite`` (Granite 3: Llama's shapes, its multipliers scale activations only), ``glm4`` (GLM-4 dense:
   four norms a layer, q/k/v biases), ``nemotron``
   (Nemotron-4 / Minitron: a 2-matrix squared-ReLU MLP and LayerNorms with biases) (dense) and
-  ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``olmoe``, ``minimax_m2``, ``glm4_moe``, ``gpt_oss``, ``llama4`` (MoE; Llama 4's
+  ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``olmoe``, ``minimax_m2``, ``ernie4_5_moe``, ``glm4_moe``, ``gpt_oss``,
+  ``llama4`` (MoE; Llama 4's
   ``text_config``, with chunked attention), ``nemotron_h`` (hybrid Mamba), and ``gpt2`` (the
   dense GPT of GPT-2 / GPT-3 / Megatron's ``GPTModel``: multi-head attention, a 2-matrix GELU
   MLP of ``n_inner`` (default 4H), LayerNorms with biases, biases on every linear layer, learned
@@ -52,7 +53,8 @@ in ``modeling_<family>.py``):
   and one full-attention layer every ``sliding_window_pattern`` (6) layers, the rest sliding;
 * GPT-OSS: attention sinks, expert and trained router biases, and sliding windows on alternate
   layers (``layer_windows``, :func:`_layer_windows`, as for Gemma 2, Mistral and Phi-3);
-* router score-correction bias (``e_score_correction_bias``, E per MoE layer): DeepSeek, GLM and MiniMax-M2;
+* router score-correction bias (``e_score_correction_bias``, E per MoE layer): DeepSeek, GLM, MiniMax-M2 and
+  ERNIE 4.5 (its ``moe_statics``);
 * MTP (``num_nextn_predict_layers``): DeepSeek and GLM; none elsewhere.
 
 A ``model_type`` outside this list without the MLA fields is refused (its shapes cannot be read
@@ -115,6 +117,12 @@ _LIMITS: dict[str, int] = {
     "num_experts": 1 << 16,
     "num_local_experts": 1 << 16,
     "decoder_sparse_step": 4096,
+    "moe_num_experts": 1 << 16,
+    "moe_k": 1 << 16,
+    "moe_num_shared_experts": 1 << 10,
+    "moe_layer_start_index": 4096,
+    "moe_layer_end_index": 4096,
+    "moe_layer_interval": 4096,
 }
 
 #: Fields that must be >= 1 when present (the others may be 0).
@@ -128,11 +136,12 @@ _POSITIVE = {
     "head_dim",
     "num_key_value_heads",
     "decoder_sparse_step",
+    "moe_layer_interval",
 }
 
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
-GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "olmoe", "minimax_m2", "glm4_moe",
-                   "gpt2", "phi3", "gemma",
+GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "olmoe", "minimax_m2", "ernie4_5_moe",
+                   "glm4_moe", "gpt2", "phi3", "gemma",
                    "gemma2", "gemma3_text", "olmo2", "olmo3", "granite", "glm4", "qwen2_moe", "gpt_oss", "nemotron",
                    "nemotron_h", "llama4", "llama4_text")
 #: Gemma, Gemma 2 and Gemma 3: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
@@ -162,7 +171,12 @@ _FULL_QK_NORM_TYPES = (*_OLMO_TYPES, "olmoe", "minimax_m2")
 _HEAD_DIM_DEFAULT = {"gemma": 256, "gemma2": 256, "gemma3_text": 256, "gpt_oss": 64, "minimax_m2": 128}
 KNOWN_MODEL_TYPES = MLA_MODEL_TYPES + GQA_MODEL_TYPES
 #: model types whose MoE router has a score-correction bias (``e_score_correction_bias``)
-_ROUTER_BIAS_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2", "glm4_moe", "minimax_m2")
+_ROUTER_BIAS_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2", "glm4_moe", "minimax_m2", "ernie4_5_moe")
+#: families whose attention projections never read ``attention_bias`` (MiniMax-M2: bias-free; ERNIE 4.5:
+#: ``use_bias``, refused when true by :func:`_ernie45_moe`)
+_OWN_BIAS_TYPES = ("minimax_m2", "ernie4_5_moe")
+#: ``num_key_value_heads`` when the file omits it, where the config class's default is not h
+_KV_HEADS_DEFAULT = {"minimax_m2": 8, "ernie4_5_moe": 4}
 _DSA_DEFAULTS = {"glm_moe_dsa": (32, 128, 2048), "deepseek_v32": (64, 128, 2048)}
 
 
@@ -624,7 +638,7 @@ def _gpt2_family(raw: dict[str, Any]) -> dict[str, Any]:
 
 def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads: int) -> dict[str, Any]:
     """The GQA family's fields in the planner's names (module docstring)."""
-    kv = _int_field(raw, "num_key_value_heads", 8 if model_type == "minimax_m2" else heads)
+    kv = _int_field(raw, "num_key_value_heads", _KV_HEADS_DEFAULT.get(model_type, heads))
     assert kv is not None
     if heads % kv:
         raise ConfigError(
@@ -637,8 +651,8 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
                 f"hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads}); give head_dim", "head_dim"
             )
         head_dim = hidden // heads
-    # GptOssConfig and Glm4Config: attention_bias=True by default; MiniMax-M2's projections never have one
-    bias = model_type != "minimax_m2" and _bool_field(raw, "attention_bias", model_type in ("gpt_oss", "glm4"))
+    # GptOssConfig and Glm4Config: attention_bias=True by default
+    bias = model_type not in _OWN_BIAS_TYPES and _bool_field(raw, "attention_bias", model_type in ("gpt_oss", "glm4"))
     out: dict[str, Any] = {
         "attention": "gqa", "num_key_value_heads": kv, "head_dim": head_dim,
         "qkv_bias": (True if model_type == "qwen2" else _bool_field(raw, "qkv_bias", True) if model_type == "qwen2_moe"
@@ -706,6 +720,8 @@ def _gqa_ffn(raw: dict[str, Any], model_type: str, n: int) -> dict[str, Any]:
                    first_k_dense_replace=0, moe_layer_freq=1, n_shared_experts=0, num_nextn_predict_layers=0)
     elif model_type == "qwen2_moe":
         out.update(_qwen2_moe_experts(raw, n))
+    elif model_type == "ernie4_5_moe":
+        out.update(_ernie45_moe(raw, n))
     elif model_type in ("llama4", "llama4_text"):
         out.update(_llama4_layers(raw, n))
     elif model_type == "gpt_oss":
@@ -883,6 +899,40 @@ def _qwen2_moe_experts(raw: dict[str, Any], n: int) -> dict[str, Any]:
             "shared_expert_gate": shared > 0,
             "first_k_dense_replace": 0, "moe_layer_freq": 1, "num_nextn_predict_layers": 0,
             "mlp_layer_types": _qwen3_moe_layer_types(raw, n)}
+
+
+def _ernie45_moe(raw: dict[str, Any], n: int) -> dict[str, Any]:
+    """ERNIE 4.5's FFN (transformers ``models/ernie4_5_moe/modular_ernie4_5_moe.py``): layer ``i``
+    (0-based) is sparse iff ``(i + 1) % moe_layer_interval == 0`` and ``moe_layer_start_index <= i <=
+    moe_layer_end_index`` (-1: the last layer), else a dense MLP of ``intermediate_size``; the sparse block
+    is ``moe_num_experts`` experts of ``moe_intermediate_size`` (top ``moe_k``; ``num_experts`` /
+    ``num_experts_per_tok`` are the config's aliases), a shared expert of ``moe_num_shared_experts``
+    expert widths and a router with a score-correction bias (``moe_statics``); ``Ernie4_5_MoeConfig``'s
+    defaults where omitted, tied embeddings among them. ``use_bias`` true also puts biases on the shared
+    expert and the output layer, which isplan does not model: refused. Its MTP layers are built by
+    neither transformers (``_keys_to_ignore_on_load_unexpected``) nor Megatron-Bridge
+    (``models/ernie/ernie_45_bridge.py`` @ 067f987d: ``mtp_num_layers = None``)."""
+    if _bool_field(raw, "use_bias", False):
+        raise ConfigError("use_bias true also puts biases on the shared expert and the output layer, which isplan "
+                          "does not model", "use_bias")
+
+    def read(name: str, default: int, alias: str | None = None) -> int:
+        value = _int_field(raw, alias if alias and name not in raw and alias in raw else name, default)
+        assert value is not None
+        return value
+
+    start, interval = read("moe_layer_start_index", 1), read("moe_layer_interval", 1)
+    end = n - 1 if raw.get("moe_layer_end_index", -1) == -1 else read("moe_layer_end_index", n - 1)
+    types = tuple("sparse" if (i + 1) % interval == 0 and start <= i <= end else "dense" for i in range(n))
+    out = {"n_routed_experts": read("moe_num_experts", 64, "num_experts"),
+           "num_experts_per_tok": read("moe_k", 6, "num_experts_per_tok"),
+           "moe_intermediate_size": read("moe_intermediate_size", 1536),
+           "n_shared_experts": read("moe_num_shared_experts", 2), "intermediate_size": read("intermediate_size", 12288),
+           "first_k_dense_replace": 0, "moe_layer_freq": 1, "num_nextn_predict_layers": 0,
+           "mlp_layer_types": None if all(t == "sparse" for t in types) else types}
+    if raw.get("tie_word_embeddings") is None:
+        out["tie_word_embeddings"] = True
+    return out
 
 
 def _shared_expert_widths(shared: int, width: int, name: str) -> int:

@@ -537,6 +537,52 @@ def test_minimax_m2_is_olmo2_attention_on_a_256_expert_moe_with_a_router_bias():
     assert load(alias).n_routed_experts == 128
 
 
+# config.json field values of baidu/ERNIE-4.5-21B-A3B-PT (with the MTP layer count it states: nothing builds it)
+ERNIE45_21B = {"model_type": "ernie4_5_moe", "architectures": ["Ernie4_5_MoeForCausalLM"], "hidden_size": 2560,
+               "intermediate_size": 12288, "num_hidden_layers": 28, "num_attention_heads": 20, "num_key_value_heads": 4,
+               "head_dim": 128, "vocab_size": 103424, "hidden_act": "silu", "use_bias": False, "moe_num_experts": 64,
+               "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "moe_layer_interval": 1,
+               "moe_intermediate_size": 1536, "moe_k": 6, "moe_use_aux_free": True, "num_nextn_predict_layers": 1,
+               "tie_word_embeddings": True}
+
+
+def test_ernie45_moe_layers_experts_and_shared_expert():
+    """ERNIE 4.5 (transformers ``modular_ernie4_5_moe.py``): layer i is an MoE iff (i + 1) % interval == 0
+    and start <= i <= end (-1: the last), else a dense MLP of ``intermediate_size``; the MoE is 64 experts of
+    1,536 (top-6), a shared expert of 2 x 1,536 and a router with a correction bias; tied. By hand: layer 0
+    (dense) is q, k, v, o (15,728,640) + 2 H + 3 H I = 110,105,600; an MoE layer 15,728,640 + 2 H + 64 H +
+    66 x 3 H i = 794,465,280; with 27 of those, one 103,424 x 2,560 table and the final norm:
+    21,825,436,160 (the card's "21B total"); active 3,352,148,480 ("3B active")."""
+    cfg = load(ERNIE45_21B)
+    H, I, i, V, h, g, d, E = 2560, 12288, 1536, 103424, 20, 4, 128, 64
+    assert (cfg.n_routed_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size, cfg.n_shared_experts,
+            cfg.intermediate_size, cfg.moe_router_bias, cfg.qkv_bias, cfg.num_nextn_predict_layers,
+            cfg.tie_word_embeddings) == (64, 6, 1536, 2, 12288, True, False, 0, True)
+    assert cfg.mlp_layer_types == ("dense",) + ("sparse",) * 27
+    attn = gqa_layer(H, h, g, d) + 2 * H
+    dense, moe = attn + 3 * H * I, attn + E * H + (E + 2) * 3 * H * i
+    assert (dense, moe) == (110_105_600, 794_465_280)
+    counts = count_parameters(cfg)
+    assert counts.main_total == dense + 27 * moe + V * H + H == 21_825_436_160
+    assert counts.active == dense + 27 * (moe - (E - 6) * 3 * H * i) + V * H + H == 3_352_148_480
+    assert counts.checkpoint_total - counts.main_total == 27 * E
+    # the layer rule: every second layer from 3 to 20; the end index -1 is the last layer
+    spaced = load({**ERNIE45_21B, "moe_layer_start_index": 3, "moe_layer_end_index": 20, "moe_layer_interval": 2})
+    assert [n for n, t in enumerate(spaced.mlp_layer_types) if t == "sparse"] == [3, 5, 7, 9, 11, 13, 15, 17, 19]
+    every = load({**ERNIE45_21B, "moe_layer_start_index": 0, "moe_layer_end_index": -1})
+    assert every.mlp_layer_types is None
+    # the config's aliases, its class defaults (tied unless said), and use_bias refused by name
+    alias = {k: v for k, v in ERNIE45_21B.items() if k not in ("moe_num_experts", "moe_k", "tie_word_embeddings")}
+    cfg2 = load({**alias, "num_experts": 32, "num_experts_per_tok": 4})
+    assert (cfg2.n_routed_experts, cfg2.num_experts_per_tok, cfg2.tie_word_embeddings) == (32, 4, True)
+    with pytest.raises(ConfigError) as err:
+        load({**ERNIE45_21B, "use_bias": True})
+    assert err.value.field == "use_bias"
+    with pytest.raises(ConfigError) as err:
+        load({**ERNIE45_21B, "moe_layer_interval": 0})
+    assert err.value.field == "moe_layer_interval"
+
+
 # config.json field values of a Granite 3.x 8B (GraniteForCausalLM, model_type granite)
 GRANITE3_8B = {"model_type": "granite", "architectures": ["GraniteForCausalLM"], "hidden_size": 4096,
                "intermediate_size": 12800, "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8,
