@@ -20,8 +20,8 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   ``granite`` (Granite 3: Llama's shapes, its multipliers scale activations only), ``glm4`` (GLM-4 dense:
   four norms a layer, q/k/v biases), ``nemotron``
   (Nemotron-4 / Minitron: a 2-matrix squared-ReLU MLP and LayerNorms with biases) (dense) and
-  ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``olmoe``, ``minimax_m2``, ``ernie4_5_moe``, ``glm4_moe``, ``gpt_oss``,
-  ``llama4`` (MoE; Llama 4's
+  ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``olmoe``, ``minimax_m2``, ``ernie4_5_moe``, ``bailing_moe_v2`` (Ling 2.0),
+  ``glm4_moe``, ``gpt_oss``, ``llama4`` (MoE; Llama 4's
   ``text_config``, with chunked attention), ``nemotron_h`` (hybrid Mamba), and ``gpt2`` (the
   dense GPT of GPT-2 / GPT-3 / Megatron's ``GPTModel``: multi-head attention, a 2-matrix GELU
   MLP of ``n_inner`` (default 4H), LayerNorms with biases, biases on every linear layer, learned
@@ -53,8 +53,8 @@ in ``modeling_<family>.py``):
   and one full-attention layer every ``sliding_window_pattern`` (6) layers, the rest sliding;
 * GPT-OSS: attention sinks, expert and trained router biases, and sliding windows on alternate
   layers (``layer_windows``, :func:`_layer_windows`, as for Gemma 2, Mistral and Phi-3);
-* router score-correction bias (``e_score_correction_bias``, E per MoE layer): DeepSeek, GLM, MiniMax-M2 and
-  ERNIE 4.5 (its ``moe_statics``);
+* router score-correction bias (``e_score_correction_bias``, E per MoE layer): DeepSeek, GLM, MiniMax-M2,
+  ERNIE 4.5 (its ``moe_statics``) and Ling 2.0 (``expert_bias``);
 * MTP (``num_nextn_predict_layers``): DeepSeek and GLM; none elsewhere.
 
 A ``model_type`` outside this list without the MLA fields is refused (its shapes cannot be read
@@ -141,7 +141,7 @@ _POSITIVE = {
 
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
 GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "olmoe", "minimax_m2", "ernie4_5_moe",
-                   "glm4_moe", "gpt2", "phi3", "gemma",
+                   "bailing_moe_v2", "glm4_moe", "gpt2", "phi3", "gemma",
                    "gemma2", "gemma3_text", "olmo2", "olmo3", "granite", "glm4", "qwen2_moe", "gpt_oss", "nemotron",
                    "nemotron_h", "llama4", "llama4_text")
 #: Gemma, Gemma 2 and Gemma 3: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
@@ -168,15 +168,17 @@ _OLMO_TYPES = ("olmo2", "olmo3")
 #: its ``num_mtp_modules`` are built by neither transformers nor Megatron-Bridge's bridge, so not counted)
 _FULL_QK_NORM_TYPES = (*_OLMO_TYPES, "olmoe", "minimax_m2")
 #: ``head_dim`` when the file omits it (the config classes' defaults; else H / h)
-_HEAD_DIM_DEFAULT = {"gemma": 256, "gemma2": 256, "gemma3_text": 256, "gpt_oss": 64, "minimax_m2": 128}
+_HEAD_DIM_DEFAULT = {"gemma": 256, "gemma2": 256, "gemma3_text": 256, "gpt_oss": 64, "minimax_m2": 128,
+                     "bailing_moe_v2": 128}
 KNOWN_MODEL_TYPES = MLA_MODEL_TYPES + GQA_MODEL_TYPES
 #: model types whose MoE router has a score-correction bias (``e_score_correction_bias``)
-_ROUTER_BIAS_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2", "glm4_moe", "minimax_m2", "ernie4_5_moe")
+_ROUTER_BIAS_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2", "glm4_moe", "minimax_m2", "ernie4_5_moe",
+                      "bailing_moe_v2")
 #: families whose attention projections never read ``attention_bias`` (MiniMax-M2: bias-free; ERNIE 4.5:
-#: ``use_bias``, refused when true by :func:`_ernie45_moe`)
-_OWN_BIAS_TYPES = ("minimax_m2", "ernie4_5_moe")
+#: ``use_bias``, refused when true by :func:`_ernie45_moe`; Ling 2.0: :func:`_bailing_moe_v2`)
+_OWN_BIAS_TYPES = ("minimax_m2", "ernie4_5_moe", "bailing_moe_v2")
 #: ``num_key_value_heads`` when the file omits it, where the config class's default is not h
-_KV_HEADS_DEFAULT = {"minimax_m2": 8, "ernie4_5_moe": 4}
+_KV_HEADS_DEFAULT = {"minimax_m2": 8, "ernie4_5_moe": 4, "bailing_moe_v2": 4}
 _DSA_DEFAULTS = {"glm_moe_dsa": (32, 128, 2048), "deepseek_v32": (64, 128, 2048)}
 
 
@@ -680,6 +682,8 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
         out.update(_nemotron_family(raw))
     elif model_type == "nemotron_h":
         out.update(_nemotron_h_family(raw))
+    elif model_type == "bailing_moe_v2":
+        out.update(_bailing_moe_v2(raw))
     return out
 
 
@@ -730,7 +734,7 @@ def _gqa_ffn(raw: dict[str, Any], model_type: str, n: int) -> dict[str, Any]:
                    moe_intermediate_size=_int_field(raw, "intermediate_size", 2880), intermediate_size=0,
                    first_k_dense_replace=0, moe_layer_freq=1, n_shared_experts=0, num_nextn_predict_layers=0,
                    expert_bias=True, router_weight_bias=True)
-    elif model_type not in ("glm4_moe", "nemotron_h"):  # dense families (Nemotron-H: _nemotron_h_family)
+    elif model_type not in ("glm4_moe", "nemotron_h", "bailing_moe_v2"):  # dense (Nemotron-H, Ling 2.0: their own)
         out.update(n_routed_experts=0, n_shared_experts=0, num_experts_per_tok=0, moe_intermediate_size=0,
                    num_nextn_predict_layers=0)
     return out
@@ -933,6 +937,26 @@ def _ernie45_moe(raw: dict[str, Any], n: int) -> dict[str, Any]:
     if raw.get("tie_word_embeddings") is None:
         out["tie_word_embeddings"] = True
     return out
+
+
+def _bailing_moe_v2(raw: dict[str, Any]) -> dict[str, Any]:
+    """Ling 2.0 (``BailingMoeV2Config`` / ``modeling_bailing_moe_v2.py``, which Megatron-Bridge bundles @
+    067f987d from inclusionAI/Ling-mini-2.0): a fused ``query_key_value`` with ``use_qkv_bias``, a
+    per-head QK-norm (``use_qk_norm``), the output projection ``dense`` with ``use_bias``; the first
+    ``first_k_dense_replace`` layers a dense MLP of ``intermediate_size``, then ``num_experts`` experts of
+    ``moe_intermediate_size`` (null: every layer dense), ``num_shared_experts`` shared expert widths, a
+    router with ``expert_bias``; MTP layers (``num_nextn_predict_layers``) DeepSeek's shape sharing the
+    embedding and head. The config class's defaults where omitted."""
+    experts = None if "num_experts" in raw and raw["num_experts"] is None else _int_field(raw, "num_experts", 256)
+    shared = _int_field(raw, "num_shared_experts", 1)
+    return {"qkv_bias": _bool_field(raw, "use_qkv_bias", False), "o_bias": _bool_field(raw, "use_bias", False),
+            "qk_norm": _bool_field(raw, "use_qk_norm", True),
+            "n_routed_experts": experts or 0, "n_shared_experts": shared or 0,
+            "num_experts_per_tok": _int_field(raw, "num_experts_per_tok", 8) if experts else 0,
+            "moe_intermediate_size": _int_field(raw, "moe_intermediate_size", 512),
+            "intermediate_size": _int_field(raw, "intermediate_size", 5120),
+            "first_k_dense_replace": _int_field(raw, "first_k_dense_replace", 1) if experts else 0,
+            "moe_layer_freq": 1}
 
 
 def _shared_expert_widths(shared: int, width: int, name: str) -> int:

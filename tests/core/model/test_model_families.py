@@ -583,6 +583,44 @@ def test_ernie45_moe_layers_experts_and_shared_expert():
     assert err.value.field == "moe_layer_interval"
 
 
+# config.json field values of inclusionAI/Ling-mini-2.0 (Ling 2.0, BailingMoeV2ForCausalLM)
+LING_MINI_2 = {"model_type": "bailing_moe_v2", "architectures": ["BailingMoeV2ForCausalLM"], "hidden_size": 2048,
+               "intermediate_size": 5120, "num_hidden_layers": 20, "num_attention_heads": 16, "num_key_value_heads": 4,
+               "head_dim": 128, "vocab_size": 157184, "num_experts": 256, "num_shared_experts": 1,
+               "num_experts_per_tok": 8, "moe_intermediate_size": 512, "first_k_dense_replace": 1, "use_qk_norm": True,
+               "use_qkv_bias": False, "use_bias": False, "tie_word_embeddings": False, "n_group": 8, "topk_group": 4,
+               "partial_rotary_factor": 0.5, "score_function": "sigmoid", "moe_router_enable_expert_bias": True}
+
+
+def test_ling_2_is_a_dense_first_moe_with_a_shared_expert_qk_norm_and_router_bias():
+    """Ling 2.0 (``modeling_bailing_moe_v2.py`` as Megatron-Bridge bundles it): a fused qkv, a per-head
+    QK-norm, one dense layer of 5,120 then 256 experts of 512 (top-8) with one shared expert and a router
+    ``expert_bias``; untied. By hand: attention 10,485,760 + 2 d + 2 H = 10,490,112; the dense layer adds
+    3 H I = 31,457,280; an MoE layer 256 H + 257 x 3 H i = 808,976,384; with 19 MoE layers, two tables
+    and the final norm: 16,255,638,528 (the card's "16B total"); active without the tables 789,140,480 -
+    the card's "789M non-embedding active" to the parameter. An MTP layer is DeepSeek's block (not in the
+    main count); ``use_qkv_bias`` / ``use_bias`` put biases on qkv / the output projection."""
+    cfg = load(LING_MINI_2)
+    H, I, i, V, h, g, d, E = 2048, 5120, 512, 157184, 16, 4, 128, 256
+    assert (cfg.qk_norm, cfg.qkv_bias, cfg.o_bias, cfg.moe_router_bias, cfg.n_routed_experts, cfg.n_shared_experts,
+            cfg.first_k_dense_replace, cfg.tie_word_embeddings) == (True, False, False, True, 256, 1, 1, False)
+    attn = gqa_layer(H, h, g, d, qk_norm=True) + 2 * H
+    dense, moe = attn + 3 * H * I, attn + E * H + (E + 1) * 3 * H * i
+    assert (attn, dense, moe) == (10_490_112, 41_947_392, 819_466_496)
+    counts = count_parameters(cfg)
+    assert counts.main_total == dense + 19 * moe + 2 * V * H + H == 16_255_638_528
+    assert counts.active - V * H - H == dense + 19 * (moe - (E - 8) * 3 * H * i) == 789_140_480
+    assert counts.checkpoint_total - counts.main_total == 19 * E
+    mtp = load({**LING_MINI_2, "num_nextn_predict_layers": 1})
+    assert mtp.num_nextn_predict_layers == 1 and count_parameters(mtp).main_total == counts.main_total
+    # BailingMoeV2MTPLayer: eh_proj 2H x H, enorm / hnorm / final_layernorm, a decoder layer with the MoE block
+    assert count_parameters(mtp).checkpoint_total - counts.main_total == 2 * H * H + 3 * H + moe + 20 * E
+    biased = count_parameters(load({**LING_MINI_2, "use_qkv_bias": True, "use_bias": True})).main_total
+    assert biased - counts.main_total == 20 * ((h + 2 * g) * d + H)
+    dense_only = load({**LING_MINI_2, "num_experts": None})
+    assert (dense_only.n_routed_experts, count_parameters(dense_only).main_total) == (0, 20 * dense + 2 * V * H + H)
+
+
 # config.json field values of a Granite 3.x 8B (GraniteForCausalLM, model_type granite)
 GRANITE3_8B = {"model_type": "granite", "architectures": ["GraniteForCausalLM"], "hidden_size": 4096,
                "intermediate_size": 12800, "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8,
