@@ -17,7 +17,8 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
 * ``gqa`` (grouped-query / multi-head attention with ``num_key_value_heads`` and ``head_dim``):
   ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma``, ``gemma2``, ``gemma3_text`` (and a
   multimodal ``gemma3`` file's ``text_config``; a ``mistral3`` file's ``mistral`` one), ``olmo2``, ``olmo3``,
-  ``granite`` (Granite 3: Llama's shapes, its multipliers scale activations only), ``glm4`` (GLM-4 dense:
+  ``granite`` (Granite 3: Llama's shapes, its multipliers scale activations only), ``exaone4`` (EXAONE 4.0: OLMo 2's
+  post-norm layer, a per-head QK-norm, sliding windows on 3 layers of 4), ``glm4`` (GLM-4 dense:
   four norms a layer, q/k/v biases), ``nemotron``
   (Nemotron-4 / Minitron: a 2-matrix squared-ReLU MLP and LayerNorms with biases) (dense) and
   ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``olmoe``, ``minimax_m2``, ``ernie4_5_moe``, ``bailing_moe_v2`` (Ling 2.0),
@@ -141,7 +142,7 @@ _POSITIVE = {
 
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
 GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "olmoe", "minimax_m2", "ernie4_5_moe",
-                   "bailing_moe_v2", "glm4_moe", "gpt2", "phi3", "gemma",
+                   "bailing_moe_v2", "glm4_moe", "gpt2", "phi3", "gemma", "exaone4",
                    "gemma2", "gemma3_text", "olmo2", "olmo3", "granite", "glm4", "qwen2_moe", "gpt_oss", "nemotron",
                    "nemotron_h", "llama4", "llama4_text")
 #: Gemma, Gemma 2 and Gemma 3: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
@@ -175,10 +176,10 @@ KNOWN_MODEL_TYPES = MLA_MODEL_TYPES + GQA_MODEL_TYPES
 _ROUTER_BIAS_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2", "glm4_moe", "minimax_m2", "ernie4_5_moe",
                       "bailing_moe_v2")
 #: families whose attention projections never read ``attention_bias`` (MiniMax-M2: bias-free; ERNIE 4.5:
-#: ``use_bias``, refused when true by :func:`_ernie45_moe`; Ling 2.0: :func:`_bailing_moe_v2`)
-_OWN_BIAS_TYPES = ("minimax_m2", "ernie4_5_moe", "bailing_moe_v2")
+#: ``use_bias``, refused when true by :func:`_ernie45_moe`; Ling 2.0: :func:`_bailing_moe_v2`; EXAONE 4: bias-free)
+_OWN_BIAS_TYPES = ("minimax_m2", "ernie4_5_moe", "bailing_moe_v2", "exaone4")
 #: ``num_key_value_heads`` when the file omits it, where the config class's default is not h
-_KV_HEADS_DEFAULT = {"minimax_m2": 8, "ernie4_5_moe": 4, "bailing_moe_v2": 4}
+_KV_HEADS_DEFAULT = {"minimax_m2": 8, "ernie4_5_moe": 4, "bailing_moe_v2": 4, "exaone4": 32}
 _DSA_DEFAULTS = {"glm_moe_dsa": (32, 128, 2048), "deepseek_v32": (64, 128, 2048)}
 
 
@@ -664,7 +665,7 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
                    else False),
         # LlamaMLP / GraniteMLP: gate, up and down with ``bias=config.mlp_bias``
         "mlp_bias": model_type in ("llama", "granite") and _bool_field(raw, "mlp_bias", False),
-        "qk_norm": model_type in ("qwen3", "qwen3_moe", "gemma3_text") or (model_type == "glm4_moe"
+        "qk_norm": model_type in ("qwen3", "qwen3_moe", "gemma3_text", "exaone4") or (model_type == "glm4_moe"
                                                                            and _bool_field(raw, "use_qk_norm", False)),
         "qk_norm_full": model_type in _FULL_QK_NORM_TYPES,
         "moe_router_bias": model_type in _ROUTER_BIAS_TYPES,
@@ -852,10 +853,12 @@ _WINDOW_EVERY_LAYER = ("mistral", "phi3")
 _WINDOW_ALTERNATE = ("gemma2", "gpt_oss")
 #: the families with one full layer every ``sliding_window_pattern`` layers (default 6), the rest sliding:
 #: ``Gemma3Attention.is_sliding = bool((layer_idx + 1) % config.sliding_window_pattern)`` (transformers
-#: ``models/gemma3`` @ 008f5c8c; later ``Gemma3TextConfig`` writes the same as its default ``layer_types``)
-_WINDOW_PATTERN = {"gemma3_text": 6, "olmo3": 4}
-#: ``sliding_window`` when the file omits it, as the family's config class defaults it (``Olmo3Config``: 4096)
-_WINDOW_DEFAULT = {"olmo3": 4096}
+#: ``models/gemma3`` @ 008f5c8c; later ``Gemma3TextConfig`` writes the same as its default ``layer_types``;
+#: ``Olmo3Config`` and ``Exaone4Config`` default their ``layer_types`` by the same rule, every 4th layer full)
+_WINDOW_PATTERN = {"gemma3_text": 6, "olmo3": 4, "exaone4": 4}
+#: ``sliding_window`` when the file omits it, as the family's config class defaults it (``Olmo3Config``,
+#: ``Exaone4Config``: 4096)
+_WINDOW_DEFAULT = {"olmo3": 4096, "exaone4": 4096}
 
 
 def _layer_windows(raw: dict[str, Any], model_type: str, n: int) -> tuple[int, ...] | None:
@@ -874,6 +877,8 @@ def _layer_windows(raw: dict[str, Any], model_type: str, n: int) -> tuple[int, .
         sliding = [k == "sliding_attention" for k in kinds]
     elif model_type in _WINDOW_ALTERNATE:
         sliding = [bool((i + 1) % 2) for i in range(n)]
+    elif model_type == "exaone4" and isinstance(raw.get("sliding_window_pattern"), str):
+        sliding = _local_global(raw["sliding_window_pattern"], n)
     elif model_type in _WINDOW_PATTERN:
         every = _int_field(raw, "sliding_window_pattern", _WINDOW_PATTERN[model_type]) or 1
         sliding = [bool((i + 1) % every) for i in range(n)]
@@ -885,6 +890,16 @@ def _layer_windows(raw: dict[str, Any], model_type: str, n: int) -> tuple[int, .
     else:
         return None
     return tuple(window if s else 0 for s in sliding) if any(sliding) else None
+
+
+def _local_global(pattern: str, n: int) -> list[bool]:
+    """EXAONE 4's ``sliding_window_pattern`` string (``Exaone4Config``'s docstring, transformers
+    ``models/exaone4``): ``L`` local (sliding), ``G`` global, repeated from layer 0; the final layer is
+    global whatever the pattern says."""
+    if not pattern or set(pattern) - {"L", "G"}:
+        raise ConfigError(f"sliding_window_pattern must be an integer or a string of L and G, got "
+                          f"{json.dumps(pattern)[:40]}", "sliding_window_pattern")
+    return [pattern[i % len(pattern)] == "L" and i < n - 1 for i in range(n)]
 
 
 def _qwen2_moe_experts(raw: dict[str, Any], n: int) -> dict[str, Any]:

@@ -621,6 +621,37 @@ def test_ling_2_is_a_dense_first_moe_with_a_shared_expert_qk_norm_and_router_bia
     assert (dense_only.n_routed_experts, count_parameters(dense_only).main_total) == (0, 20 * dense + 2 * V * H + H)
 
 
+# config.json field values of LGAI-EXAONE/EXAONE-4.0-32B
+EXAONE4_32B = {"model_type": "exaone4", "architectures": ["Exaone4ForCausalLM"], "hidden_size": 5120,
+               "intermediate_size": 27392, "num_hidden_layers": 64, "num_attention_heads": 40, "num_key_value_heads": 8,
+               "head_dim": 128, "vocab_size": 102400, "hidden_act": "silu", "sliding_window": 4096,
+               "sliding_window_pattern": "LLLG", "tie_word_embeddings": False}
+
+
+def test_exaone4_is_olmo2s_layer_with_a_per_head_qk_norm_and_local_global_windows():
+    """EXAONE 4.0 (transformers ``modular_exaone4.py``): OLMo 2's decoder layer and MLP (two post-norms),
+    bias-free projections, an RMSNorm of ``head_dim`` on q and k; ``sliding_window_pattern`` "LLLG" (L local,
+    G global, from layer 0; the last layer global) or an integer p (every p-th layer global, the config
+    class's default 4). By hand: a layer q/k/v/o 62,914,560 + 2 d + 2 H + 3 H I = 483,666,176; 64 of them,
+    two tables and the final norm: 32,003,216,384 (the card's 32.0B)."""
+    cfg = load(EXAONE4_32B)
+    H, I, V, L, h, g, d = 5120, 27392, 102400, 64, 40, 8, 128
+    layer = gqa_layer(H, h, g, d, qk_norm=True) + 2 * H + 3 * H * I
+    assert layer == 483_666_176
+    assert count_parameters(cfg).main_total == L * layer + 2 * V * H + H == 32_003_216_384
+    assert (cfg.qk_norm, cfg.qk_norm_full, cfg.qkv_bias, cfg.o_bias) == (True, False, False, False)
+    assert cfg.layer_windows == (4096, 4096, 4096, 0) * 16
+    assert load({**EXAONE4_32B, "sliding_window_pattern": "LLG"}).layer_windows == (4096, 4096, 0) * 21 + (0,)
+    assert load({**EXAONE4_32B, "sliding_window_pattern": 2}).layer_windows == (4096, 0) * 32
+    assert load({k: v for k, v in EXAONE4_32B.items() if k != "sliding_window_pattern"}).layer_windows == cfg.layer_windows
+    assert load({**EXAONE4_32B, "sliding_window": None}).layer_windows is None
+    given = ["full_attention"] * 63 + ["sliding_attention"]
+    assert load({**EXAONE4_32B, "layer_types": given}).layer_windows == (0,) * 63 + (4096,)
+    with pytest.raises(ConfigError) as err:
+        load({**EXAONE4_32B, "sliding_window_pattern": "LLXG"})
+    assert err.value.field == "sliding_window_pattern"
+
+
 # config.json field values of a Granite 3.x 8B (GraniteForCausalLM, model_type granite)
 GRANITE3_8B = {"model_type": "granite", "architectures": ["GraniteForCausalLM"], "hidden_size": 4096,
                "intermediate_size": 12800, "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8,
