@@ -17,7 +17,8 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
 * ``gqa`` (grouped-query / multi-head attention with ``num_key_value_heads`` and ``head_dim``):
   ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma``, ``gemma2``, ``gemma3_text`` (and a
   multimodal ``gemma3`` file's ``text_config``; a ``mistral3`` file's ``mistral`` one), ``olmo2``, ``olmo3``,
-  ``granite`` (Granite 3: Llama's shapes, its multipliers scale activations only), ``exaone4`` (EXAONE 4.0: OLMo 2's
+  ``granite`` (Granite 3: Llama's shapes, its multipliers scale activations only), ``smollm3`` (Llama's shapes,
+  tied by default, windows only on its NoPE layers), ``exaone4`` (EXAONE 4.0: OLMo 2's
   post-norm layer, a per-head QK-norm, sliding windows on 3 layers of 4), ``glm4`` (GLM-4 dense:
   four norms a layer, q/k/v biases), ``nemotron``
   (Nemotron-4 / Minitron: a 2-matrix squared-ReLU MLP and LayerNorms with biases) (dense) and
@@ -124,6 +125,7 @@ _LIMITS: dict[str, int] = {
     "moe_layer_start_index": 4096,
     "moe_layer_end_index": 4096,
     "moe_layer_interval": 4096,
+    "no_rope_layer_interval": 4096,
 }
 
 #: Fields that must be >= 1 when present (the others may be 0).
@@ -138,11 +140,12 @@ _POSITIVE = {
     "num_key_value_heads",
     "decoder_sparse_step",
     "moe_layer_interval",
+    "no_rope_layer_interval",
 }
 
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
 GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "olmoe", "minimax_m2", "ernie4_5_moe",
-                   "bailing_moe_v2", "glm4_moe", "gpt2", "phi3", "gemma", "exaone4",
+                   "bailing_moe_v2", "glm4_moe", "gpt2", "phi3", "gemma", "exaone4", "smollm3",
                    "gemma2", "gemma3_text", "olmo2", "olmo3", "granite", "glm4", "qwen2_moe", "gpt_oss", "nemotron",
                    "nemotron_h", "llama4", "llama4_text")
 #: Gemma, Gemma 2 and Gemma 3: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
@@ -179,7 +182,7 @@ _ROUTER_BIAS_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2", "
 #: ``use_bias``, refused when true by :func:`_ernie45_moe`; Ling 2.0: :func:`_bailing_moe_v2`; EXAONE 4: bias-free)
 _OWN_BIAS_TYPES = ("minimax_m2", "ernie4_5_moe", "bailing_moe_v2", "exaone4")
 #: ``num_key_value_heads`` when the file omits it, where the config class's default is not h
-_KV_HEADS_DEFAULT = {"minimax_m2": 8, "ernie4_5_moe": 4, "bailing_moe_v2": 4, "exaone4": 32}
+_KV_HEADS_DEFAULT = {"minimax_m2": 8, "ernie4_5_moe": 4, "bailing_moe_v2": 4, "exaone4": 32, "smollm3": 4}
 _DSA_DEFAULTS = {"glm_moe_dsa": (32, 128, 2048), "deepseek_v32": (64, 128, 2048)}
 
 
@@ -661,10 +664,10 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
         "qkv_bias": (True if model_type == "qwen2" else _bool_field(raw, "qkv_bias", True) if model_type == "qwen2_moe"
                      else bias),
         "o_bias": (bias if model_type in ("llama", "mistral", "qwen3", "qwen3_moe", "gpt_oss", "nemotron", "llama4",
-                                          "llama4_text", "granite", *_GEMMA_TYPES, *_FULL_QK_NORM_TYPES)
+                                          "llama4_text", "granite", "smollm3", *_GEMMA_TYPES, *_FULL_QK_NORM_TYPES)
                    else False),
-        # LlamaMLP / GraniteMLP: gate, up and down with ``bias=config.mlp_bias``
-        "mlp_bias": model_type in ("llama", "granite") and _bool_field(raw, "mlp_bias", False),
+        # LlamaMLP / GraniteMLP (SmolLM3's is Llama's): gate, up and down with ``bias=config.mlp_bias``
+        "mlp_bias": model_type in ("llama", "granite", "smollm3") and _bool_field(raw, "mlp_bias", False),
         "qk_norm": model_type in ("qwen3", "qwen3_moe", "gemma3_text", "exaone4") or (model_type == "glm4_moe"
                                                                            and _bool_field(raw, "use_qk_norm", False)),
         "qk_norm_full": model_type in _FULL_QK_NORM_TYPES,
@@ -674,7 +677,7 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
         "norms_per_layer": 4 if model_type in _FOUR_NORM_TYPES else 2,
         "layer_windows": _layer_windows(raw, model_type, n),
     }
-    if model_type in _GEMMA_TYPES and raw.get("tie_word_embeddings") is None:
+    if model_type in (*_GEMMA_TYPES, "smollm3") and raw.get("tie_word_embeddings") is None:
         out["tie_word_embeddings"] = True
     out.update(_gqa_ffn(raw, model_type, n))
     if model_type == "gpt2":
@@ -870,6 +873,8 @@ def _layer_windows(raw: dict[str, Any], model_type: str, n: int) -> tuple[int, .
     window = _int_field(raw, "sliding_window", None) if "sliding_window" in raw else _WINDOW_DEFAULT.get(model_type)
     if not window or model_type == "nemotron_h":  # NemotronHAttention reads no window; its layer_types are blocks
         return None
+    if model_type == "smollm3":
+        return _smollm3_windows(raw, n, window)
     types = raw.get("layer_types")
     if types is not None:
         kinds = _str_list(raw, "layer_types", ("sliding_attention", "full_attention"), n)
@@ -889,6 +894,27 @@ def _layer_windows(raw: dict[str, Any], model_type: str, n: int) -> tuple[int, .
         sliding = [i >= (start or 0) for i in range(n)]
     else:
         return None
+    return tuple(window if s else 0 for s in sliding) if any(sliding) else None
+
+
+def _smollm3_windows(raw: dict[str, Any], n: int, window: int) -> tuple[int, ...] | None:
+    """SmolLM3's windows (transformers ``models/smollm3/modular_smollm3.py``): none unless
+    ``use_sliding_window``; then on the layers ``layer_types`` marks sliding, by default the NoPE ones -
+    ``no_rope_layers[i]`` 0, by default every ``no_rope_layer_interval``-th (4) layer."""
+    if not _bool_field(raw, "use_sliding_window", False):
+        return None
+    if raw.get("layer_types") is not None:
+        kinds = _str_list(raw, "layer_types", ("sliding_attention", "full_attention"), n)
+        assert kinds is not None
+        sliding = [k == "sliding_attention" for k in kinds]
+    elif raw.get("no_rope_layers") is not None:
+        rope = raw["no_rope_layers"]
+        if not isinstance(rope, list) or len(rope) < n or any(v not in (0, 1) or isinstance(v, float) for v in rope[:n]):
+            raise ConfigError(f"no_rope_layers must list 0 or 1 for each of the {n} layers", "no_rope_layers")
+        sliding = [not rope[i] for i in range(n)]
+    else:
+        every = _int_field(raw, "no_rope_layer_interval", 4) or 1
+        sliding = [(i + 1) % every == 0 for i in range(n)]
     return tuple(window if s else 0 for s in sliding) if any(sliding) else None
 
 

@@ -652,6 +652,42 @@ def test_exaone4_is_olmo2s_layer_with_a_per_head_qk_norm_and_local_global_window
     assert err.value.field == "sliding_window_pattern"
 
 
+# config.json field values of HuggingFaceTB/SmolLM3-3B
+SMOLLM3_3B = {"model_type": "smollm3", "architectures": ["SmolLM3ForCausalLM"], "hidden_size": 2048,
+              "intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 4,
+              "vocab_size": 128256, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
+              "no_rope_layers": [1, 1, 1, 0] * 9, "use_sliding_window": False, "sliding_window": None,
+              "tie_word_embeddings": True}
+
+
+def test_smollm3_is_llamas_shapes_tied_with_windows_only_on_its_nope_layers():
+    """SmolLM3 (transformers ``modular_smollm3.py``): Llama's attention and MLP (``attention_bias``,
+    ``mlp_bias``), tied unless said (``SmolLM3Config``), 4 KV heads by default. By hand: a layer
+    10,485,760 + 3 H I + 2 H = 78,123,008; 36 of them, one 128,256 x 2,048 table and the final norm:
+    3,075,098,624 (the card's 3B). A window applies only with ``use_sliding_window``, by default on the NoPE
+    layers (``no_rope_layers`` 0, else every ``no_rope_layer_interval``-th layer)."""
+    cfg = load(SMOLLM3_3B)
+    H, I, V, L, h, g, d = 2048, 11008, 128256, 36, 16, 4, 128
+    layer = gqa_layer(H, h, g, d) + 3 * H * I + 2 * H
+    assert layer == 78_123_008
+    assert count_parameters(cfg).main_total == L * layer + V * H + H == 3_075_098_624
+    untied = {k: v for k, v in SMOLLM3_3B.items() if k not in ("tie_word_embeddings", "num_key_value_heads")}
+    assert (load(untied).tie_word_embeddings, load(untied).num_key_value_heads) == (True, 4)
+    assert cfg.layer_windows is None
+    assert load({**SMOLLM3_3B, "sliding_window": 4096}).layer_windows is None  # use_sliding_window is off
+    on = {**SMOLLM3_3B, "sliding_window": 4096, "use_sliding_window": True}
+    assert load(on).layer_windows == (0, 0, 0, 4096) * 9
+    assert load({k: v for k, v in on.items() if k != "no_rope_layers"} | {"no_rope_layer_interval": 3}
+                ).layer_windows == (0, 0, 4096) * 12
+    assert load({**on, "layer_types": ["sliding_attention"] * 36}).layer_windows == (4096,) * 36
+    biased = load({**SMOLLM3_3B, "attention_bias": True, "mlp_bias": True})
+    assert count_parameters(biased).main_total - count_parameters(cfg).main_total == L * ((h + 2 * g) * d + H + 2 * I + H)
+    for bad in ({"no_rope_layers": [1, 2] * 18}, {"no_rope_layers": [1] * 35}):
+        with pytest.raises(ConfigError) as err:
+            load({**on, **bad})
+        assert err.value.field == "no_rope_layers"
+
+
 # config.json field values of a Granite 3.x 8B (GraniteForCausalLM, model_type granite)
 GRANITE3_8B = {"model_type": "granite", "architectures": ["GraniteForCausalLM"], "hidden_size": 4096,
                "intermediate_size": 12800, "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8,
