@@ -16,7 +16,8 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   ``DeepseekV3Config``;
 * ``gqa`` (grouped-query / multi-head attention with ``num_key_value_heads`` and ``head_dim``):
   ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma``, ``gemma2``, ``gemma3_text`` (and a
-  multimodal ``gemma3`` file's ``text_config``; a ``mistral3`` file's ``mistral`` one), ``olmo2``, ``olmo3``,
+  multimodal ``gemma3`` file's ``text_config``; a ``mistral3`` file's ``mistral`` or ``ministral3`` one),
+  ``ministral3`` (Ministral 3: Mistral's shapes), ``olmo2``, ``olmo3``,
   ``granite`` (Granite 3: Llama's shapes, its multipliers scale activations only), ``smollm3`` (Llama's shapes,
   tied by default, windows only on its NoPE layers), ``exaone4`` (EXAONE 4.0: OLMo 2's
   post-norm layer, a per-head QK-norm, sliding windows on 3 layers of 4), ``glm4`` (GLM-4 dense:
@@ -145,7 +146,7 @@ _POSITIVE = {
 
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
 GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "olmoe", "minimax_m2", "ernie4_5_moe",
-                   "bailing_moe_v2", "glm4_moe", "gpt2", "phi3", "gemma", "exaone4", "smollm3",
+                   "bailing_moe_v2", "glm4_moe", "gpt2", "phi3", "gemma", "exaone4", "smollm3", "ministral3",
                    "gemma2", "gemma3_text", "olmo2", "olmo3", "granite", "glm4", "qwen2_moe", "gpt_oss", "nemotron",
                    "nemotron_h", "llama4", "llama4_text")
 #: Gemma, Gemma 2 and Gemma 3: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
@@ -173,16 +174,18 @@ _OLMO_TYPES = ("olmo2", "olmo3")
 _FULL_QK_NORM_TYPES = (*_OLMO_TYPES, "olmoe", "minimax_m2")
 #: ``head_dim`` when the file omits it (the config classes' defaults; else H / h)
 _HEAD_DIM_DEFAULT = {"gemma": 256, "gemma2": 256, "gemma3_text": 256, "gpt_oss": 64, "minimax_m2": 128,
-                     "bailing_moe_v2": 128}
+                     "bailing_moe_v2": 128, "ministral3": 128}
 KNOWN_MODEL_TYPES = MLA_MODEL_TYPES + GQA_MODEL_TYPES
 #: model types whose MoE router has a score-correction bias (``e_score_correction_bias``)
 _ROUTER_BIAS_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2", "glm4_moe", "minimax_m2", "ernie4_5_moe",
                       "bailing_moe_v2")
 #: families whose attention projections never read ``attention_bias`` (MiniMax-M2: bias-free; ERNIE 4.5:
-#: ``use_bias``, refused when true by :func:`_ernie45_moe`; Ling 2.0: :func:`_bailing_moe_v2`; EXAONE 4: bias-free)
-_OWN_BIAS_TYPES = ("minimax_m2", "ernie4_5_moe", "bailing_moe_v2", "exaone4")
+#: ``use_bias``, refused when true by :func:`_ernie45_moe`; Ling 2.0: :func:`_bailing_moe_v2`; EXAONE 4 and
+#: Ministral 3 (``MistralAttention``'s projections): bias-free)
+_OWN_BIAS_TYPES = ("minimax_m2", "ernie4_5_moe", "bailing_moe_v2", "exaone4", "ministral3")
 #: ``num_key_value_heads`` when the file omits it, where the config class's default is not h
-_KV_HEADS_DEFAULT = {"minimax_m2": 8, "ernie4_5_moe": 4, "bailing_moe_v2": 4, "exaone4": 32, "smollm3": 4}
+_KV_HEADS_DEFAULT = {"minimax_m2": 8, "ernie4_5_moe": 4, "bailing_moe_v2": 4, "exaone4": 32, "smollm3": 4,
+                     "ministral3": 8}
 _DSA_DEFAULTS = {"glm_moe_dsa": (32, 128, 2048), "deepseek_v32": (64, 128, 2048)}
 
 
@@ -814,7 +817,8 @@ def _gemma3_text(raw: dict[str, Any]) -> dict[str, Any]:
 
 #: Multimodal files whose language model (``text_config``) is read when its ``model_type`` is one isplan
 #: reads, with the type ``text_config`` has by default: ``Mistral3Config`` (transformers
-#: ``models/mistral3/configuration_mistral3.py``: a ``mistral`` text model by default; Mistral Small 3.x).
+#: ``models/mistral3/configuration_mistral3.py``: a ``mistral`` text model by default, Mistral Small 3.x;
+#: Ministral 3 files name ``ministral3``, Mistral's decoder layer - ``models/ministral3/modular_ministral3.py``).
 #: The vision tower and projector are not counted.
 _TEXT_WRAPPERS = {"mistral3": "mistral"}
 
@@ -849,8 +853,8 @@ def _activation(raw: dict[str, Any], default: str = "silu") -> str:
 
 
 #: the families whose every layer uses ``sliding_window`` unless ``layer_types`` says otherwise
-#: (transformers ``MistralAttention`` / ``Phi3Attention`` pass it to every layer)
-_WINDOW_EVERY_LAYER = ("mistral", "phi3")
+#: (transformers ``MistralAttention`` / ``Phi3Attention`` / ``Ministral3Attention`` pass it to every layer)
+_WINDOW_EVERY_LAYER = ("mistral", "phi3", "ministral3")
 #: the families that alternate sliding and full layers by default, sliding first (``Gemma2Config`` /
 #: ``GptOssConfig``: ``"sliding_attention" if (i + 1) % 2 else "full_attention"``)
 _WINDOW_ALTERNATE = ("gemma2", "gpt_oss")

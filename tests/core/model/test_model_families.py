@@ -733,6 +733,30 @@ def test_a_mistral3_file_is_read_through_its_mistral_text_config():
     assert err.value.field == "text_config" and "mistral4" in str(err.value)
 
 
+# the text_config of mistralai/Ministral-3-8B-Base-2512's mistral3 file (its Pixtral tower left out)
+MINISTRAL3_8B_TEXT = {"model_type": "ministral3", "hidden_size": 4096, "intermediate_size": 14336,
+                      "num_hidden_layers": 34, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                      "vocab_size": 131072, "hidden_act": "silu", "sliding_window": None}
+
+
+def test_a_ministral3_text_config_is_mistrals_decoder():
+    """Ministral 3 (transformers ``modular_ministral3.py``): ``MistralAttention`` (bias-free) and
+    ``MistralDecoderLayer``; its attention scaling by position carries no weights. Read through its
+    ``mistral3`` file or alone; ``Ministral3Config`` defaults (``head_dim`` 128, 8 KV heads, untied); a window
+    applies to every layer, as Mistral's. By hand: a layer 41,943,040 + 3 H I + 2 H = 218,112,000; 34 of them,
+    two 131,072 x 4,096 tables and the final norm: 8,489,553,920."""
+    wrapped = load({**MISTRAL_SMALL_31, "text_config": MINISTRAL3_8B_TEXT, "tie_word_embeddings": False})
+    H, I, V, L, h, g, d = 4096, 14336, 131072, 34, 32, 8, 128
+    layer = gqa_layer(H, h, g, d) + 3 * H * I + 2 * H
+    assert layer == 218_112_000
+    assert (wrapped.model_type, wrapped.tie_word_embeddings) == ("ministral3", False)
+    assert count_parameters(wrapped).main_total == L * layer + 2 * V * H + H == 8_489_553_920
+    bare = load({k: v for k, v in MINISTRAL3_8B_TEXT.items() if k not in ("head_dim", "num_key_value_heads")})
+    assert (bare.head_dim, bare.num_key_value_heads, count_parameters(bare).main_total) == (128, 8, 8_489_553_920)
+    assert load({**MINISTRAL3_8B_TEXT, "sliding_window": 4096}).layer_windows == (4096,) * 34
+    assert count_parameters(load({**MINISTRAL3_8B_TEXT, "attention_bias": True})).main_total == 8_489_553_920
+
+
 # config.json field values of THUDM/GLM-4-9B-0414 (model_type glm4)
 GLM4_9B = {"model_type": "glm4", "architectures": ["Glm4ForCausalLM"], "hidden_size": 4096, "intermediate_size": 13696,
            "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
