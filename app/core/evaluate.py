@@ -179,6 +179,13 @@ def _model_reasons(ev: Evaluation) -> list[Reason]:
     return out
 
 
+def language_model_only(multimodal: str) -> str:
+    """What a plan of a multimodal file's language model leaves out, said once with every verdict."""
+    return (f"this {multimodal} config is multimodal: isplan plans its language model (text_config); the vision "
+            "encoder and projector are not counted in parameters, memory, FLOPs or step time (Megatron's "
+            "multimodal models run them on the first pipeline stage, which needs more than shown)")
+
+
 def build_verdict(ev: Evaluation) -> Verdict:
     """Every blocking reason of the evaluated plan, each with its kind and a field the page shows."""
     blocking: list[Reason] = []
@@ -192,4 +199,6 @@ def build_verdict(ev: Evaluation) -> Verdict:
     fallback = ev.engine.layout_field(ev.plan)
     blocking += [Reason(r.kind, r.code, r.message, _field(ev, r.field, fallback)) for r in ev.judgement.blocking]
     warnings += ev.judgement.warnings
+    if ev.cfg.multimodal:
+        warnings.append(Reason("model", "language_model_only", language_model_only(ev.cfg.multimodal)))
     return verdict_of(blocking, warnings, judged=("layout", "parallelism", "memory") if ev.judged else ("layout",))

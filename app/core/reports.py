@@ -54,6 +54,8 @@ def _finish(body: dict[str, Any], lines: list[str], verdict: Verdict, ev: Evalua
 def verdict_lines(verdict: Verdict) -> list[str]:
     out = [f"verdict: {verdict.headline()}"]
     out += [f"  blocking ({r.kind}{', field ' + r.field if r.field else ''}): {r.message}" for r in verdict.blocking]
+    # the model's own warnings (a multimodal file's language model only); the checks print theirs with their lines
+    out += [f"  warning ({r.kind}): {r.message}" for r in verdict.warnings if r.kind == "model"]
     return out
 
 

@@ -156,3 +156,35 @@ def test_a_key_that_is_no_setting_is_refused_by_the_api_as_the_page_refuses_it(c
     assert r.status_code == 422
     assert r.json()["errors"][0] == {"code": "bad_input", "field": "contxt",
                                      "message": "unknown setting 'contxt'; did you mean context?"}
+
+
+def test_a_multimodal_files_language_model_is_planned_with_a_warning_everywhere(client, tmp_path):
+    """A multimodal file (Gemma 3's ``gemma3``) is planned as its language model: the verdict says the
+    vision encoder and projector are not counted - in the CLI's text and JSON, the plan API and the
+    page - and a text-only file of the same language model carries no such warning."""
+    import json
+
+    from tests.core.model.test_model_families import GEMMA3_27B
+
+    text = {k: v for k, v in GEMMA3_27B.items() if k != "architectures"}
+    wrapper = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"], "text_config": text,
+               "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152}}
+    paths = {}
+    for name, body in (("wrapper", wrapper), ("text", GEMMA3_27B)):
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(json.dumps(body))
+    code, body = run_cli(["check", str(paths["wrapper"]), "--pp", "2", "--format", "json"])
+    codes = [w["code"] for w in body["verdict"]["warnings"]]
+    assert code == 0 and codes == ["language_model_only"]
+    assert "vision encoder and projector are not counted" in body["verdict"]["warnings"][0]["message"]
+    _, plain = run_cli(["check", str(paths["text"]), "--pp", "2", "--format", "json"])
+    assert not [w for w in plain["verdict"]["warnings"] if w["code"] == "language_model_only"]
+
+    r = client.post("/upload", files={"file": ("g3.json", paths["wrapper"].read_bytes(), "application/json")},
+                    data={"query": ""})
+    assert r.status_code == 303, r.text[:300]
+    model = dict(parse_qsl(r.headers["location"].split("?", 1)[1]))["model"]
+    api = client.get("/api/v1/plan", params={"model": model, "pp": "2"}).json()["verdict"]
+    assert [w["code"] for w in api["warnings"]] == ["language_model_only"]
+    page = unescape(client.get("/", params={"model": model, "pp": "2"}).text)
+    assert 'data-code="language_model_only"' in page and "vision encoder and projector are not counted" in page

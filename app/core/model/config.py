@@ -270,6 +270,9 @@ class ModelConfig:
     layer_mixers: tuple[str, ...] | None = None
     #: per decoder layer: chunked-attention chunk size (0: none; Llama 4's ``chunked_attention`` layers)
     layer_chunks: tuple[int, ...] | None = None
+    #: the multimodal file (its ``model_type``: ``gemma3``, ``mistral3``, ``llama4``) whose language model
+    #: (``text_config``) this is; its vision encoder and projector are not counted
+    multimodal: str | None = None
     mamba: MambaDims | None = None  # a hybrid model's Mamba-2 mixer sizes (app.core.model.hybrid)
     #: LatentMoE: the routed experts work in this many dimensions between two projections (0: in H)
     moe_latent_size: int = 0
@@ -821,6 +824,8 @@ def _gemma3_text(raw: dict[str, Any]) -> dict[str, Any]:
 #: Ministral 3 files name ``ministral3``, Mistral's decoder layer - ``models/ministral3/modular_ministral3.py``).
 #: The vision tower and projector are not counted.
 _TEXT_WRAPPERS = {"mistral3": "mistral"}
+#: every multimodal file isplan reads the language model of (:attr:`ModelConfig.multimodal`)
+_MULTIMODAL_WRAPPERS = ("gemma3", "llama4", *_TEXT_WRAPPERS)
 
 
 def _wrapped_text(raw: dict[str, Any]) -> dict[str, Any]:
@@ -1216,6 +1221,7 @@ def config_from_dict(
     per-layer type lists, ``max_position_embeddings``; then the checks on the built config."""
     original = raw
     kind = raw.get("model_type") if isinstance(raw.get("model_type"), str) else None  # else refused below, named
+    multimodal = kind if kind in _MULTIMODAL_WRAPPERS else None
     if kind == "gpt2":
         raw = _gpt2_aliases(raw)
     elif kind == "nemotron_h":
@@ -1249,6 +1255,7 @@ def config_from_dict(
     fields["max_position_embeddings"] = _int_field(raw, "max_position_embeddings", None)
     fields["extra"] = {k: v for k, v in original.items() if k not in _NEEDED and k not in _GPT2_EXTRA}
     fields["raw"] = original
+    fields["multimodal"] = multimodal
     fields.update(family)
     return _refuse_inconsistent(ModelConfig(**fields))
 

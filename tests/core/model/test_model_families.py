@@ -434,7 +434,7 @@ def test_a_gemma3_multimodal_file_is_read_through_its_text_config():
     wrapper = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"], "text_config": text,
                "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152}}
     cfg, ref = load(wrapper), load(GEMMA3_27B)
-    assert (cfg.model_type, cfg.vocab_size) == ("gemma3_text", 262208)
+    assert (cfg.model_type, cfg.vocab_size, cfg.multimodal, ref.multimodal) == ("gemma3_text", 262208, "gemma3", None)
     assert count_parameters(cfg).main_total == count_parameters(ref).main_total
     assert cfg.layer_windows == ref.layer_windows
     with pytest.raises(ConfigError) as err:
@@ -725,7 +725,8 @@ def test_a_mistral3_file_is_read_through_its_mistral_text_config():
     the card's 24B). A text model of a type isplan does not read is refused naming text_config."""
     cfg = load(MISTRAL_SMALL_31)
     H, I, V, L, h, g, d = 5120, 32768, 131072, 40, 32, 8, 128
-    assert (cfg.model_type, cfg.tie_word_embeddings, cfg.layer_windows) == ("mistral", False, None)
+    assert (cfg.model_type, cfg.tie_word_embeddings, cfg.layer_windows, cfg.multimodal) == ("mistral", False, None,
+                                                                                            "mistral3")
     layer = gqa_layer(H, h, g, d) + 3 * H * I + 2 * H
     assert count_parameters(cfg).main_total == L * layer + 2 * V * H + H == 23_572_403_200
     with pytest.raises(ConfigError) as err:
@@ -1007,7 +1008,8 @@ def test_llama4_text_model_exact(raw, experts, moe_layers, published_total):
         assert r.main_total == pytest.approx(published_total, rel=0.005)
     active = 48 * (attn + 2 * H) + moe_layers * (2 * 3 * H * 8192 + experts * H) + (48 - moe_layers) * dense + H + V * H
     assert r.active == active and r.active + V * H == pytest.approx(17e9, rel=0.02)
-    assert (cfg.model_type, cfg.qk_norm, cfg.moe_router_bias) == ("llama4", False, False)
+    assert (cfg.model_type, cfg.qk_norm, cfg.moe_router_bias, cfg.multimodal) == ("llama4", False, False, "llama4")
+    assert load(raw["text_config"]).multimodal is None  # the llama4_text file alone is the language model
 
 
 def test_llama4_chunked_attention_layers():
