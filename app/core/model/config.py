@@ -821,9 +821,28 @@ def _gemma3_text(raw: dict[str, Any]) -> dict[str, Any]:
 #: Multimodal files whose language model (``text_config``) is read when its ``model_type`` is one isplan
 #: reads, with the type ``text_config`` has by default: ``Mistral3Config`` (transformers
 #: ``models/mistral3/configuration_mistral3.py``: a ``mistral`` text model by default, Mistral Small 3.x;
-#: Ministral 3 files name ``ministral3``, Mistral's decoder layer - ``models/ministral3/modular_ministral3.py``).
-#: The vision tower and projector are not counted.
-_TEXT_WRAPPERS = {"mistral3": "mistral"}
+#: Ministral 3 files name ``ministral3``, Mistral's decoder layer - ``models/ministral3/modular_ministral3.py``);
+#: Qwen2-VL / Qwen2.5-VL / Qwen3-VL (``models/qwen2_vl``, ``qwen2_5_vl``, ``qwen3_vl``, ``qwen3_vl_moe``). The
+#: vision tower and projector are not counted.
+_TEXT_WRAPPERS = {"mistral3": "mistral", "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text",
+                  "qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text"}
+#: A multimodal file's language-model type read as the text family whose modules it builds, with its config
+#: class's defaults for the fields isplan reads (a file omits what equals them): Qwen2-VL's and Qwen2.5-VL's
+#: text decoder is Qwen2's (q/k/v biases); Qwen3-VL's ``Qwen3VLTextAttention`` is Qwen3's attention with its
+#: sliding window removed (``Qwen3VLTextConfig``: ``head_dim`` 128, 32 KV heads, untied), Qwen3-VL-MoE's
+#: experts Qwen3-MoE's (``Qwen3VLMoeTextConfig``: 60 experts, top-4, 1408, 16 KV heads, tied)
+_TEXT_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "qwen2_vl_text": ("qwen2", {}),
+    "qwen2_5_vl_text": ("qwen2", {}),
+    "qwen3_vl_text": ("qwen3", {"head_dim": 128, "num_key_value_heads": 32, "tie_word_embeddings": False}),
+    "qwen3_vl_moe_text": ("qwen3_moe", {"num_key_value_heads": 16, "num_experts": 60, "num_experts_per_tok": 4,
+                                        "moe_intermediate_size": 1408, "tie_word_embeddings": True}),
+}
+#: the text families with no sliding window whatever the file says (``Qwen3VLTextAttention`` deletes it)
+_NO_WINDOW_TEXT = ("qwen3_vl_text", "qwen3_vl_moe_text")
+#: wrappers that may carry the language model's fields at the top level instead of under ``text_config``
+#: (``Qwen2VLConfig`` / ``Qwen2_5_VLConfig`` build ``text_config`` from them: the earlier files)
+_FLAT_WRAPPERS = ("qwen2_vl", "qwen2_5_vl")
 #: every multimodal file isplan reads the language model of (:attr:`ModelConfig.multimodal`)
 _MULTIMODAL_WRAPPERS = ("gemma3", "llama4", *_TEXT_WRAPPERS)
 
@@ -833,15 +852,19 @@ def _wrapped_text(raw: dict[str, Any]) -> dict[str, Any]:
     ``tie_word_embeddings`` where the text config has none), refused naming ``text_config`` when it
     is missing or of a type isplan does not read."""
     text = raw.get("text_config")
+    if text is None and raw["model_type"] in _FLAT_WRAPPERS and "num_hidden_layers" in raw:
+        text = {k: v for k, v in raw.items() if k not in ("model_type", "vision_config")}
     if not isinstance(text, dict):
         raise ConfigError(f"a {raw['model_type']} config needs text_config (the language model's fields)",
                           "text_config")
     kind = text.get("model_type") or _TEXT_WRAPPERS[raw["model_type"]]
-    if kind not in GQA_MODEL_TYPES:
+    family, defaults = _TEXT_FAMILIES.get(kind, (kind, {}))
+    if family not in GQA_MODEL_TYPES:
         raise ConfigError(f"the language model under text_config is model_type {str(kind)[:40]!r}, which isplan does "
                           f"not read (it reads {', '.join(GQA_MODEL_TYPES)})", "text_config")
     tie = {"tie_word_embeddings": raw["tie_word_embeddings"]} if "tie_word_embeddings" in raw else {}
-    return {**tie, **text, "model_type": kind}
+    no_window = {"sliding_window": None} if kind in _NO_WINDOW_TEXT else {}
+    return {**defaults, **tie, **text, **no_window, "model_type": family}
 
 
 def _activation(raw: dict[str, Any], default: str = "silu") -> str:

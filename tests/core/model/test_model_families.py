@@ -1047,3 +1047,41 @@ def test_a_llama4_layer_list_isplan_cannot_read_is_refused_naming_it(change, fie
     with pytest.raises(ConfigError) as exc:
         load({**LLAMA4_SCOUT, "text_config": {**LLAMA4_SCOUT_TEXT, **change}})
     assert exc.value.field == field
+
+
+QWEN3_30B_A3B_TEXT = {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 48, "num_attention_heads": 32,
+                      "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8,
+                      "moe_intermediate_size": 768, "decoder_sparse_step": 1, "vocab_size": 151936}
+
+
+def test_qwen_vl_files_are_read_through_their_language_model():
+    """Qwen2-VL / Qwen2.5-VL / Qwen3-VL / Qwen3-VL-MoE files (transformers ``models/qwen*_vl*``): the language
+    model is the Qwen2 / Qwen3 / Qwen3-MoE decoder of the same sizes - the same count as the text-only file
+    (Qwen2.5-VL-7B's is Qwen2-7B's shape, 7,615,616,512 as ``test_dense_gqa_exact`` counts it), read from
+    ``text_config`` or, in an early Qwen2(.5)-VL file, from the top level; Qwen3-VL never slides a window;
+    the vision tower is not counted (``multimodal`` says whose language model it is)."""
+    flat = {**QWEN2_7B, "model_type": "qwen2_5_vl", "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+            "vision_config": {"depth": 32, "hidden_size": 1280}, "use_sliding_window": False, "sliding_window": 32768}
+    nested = {"model_type": "qwen2_5_vl", "tie_word_embeddings": False, "vision_config": {"depth": 32},
+              "text_config": {k: v for k, v in QWEN2_7B.items() if k != "architectures"} | {"model_type": "qwen2_5_vl_text"}}
+    for raw in (flat, nested, {**flat, "model_type": "qwen2_vl"}):
+        cfg = load(raw)
+        assert (cfg.model_type, cfg.multimodal, cfg.qkv_bias, cfg.layer_windows) == ("qwen2", raw["model_type"], True, None)
+        assert count_parameters(cfg).main_total == 7_615_616_512
+    qwen3_vl = {"model_type": "qwen3_vl", "tie_word_embeddings": False, "vision_config": {"depth": 27},
+                "text_config": {k: v for k, v in QWEN3_8B.items() if k != "architectures"}
+                | {"model_type": "qwen3_vl_text", "use_sliding_window": True, "sliding_window": 4096}}
+    cfg = load(qwen3_vl)
+    assert (cfg.model_type, cfg.qk_norm, cfg.layer_windows, cfg.multimodal) == ("qwen3", True, None, "qwen3_vl")
+    assert count_parameters(cfg).main_total == count_parameters(load(QWEN3_8B)).main_total
+    moe = {"model_type": "qwen3_vl_moe", "tie_word_embeddings": False, "vision_config": {"depth": 27},
+           "text_config": {**QWEN3_30B_A3B_TEXT, "model_type": "qwen3_vl_moe_text"}}
+    text_only = load({**QWEN3_30B_A3B_TEXT, "model_type": "qwen3_moe", "tie_word_embeddings": False})
+    assert count_parameters(load(moe)).main_total == count_parameters(text_only).main_total
+    # Qwen3VLMoeTextConfig's defaults, not Qwen3MoeConfig's, fill what a file omits
+    bare = load({**moe, "text_config": {k: v for k, v in moe["text_config"].items()
+                                        if k not in ("num_experts", "num_experts_per_tok", "moe_intermediate_size")}})
+    assert (bare.n_routed_experts, bare.num_experts_per_tok, bare.moe_intermediate_size) == (60, 4, 1408)
+    with pytest.raises(ConfigError) as err:
+        load({"model_type": "qwen3_vl", "vision_config": {}})
+    assert err.value.field == "text_config"
