@@ -540,6 +540,49 @@ def test_load_config_mutated_preset(cfg, wrap):
         _check_config(result)
 
 
+#: one config.json of every family isplan reads (tests/core/model/test_model_families.py), multimodal files
+#: included: a mutation of any of them must load or be refused by name, whatever family code it reaches
+FAMILY_FILES: list[dict[str, Any]] = []
+
+
+def _family_files() -> list[dict[str, Any]]:
+    if not FAMILY_FILES:
+        from tests.core.model import test_model_families as fam
+
+        FAMILY_FILES.extend(v for k, v in sorted(vars(fam).items())
+                            if k.isupper() and isinstance(v, dict) and "model_type" in v)
+        FAMILY_FILES.append({"model_type": "qwen3_vl", "text_config": {**fam.QWEN3_8B, "model_type": "qwen3_vl_text"}})
+        FAMILY_FILES.append({"model_type": "qwen2_5_vl", **fam.QWEN2_7B, "vision_config": {}})
+    return FAMILY_FILES
+
+
+@st.composite
+def mutated_family_files(draw) -> Any:
+    """A family's config.json with 1-4 of its keys (or its text_config's) replaced by any JSON value,
+    deleted, or a key of another family added."""
+    files = _family_files()
+    cfg = copy.deepcopy(draw(st.sampled_from(files)))
+    keys = sorted({k for f in files for k in f} | {k for f in files for k in f.get("text_config", {})})
+    for _ in range(draw(st.integers(1, 4))):
+        target = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) and draw(st.booleans()) else cfg
+        key = draw(st.sampled_from(sorted(target) + keys))
+        if draw(st.integers(0, 4)) == 0:
+            target.pop(key, None)
+        else:
+            target[key] = draw(JSON_VALUE)
+    return cfg
+
+
+@FUZZ
+@given(cfg=mutated_family_files())
+@example(cfg={"model_type": "mistral3", "text_config": {"model_type": ["ministral3"]}})  # found: TypeError in the lookup
+def test_load_config_mutated_family_files(cfg):
+    """Mutated config.json files of every family: a config or ConfigError naming the problem."""
+    result, exc = call(load_config_bytes, dumps(cfg), allowed=(ConfigError,))
+    if exc is None:
+        _check_config(result)
+
+
 def test_load_config_limits():
     for data in (b" " * (MAX_CONFIG_BYTES + 1), b"[" * 100_000, b'{"a":' * 70 + b"1" + b"}" * 70):
         _, exc = call(load_config_bytes, data, allowed=(ConfigError,))

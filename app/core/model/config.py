@@ -858,6 +858,8 @@ def _wrapped_text(raw: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"a {raw['model_type']} config needs text_config (the language model's fields)",
                           "text_config")
     kind = text.get("model_type") or _TEXT_WRAPPERS[raw["model_type"]]
+    if not isinstance(kind, str):
+        raise ConfigError(f"text_config's model_type must be a string, got {json.dumps(kind)[:40]}", "text_config")
     family, defaults = _TEXT_FAMILIES.get(kind, (kind, {}))
     if family not in GQA_MODEL_TYPES:
         raise ConfigError(f"the language model under text_config is model_type {str(kind)[:40]!r}, which isplan does "

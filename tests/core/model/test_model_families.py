@@ -1082,6 +1082,9 @@ def test_qwen_vl_files_are_read_through_their_language_model():
     bare = load({**moe, "text_config": {k: v for k, v in moe["text_config"].items()
                                         if k not in ("num_experts", "num_experts_per_tok", "moe_intermediate_size")}})
     assert (bare.n_routed_experts, bare.num_experts_per_tok, bare.moe_intermediate_size) == (60, 4, 1408)
-    with pytest.raises(ConfigError) as err:
-        load({"model_type": "qwen3_vl", "vision_config": {}})
-    assert err.value.field == "text_config"
+    for bad in ({"model_type": "qwen3_vl", "vision_config": {}},  # no language model
+                {**moe, "text_config": {**moe["text_config"], "model_type": ["qwen3_vl_moe_text"]}},  # found by fuzzing
+                {**moe, "text_config": {**moe["text_config"], "model_type": {"a": 1}}}):
+        with pytest.raises(ConfigError) as err:
+            load(bad)
+        assert err.value.field == "text_config"
