@@ -822,24 +822,34 @@ def _gemma3_text(raw: dict[str, Any]) -> dict[str, Any]:
 #: reads, with the type ``text_config`` has by default: ``Mistral3Config`` (transformers
 #: ``models/mistral3/configuration_mistral3.py``: a ``mistral`` text model by default, Mistral Small 3.x;
 #: Ministral 3 files name ``ministral3``, Mistral's decoder layer - ``models/ministral3/modular_ministral3.py``);
-#: Qwen2-VL / Qwen2.5-VL / Qwen3-VL (``models/qwen2_vl``, ``qwen2_5_vl``, ``qwen3_vl``, ``qwen3_vl_moe``). The
-#: vision tower and projector are not counted.
+#: Qwen2-VL / Qwen2.5-VL / Qwen3-VL (``models/qwen2_vl``, ``qwen2_5_vl``, ``qwen3_vl``, ``qwen3_vl_moe``); GLM-4.1V /
+#: GLM-4.5V (``models/glm4v``, ``glm4v_moe``). The vision tower and projector are not counted.
 _TEXT_WRAPPERS = {"mistral3": "mistral", "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text",
-                  "qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text"}
-#: A multimodal file's language-model type read as the text family whose modules it builds, with its config
-#: class's defaults for the fields isplan reads (a file omits what equals them): Qwen2-VL's and Qwen2.5-VL's
-#: text decoder is Qwen2's (q/k/v biases); Qwen3-VL's ``Qwen3VLTextAttention`` is Qwen3's attention with its
-#: sliding window removed (``Qwen3VLTextConfig``: ``head_dim`` 128, 32 KV heads, untied), Qwen3-VL-MoE's
-#: experts Qwen3-MoE's (``Qwen3VLMoeTextConfig``: 60 experts, top-4, 1408, 16 KV heads, tied)
-_TEXT_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
-    "qwen2_vl_text": ("qwen2", {}),
-    "qwen2_5_vl_text": ("qwen2", {}),
-    "qwen3_vl_text": ("qwen3", {"head_dim": 128, "num_key_value_heads": 32, "tie_word_embeddings": False}),
+                  "qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text", "glm4v": "glm4v_text",
+                  "glm4v_moe": "glm4v_moe_text"}
+#: A multimodal file's language-model type read as the text family whose modules it builds: (family, its
+#: config class's defaults for the fields isplan reads - a file omits what equals them -, what the modules
+#: fix whatever the file says). Qwen2-VL's and Qwen2.5-VL's text decoder is Qwen2's (q/k/v biases);
+#: Qwen3-VL's ``Qwen3VLTextAttention`` is Qwen3's attention with its sliding window deleted
+#: (``Qwen3VLTextConfig``: ``head_dim`` 128, 32 KV heads, untied), Qwen3-VL-MoE's experts Qwen3-MoE's
+#: (``Qwen3VLMoeTextConfig``: 60 experts, top-4, 1408, 16 KV heads, tied); GLM-4.1V's ``Glm4vTextDecoderLayer``
+#: is GLM-4's (four norms, fused gate/up) with q/k/v biases always and ``head_dim`` H / h; GLM-4.5V's
+#: ``Glm4vMoeTextAttention`` is ``Glm4Attention`` (no QK-norm) on GLM-4.5's MoE, no MTP layers built
+#: (``Glm4vMoeTextConfig``: ``Glm4MoeConfig``'s defaults with q/k/v biases and a 151,424 vocabulary)
+_TEXT_FAMILIES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    "qwen2_vl_text": ("qwen2", {}, {}),
+    "qwen2_5_vl_text": ("qwen2", {}, {}),
+    "qwen3_vl_text": ("qwen3", {"head_dim": 128, "num_key_value_heads": 32, "tie_word_embeddings": False},
+                      {"sliding_window": None}),
     "qwen3_vl_moe_text": ("qwen3_moe", {"num_key_value_heads": 16, "num_experts": 60, "num_experts_per_tok": 4,
-                                        "moe_intermediate_size": 1408, "tie_word_embeddings": True}),
+                                        "moe_intermediate_size": 1408, "tie_word_embeddings": True},
+                          {"sliding_window": None}),
+    "glm4v_text": ("glm4", {}, {"attention_bias": True, "head_dim": None}),
+    "glm4v_moe_text": ("glm4_moe", {"vocab_size": 151424, "attention_bias": True, "head_dim": 128,
+                                    "num_key_value_heads": 8, "n_routed_experts": 128, "n_shared_experts": 1,
+                                    "num_experts_per_tok": 8, "moe_intermediate_size": 1408,
+                                    "first_k_dense_replace": 1}, {"use_qk_norm": False, "num_nextn_predict_layers": 0}),
 }
-#: the text families with no sliding window whatever the file says (``Qwen3VLTextAttention`` deletes it)
-_NO_WINDOW_TEXT = ("qwen3_vl_text", "qwen3_vl_moe_text")
 #: wrappers that may carry the language model's fields at the top level instead of under ``text_config``
 #: (``Qwen2VLConfig`` / ``Qwen2_5_VLConfig`` build ``text_config`` from them: the earlier files)
 _FLAT_WRAPPERS = ("qwen2_vl", "qwen2_5_vl")
@@ -860,13 +870,12 @@ def _wrapped_text(raw: dict[str, Any]) -> dict[str, Any]:
     kind = text.get("model_type") or _TEXT_WRAPPERS[raw["model_type"]]
     if not isinstance(kind, str):
         raise ConfigError(f"text_config's model_type must be a string, got {json.dumps(kind)[:40]}", "text_config")
-    family, defaults = _TEXT_FAMILIES.get(kind, (kind, {}))
+    family, defaults, fixed = _TEXT_FAMILIES.get(kind, (kind, {}, {}))
     if family not in GQA_MODEL_TYPES:
         raise ConfigError(f"the language model under text_config is model_type {str(kind)[:40]!r}, which isplan does "
                           f"not read (it reads {', '.join(GQA_MODEL_TYPES)})", "text_config")
     tie = {"tie_word_embeddings": raw["tie_word_embeddings"]} if "tie_word_embeddings" in raw else {}
-    no_window = {"sliding_window": None} if kind in _NO_WINDOW_TEXT else {}
-    return {**defaults, **tie, **text, **no_window, "model_type": family}
+    return {**defaults, **tie, **text, **fixed, "model_type": family}
 
 
 def _activation(raw: dict[str, Any], default: str = "silu") -> str:

@@ -1088,3 +1088,25 @@ def test_qwen_vl_files_are_read_through_their_language_model():
         with pytest.raises(ConfigError) as err:
             load(bad)
         assert err.value.field == "text_config"
+
+
+def test_glm_v_files_are_read_through_their_language_model():
+    """GLM-4.1V (``glm4v``) and GLM-4.5V (``glm4v_moe``) files: the language model is GLM-4's decoder
+    (``Glm4vTextDecoderLayer``: four norms, q/k/v biases always, ``head_dim`` H / h whatever the file
+    says) and GLM-4.5's MoE with ``Glm4Attention`` (no QK-norm) and no MTP layer built - the counts of
+    the text-only files of the same sizes (GLM-4-9B-0414's 9,400,279,040; GLM-4.5-Air's main count)."""
+    text = {k: v for k, v in GLM4_9B.items() if k != "architectures"}
+    glm41v = load({"model_type": "glm4v", "vision_config": {"depth": 24},
+                   "text_config": {**text, "model_type": "glm4v_text", "attention_bias": False, "head_dim": 256}})
+    assert (glm41v.model_type, glm41v.multimodal, glm41v.head_dim, glm41v.qkv_bias) == ("glm4", "glm4v", 128, True)
+    assert count_parameters(glm41v).main_total == 9_400_279_040
+    air = {k: v for k, v in GLM45_AIR.items() if k != "architectures"}
+    glm45v = load({"model_type": "glm4v_moe", "vision_config": {"depth": 24},
+                   "text_config": {**air, "model_type": "glm4v_moe_text", "use_qk_norm": True}})
+    reference = count_parameters(load(GLM45_AIR))
+    assert (glm45v.model_type, glm45v.qk_norm, glm45v.num_nextn_predict_layers) == ("glm4_moe", False, 0)
+    assert count_parameters(glm45v).main_total == reference.main_total
+    assert count_parameters(glm45v).checkpoint_total < reference.checkpoint_total  # no MTP layer
+    bare = load({"model_type": "glm4v_moe", "text_config": {k: v for k, v in air.items() if k in (
+        "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")}})
+    assert (bare.vocab_size, bare.n_routed_experts, bare.moe_intermediate_size, bare.qkv_bias) == (151424, 128, 1408, True)
