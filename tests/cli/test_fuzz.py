@@ -372,6 +372,7 @@ def _check_launcher(parsed: LauncherParse) -> None:
 
 @FUZZ
 @given(text=LAUNCHER_TEXT)
+@example(text="python train.py --mtp-num-layers 1000000000\n")  # found: a billion MTP depths walked (a hang)
 def test_parse_launcher_raises_only_launcher_error(text):
     """parse_launcher: a LauncherParse whose values/switches are known flags, or LauncherError; and
     launcher_request + run_check on it raise only the layout/pattern input errors."""

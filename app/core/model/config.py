@@ -16,7 +16,8 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   ``DeepseekV3Config``;
 * ``gqa`` (grouped-query / multi-head attention with ``num_key_value_heads`` and ``head_dim``):
   ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma``, ``gemma2``, ``gemma3_text`` (and a
-  multimodal ``gemma3`` file's ``text_config``; a ``mistral3`` file's ``mistral`` or ``ministral3`` one),
+  multimodal ``gemma3`` file's ``text_config``; a ``mistral3`` file's ``mistral`` or ``ministral3`` one; the
+  language model of a Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), GLM-4.1V or GLM-4.5V file, :data:`_TEXT_FAMILIES`),
   ``ministral3`` (Ministral 3: Mistral's shapes), ``olmo2``, ``olmo3``,
   ``granite`` (Granite 3: Llama's shapes, its multipliers scale activations only), ``smollm3`` (Llama's shapes,
   tied by default, windows only on its NoPE layers), ``exaone4`` (EXAONE 4.0: OLMo 2's
@@ -58,7 +59,8 @@ in ``modeling_<family>.py``):
   layers (``layer_windows``, :func:`_layer_windows`, as for Gemma 2, Mistral and Phi-3);
 * router score-correction bias (``e_score_correction_bias``, E per MoE layer): DeepSeek, GLM, MiniMax-M2,
   ERNIE 4.5 (its ``moe_statics``) and Ling 2.0 (``expert_bias``);
-* MTP (``num_nextn_predict_layers``): DeepSeek and GLM; none elsewhere.
+* MTP (``num_nextn_predict_layers``): DeepSeek, GLM and Ling 2.0; none elsewhere (a file that names MTP
+  layers nothing builds - MiniMax-M2's, ERNIE 4.5's, GLM-4.5V's - has none).
 
 A ``model_type`` outside this list without the MLA fields is refused (its shapes cannot be read
 completely), and so is any config that sets a field building what isplan does not model
@@ -86,6 +88,7 @@ from typing import Any
 
 from app.core.content_cache import hash_once, state_without_hash
 from app.core.model.hybrid import SYMBOL_PARTS, MambaDims, block_symbols
+from app.core.plan.bounds import MAX_MTP_LAYERS
 
 MAX_CONFIG_BYTES = 1 << 20
 MAX_JSON_DEPTH = 64
@@ -114,7 +117,7 @@ _LIMITS: dict[str, int] = {
     "index_topk": 1 << 24,
     "index_topk_freq": 4096,
     "index_skip_topk_offset": 4096,
-    "num_nextn_predict_layers": 64,
+    "num_nextn_predict_layers": MAX_MTP_LAYERS,  # the plan's own bound: a plan builds the config's MTP layers
     "max_position_embeddings": 1 << 30,
     "head_dim": 1 << 16,
     "num_experts": 1 << 16,
@@ -145,10 +148,10 @@ _POSITIVE = {
 }
 
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
-GQA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "olmoe", "minimax_m2", "ernie4_5_moe",
-                   "bailing_moe_v2", "glm4_moe", "gpt2", "phi3", "gemma", "exaone4", "smollm3", "ministral3",
-                   "gemma2", "gemma3_text", "olmo2", "olmo3", "granite", "glm4", "qwen2_moe", "gpt_oss", "nemotron",
-                   "nemotron_h", "llama4", "llama4_text")
+GQA_MODEL_TYPES = ("llama", "mistral", "ministral3", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt2", "phi3",
+                   "gemma", "gemma2", "gemma3_text", "olmo2", "olmo3", "olmoe", "granite", "smollm3", "exaone4", "glm4",
+                   "qwen2_moe", "gpt_oss", "minimax_m2", "ernie4_5_moe", "bailing_moe_v2", "nemotron", "nemotron_h",
+                   "llama4", "llama4_text")
 #: Gemma, Gemma 2 and Gemma 3: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
 #: ``Gemma2Config`` / ``Gemma3TextConfig`` defaults, transformers ``models/gemma2/configuration_gemma2.py``,
 #: ``models/gemma3/configuration_gemma3.py``)
@@ -270,8 +273,9 @@ class ModelConfig:
     layer_mixers: tuple[str, ...] | None = None
     #: per decoder layer: chunked-attention chunk size (0: none; Llama 4's ``chunked_attention`` layers)
     layer_chunks: tuple[int, ...] | None = None
-    #: the multimodal file (its ``model_type``: ``gemma3``, ``mistral3``, ``llama4``) whose language model
-    #: (``text_config``) this is; its vision encoder and projector are not counted
+    #: the multimodal file (its ``model_type``: ``gemma3``, ``mistral3``, ``llama4``, ``qwen3_vl``, ``glm4v``
+    #: ...: :data:`_MULTIMODAL_WRAPPERS`) whose language model this is; its vision encoder and projector are
+    #: not counted
     multimodal: str | None = None
     mamba: MambaDims | None = None  # a hybrid model's Mamba-2 mixer sizes (app.core.model.hybrid)
     #: LatentMoE: the routed experts work in this many dimensions between two projections (0: in H)

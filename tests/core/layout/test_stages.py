@@ -245,3 +245,21 @@ def test_any_split_round_trips_through_emitted_flags(sizes, vpp, mtp):
     again = materialise(spec_from_launcher(args, n, mtp), n)
     assert not again.errors, (sizes, args, again.errors)
     assert stage_tuple(again) == stage_tuple(plan)
+
+
+def test_an_mtp_count_over_the_bound_is_refused_before_any_work():
+    """``--mtp-num-layers`` over isplan's bound (16, :data:`app.core.plan.bounds.MAX_MTP_LAYERS`) is
+    input error, like a PP or VPP over theirs: a launcher's ``--mtp-num-layers 1000000000`` reached the
+    placement unbounded and the role derivation then walked a billion MTP depths (found by
+    tests/cli/test_fuzz.py). 16 itself is placed."""
+    from app.core.engines.megatron.check import run_check
+    from app.core.model.config import load_preset
+    from app.core.plan.bounds import MAX_MTP_LAYERS
+
+    assert not materialise(PipelineSpec(pp=2, mtp_layers=MAX_MTP_LAYERS), 78).errors
+    with pytest.raises(LayoutInputError, match="--mtp-num-layers 17 is over the limit of 16"):
+        materialise(PipelineSpec(pp=2, mtp_layers=MAX_MTP_LAYERS + 1), 78)
+    req = launcher_request(parse_launcher("python train.py --pipeline-model-parallel-size 2 "
+                                          "--mtp-num-layers 1000000000\n"), load_preset("glm-5.2"))
+    with pytest.raises(LayoutInputError, match="over the limit"):
+        run_check(load_preset("glm-5.2"), req.spec, "megatron", freq=req.freq, offset=req.offset)

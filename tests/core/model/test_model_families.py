@@ -1110,3 +1110,15 @@ def test_glm_v_files_are_read_through_their_language_model():
     bare = load({"model_type": "glm4v_moe", "text_config": {k: v for k, v in air.items() if k in (
         "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")}})
     assert (bare.vocab_size, bare.n_routed_experts, bare.moe_intermediate_size, bare.qkv_bias) == (151424, 128, 1408, True)
+
+
+def test_a_config_with_more_mtp_layers_than_a_plan_may_build_is_refused():
+    """A plan builds the config's MTP layers unless told otherwise, and a plan's MTP count is bounded
+    (``MAX_MTP_LAYERS``, 16): a config with more is refused when it is read, naming the field, rather
+    than failing every check later under a flag the user never typed."""
+    from app.core.plan.bounds import MAX_MTP_LAYERS
+
+    assert load({**GLM45_AIR, "num_nextn_predict_layers": MAX_MTP_LAYERS}).num_nextn_predict_layers == MAX_MTP_LAYERS
+    with pytest.raises(ConfigError) as err:
+        load({**GLM45_AIR, "num_nextn_predict_layers": MAX_MTP_LAYERS + 1})
+    assert err.value.field == "num_nextn_predict_layers"

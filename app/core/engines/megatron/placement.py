@@ -49,7 +49,7 @@ from app.core.layout.pipeline_layout import (
     parse_layout,
 )
 from app.core.layout.stages import LayoutInputError, PipelineSpec, PlanError, Stage, StagePlan
-from app.core.plan.bounds import MAX_PP, MAX_VPP
+from app.core.plan.bounds import MAX_MTP_LAYERS, MAX_PP, MAX_VPP
 
 PP_FLAG = "--pipeline-model-parallel-size"
 FIRST_FLAG = "--decoder-first-pipeline-num-layers"
@@ -106,9 +106,12 @@ def _positive(value: int | None, flag: str, errors: list[PlanError], minimum: in
 
 def _refuse_out_of_range(spec: PipelineSpec, n_mtp: int) -> None:
     """Input that is no pipeline at all (raises :class:`LayoutInputError`, exit code 2): a negative
-    MTP count, a PP / VPP / layers-per-virtual-stage below 1, a PP or VPP over isplan's bounds."""
+    MTP count, a PP / VPP / layers-per-virtual-stage below 1, a PP, VPP or MTP count over isplan's bounds
+    (a launcher's ``--mtp-num-layers 1000000000`` reached here unbounded and hung the role derivation)."""
     if n_mtp < 0:
         raise LayoutInputError(f"{MTP_FLAG} cannot be negative, got {n_mtp}")
+    if n_mtp > MAX_MTP_LAYERS:
+        raise LayoutInputError(f"{MTP_FLAG} {n_mtp} is over the limit of {MAX_MTP_LAYERS}")
     for value, flag in ((spec.pp, PP_FLAG), (spec.vpp, VPP_FLAG), (spec.layers_per_vstage, LPVS_FLAG)):
         if value is not None and value < 1:
             raise LayoutInputError(f"{flag} must be at least 1, got {value}")
