@@ -145,13 +145,14 @@ SPLIT_TEXT = st.one_of(
 @given(text=SPLIT_TEXT)
 @example(text="²")  # found: '²'.isdigit() is True but int('²') raises a plain ValueError
 @example(text="14,8,٣")
+@example(text="0\x1f")  # found: str.strip() takes the unit separator as white space, int() does not
 def test_parse_sizes_raises_only_value_error(text):
     """parse_sizes (what the CLI's --split / --near and the URL's split read with): a tuple of ints
-    0..MAX_LAYERS (the entries as written) or ValueError."""
+    0..MAX_LAYERS (the entries as written, around white space) or ValueError."""
     result, exc = call(parse_sizes, text, allowed=(ValueError,))
     if exc is None:
         assert isinstance(result, tuple) and result and all(isinstance(v, int) and 0 <= v <= MAX_LAYERS for v in result)
-        assert result == tuple(int(p) for p in text.split(","))
+        assert result == tuple(int(p.strip()) for p in text.split(","))
 
 
 PP = st.one_of(st.none(), st.integers(-2, 20), st.sampled_from([4096, 4097, 10**6]))
