@@ -1122,3 +1122,27 @@ def test_a_config_with_more_mtp_layers_than_a_plan_may_build_is_refused():
     with pytest.raises(ConfigError) as err:
         load({**GLM45_AIR, "num_nextn_predict_layers": MAX_MTP_LAYERS + 1})
     assert err.value.field == "num_nextn_predict_layers"
+
+
+# config.json field values of baidu/ERNIE-4.5-0.3B-PT (ernie4_5, dense)
+ERNIE45_03B = {"model_type": "ernie4_5", "architectures": ["Ernie4_5ForCausalLM"], "hidden_size": 1024,
+               "intermediate_size": 3072, "num_hidden_layers": 18, "num_attention_heads": 16, "num_key_value_heads": 2,
+               "head_dim": 128, "vocab_size": 103424, "hidden_act": "silu", "use_bias": False, "tie_word_embeddings": True}
+
+
+def test_ernie45_dense_is_llamas_shapes_with_use_bias_everywhere():
+    """ERNIE 4.5 dense (transformers ``modular_ernie4_5.py``): Llama's attention and MLP with
+    ``bias=config.use_bias`` on q, k, v, o, gate, up and down (the output layer has none), tied unless
+    said, ``Ernie4_5Config`` defaults ``head_dim`` 128 and 2 KV heads. h d = 2,048 differs from H = 1,024.
+    By hand: a layer 4,718,592 + 3 H I + 2 H = 14,157,824; 18 of them, one 103,424 x 1,024 table and the
+    final norm: 360,748,032 (the card's 0.36B)."""
+    cfg = load(ERNIE45_03B)
+    H, I, V, L, h, g, d = 1024, 3072, 103424, 18, 16, 2, 128
+    layer = gqa_layer(H, h, g, d) + 3 * H * I + 2 * H
+    assert layer == 14_157_824
+    assert count_parameters(cfg).main_total == L * layer + V * H + H == 360_748_032
+    biased = load({**ERNIE45_03B, "use_bias": True, "attention_bias": False})
+    assert (biased.qkv_bias, biased.o_bias, biased.mlp_bias) == (True, True, True)
+    assert count_parameters(biased).main_total - 360_748_032 == L * ((h + 2 * g) * d + H + 2 * I + H)
+    bare = load({k: v for k, v in ERNIE45_03B.items() if k not in ("head_dim", "num_key_value_heads", "tie_word_embeddings")})
+    assert (bare.head_dim, bare.num_key_value_heads, bare.tie_word_embeddings) == (128, 2, True)
