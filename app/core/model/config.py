@@ -21,7 +21,8 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   ``ministral3`` (Ministral 3: Mistral's shapes), ``olmo2``, ``olmo3``,
   ``granite`` (Granite 3: Llama's shapes, its multipliers scale activations only), ``smollm3`` (Llama's shapes,
   tied by default, windows only on its NoPE layers), ``ernie4_5`` (ERNIE 4.5 dense: Llama's shapes, ``use_bias`` on
-  every projection, tied by default), ``exaone4`` (EXAONE 4.0: OLMo 2's
+  every projection, tied by default), ``seed_oss`` (Seed-OSS: Llama's shapes, q/k/v biases by ``attention_bias``,
+  the output's by ``attention_out_bias``), ``exaone4`` (EXAONE 4.0: OLMo 2's
   post-norm layer, a per-head QK-norm, sliding windows on 3 layers of 4), ``glm4`` (GLM-4 dense:
   four norms a layer, q/k/v biases), ``nemotron``
   (Nemotron-4 / Minitron: a 2-matrix squared-ReLU MLP and LayerNorms with biases) (dense) and
@@ -151,6 +152,7 @@ _POSITIVE = {
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
 GQA_MODEL_TYPES = ("llama", "mistral", "ministral3", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt2", "phi3",
                    "gemma", "gemma2", "gemma3_text", "olmo2", "olmo3", "olmoe", "granite", "smollm3", "exaone4", "glm4", "ernie4_5",
+                   "seed_oss",
                    "qwen2_moe", "gpt_oss", "minimax_m2", "ernie4_5_moe", "bailing_moe_v2", "nemotron", "nemotron_h",
                    "llama4", "llama4_text")
 #: Gemma, Gemma 2 and Gemma 3: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
@@ -178,7 +180,7 @@ _OLMO_TYPES = ("olmo2", "olmo3")
 _FULL_QK_NORM_TYPES = (*_OLMO_TYPES, "olmoe", "minimax_m2")
 #: ``head_dim`` when the file omits it (the config classes' defaults; else H / h)
 _HEAD_DIM_DEFAULT = {"gemma": 256, "gemma2": 256, "gemma3_text": 256, "gpt_oss": 64, "minimax_m2": 128,
-                     "bailing_moe_v2": 128, "ministral3": 128, "ernie4_5": 128}
+                     "bailing_moe_v2": 128, "ministral3": 128, "ernie4_5": 128, "seed_oss": 128}
 KNOWN_MODEL_TYPES = MLA_MODEL_TYPES + GQA_MODEL_TYPES
 #: model types whose MoE router has a score-correction bias (``e_score_correction_bias``)
 _ROUTER_BIAS_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2", "glm4_moe", "minimax_m2", "ernie4_5_moe",
@@ -186,10 +188,10 @@ _ROUTER_BIAS_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2", "
 #: families whose attention projections never read ``attention_bias`` (MiniMax-M2: bias-free; ERNIE 4.5:
 #: ``use_bias``, refused when true by :func:`_ernie45_moe`; Ling 2.0: :func:`_bailing_moe_v2`; EXAONE 4 and
 #: Ministral 3 (``MistralAttention``'s projections): bias-free)
-_OWN_BIAS_TYPES = ("minimax_m2", "ernie4_5", "ernie4_5_moe", "bailing_moe_v2", "exaone4", "ministral3")
+_OWN_BIAS_TYPES = ("minimax_m2", "ernie4_5", "ernie4_5_moe", "bailing_moe_v2", "exaone4", "ministral3", "seed_oss")
 #: ``num_key_value_heads`` when the file omits it, where the config class's default is not h
 _KV_HEADS_DEFAULT = {"minimax_m2": 8, "ernie4_5": 2, "ernie4_5_moe": 4, "bailing_moe_v2": 4, "exaone4": 32,
-                     "smollm3": 4, "ministral3": 8}
+                     "smollm3": 4, "ministral3": 8, "seed_oss": 8}
 _DSA_DEFAULTS = {"glm_moe_dsa": (32, 128, 2048), "deepseek_v32": (64, 128, 2048)}
 
 
@@ -702,6 +704,9 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
     elif model_type == "ernie4_5":  # Ernie4_5Attention / Ernie4_5MLP: bias=config.use_bias on every projection
         use_bias = _bool_field(raw, "use_bias", False)
         out.update(qkv_bias=use_bias, o_bias=use_bias, mlp_bias=use_bias)
+    elif model_type == "seed_oss":  # SeedOssAttention / SeedOssMLP (transformers models/seed_oss), SeedOssConfig defaults
+        out.update(qkv_bias=_bool_field(raw, "attention_bias", True), o_bias=_bool_field(raw, "attention_out_bias", False),
+                   mlp_bias=_bool_field(raw, "mlp_bias", False))
     return out
 
 

@@ -1146,3 +1146,27 @@ def test_ernie45_dense_is_llamas_shapes_with_use_bias_everywhere():
     assert count_parameters(biased).main_total - 360_748_032 == L * ((h + 2 * g) * d + H + 2 * I + H)
     bare = load({k: v for k, v in ERNIE45_03B.items() if k not in ("head_dim", "num_key_value_heads", "tie_word_embeddings")})
     assert (bare.head_dim, bare.num_key_value_heads, bare.tie_word_embeddings) == (128, 2, True)
+
+
+# config.json field values of ByteDance-Seed/Seed-OSS-36B-Base
+SEED_OSS_36B = {"model_type": "seed_oss", "architectures": ["SeedOssForCausalLM"], "hidden_size": 5120,
+                "intermediate_size": 27648, "num_hidden_layers": 64, "num_attention_heads": 80, "num_key_value_heads": 8,
+                "head_dim": 128, "vocab_size": 155136, "attention_bias": True, "attention_out_bias": False,
+                "mlp_bias": False, "tie_word_embeddings": False}
+
+
+def test_seed_oss_biases_qkv_and_output_by_their_own_flags():
+    """Seed-OSS (transformers ``models/seed_oss``): Llama's decoder, q/k/v biases by ``attention_bias``
+    (default true), the output projection's by ``attention_out_bias`` (default false), the MLP's by
+    ``mlp_bias``. By hand: a layer q/k/v/o 115,343,360 + the q/k/v biases 12,288 + 3 H I (424,673,280) +
+    2 H = 540,039,168; 64 of them, two 155,136 x 5,120 tables and the final norm: 36,151,104,512 (36B)."""
+    cfg = load(SEED_OSS_36B)
+    H, I, V, L, h, g, d = 5120, 27648, 155136, 64, 80, 8, 128
+    layer = gqa_layer(H, h, g, d, qkv_bias=True) + 3 * H * I + 2 * H
+    assert layer == 540_039_168
+    assert count_parameters(cfg).main_total == L * layer + 2 * V * H + H == 36_151_104_512
+    out_biased = load({**SEED_OSS_36B, "attention_out_bias": True})
+    assert (out_biased.qkv_bias, out_biased.o_bias) == (True, True)
+    assert count_parameters(out_biased).main_total - count_parameters(cfg).main_total == L * H
+    bare = load({k: v for k, v in SEED_OSS_36B.items() if k not in ("attention_bias", "head_dim", "num_key_value_heads")})
+    assert (bare.qkv_bias, bare.head_dim, bare.num_key_value_heads) == (True, 128, 8)
