@@ -22,7 +22,8 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   ``granite`` (Granite 3: Llama's shapes, its multipliers scale activations only), ``smollm3`` (Llama's shapes,
   tied by default, windows only on its NoPE layers), ``ernie4_5`` (ERNIE 4.5 dense: Llama's shapes, ``use_bias`` on
   every projection, tied by default), ``seed_oss`` (Seed-OSS: Llama's shapes, q/k/v biases by ``attention_bias``,
-  the output's by ``attention_out_bias``), ``exaone4`` (EXAONE 4.0: OLMo 2's
+  the output's by ``attention_out_bias``), ``starcoder2`` (StarCoder2: Mistral's attention and a 2-matrix GELU MLP,
+  ``use_bias`` everywhere, LayerNorms with biases), ``exaone4`` (EXAONE 4.0: OLMo 2's
   post-norm layer, a per-head QK-norm, sliding windows on 3 layers of 4), ``glm4`` (GLM-4 dense:
   four norms a layer, q/k/v biases), ``nemotron``
   (Nemotron-4 / Minitron: a 2-matrix squared-ReLU MLP and LayerNorms with biases) (dense) and
@@ -152,7 +153,7 @@ _POSITIVE = {
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
 GQA_MODEL_TYPES = ("llama", "mistral", "ministral3", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt2", "phi3",
                    "gemma", "gemma2", "gemma3_text", "olmo2", "olmo3", "olmoe", "granite", "smollm3", "exaone4", "glm4", "ernie4_5",
-                   "seed_oss",
+                   "seed_oss", "starcoder2",
                    "qwen2_moe", "gpt_oss", "minimax_m2", "ernie4_5_moe", "bailing_moe_v2", "nemotron", "nemotron_h",
                    "llama4", "llama4_text")
 #: Gemma, Gemma 2 and Gemma 3: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
@@ -188,10 +189,11 @@ _ROUTER_BIAS_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2", "
 #: families whose attention projections never read ``attention_bias`` (MiniMax-M2: bias-free; ERNIE 4.5:
 #: ``use_bias``, refused when true by :func:`_ernie45_moe`; Ling 2.0: :func:`_bailing_moe_v2`; EXAONE 4 and
 #: Ministral 3 (``MistralAttention``'s projections): bias-free)
-_OWN_BIAS_TYPES = ("minimax_m2", "ernie4_5", "ernie4_5_moe", "bailing_moe_v2", "exaone4", "ministral3", "seed_oss")
+_OWN_BIAS_TYPES = ("minimax_m2", "ernie4_5", "ernie4_5_moe", "bailing_moe_v2", "exaone4", "ministral3", "seed_oss",
+                   "starcoder2")
 #: ``num_key_value_heads`` when the file omits it, where the config class's default is not h
 _KV_HEADS_DEFAULT = {"minimax_m2": 8, "ernie4_5": 2, "ernie4_5_moe": 4, "bailing_moe_v2": 4, "exaone4": 32,
-                     "smollm3": 4, "ministral3": 8, "seed_oss": 8}
+                     "smollm3": 4, "ministral3": 8, "seed_oss": 8, "starcoder2": 2}
 _DSA_DEFAULTS = {"glm_moe_dsa": (32, 128, 2048), "deepseek_v32": (64, 128, 2048)}
 
 
@@ -690,7 +692,7 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
         "norms_per_layer": 4 if model_type in _FOUR_NORM_TYPES else 2,
         "layer_windows": _layer_windows(raw, model_type, n),
     }
-    if model_type in (*_GEMMA_TYPES, "smollm3", "ernie4_5") and raw.get("tie_word_embeddings") is None:
+    if model_type in (*_GEMMA_TYPES, "smollm3", "ernie4_5", "starcoder2") and raw.get("tie_word_embeddings") is None:
         out["tie_word_embeddings"] = True
     out.update(_gqa_ffn(raw, model_type, n))
     if model_type == "gpt2":
@@ -707,6 +709,8 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
     elif model_type == "seed_oss":  # SeedOssAttention / SeedOssMLP (transformers models/seed_oss), SeedOssConfig defaults
         out.update(qkv_bias=_bool_field(raw, "attention_bias", True), o_bias=_bool_field(raw, "attention_out_bias", False),
                    mlp_bias=_bool_field(raw, "mlp_bias", False))
+    elif model_type == "starcoder2":
+        out.update(_starcoder2_family(raw))
     return out
 
 
@@ -717,6 +721,16 @@ def _nemotron_family(raw: dict[str, Any]) -> dict[str, Any]:
     one; ``NemotronConfig`` unties the embeddings by default)."""
     return {"gated_mlp": False, "mlp_bias": _bool_field(raw, "mlp_bias", False), "norm_bias": True,
             "activation": _activation(raw, default="relu2")}
+
+
+def _starcoder2_family(raw: dict[str, Any]) -> dict[str, Any]:
+    """StarCoder2's block (transformers ``models/starcoder2/modular_starcoder2.py``): Mistral's attention
+    with ``bias=config.use_bias`` on q, k, v and o, ``Starcoder2MLP`` ``c_fc`` H -> I and ``c_proj`` I -> H
+    with ``use_bias`` and ``gelu_pytorch_tanh`` between, LayerNorms with weight and bias (two a layer and
+    a final one); ``Starcoder2Config`` defaults: ``use_bias`` true, 2 KV heads, tied."""
+    use_bias = _bool_field(raw, "use_bias", True)
+    return {"gated_mlp": False, "mlp_bias": use_bias, "qkv_bias": use_bias, "o_bias": use_bias, "norm_bias": True,
+            "activation": _activation(raw, default="gelu_pytorch_tanh")}
 
 
 def _gqa_ffn(raw: dict[str, Any], model_type: str, n: int) -> dict[str, Any]:
@@ -905,8 +919,9 @@ def _activation(raw: dict[str, Any], default: str = "silu") -> str:
 
 
 #: the families whose every layer uses ``sliding_window`` unless ``layer_types`` says otherwise
-#: (transformers ``MistralAttention`` / ``Phi3Attention`` / ``Ministral3Attention`` pass it to every layer)
-_WINDOW_EVERY_LAYER = ("mistral", "phi3", "ministral3")
+#: (transformers ``MistralAttention`` / ``Phi3Attention`` / ``Ministral3Attention`` / ``Starcoder2Attention``
+#: pass it to every layer)
+_WINDOW_EVERY_LAYER = ("mistral", "phi3", "ministral3", "starcoder2")
 #: the families that alternate sliding and full layers by default, sliding first (``Gemma2Config`` /
 #: ``GptOssConfig``: ``"sliding_attention" if (i + 1) % 2 else "full_attention"``)
 _WINDOW_ALTERNATE = ("gemma2", "gpt_oss")

@@ -1170,3 +1170,26 @@ def test_seed_oss_biases_qkv_and_output_by_their_own_flags():
     assert count_parameters(out_biased).main_total - count_parameters(cfg).main_total == L * H
     bare = load({k: v for k, v in SEED_OSS_36B.items() if k not in ("attention_bias", "head_dim", "num_key_value_heads")})
     assert (bare.qkv_bias, bare.head_dim, bare.num_key_value_heads) == (True, 128, 8)
+
+
+# config.json field values of bigcode/starcoder2-3b
+STARCODER2_3B = {"model_type": "starcoder2", "architectures": ["Starcoder2ForCausalLM"], "hidden_size": 3072,
+                 "intermediate_size": 12288, "num_hidden_layers": 30, "num_attention_heads": 24, "num_key_value_heads": 2,
+                 "vocab_size": 49152, "hidden_act": "gelu_pytorch_tanh", "sliding_window": 4096, "use_bias": True,
+                 "norm_epsilon": 1e-05, "tie_word_embeddings": True}
+
+
+def test_starcoder2_is_mistrals_attention_with_biases_and_a_gelu_mlp():
+    """StarCoder2 (transformers ``modular_starcoder2.py``): q/k/v/o with ``use_bias``, a 2-matrix GELU MLP
+    (``c_fc`` / ``c_proj``, biased), two LayerNorms with biases a layer and a final one, a window on every
+    layer (Mistral's attention), tied. By hand: attention 20,447,232 + biases 6,656; MLP 2 H I + I + H =
+    75,512,832; norms 4 H: a layer 95,979,008; 30 of them, one 49,152 x 3,072 table and the final norm
+    (2 H): 3,030,371,328 (the card's 3B)."""
+    cfg = load(STARCODER2_3B)
+    H, I, V, L, h, g, d = 3072, 12288, 49152, 30, 24, 2, 128
+    layer = gqa_layer(H, h, g, d, qkv_bias=True, o_bias=True) + 2 * H * I + I + H + 4 * H
+    assert layer == 95_979_008
+    assert count_parameters(cfg).main_total == L * layer + V * H + 2 * H == 3_030_371_328
+    assert (cfg.gated_mlp, cfg.norm_bias, cfg.layer_windows) == (False, True, (4096,) * 30)
+    unbiased = load({**STARCODER2_3B, "use_bias": False})
+    assert count_parameters(cfg).main_total - count_parameters(unbiased).main_total == L * ((h + 2 * g) * d + H + I + H)
