@@ -23,7 +23,9 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   tied by default, windows only on its NoPE layers), ``ernie4_5`` (ERNIE 4.5 dense: Llama's shapes, ``use_bias`` on
   every projection, tied by default), ``seed_oss`` (Seed-OSS: Llama's shapes, q/k/v biases by ``attention_bias``,
   the output's by ``attention_out_bias``), ``starcoder2`` (StarCoder2: Mistral's attention and a 2-matrix GELU MLP,
-  ``use_bias`` everywhere, LayerNorms with biases), ``exaone4`` (EXAONE 4.0: OLMo 2's
+  ``use_bias`` everywhere, LayerNorms with biases), ``cohere2`` (Command R7B / Command A: one LayerNorm a layer
+  before attention and MLP in parallel, ``head_dim`` H / h, tied, windows on 3 layers of 4), ``exaone4``
+  (EXAONE 4.0: OLMo 2's
   post-norm layer, a per-head QK-norm, sliding windows on 3 layers of 4), ``glm4`` (GLM-4 dense:
   four norms a layer, q/k/v biases), ``nemotron``
   (Nemotron-4 / Minitron: a 2-matrix squared-ReLU MLP and LayerNorms with biases) (dense) and
@@ -153,7 +155,7 @@ _POSITIVE = {
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
 GQA_MODEL_TYPES = ("llama", "mistral", "ministral3", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt2", "phi3",
                    "gemma", "gemma2", "gemma3_text", "olmo2", "olmo3", "olmoe", "granite", "smollm3", "exaone4", "glm4", "ernie4_5",
-                   "seed_oss", "starcoder2",
+                   "seed_oss", "starcoder2", "cohere2",
                    "qwen2_moe", "gpt_oss", "minimax_m2", "ernie4_5_moe", "bailing_moe_v2", "nemotron", "nemotron_h",
                    "llama4", "llama4_text")
 #: Gemma, Gemma 2 and Gemma 3: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
@@ -679,7 +681,8 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
         "qkv_bias": (True if model_type == "qwen2" else _bool_field(raw, "qkv_bias", True) if model_type == "qwen2_moe"
                      else bias),
         "o_bias": (bias if model_type in ("llama", "mistral", "qwen3", "qwen3_moe", "gpt_oss", "nemotron", "llama4",
-                                          "llama4_text", "granite", "smollm3", *_GEMMA_TYPES, *_FULL_QK_NORM_TYPES)
+                                          "llama4_text", "granite", "smollm3", "cohere2", *_GEMMA_TYPES,
+                                          *_FULL_QK_NORM_TYPES)
                    else False),
         # LlamaMLP / GraniteMLP (SmolLM3's is Llama's): gate, up and down with ``bias=config.mlp_bias``
         "mlp_bias": model_type in ("llama", "granite", "smollm3") and _bool_field(raw, "mlp_bias", False),
@@ -692,7 +695,7 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
         "norms_per_layer": 4 if model_type in _FOUR_NORM_TYPES else 2,
         "layer_windows": _layer_windows(raw, model_type, n),
     }
-    if model_type in (*_GEMMA_TYPES, "smollm3", "ernie4_5", "starcoder2") and raw.get("tie_word_embeddings") is None:
+    if model_type in (*_GEMMA_TYPES, "smollm3", "ernie4_5", "starcoder2", "cohere2") and raw.get("tie_word_embeddings") is None:
         out["tie_word_embeddings"] = True
     out.update(_gqa_ffn(raw, model_type, n))
     if model_type == "gpt2":
@@ -711,6 +714,13 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
                    mlp_bias=_bool_field(raw, "mlp_bias", False))
     elif model_type == "starcoder2":
         out.update(_starcoder2_family(raw))
+    elif model_type == "cohere2":
+        # Cohere2Config sets head_dim = H / h whatever the file says; Cohere2DecoderLayer: one input LayerNorm
+        # (weight only) before attention and the MLP, which run in parallel (transformers models/cohere2)
+        if hidden % heads:
+            raise ConfigError(f"hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads})",
+                              "num_attention_heads")
+        out.update(head_dim=hidden // heads, norms_per_layer=1)
     return out
 
 
@@ -928,11 +938,12 @@ _WINDOW_ALTERNATE = ("gemma2", "gpt_oss")
 #: the families with one full layer every ``sliding_window_pattern`` layers (default 6), the rest sliding:
 #: ``Gemma3Attention.is_sliding = bool((layer_idx + 1) % config.sliding_window_pattern)`` (transformers
 #: ``models/gemma3`` @ 008f5c8c; later ``Gemma3TextConfig`` writes the same as its default ``layer_types``;
-#: ``Olmo3Config`` and ``Exaone4Config`` default their ``layer_types`` by the same rule, every 4th layer full)
-_WINDOW_PATTERN = {"gemma3_text": 6, "olmo3": 4, "exaone4": 4}
+#: ``Olmo3Config``, ``Exaone4Config`` and ``Cohere2Config`` default their ``layer_types`` by the same rule,
+#: every 4th layer full)
+_WINDOW_PATTERN = {"gemma3_text": 6, "olmo3": 4, "exaone4": 4, "cohere2": 4}
 #: ``sliding_window`` when the file omits it, as the family's config class defaults it (``Olmo3Config``,
-#: ``Exaone4Config``: 4096)
-_WINDOW_DEFAULT = {"olmo3": 4096, "exaone4": 4096}
+#: ``Exaone4Config``, ``Cohere2Config``: 4096)
+_WINDOW_DEFAULT = {"olmo3": 4096, "exaone4": 4096, "cohere2": 4096}
 
 
 def _layer_windows(raw: dict[str, Any], model_type: str, n: int) -> tuple[int, ...] | None:

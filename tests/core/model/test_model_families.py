@@ -1193,3 +1193,27 @@ def test_starcoder2_is_mistrals_attention_with_biases_and_a_gelu_mlp():
     assert (cfg.gated_mlp, cfg.norm_bias, cfg.layer_windows) == (False, True, (4096,) * 30)
     unbiased = load({**STARCODER2_3B, "use_bias": False})
     assert count_parameters(cfg).main_total - count_parameters(unbiased).main_total == L * ((h + 2 * g) * d + H + I + H)
+
+
+# config.json field values of CohereLabs/c4ai-command-a-03-2025 (cohere2)
+COMMAND_A = {"model_type": "cohere2", "architectures": ["Cohere2ForCausalLM"], "hidden_size": 12288,
+             "intermediate_size": 36864, "num_hidden_layers": 64, "num_attention_heads": 96, "num_key_value_heads": 8,
+             "vocab_size": 256000, "hidden_act": "silu", "sliding_window": 4096, "sliding_window_pattern": 4,
+             "attention_bias": False, "logit_scale": 0.25, "tie_word_embeddings": True}
+
+
+def test_cohere2_has_one_norm_a_layer_head_dim_h_over_heads_and_tied_embeddings():
+    """Cohere2 (transformers ``modular_cohere2.py``): one weight-only LayerNorm a layer before attention and
+    the MLP (run in parallel), ``head_dim`` H / h whatever the file says, q/k/v/o biases by
+    ``attention_bias``, tied; windows on the layers ``layer_types`` marks, by default 3 of 4
+    (``sliding_window_pattern``). By hand: a layer q/k/v/o 327,155,712 + 3 H I + H = 1,686,122,496; 64 of them,
+    one 256,000 x 12,288 table and the final norm: 111,057,580,032 (Command A's 111B)."""
+    cfg = load(COMMAND_A)
+    H, I, V, L, h, g, d = 12288, 36864, 256000, 64, 96, 8, 128
+    layer = gqa_layer(H, h, g, d) + 3 * H * I + H
+    assert layer == 1_686_122_496
+    assert count_parameters(cfg).main_total == L * layer + V * H + H == 111_057_580_032
+    assert (cfg.norms_per_layer, cfg.head_dim, cfg.tie_word_embeddings) == (1, 128, True)
+    assert cfg.layer_windows == (4096, 4096, 4096, 0) * 16
+    assert load({**COMMAND_A, "head_dim": 256}).head_dim == 128
+    assert load({**COMMAND_A, "layer_types": ["full_attention"] * 64}).layer_windows is None
