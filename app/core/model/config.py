@@ -23,8 +23,9 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   tied by default, windows only on its NoPE layers), ``ernie4_5`` (ERNIE 4.5 dense: Llama's shapes, ``use_bias`` on
   every projection, tied by default), ``seed_oss`` (Seed-OSS: Llama's shapes, q/k/v biases by ``attention_bias``,
   the output's by ``attention_out_bias``), ``starcoder2`` (StarCoder2: Mistral's attention and a 2-matrix GELU MLP,
-  ``use_bias`` everywhere, LayerNorms with biases), ``cohere2`` (Command R7B / Command A: one LayerNorm a layer
-  before attention and MLP in parallel, ``head_dim`` H / h, tied, windows on 3 layers of 4), ``exaone4``
+  ``use_bias`` everywhere, LayerNorms with biases), ``cohere`` / ``cohere2`` (Command R / R+ / R7B / A: one
+  LayerNorm a layer before attention and MLP in parallel, tied; Command R+'s per-head q/k LayerNorms; Cohere2:
+  ``head_dim`` H / h, windows on 3 layers of 4), ``exaone4``
   (EXAONE 4.0: OLMo 2's
   post-norm layer, a per-head QK-norm, sliding windows on 3 layers of 4), ``glm4`` (GLM-4 dense:
   four norms a layer, q/k/v biases), ``nemotron``
@@ -155,7 +156,7 @@ _POSITIVE = {
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
 GQA_MODEL_TYPES = ("llama", "mistral", "ministral3", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt2", "phi3",
                    "gemma", "gemma2", "gemma3_text", "olmo2", "olmo3", "olmoe", "granite", "smollm3", "exaone4", "glm4", "ernie4_5",
-                   "seed_oss", "starcoder2", "cohere2",
+                   "seed_oss", "starcoder2", "cohere", "cohere2",
                    "qwen2_moe", "gpt_oss", "minimax_m2", "ernie4_5_moe", "bailing_moe_v2", "nemotron", "nemotron_h",
                    "llama4", "llama4_text")
 #: Gemma, Gemma 2 and Gemma 3: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
@@ -681,21 +682,24 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
         "qkv_bias": (True if model_type == "qwen2" else _bool_field(raw, "qkv_bias", True) if model_type == "qwen2_moe"
                      else bias),
         "o_bias": (bias if model_type in ("llama", "mistral", "qwen3", "qwen3_moe", "gpt_oss", "nemotron", "llama4",
-                                          "llama4_text", "granite", "smollm3", "cohere2", *_GEMMA_TYPES,
+                                          "llama4_text", "granite", "smollm3", "cohere", "cohere2", *_GEMMA_TYPES,
                                           *_FULL_QK_NORM_TYPES)
                    else False),
         # LlamaMLP / GraniteMLP (SmolLM3's is Llama's): gate, up and down with ``bias=config.mlp_bias``
         "mlp_bias": model_type in ("llama", "granite", "smollm3") and _bool_field(raw, "mlp_bias", False),
         "qk_norm": model_type in ("qwen3", "qwen3_moe", "gemma3_text", "exaone4") or (model_type == "glm4_moe"
                                                                            and _bool_field(raw, "use_qk_norm", False)),
-        "qk_norm_full": model_type in _FULL_QK_NORM_TYPES,
+        # CohereAttention's optional q / k LayerNorms are (heads, head_dim) weights: the whole projections' count
+        "qk_norm_full": model_type in _FULL_QK_NORM_TYPES or (model_type == "cohere"
+                                                             and _bool_field(raw, "use_qk_norm", False)),
         "moe_router_bias": model_type in _ROUTER_BIAS_TYPES,
         "attention_sinks": model_type == "gpt_oss",  # GptOssAttention.sinks: one logit per head
         "activation": _activation(raw),
         "norms_per_layer": 4 if model_type in _FOUR_NORM_TYPES else 2,
         "layer_windows": _layer_windows(raw, model_type, n),
     }
-    if model_type in (*_GEMMA_TYPES, "smollm3", "ernie4_5", "starcoder2", "cohere2") and raw.get("tie_word_embeddings") is None:
+    if (model_type in (*_GEMMA_TYPES, "smollm3", "ernie4_5", "starcoder2", "cohere", "cohere2")
+            and raw.get("tie_word_embeddings") is None):
         out["tie_word_embeddings"] = True
     out.update(_gqa_ffn(raw, model_type, n))
     if model_type == "gpt2":
@@ -721,6 +725,8 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
             raise ConfigError(f"hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads})",
                               "num_attention_heads")
         out.update(head_dim=hidden // heads, norms_per_layer=1)
+    elif model_type == "cohere":  # CohereDecoderLayer: the same single input LayerNorm, no window (models/cohere)
+        out.update(norms_per_layer=1)
     return out
 
 

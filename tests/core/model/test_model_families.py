@@ -1217,3 +1217,24 @@ def test_cohere2_has_one_norm_a_layer_head_dim_h_over_heads_and_tied_embeddings(
     assert cfg.layer_windows == (4096, 4096, 4096, 0) * 16
     assert load({**COMMAND_A, "head_dim": 256}).head_dim == 128
     assert load({**COMMAND_A, "layer_types": ["full_attention"] * 64}).layer_windows is None
+
+
+# config.json field values of CohereLabs/c4ai-command-r-plus (cohere)
+COMMAND_R_PLUS = {"model_type": "cohere", "architectures": ["CohereForCausalLM"], "hidden_size": 12288,
+                  "intermediate_size": 33792, "num_hidden_layers": 64, "num_attention_heads": 96, "num_key_value_heads": 8,
+                  "vocab_size": 256000, "hidden_act": "silu", "use_qk_norm": True, "attention_bias": False,
+                  "logit_scale": 0.8333333333333334, "tie_word_embeddings": True}
+
+
+def test_cohere_command_r_plus_counts_its_per_head_qk_layernorms():
+    """Cohere (transformers ``models/cohere``): Llama's attention, with ``use_qk_norm`` a weight-only LayerNorm
+    over (heads, head_dim) on q and (KV heads, head_dim) on k, one input LayerNorm a layer (attention and MLP
+    in parallel), tied, no window. By hand: a layer 327,155,712 + (96 + 8) 128 + 3 H I + H = 1,572,889,600;
+    64 of them, one 256,000 x 12,288 table and the final norm: 103,810,674,688 (Command R+'s 104B)."""
+    cfg = load(COMMAND_R_PLUS)
+    H, I, V, L, h, g, d = 12288, 33792, 256000, 64, 96, 8, 128
+    layer = gqa_layer(H, h, g, d) + (h + g) * d + 3 * H * I + H
+    assert layer == 1_572_889_600
+    assert count_parameters(cfg).main_total == L * layer + V * H + H == 103_810_674_688
+    assert (cfg.norms_per_layer, cfg.qk_norm_full, cfg.layer_windows) == (1, True, None)
+    assert count_parameters(load({**COMMAND_R_PLUS, "use_qk_norm": False})).main_total == 103_810_674_688 - L * (h + g) * d
