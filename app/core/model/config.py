@@ -25,9 +25,8 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   the output's by ``attention_out_bias``), ``starcoder2`` (StarCoder2: Mistral's attention and a 2-matrix GELU MLP,
   ``use_bias`` everywhere, LayerNorms with biases), ``cohere`` / ``cohere2`` (Command R / R+ / R7B / A: one
   LayerNorm a layer before attention and MLP in parallel, tied; Command R+'s per-head q/k LayerNorms; Cohere2:
-  ``head_dim`` H / h, windows on 3 layers of 4), ``exaone4``
-  (EXAONE 4.0: OLMo 2's
-  post-norm layer, a per-head QK-norm, sliding windows on 3 layers of 4), ``glm4`` (GLM-4 dense:
+  ``head_dim`` H / h, windows on 3 layers of 4), ``exaone4`` (EXAONE 4.0: OLMo 2's post-norm layer, a
+  per-head QK-norm, sliding windows on 3 layers of 4), ``glm4`` (GLM-4 dense:
   four norms a layer, q/k/v biases), ``nemotron``
   (Nemotron-4 / Minitron: a 2-matrix squared-ReLU MLP and LayerNorms with biases) (dense) and
   ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``olmoe``, ``minimax_m2``, ``ernie4_5_moe``, ``bailing_moe_v2`` (Ling 2.0),
@@ -87,6 +86,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -154,11 +154,15 @@ _POSITIVE = {
 }
 
 MLA_MODEL_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2")
-GQA_MODEL_TYPES = ("llama", "mistral", "ministral3", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt2", "phi3",
-                   "gemma", "gemma2", "gemma3_text", "olmo2", "olmo3", "olmoe", "granite", "smollm3", "exaone4", "glm4", "ernie4_5",
-                   "seed_oss", "starcoder2", "cohere", "cohere2",
-                   "qwen2_moe", "gpt_oss", "minimax_m2", "ernie4_5_moe", "bailing_moe_v2", "nemotron", "nemotron_h",
-                   "llama4", "llama4_text")
+GQA_MODEL_TYPES = (
+    # dense
+    "llama", "mistral", "ministral3", "qwen2", "qwen3", "gpt2", "phi3", "gemma", "gemma2", "gemma3_text", "olmo2",
+    "olmo3", "granite", "smollm3", "exaone4", "glm4", "ernie4_5", "seed_oss", "starcoder2", "cohere", "cohere2",
+    "nemotron",
+    # MoE and hybrid
+    "qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "glm4_moe", "gpt_oss", "minimax_m2", "ernie4_5_moe", "bailing_moe_v2",
+    "nemotron_h", "llama4", "llama4_text",
+)
 #: Gemma, Gemma 2 and Gemma 3: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
 #: ``Gemma2Config`` / ``Gemma3TextConfig`` defaults, transformers ``models/gemma2/configuration_gemma2.py``,
 #: ``models/gemma3/configuration_gemma3.py``)
@@ -702,31 +706,9 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
             and raw.get("tie_word_embeddings") is None):
         out["tie_word_embeddings"] = True
     out.update(_gqa_ffn(raw, model_type, n))
-    if model_type == "gpt2":
-        out.update(_gpt2_family(raw))
-    elif model_type == "nemotron":
-        out.update(_nemotron_family(raw))
-    elif model_type == "nemotron_h":
-        out.update(_nemotron_h_family(raw))
-    elif model_type == "bailing_moe_v2":
-        out.update(_bailing_moe_v2(raw))
-    elif model_type == "ernie4_5":  # Ernie4_5Attention / Ernie4_5MLP: bias=config.use_bias on every projection
-        use_bias = _bool_field(raw, "use_bias", False)
-        out.update(qkv_bias=use_bias, o_bias=use_bias, mlp_bias=use_bias)
-    elif model_type == "seed_oss":  # SeedOssAttention / SeedOssMLP (transformers models/seed_oss), SeedOssConfig defaults
-        out.update(qkv_bias=_bool_field(raw, "attention_bias", True), o_bias=_bool_field(raw, "attention_out_bias", False),
-                   mlp_bias=_bool_field(raw, "mlp_bias", False))
-    elif model_type == "starcoder2":
-        out.update(_starcoder2_family(raw))
-    elif model_type == "cohere2":
-        # Cohere2Config sets head_dim = H / h whatever the file says; Cohere2DecoderLayer: one input LayerNorm
-        # (weight only) before attention and the MLP, which run in parallel (transformers models/cohere2)
-        if hidden % heads:
-            raise ConfigError(f"hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads})",
-                              "num_attention_heads")
-        out.update(head_dim=hidden // heads, norms_per_layer=1)
-    elif model_type == "cohere":  # CohereDecoderLayer: the same single input LayerNorm, no window (models/cohere)
-        out.update(norms_per_layer=1)
+    family = _FAMILY_BLOCKS.get(model_type)
+    if family is not None:
+        out.update(family(raw))
     return out
 
 
@@ -739,6 +721,34 @@ def _nemotron_family(raw: dict[str, Any]) -> dict[str, Any]:
             "activation": _activation(raw, default="relu2")}
 
 
+def _ernie45_dense(raw: dict[str, Any]) -> dict[str, Any]:
+    """ERNIE 4.5 dense (transformers ``models/ernie4_5/modular_ernie4_5.py``): ``Ernie4_5Attention`` and
+    ``Ernie4_5MLP`` put ``bias=config.use_bias`` on every projection (the output layer has none)."""
+    use_bias = _bool_field(raw, "use_bias", False)
+    return {"qkv_bias": use_bias, "o_bias": use_bias, "mlp_bias": use_bias}
+
+
+def _seed_oss_family(raw: dict[str, Any]) -> dict[str, Any]:
+    """Seed-OSS (transformers ``models/seed_oss``): q/k/v biases by ``attention_bias``, the output
+    projection's by ``attention_out_bias``, the MLP's by ``mlp_bias`` (``SeedOssConfig``: true, false, false)."""
+    return {"qkv_bias": _bool_field(raw, "attention_bias", True), "o_bias": _bool_field(raw, "attention_out_bias", False),
+            "mlp_bias": _bool_field(raw, "mlp_bias", False)}
+
+
+def _cohere_family(raw: dict[str, Any]) -> dict[str, Any]:
+    """Cohere / Cohere2 (transformers ``models/cohere``, ``models/cohere2``): one weight-only input
+    LayerNorm a layer, before attention and the MLP, which run in parallel; ``Cohere2Config`` sets
+    ``head_dim`` to H / h whatever the file says."""
+    out: dict[str, Any] = {"norms_per_layer": 1}
+    if raw.get("model_type") == "cohere2":
+        hidden, heads = raw["hidden_size"], raw["num_attention_heads"]  # both read and checked before
+        if hidden % heads:
+            raise ConfigError(f"hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads})",
+                              "num_attention_heads")
+        out["head_dim"] = hidden // heads
+    return out
+
+
 def _starcoder2_family(raw: dict[str, Any]) -> dict[str, Any]:
     """StarCoder2's block (transformers ``models/starcoder2/modular_starcoder2.py``): Mistral's attention
     with ``bias=config.use_bias`` on q, k, v and o, ``Starcoder2MLP`` ``c_fc`` H -> I and ``c_proj`` I -> H
@@ -747,6 +757,7 @@ def _starcoder2_family(raw: dict[str, Any]) -> dict[str, Any]:
     use_bias = _bool_field(raw, "use_bias", True)
     return {"gated_mlp": False, "mlp_bias": use_bias, "qkv_bias": use_bias, "o_bias": use_bias, "norm_bias": True,
             "activation": _activation(raw, default="gelu_pytorch_tanh")}
+
 
 
 def _gqa_ffn(raw: dict[str, Any], model_type: str, n: int) -> dict[str, Any]:
@@ -1278,6 +1289,15 @@ def _refuse_inconsistent(cfg: ModelConfig) -> ModelConfig:
             "indexer_types",
         )
     return cfg
+
+
+#: the families whose block differs from the GQA decoder's defaults in :func:`_gqa_fields`: each one's reader
+#: of what its own modules build (applied last, so it wins)
+_FAMILY_BLOCKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "gpt2": _gpt2_family, "nemotron": _nemotron_family, "nemotron_h": _nemotron_h_family,
+    "bailing_moe_v2": _bailing_moe_v2, "ernie4_5": _ernie45_dense, "seed_oss": _seed_oss_family,
+    "starcoder2": _starcoder2_family, "cohere": _cohere_family, "cohere2": _cohere_family,
+}
 
 
 def config_from_dict(
