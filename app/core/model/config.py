@@ -741,7 +741,9 @@ def _cohere_family(raw: dict[str, Any]) -> dict[str, Any]:
     ``head_dim`` to H / h whatever the file says."""
     out: dict[str, Any] = {"norms_per_layer": 1}
     if raw.get("model_type") == "cohere2":
-        hidden, heads = raw["hidden_size"], raw["num_attention_heads"]  # both read and checked before
+        hidden = _int_field(raw, "hidden_size", None, required=True)
+        heads = _int_field(raw, "num_attention_heads", None, required=True)
+        assert hidden is not None and heads is not None
         if hidden % heads:
             raise ConfigError(f"hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads})",
                               "num_attention_heads")

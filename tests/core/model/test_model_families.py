@@ -1216,6 +1216,8 @@ def test_cohere2_has_one_norm_a_layer_head_dim_h_over_heads_and_tied_embeddings(
     assert (cfg.norms_per_layer, cfg.head_dim, cfg.tie_word_embeddings) == (1, 128, True)
     assert cfg.layer_windows == (4096, 4096, 4096, 0) * 16
     assert load({**COMMAND_A, "head_dim": 256}).head_dim == 128
+    assert load({**COMMAND_A, "hidden_size": 12288.0}).head_dim == 128 and isinstance(
+        load({**COMMAND_A, "hidden_size": 12288.0}).head_dim, int)  # a whole float is read as the integer
     assert load({**COMMAND_A, "layer_types": ["full_attention"] * 64}).layer_windows is None
 
 
