@@ -179,6 +179,15 @@ def test_a_multimodal_files_language_model_is_planned_with_a_warning_everywhere(
     assert "vision encoder and projector are not counted" in body["verdict"]["warnings"][0]["message"]
     _, plain = run_cli(["check", str(paths["text"]), "--pp", "2", "--format", "json"])
     assert not [w for w in plain["verdict"]["warnings"] if w["code"] == "language_model_only"]
+    import contextlib
+    import io
+
+    from app.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["check", str(paths["wrapper"]), "--pp", "2"]) == 0
+    assert "  warning (model): this gemma3 config is multimodal" in out.getvalue()
 
     r = client.post("/upload", files={"file": ("g3.json", paths["wrapper"].read_bytes(), "application/json")},
                     data={"query": ""})
