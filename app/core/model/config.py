@@ -29,7 +29,9 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   per-head QK-norm, sliding windows on 3 layers of 4), ``glm4`` (GLM-4 dense:
   four norms a layer, q/k/v biases), ``nemotron``
   (Nemotron-4 / Minitron: a 2-matrix squared-ReLU MLP and LayerNorms with biases) (dense) and
-  ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``olmoe``, ``minimax_m2``, ``ernie4_5_moe``, ``bailing_moe_v2`` (Ling 2.0),
+  ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``olmoe``, ``granitemoe`` / ``granitemoeshared`` (Granite 3 MoE: Mixtral's
+  experts on Granite's attention, the latter with a shared expert), ``minimax_m2``, ``ernie4_5_moe``,
+  ``bailing_moe_v2`` (Ling 2.0),
   ``glm4_moe``, ``gpt_oss``, ``llama4`` (MoE; Llama 4's
   ``text_config``, with chunked attention), ``nemotron_h`` (hybrid Mamba), and ``gpt2`` (the
   dense GPT of GPT-2 / GPT-3 / Megatron's ``GPTModel``: multi-head attention, a 2-matrix GELU
@@ -160,7 +162,8 @@ GQA_MODEL_TYPES = (
     "olmo3", "granite", "smollm3", "exaone4", "glm4", "ernie4_5", "seed_oss", "starcoder2", "cohere", "cohere2",
     "nemotron",
     # MoE and hybrid
-    "qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "glm4_moe", "gpt_oss", "minimax_m2", "ernie4_5_moe", "bailing_moe_v2",
+    "qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "granitemoe", "granitemoeshared", "glm4_moe", "gpt_oss", "minimax_m2",
+    "ernie4_5_moe", "bailing_moe_v2",
     "nemotron_h", "llama4", "llama4_text",
 )
 #: Gemma, Gemma 2 and Gemma 3: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
@@ -686,7 +689,8 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
         "qkv_bias": (True if model_type == "qwen2" else _bool_field(raw, "qkv_bias", True) if model_type == "qwen2_moe"
                      else bias),
         "o_bias": (bias if model_type in ("llama", "mistral", "qwen3", "qwen3_moe", "gpt_oss", "nemotron", "llama4",
-                                          "llama4_text", "granite", "smollm3", "cohere", "cohere2", *_GEMMA_TYPES,
+                                          "llama4_text", "granite", "granitemoe", "granitemoeshared", "smollm3",
+                                          "cohere", "cohere2", *_GEMMA_TYPES,
                                           *_FULL_QK_NORM_TYPES)
                    else False),
         # LlamaMLP / GraniteMLP (SmolLM3's is Llama's): gate, up and down with ``bias=config.mlp_bias``
@@ -788,6 +792,8 @@ def _gqa_ffn(raw: dict[str, Any], model_type: str, n: int) -> dict[str, Any]:
         out.update(n_routed_experts=_int_field(raw, experts, e), num_experts_per_tok=_int_field(raw, "num_experts_per_tok", k),
                    moe_intermediate_size=_int_field(raw, "intermediate_size", width), intermediate_size=0,
                    first_k_dense_replace=0, moe_layer_freq=1, n_shared_experts=0, num_nextn_predict_layers=0)
+    elif model_type in ("granitemoe", "granitemoeshared"):
+        out.update(_granite_moe_experts(raw))
     elif model_type == "qwen2_moe":
         out.update(_qwen2_moe_experts(raw, n))
     elif model_type == "ernie4_5_moe":
@@ -1099,6 +1105,21 @@ def _bailing_moe_v2(raw: dict[str, Any]) -> dict[str, Any]:
             "intermediate_size": _int_field(raw, "intermediate_size", 5120),
             "first_k_dense_replace": _int_field(raw, "first_k_dense_replace", 1) if experts else 0,
             "moe_layer_freq": 1}
+
+
+def _granite_moe_experts(raw: dict[str, Any]) -> dict[str, Any]:
+    """Granite 3 MoE (transformers ``models/granitemoe/modular_granitemoe.py``): every layer
+    ``GraniteMoeMoE`` - ``num_local_experts`` gated experts of ``intermediate_size`` (``input_linear``
+    E x 2I x H, ``output_linear`` E x H x I), a bias-free router; ``GraniteMoeConfig`` defaults 8, top-2,
+    11008. ``granitemoeshared`` adds ``GraniteMoeSharedMLP`` of ``shared_intermediate_size`` (default 0),
+    kept as that many expert widths (:func:`_shared_expert_widths`)."""
+    width = _int_field(raw, "intermediate_size", 11008)
+    shared = _int_field(raw, "shared_intermediate_size", 0) if raw.get("model_type") == "granitemoeshared" else 0
+    assert width is not None and shared is not None
+    return {"n_routed_experts": _int_field(raw, "num_local_experts", 8),
+            "num_experts_per_tok": _int_field(raw, "num_experts_per_tok", 2), "moe_intermediate_size": width,
+            "intermediate_size": 0, "n_shared_experts": _shared_expert_widths(shared, width, "shared_intermediate_size"),
+            "first_k_dense_replace": 0, "moe_layer_freq": 1, "num_nextn_predict_layers": 0}
 
 
 def _shared_expert_widths(shared: int, width: int, name: str) -> int:

@@ -1240,3 +1240,31 @@ def test_cohere_command_r_plus_counts_its_per_head_qk_layernorms():
     assert count_parameters(cfg).main_total == L * layer + V * H + H == 103_810_674_688
     assert (cfg.norms_per_layer, cfg.qk_norm_full, cfg.layer_windows) == (1, True, None)
     assert count_parameters(load({**COMMAND_R_PLUS, "use_qk_norm": False})).main_total == 103_810_674_688 - L * (h + g) * d
+
+
+# config.json field values of ibm-granite/granite-3.0-3b-a800m-base (granitemoe)
+GRANITE3_MOE_3B = {"model_type": "granitemoe", "architectures": ["GraniteMoeForCausalLM"], "hidden_size": 1536,
+                   "intermediate_size": 512, "num_hidden_layers": 32, "num_attention_heads": 24, "num_key_value_heads": 8,
+                   "num_local_experts": 40, "num_experts_per_tok": 8, "vocab_size": 49155, "attention_bias": False,
+                   "attention_multiplier": 0.015625, "embedding_multiplier": 12.0, "logits_scaling": 6.0,
+                   "residual_multiplier": 0.22, "tie_word_embeddings": True}
+
+
+def test_granite_moe_is_mixtral_experts_on_granites_attention():
+    """Granite 3 MoE (transformers ``modular_granitemoe.py``): Llama's attention, every layer 40 gated
+    experts of ``intermediate_size`` 512 (``input_linear`` E x 2I x H, ``output_linear`` E x H x I) with a
+    bias-free router, top-8; tied. By hand: a layer 6,291,456 + 40 x 3 H I + 40 H + 2 H = 100,727,808; 32
+    of them, one 49,155 x 1,536 table and the final norm: 3,298,793,472 (the 3B-A800M's 3.3B).
+    ``granitemoeshared`` adds a shared MLP of ``shared_intermediate_size`` (here 1024: two expert widths)."""
+    cfg = load(GRANITE3_MOE_3B)
+    H, I, V, L, h, g, d, E = 1536, 512, 49155, 32, 24, 8, 64, 40
+    layer = gqa_layer(H, h, g, d) + E * 3 * H * I + E * H + 2 * H
+    assert layer == 100_727_808
+    assert count_parameters(cfg).main_total == L * layer + V * H + H == 3_298_793_472
+    assert (cfg.n_routed_experts, cfg.num_experts_per_tok, cfg.n_shared_experts, cfg.moe_router_bias) == (40, 8, 0, False)
+    shared = load({**GRANITE3_MOE_3B, "model_type": "granitemoeshared", "shared_intermediate_size": 1024})
+    assert shared.n_shared_experts == 2
+    assert count_parameters(shared).main_total - count_parameters(cfg).main_total == L * 3 * H * 1024
+    with pytest.raises(ConfigError) as err:
+        load({**GRANITE3_MOE_3B, "model_type": "granitemoeshared", "shared_intermediate_size": 700})
+    assert err.value.field == "shared_intermediate_size"
