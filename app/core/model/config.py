@@ -773,39 +773,20 @@ def _gqa_ffn(raw: dict[str, Any], model_type: str, n: int) -> dict[str, Any]:
     GptOssConfig 128, top-4, 2880), or none (dense families;
     GLM-4.5 reads the DeepSeek names)."""
     out: dict[str, Any] = {}
-    if model_type == "mixtral":
-        out.update(n_routed_experts=_int_field(raw, "num_local_experts", 8),
-                   num_experts_per_tok=_int_field(raw, "num_experts_per_tok", 2),
-                   moe_intermediate_size=_int_field(raw, "intermediate_size", 14336),
-                   intermediate_size=0, first_k_dense_replace=0, moe_layer_freq=1, n_shared_experts=0,
-                   num_nextn_predict_layers=0)
+    if model_type in _EVERY_LAYER_MOE:
+        out.update(_every_layer_experts(raw, model_type))
     elif model_type == "qwen3_moe":
         out.update(n_routed_experts=_int_field(raw, "num_experts", 128),
                    num_experts_per_tok=_int_field(raw, "num_experts_per_tok", 8),
                    moe_intermediate_size=_int_field(raw, "moe_intermediate_size", 768), n_shared_experts=0,
                    first_k_dense_replace=0, moe_layer_freq=1, num_nextn_predict_layers=0,
                    mlp_layer_types=_qwen3_moe_layer_types(raw, n))
-    elif model_type in ("olmoe", "minimax_m2"):
-        # the config classes' attribute_map: num_experts and num_local_experts are one field
-        experts = next((f for f in ("num_experts", "num_local_experts") if f in raw), "num_experts")
-        e, k, width = (64, 8, 2048) if model_type == "olmoe" else (256, 8, 1536)
-        out.update(n_routed_experts=_int_field(raw, experts, e), num_experts_per_tok=_int_field(raw, "num_experts_per_tok", k),
-                   moe_intermediate_size=_int_field(raw, "intermediate_size", width), intermediate_size=0,
-                   first_k_dense_replace=0, moe_layer_freq=1, n_shared_experts=0, num_nextn_predict_layers=0)
-    elif model_type in ("granitemoe", "granitemoeshared"):
-        out.update(_granite_moe_experts(raw))
     elif model_type == "qwen2_moe":
         out.update(_qwen2_moe_experts(raw, n))
     elif model_type == "ernie4_5_moe":
         out.update(_ernie45_moe(raw, n))
     elif model_type in ("llama4", "llama4_text"):
         out.update(_llama4_layers(raw, n))
-    elif model_type == "gpt_oss":
-        out.update(n_routed_experts=_int_field(raw, "num_local_experts", 128),
-                   num_experts_per_tok=_int_field(raw, "num_experts_per_tok", 4),
-                   moe_intermediate_size=_int_field(raw, "intermediate_size", 2880), intermediate_size=0,
-                   first_k_dense_replace=0, moe_layer_freq=1, n_shared_experts=0, num_nextn_predict_layers=0,
-                   expert_bias=True, router_weight_bias=True)
     elif model_type not in ("glm4_moe", "nemotron_h", "bailing_moe_v2"):  # dense (Nemotron-H, Ling 2.0: their own)
         out.update(n_routed_experts=0, n_shared_experts=0, num_experts_per_tok=0, moe_intermediate_size=0,
                    num_nextn_predict_layers=0)
@@ -980,8 +961,8 @@ def _layer_windows(raw: dict[str, Any], model_type: str, n: int) -> tuple[int, .
     window = _int_field(raw, "sliding_window", None) if "sliding_window" in raw else _WINDOW_DEFAULT.get(model_type)
     if not window or model_type == "nemotron_h":  # NemotronHAttention reads no window; its layer_types are blocks
         return None
-    if model_type == "smollm3":
-        return _smollm3_windows(raw, n, window)
+    if model_type == "smollm3" and not _bool_field(raw, "use_sliding_window", False):
+        return None  # SmolLM3Attention applies a window only with use_sliding_window, whatever layer_types says
     types = raw.get("layer_types")
     if types is not None:
         kinds = _str_list(raw, "layer_types", ("sliding_attention", "full_attention"), n)
@@ -989,6 +970,8 @@ def _layer_windows(raw: dict[str, Any], model_type: str, n: int) -> tuple[int, .
         sliding = [k == "sliding_attention" for k in kinds]
     elif model_type in _WINDOW_ALTERNATE:
         sliding = [bool((i + 1) % 2) for i in range(n)]
+    elif model_type == "smollm3":
+        sliding = _smollm3_nope_layers(raw, n)
     elif model_type == "exaone4" and isinstance(raw.get("sliding_window_pattern"), str):
         sliding = _local_global(raw["sliding_window_pattern"], n)
     elif model_type in _WINDOW_PATTERN:
@@ -1004,25 +987,17 @@ def _layer_windows(raw: dict[str, Any], model_type: str, n: int) -> tuple[int, .
     return tuple(window if s else 0 for s in sliding) if any(sliding) else None
 
 
-def _smollm3_windows(raw: dict[str, Any], n: int, window: int) -> tuple[int, ...] | None:
-    """SmolLM3's windows (transformers ``models/smollm3/modular_smollm3.py``): none unless
-    ``use_sliding_window``; then on the layers ``layer_types`` marks sliding, by default the NoPE ones -
-    ``no_rope_layers[i]`` 0, by default every ``no_rope_layer_interval``-th (4) layer."""
-    if not _bool_field(raw, "use_sliding_window", False):
-        return None
-    if raw.get("layer_types") is not None:
-        kinds = _str_list(raw, "layer_types", ("sliding_attention", "full_attention"), n)
-        assert kinds is not None
-        sliding = [k == "sliding_attention" for k in kinds]
-    elif raw.get("no_rope_layers") is not None:
-        rope = raw["no_rope_layers"]
-        if not isinstance(rope, list) or len(rope) < n or any(v not in (0, 1) or isinstance(v, float) for v in rope[:n]):
-            raise ConfigError(f"no_rope_layers must list 0 or 1 for each of the {n} layers", "no_rope_layers")
-        sliding = [not rope[i] for i in range(n)]
-    else:
+def _smollm3_nope_layers(raw: dict[str, Any], n: int) -> list[bool]:
+    """SmolLM3's default sliding layers (transformers ``models/smollm3/modular_smollm3.py``,
+    ``SmolLM3Config``'s ``layer_types``): its NoPE layers - ``no_rope_layers[i]`` 0, by default every
+    ``no_rope_layer_interval``-th (4) layer."""
+    rope = raw.get("no_rope_layers")
+    if rope is None:
         every = _int_field(raw, "no_rope_layer_interval", 4) or 1
-        sliding = [(i + 1) % every == 0 for i in range(n)]
-    return tuple(window if s else 0 for s in sliding) if any(sliding) else None
+        return [(i + 1) % every == 0 for i in range(n)]
+    if not isinstance(rope, list) or len(rope) < n or any(v not in (0, 1) or isinstance(v, float) for v in rope[:n]):
+        raise ConfigError(f"no_rope_layers must list 0 or 1 for each of the {n} layers", "no_rope_layers")
+    return [not rope[i] for i in range(n)]
 
 
 def _local_global(pattern: str, n: int) -> list[bool]:
@@ -1068,18 +1043,17 @@ def _ernie45_moe(raw: dict[str, Any], n: int) -> dict[str, Any]:
         raise ConfigError("use_bias true also puts biases on the shared expert and the output layer, which isplan "
                           "does not model", "use_bias")
 
-    def read(name: str, default: int, alias: str | None = None) -> int:
-        value = _int_field(raw, alias if alias and name not in raw and alias in raw else name, default)
-        assert value is not None
-        return value
+    def read(*names: str, default: int) -> int:
+        return _int_of(raw, names, default)
 
-    start, interval = read("moe_layer_start_index", 1), read("moe_layer_interval", 1)
-    end = n - 1 if raw.get("moe_layer_end_index", -1) == -1 else read("moe_layer_end_index", n - 1)
+    start, interval = read("moe_layer_start_index", default=1), read("moe_layer_interval", default=1)
+    end = n - 1 if raw.get("moe_layer_end_index", -1) == -1 else read("moe_layer_end_index", default=n - 1)
     types = tuple("sparse" if (i + 1) % interval == 0 and start <= i <= end else "dense" for i in range(n))
-    out = {"n_routed_experts": read("moe_num_experts", 64, "num_experts"),
-           "num_experts_per_tok": read("moe_k", 6, "num_experts_per_tok"),
-           "moe_intermediate_size": read("moe_intermediate_size", 1536),
-           "n_shared_experts": read("moe_num_shared_experts", 2), "intermediate_size": read("intermediate_size", 12288),
+    out = {"n_routed_experts": read("moe_num_experts", "num_experts", default=64),
+           "num_experts_per_tok": read("moe_k", "num_experts_per_tok", default=6),
+           "moe_intermediate_size": read("moe_intermediate_size", default=1536),
+           "n_shared_experts": read("moe_num_shared_experts", default=2),
+           "intermediate_size": read("intermediate_size", default=12288),
            "first_k_dense_replace": 0, "moe_layer_freq": 1, "num_nextn_predict_layers": 0,
            "mlp_layer_types": None if all(t == "sparse" for t in types) else types}
     if raw.get("tie_word_embeddings") is None:
@@ -1107,19 +1081,44 @@ def _bailing_moe_v2(raw: dict[str, Any]) -> dict[str, Any]:
             "moe_layer_freq": 1}
 
 
-def _granite_moe_experts(raw: dict[str, Any]) -> dict[str, Any]:
-    """Granite 3 MoE (transformers ``models/granitemoe/modular_granitemoe.py``): every layer
-    ``GraniteMoeMoE`` - ``num_local_experts`` gated experts of ``intermediate_size`` (``input_linear``
-    E x 2I x H, ``output_linear`` E x H x I), a bias-free router; ``GraniteMoeConfig`` defaults 8, top-2,
-    11008. ``granitemoeshared`` adds ``GraniteMoeSharedMLP`` of ``shared_intermediate_size`` (default 0),
-    kept as that many expert widths (:func:`_shared_expert_widths`)."""
-    width = _int_field(raw, "intermediate_size", 11008)
-    shared = _int_field(raw, "shared_intermediate_size", 0) if raw.get("model_type") == "granitemoeshared" else 0
-    assert width is not None and shared is not None
-    return {"n_routed_experts": _int_field(raw, "num_local_experts", 8),
-            "num_experts_per_tok": _int_field(raw, "num_experts_per_tok", 2), "moe_intermediate_size": width,
-            "intermediate_size": 0, "n_shared_experts": _shared_expert_widths(shared, width, "shared_intermediate_size"),
-            "first_k_dense_replace": 0, "moe_layer_freq": 1, "num_nextn_predict_layers": 0}
+#: The families whose every layer is an MoE of gated experts of ``intermediate_size``: the field(s) naming the
+#: expert count (an ``attribute_map`` alias second) and the config class's (experts, top-k, width) defaults.
+#: Mixtral (``MixtralConfig``); OLMoE (``OlmoeConfig``, ``modular_olmoe.py``) and MiniMax-M2
+#: (``MiniMaxM2Config``), both aliasing ``num_experts`` and ``num_local_experts``; GPT-OSS (``GptOssConfig``,
+#: with expert and trained router biases); Granite 3 MoE (``GraniteMoeConfig``, ``modular_granitemoe.py``:
+#: ``input_linear`` E x 2I x H, ``output_linear`` E x H x I, a bias-free router), ``granitemoeshared``
+#: adding ``GraniteMoeSharedMLP`` of ``shared_intermediate_size`` (default 0) as that many expert widths.
+_EVERY_LAYER_MOE: dict[str, tuple[tuple[str, ...], int, int, int]] = {
+    "mixtral": (("num_local_experts",), 8, 2, 14336),
+    "olmoe": (("num_experts", "num_local_experts"), 64, 8, 2048),
+    "minimax_m2": (("num_experts", "num_local_experts"), 256, 8, 1536),
+    "gpt_oss": (("num_local_experts",), 128, 4, 2880),
+    "granitemoe": (("num_local_experts",), 8, 2, 11008),
+    "granitemoeshared": (("num_local_experts",), 8, 2, 11008),
+}
+
+
+def _int_of(raw: dict[str, Any], names: tuple[str, ...], default: int) -> int:
+    """The first of ``names`` the file gives (a field and its config class's aliases), else ``default``."""
+    value = _int_field(raw, next((name for name in names if name in raw), names[0]), default)
+    assert value is not None
+    return value
+
+
+def _every_layer_experts(raw: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """The FFN of an :data:`_EVERY_LAYER_MOE` family: its experts on every layer, no dense layer, no MTP."""
+    names, default_experts, default_top_k, default_width = _EVERY_LAYER_MOE[model_type]
+    experts, top_k = _int_of(raw, names, default_experts), _int_of(raw, ("num_experts_per_tok",), default_top_k)
+    width = _int_of(raw, ("intermediate_size",), default_width)
+    shared = _int_of(raw, ("shared_intermediate_size",), 0) if model_type == "granitemoeshared" else 0
+    widths = (_shared_expert_widths(shared, width, "shared_intermediate_size")
+              if model_type in ("granitemoe", "granitemoeshared") else 0)
+    out = {"n_routed_experts": experts, "num_experts_per_tok": top_k, "moe_intermediate_size": width,
+           "intermediate_size": 0, "n_shared_experts": widths,
+           "first_k_dense_replace": 0, "moe_layer_freq": 1, "num_nextn_predict_layers": 0}
+    if model_type == "gpt_oss":
+        out.update(expert_bias=True, router_weight_bias=True)
+    return out
 
 
 def _shared_expert_widths(shared: int, width: int, name: str) -> int:
