@@ -26,9 +26,19 @@ then chunk 1, ...), and backward ``k`` runs chunk ``VPP - 1 - chunk(k)``. Megatr
 ``m % G`` in ``1 .. PP - 1`` (a ``RuntimeError``) and ``G > m``; so does :func:`simulate`.
 
 The worklist over ranks (each step's dependencies checked in O(1)) runs once per shape - PP, VPP,
-micro-batches, group - on the dependencies alone and yields a :class:`StepGraph` (cached); each
-simulation is then one pass over that graph with the stages' durations and sends
-(:func:`run_graph`): O(steps) time, about 2 * m * VPP * PP steps. With equal costs on every stage
+micro-batches, group - on the dependencies alone and yields a :class:`StepGraph` (cached), its
+steps in the order they start when every step takes 1 s (a topological order that repeats itself
+from one micro-batch group to the next); each simulation is then one pass over that graph with the
+stages' durations and sends (:func:`run_graph`): O(steps) time, about 2 * m * VPP * PP steps.
+
+The durations and sends are first rounded to a grid ``q`` fine enough that no time of the step
+reaches ``2**52 * q`` (:func:`exact_grid`; ``q`` is about 1e-16 of the step), so every addition of
+the simulation is exact and its result does not depend on the order of the additions. That lets
+the live pass (:func:`run_ends`) stop simulating the steady state: once a window of steps as long
+as the graph's longest dependency repeats the window one period earlier, shifted by the same
+``lambda`` (exactly, on the grid), every later step of the repeating part of the graph does too
+(max-plus algebra: ``max(x + lambda, y + lambda) + t = max(x, y) + t + lambda``), so the pass
+jumps over whole periods and resumes for the drain. With equal costs on every stage
 and no send time, its makespan is exactly ``(m + (PP - 1) / VPP) * (f + b)`` for per-rank
 forward / backward time ``f`` / ``b`` per micro-batch, i.e. the bubble ``(PP - 1) / (VPP * m + PP - 1)``
 of FACTS.md section 7 (property-tested in ``tests/core/time/test_time_schedule.py``).
@@ -36,6 +46,7 @@ of FACTS.md section 7 (property-tested in ``tests/core/time/test_time_schedule.p
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -161,7 +172,7 @@ def rank_orders(pp: int, vpp: int, num_microbatches: int, group: int | None = No
 @dataclass(frozen=True)
 class StepGraph:
     """The dependency structure of one iteration, independent of the durations: every step in the
-    order the worklist runs it (module docstring), and for step ``k`` the index of the rank's
+    order it starts when every step takes 1 s (module docstring), and for step ``k`` the index of the rank's
     previous step (``prev``), of the step whose output it needs (``dep``: ``F(s - 1, i)`` for a
     forward, ``B(s + 1, i)`` for a backward), which send it waits for (``send``: ``s - 1`` forward,
     ``S + s`` backward, ``2 S`` none, for ``S`` stages) and which duration it takes (``dur``: ``s``
@@ -182,10 +193,20 @@ class StepGraph:
     first: tuple[int, ...]  # 1 + rank * VPP + chunk on a (rank, chunk)'s first forward (its ``ready``), else 0
     last_backward: tuple[tuple[int, ...], ...]  # [rank][chunk] index of its last backward (n: none)
     last_step: tuple[int, ...]  # per rank the index of its last step
-    rank_durations: tuple[tuple[int, ...], ...]  # per rank the ``dur`` index of its steps, in order
     #: ``(prev, dep, send, dur)`` of every step, in run order: the columns above as rows, which
-    #: :func:`run_graph` walks without a ``ready`` (one tuple per step instead of a zip of five)
+    #: :func:`run_ends` walks (one tuple per step instead of a zip of five)
     steps: tuple[tuple[int, int, int, int], ...]
+    #: the steps of one micro-batch group (one micro-batch without interleaving): ``2 * PP * VPP * G``
+    period: int = 1
+    #: ``[lo, hi)``: the longest run of steps each of which is the step ``period`` earlier moved on
+    #: by one period (same send and duration, its previous step and its input ``period`` later;
+    #: every one has a previous step): the steady state, which :func:`run_ends` may jump over
+    repeating: tuple[int, int] = (0, 0)
+    #: the longest dependency: ``max(k - prev[k], k - dep[k])`` over the steps
+    lookback: int = 0
+    #: the steps :func:`simulate` reads after the pass (each rank's last step, each chunk's last
+    #: backward), ascending: a jump never skips one
+    read_after: tuple[int, ...] = ()
 
 
 def _graph_steps(pp: int, vpp: int, m: int, orders: list[list[tuple[bool, int, int]]]) -> list[tuple[int, ...]]:
@@ -221,19 +242,54 @@ def _graph_steps(pp: int, vpp: int, m: int, orders: list[list[tuple[bool, int, i
     return rows
 
 
+def _in_start_order(rows: list[tuple[int, ...]], pp: int) -> list[tuple[int, ...]]:
+    """The worklist's rows sorted by when each step starts if every step takes 1 s and sends are
+    free (ties by rank), their ``dep`` renumbered. Every dependency then comes first (a step starts
+    at least 1 s after its input's start), a rank keeps its order, and with equal costs the steady
+    state repeats from one micro-batch group to the next, in this order too."""
+    end, free = [0] * len(rows), [0] * pp
+    start = []
+    for k, (r, _c, _i, _b, _s, dep) in enumerate(rows):
+        t = end[dep] if dep >= 0 and end[dep] > free[r] else free[r]
+        start.append(t)
+        end[k] = free[r] = t + 1
+    order = sorted(range(len(rows)), key=[(t, row[0]) for t, row in zip(start, rows)].__getitem__)
+    new = [0] * len(rows)
+    for j, k in enumerate(order):
+        new[k] = j
+    return [(*rows[k][:5], new[rows[k][5]] if rows[k][5] >= 0 else -1) for k in order]
+
+
+def _repeating(steps: Sequence[tuple[int, int, int, int]], period: int) -> tuple[int, int]:
+    """:attr:`StepGraph.repeating`: the longest ``[lo, hi)`` of steps that repeat the step one
+    ``period`` earlier (the zero slot ``n`` stays itself; a step without a previous one never counts)."""
+    n, best, lo = len(steps), (0, 0), -1
+    for k in range(period, n + 1):
+        same = False
+        if k < n:
+            p, d, si, di = steps[k]
+            p0, d0, si0, di0 = steps[k - period]
+            same = (p < n and p0 < n and p == p0 + period and si == si0 and di == di0
+                    and ((d0 < n and d == d0 + period) if d < n else d0 == n))
+        if same and lo < 0:
+            lo = k
+        elif not same and lo >= 0:
+            best, lo = max(best, (lo, k), key=lambda run: run[1] - run[0]), -1
+    return best
+
+
 @lru_cache(maxsize=32)
 def step_graph(pp: int, vpp: int, num_microbatches: int, group: int | None = None) -> StepGraph:
     """The :class:`StepGraph` of Megatron's schedule for these sizes (cached: a live page and a
     search time many plans of one shape; only the durations change between them)."""
     m = num_microbatches
-    _check(pp, vpp, m, group)
+    g_size = _check(pp, vpp, m, group)
     n_stages, none = pp * vpp, 2 * pp * vpp
-    rows = _graph_steps(pp, vpp, m, rank_orders(pp, vpp, m, group))
+    rows = _in_start_order(_graph_steps(pp, vpp, m, rank_orders(pp, vpp, m, group)), pp)
     n = len(rows)
     prev, send, dur, first = [n] * n, [none] * n, [0] * n, [0] * n
     last_on, seen = [n] * pp, set()
     last_b = [[n] * vpp for _ in range(pp)]
-    per_rank: list[list[int]] = [[] for _ in range(pp)]
     for k, (r, c, _i, is_b, s, _d) in enumerate(rows):
         prev[k], last_on[r] = last_on[r], k
         if is_b:
@@ -248,12 +304,17 @@ def step_graph(pp: int, vpp: int, num_microbatches: int, group: int | None = Non
             if (r, c) not in seen:
                 seen.add((r, c))
                 first[k] = 1 + r * vpp + c
-        per_rank[r].append(dur[k])
     ranks, chunks, mbs, bwds, _stages, deps = zip(*rows) if rows else ((),) * 6
     dep = tuple(n if d < 0 else d for d in deps)
+    steps = tuple(zip(prev, dep, send, dur))
+    period = 2 * n_stages * (g_size if vpp > 1 else 1)
+    lookback = max((k - d for k, d in enumerate(prev) if d < n), default=0)
+    lookback = max(lookback, max((k - d for k, d in enumerate(dep) if d < n), default=0))
+    read_after = tuple(sorted({*last_on, *(k for row in last_b for k in row if k < n)}))
     return StepGraph(pp, vpp, m, ranks, chunks, mbs, tuple(map(bool, bwds)), tuple(prev), dep, tuple(send),
                      tuple(dur), tuple(first), tuple(tuple(row) for row in last_b), tuple(last_on),
-                     tuple(tuple(x) for x in per_rank), tuple(zip(prev, dep, send, dur)))
+                     steps, period, _repeating(steps, period), lookback,
+                     read_after)
 
 
 def run_graph(g: StepGraph, durations: Sequence[float], sends: Sequence[float],
@@ -288,14 +349,12 @@ def run_graph(g: StepGraph, durations: Sequence[float], sends: Sequence[float],
     return start, end, free
 
 
-def run_ends(g: StepGraph, durations: Sequence[float], sends: Sequence[float]) -> tuple[list[float], list[float]]:
-    """:func:`run_graph` without a ``ready``, keeping only the ends (with the sends, and free):
-    the live evaluation's pass (no timeline), over :attr:`StepGraph.steps`. The same additions
-    and comparisons in the same order, so the same floats; a step's start, when needed, is
-    :func:`start_of`."""
-    end = [0.0] * (len(g.steps) + 1)
-    free = end.copy()
-    for k, (p, d, si, di) in enumerate(g.steps):
+def _advance(steps: Sequence[tuple[int, int, int, int]], lo: int, hi: int, end: list[float], free: list[float],
+             durations: Sequence[float], sends: Sequence[float]) -> None:
+    """Steps ``lo .. hi - 1`` of :func:`run_ends`' pass: ``end_k = max(end[prev], end[dep] +
+    send) + duration``, and ``free`` the same with free sends."""
+    for k in range(lo, hi):
+        p, d, si, di = steps[k]
         a, a0 = end[p], free[p]
         b, b0 = end[d] + sends[si], free[d]
         if b > a:
@@ -305,6 +364,44 @@ def run_ends(g: StepGraph, durations: Sequence[float], sends: Sequence[float]) -
         t = durations[di]
         end[k] = a + t
         free[k] = a0 + t
+
+
+def _shifted(times: list[float], lo: int, hi: int, period: int, lam: float) -> bool:
+    """Whether ``times[k] == times[k - period] + lam`` for every ``k`` in ``lo .. hi - 1``."""
+    return all(times[k] - times[k - period] == lam for k in range(lo, hi))
+
+
+def run_ends(g: StepGraph, durations: Sequence[float], sends: Sequence[float]) -> tuple[list[float], list[float]]:
+    """:func:`run_graph` without a ``ready``, keeping only the ends (with the sends, and free): the
+    live evaluation's pass (no timeline). Durations and sends on :func:`exact_grid`'s grid. In the
+    steady state (:attr:`StepGraph.repeating`), once the last :attr:`StepGraph.lookback` steps
+    repeat the ones a period earlier shifted by ``lam`` (and ``lam0`` with free sends), each
+    later step of the repeating part would too (its inputs are among them and it repeats the
+    step a period earlier): the pass sets the last window of the whole periods that remain
+    (``end + j * lam``) and resumes there. Every step :func:`simulate` reads afterwards
+    (:attr:`StepGraph.read_after`) lies after the jump, so the ends it reads are those of the
+    whole pass, exactly (the grid makes every sum exact). A step's start, when needed, is
+    :func:`start_of`."""
+    n, period, w = len(g.steps), g.period, g.lookback
+    lo, hi = g.repeating
+    end = [0.0] * (n + 1)
+    free = end.copy()
+    k, check = 0, lo + w   # the first window [check - w, check) inside the repeating part
+    while check + period <= hi:
+        _advance(g.steps, k, check, end, free, durations, sends)
+        k = check
+        lam, lam0 = end[k - 1] - end[k - 1 - period], free[k - 1] - free[k - 1 - period]
+        if _shifted(end, k - w, k, period, lam) and _shifted(free, k - w, k, period, lam0):
+            stop = min(hi, next((q for q in g.read_after if q >= k), n))
+            j = (stop - k) // period
+            shift = j * period
+            for i in range(k - w, k):
+                end[i + shift] = end[i] + j * lam
+                free[i + shift] = free[i] + j * lam0
+            k += shift
+            break
+        check += period
+    _advance(g.steps, k, n, end, free, durations, sends)
     return end, free
 
 
@@ -316,13 +413,20 @@ def start_of(g: StepGraph, k: int, end: list[float], sends: Sequence[float]) -> 
     return b if b > a else a
 
 
-def _busy(steps: tuple[int, ...], durations: list[float]) -> float:
-    """A rank's compute time: its steps' durations added in run order (as its stream runs them, so
-    the makespan is never below it by rounding)."""
-    t = 0.0
-    for di in steps:
-        t += durations[di]
-    return t
+def exact_grid(m: int, durations: list[float], sends: list[float], ready: Sequence[float] = ()) -> None:
+    """Round ``durations``, ``sends`` and ``ready`` (in place) to the multiples of the power of two
+    ``q`` for which ``m`` micro-batches of every duration and send after the latest ``ready``
+    (a bound on every time of the step: each path through the schedule runs a step at most once)
+    stay below ``2**52 * q``: then every sum of the simulation is exact (about 1e-16 of the step
+    moves). ``(x + C) - C`` with ``C = 2**52 * q`` rounds ``0 <= x < C`` to that grid. Values that
+    are not finite are left as they are (no bound; the pass never jumps on them)."""
+    bound = max(ready, default=0.0) + m * (sum(durations) + sum(sends))
+    if not (math.isfinite(bound) and bound > 0):
+        return
+    c = math.ldexp(1.0, math.frexp(bound)[1])
+    for values in (durations, sends, ready):
+        if isinstance(values, list):
+            values[:] = [(x + c) - c for x in values]
 
 
 def simulate(pp: int, vpp: int, num_microbatches: int, fwd: Sequence[float], bwd: Sequence[float], *,
@@ -344,6 +448,7 @@ def simulate(pp: int, vpp: int, num_microbatches: int, fwd: Sequence[float], bwd
     sf, sb = _per_stage(send_fwd, n_stages, "send_fwd"), _per_stage(send_bwd, n_stages, "send_bwd")
     wait = None if ready is None else [0.0] + [float(ready[r][c]) for r in range(pp) for c in range(vpp)]
     durations, sends = f_t + b_t, sf + sb + [0.0]
+    exact_grid(m, durations, sends, wait or [])
     n = len(g.prev)
     if record or wait is not None:
         start, end, end_free = run_graph(g, durations, sends, wait)
@@ -352,7 +457,9 @@ def simulate(pp: int, vpp: int, num_microbatches: int, fwd: Sequence[float], bwd
         end, end_free = run_ends(g, durations, sends)
         last_b = tuple(tuple((start_of(g, k, end, sends) if k < n else 0.0, end[k]) for k in row)
                        for row in g.last_backward)
-    busy = tuple(_busy(idx, durations) for idx in g.rank_durations)
+    # a rank's compute: m times its chunks' forward and backward (exact on the grid, as its stream adds them)
+    busy = tuple(m * sum(durations[c * pp + r] + durations[n_stages + c * pp + r] for c in range(vpp))
+                 for r in range(pp))
     compute_end = tuple(end[k] for k in g.last_step)
     cols = ((g.rank, g.chunk, g.microbatch, g.backward, tuple(start[:n]), tuple(end[:n])) if record
             else ((), (), (), (), (), ()))

@@ -187,3 +187,70 @@ def test_the_cached_graph_runs_the_schedule_a_plain_relaxation_runs(data: st.Dat
         for key, (a, e) in want.items():
             assert got[key] == pytest.approx((a, e), abs=1e-9), key
         assert s.makespan == pytest.approx(max(e for _, e in want.values()), abs=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), pp=st.integers(1, 6), v=st.integers(1, 3), groups=st.integers(1, 12))
+def test_the_live_pass_jumps_the_steady_state_to_the_same_ends(data: st.DataObject, pp: int, v: int,
+                                                              groups: int) -> None:
+    """The live pass (no timeline) skips whole periods of the steady state once they repeat; what
+    it reports is bit for bit what the full pass (the timeline's) computes, and within 1e-9 of the
+    plain relaxation for any costs and sends."""
+    v = 1 if pp == 1 else v
+    n, m = pp * v, pp * groups
+    fwd = data.draw(st.lists(st.floats(0.1, 5.0), min_size=n, max_size=n))
+    bwd = data.draw(st.lists(st.floats(0.1, 9.0), min_size=n, max_size=n))
+    send = data.draw(st.floats(0.0, 2.0))
+    live = simulate(pp, v, m, fwd, bwd, send_fwd=send, send_bwd=send, record=False, free_sends=True)
+    full = simulate(pp, v, m, fwd, bwd, send_fwd=send, send_bwd=send, record=True, free_sends=True)
+    assert (live.makespan, live.free_makespan, live.busy, live.compute_end, live.last_backward) == \
+        (full.makespan, full.free_makespan, full.busy, full.compute_end, full.last_backward)
+    want = _reference_schedule(pp, v, m, fwd, bwd, send)
+    assert live.makespan == pytest.approx(max(e for _, e in want.values()), abs=1e-9)
+    for r in range(pp):
+        assert live.compute_end[r] == pytest.approx(max(e for (s, _, _), (_, e) in want.items() if s % pp == r),
+                                                    abs=1e-9)
+
+
+def test_the_live_pass_runs_a_fraction_of_a_long_steady_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PP 4, 256 micro-batches, uneven stages: 2,048 steps, of which the live pass runs the
+    warm-up until a window as long as the longest dependency repeats, and the drain (well under
+    a tenth). The makespan by hand (stages F 1, 1, 2, 1; B 2, 2, 4, 2; free sends): micro-batch
+    0's forward through the four stages (1 + 1 + 2 + 1) and its backward on the last (2) end at
+    7, when the slowest rank 2 has run F0 and F1 (its one warm-up forward and the first steady
+    one); from then it is never idle: B0 .. B255 and F2 .. F255 take 256 * 4 + 254 * 2 = 1,532;
+    then B255 on ranks 1 and 0 (2 + 2): 7 + 1,532 + 4 = 1,543."""
+    import app.core.time.schedule as schedule
+
+    ran: list[int] = []
+    real = schedule._advance
+
+    def counting(steps: object, lo: int, hi: int, *rest: object) -> None:
+        ran.append(hi - lo)
+        real(steps, lo, hi, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(schedule, "_advance", counting)
+    s = simulate(4, 1, 256, [1, 1, 2, 1], [2, 2, 4, 2], record=False)
+    assert sum(ran) < 2048 / 10
+    assert s.makespan == 7 + 256 * 4 + 254 * 2 + 2 + 2
+    assert s.busy == (256 * 3, 256 * 3, 256 * 6, 256 * 3)
+
+
+def test_times_are_rounded_to_a_grid_on_which_every_sum_is_exact() -> None:
+    """(0.1 + 0.2) - 0.2 != 0.1 in floating point; on the grid (a power of two fine enough for the
+    whole step) every sum the simulation makes is exact, so it can be undone and its order does not
+    matter; each value moves by less than 1e-15 of the bound."""
+    from app.core.time.schedule import exact_grid
+
+    raw = [0.1, 0.2, 0.3, 0.7, 0.0]
+    assert (raw[0] + raw[1]) - raw[1] != raw[0]
+    durations, sends = raw[:3], raw[3:]
+    exact_grid(10, durations, sends)
+    values = durations + sends
+    bound = 10 * sum(raw)
+    assert all(abs(a - b) < 1e-15 * bound for a, b in zip(values, raw))
+    assert all((a + b) - b == a for a in values for b in values)
+    total = 0.0
+    for x in values * 10:
+        total += x
+    assert total == sum(reversed(values * 10)) == 10 * sum(values)
