@@ -189,22 +189,30 @@ def test_the_cached_graph_runs_the_schedule_a_plain_relaxation_runs(data: st.Dat
         assert s.makespan == pytest.approx(max(e for _, e in want.values()), abs=1e-9)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(data=st.data(), pp=st.integers(1, 6), v=st.integers(1, 3), groups=st.integers(1, 12))
 def test_the_live_pass_jumps_the_steady_state_to_the_same_ends(data: st.DataObject, pp: int, v: int,
                                                               groups: int) -> None:
     """The live pass (no timeline) skips whole periods of the steady state once they repeat; what
     it reports is bit for bit what the full pass (the timeline's) computes, and within 1e-9 of the
-    plain relaxation for any costs and sends."""
+    plain relaxation, for any costs, sends per boundary and micro-batch group size; with a group
+    of other than PP micro-batches the relaxation is not at hand, so the full pass is the check."""
     v = 1 if pp == 1 else v
     n, m = pp * v, pp * groups
+    group = data.draw(st.sampled_from([None, *range(pp + 1, m + 1)])) if v > 1 else None
+    if group is not None and 0 < m % group < pp:
+        group = None   # Megatron refuses that remainder (test_megatron_refusals)
     fwd = data.draw(st.lists(st.floats(0.1, 5.0), min_size=n, max_size=n))
     bwd = data.draw(st.lists(st.floats(0.1, 9.0), min_size=n, max_size=n))
     send = data.draw(st.floats(0.0, 2.0))
-    live = simulate(pp, v, m, fwd, bwd, send_fwd=send, send_bwd=send, record=False, free_sends=True)
-    full = simulate(pp, v, m, fwd, bwd, send_fwd=send, send_bwd=send, record=True, free_sends=True)
+    sends = data.draw(st.lists(st.floats(0.0, 2.0), min_size=n, max_size=n))
+    live = simulate(pp, v, m, fwd, bwd, send_fwd=sends, send_bwd=sends[::-1], group=group, record=False,
+                    free_sends=True)
+    full = simulate(pp, v, m, fwd, bwd, send_fwd=sends, send_bwd=sends[::-1], group=group, record=True,
+                    free_sends=True)
     assert (live.makespan, live.free_makespan, live.busy, live.compute_end, live.last_backward) == \
         (full.makespan, full.free_makespan, full.busy, full.compute_end, full.last_backward)
+    live = simulate(pp, v, m, fwd, bwd, send_fwd=send, send_bwd=send, record=False, free_sends=True)
     want = _reference_schedule(pp, v, m, fwd, bwd, send)
     assert live.makespan == pytest.approx(max(e for _, e in want.values()), abs=1e-9)
     for r in range(pp):
