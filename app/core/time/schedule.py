@@ -371,7 +371,8 @@ def _shifted(times: list[float], lo: int, hi: int, period: int, lam: float) -> b
     return all(times[k] - times[k - period] == lam for k in range(lo, hi))
 
 
-def run_ends(g: StepGraph, durations: Sequence[float], sends: Sequence[float]) -> tuple[list[float], list[float]]:
+def run_ends(g: StepGraph, durations: Sequence[float], sends: Sequence[float], *,
+             exact: bool = True) -> tuple[list[float], list[float]]:
     """:func:`run_graph` without a ``ready``, keeping only the ends (with the sends, and free): the
     live evaluation's pass (no timeline). Durations and sends on :func:`exact_grid`'s grid. In the
     steady state (:attr:`StepGraph.repeating`), once the last :attr:`StepGraph.lookback` steps
@@ -380,14 +381,14 @@ def run_ends(g: StepGraph, durations: Sequence[float], sends: Sequence[float]) -
     step a period earlier): the pass sets the last window of the whole periods that remain
     (``end + j * lam``) and resumes there. Every step :func:`simulate` reads afterwards
     (:attr:`StepGraph.read_after`) lies after the jump, so the ends it reads are those of the
-    whole pass, exactly (the grid makes every sum exact). A step's start, when needed, is
-    :func:`start_of`."""
+    whole pass, exactly (the grid makes every sum exact). ``exact=False`` (values off the grid:
+    :func:`exact_grid` declined) runs every step. A step's start, when needed, is :func:`start_of`."""
     n, period, w = len(g.steps), g.period, g.lookback
     lo, hi = g.repeating
     end = [0.0] * (n + 1)
     free = end.copy()
     k, check = 0, lo + w   # the first window [check - w, check) inside the repeating part
-    while check + period <= hi:
+    while exact and check + period <= hi:
         _advance(g.steps, k, check, end, free, durations, sends)
         k = check
         lam, lam0 = end[k - 1] - end[k - 1 - period], free[k - 1] - free[k - 1 - period]
@@ -395,10 +396,11 @@ def run_ends(g: StepGraph, durations: Sequence[float], sends: Sequence[float]) -
             stop = min(hi, next((q for q in g.read_after if q >= k), n))
             j = (stop - k) // period
             shift = j * period
-            for i in range(k - w, k):
-                end[i + shift] = end[i] + j * lam
-                free[i + shift] = free[i] + j * lam0
-            k += shift
+            if j > 0:
+                for i in range(k - w, k):
+                    end[i + shift] = end[i] + j * lam
+                    free[i + shift] = free[i] + j * lam0
+                k += shift
             break
         check += period
     _advance(g.steps, k, n, end, free, durations, sends)
@@ -413,20 +415,22 @@ def start_of(g: StepGraph, k: int, end: list[float], sends: Sequence[float]) -> 
     return b if b > a else a
 
 
-def exact_grid(m: int, durations: list[float], sends: list[float], ready: Sequence[float] = ()) -> None:
+def exact_grid(m: int, durations: list[float], sends: list[float], ready: Sequence[float] = ()) -> bool:
     """Round ``durations``, ``sends`` and ``ready`` (in place) to the multiples of the power of two
     ``q`` for which ``m`` micro-batches of every duration and send after the latest ``ready``
     (a bound on every time of the step: each path through the schedule runs a step at most once)
     stay below ``2**52 * q``: then every sum of the simulation is exact (about 1e-16 of the step
-    moves). ``(x + C) - C`` with ``C = 2**52 * q`` rounds ``0 <= x < C`` to that grid. Values that
-    are not finite are left as they are (no bound; the pass never jumps on them)."""
+    moves). ``(x + C) - C`` with ``C = 2**52 * q`` rounds ``0 <= x < C`` to that grid. Whether it
+    did: values whose bound is not finite, or too large for ``C`` to be a float, are left as they
+    are (and :func:`run_ends` does not jump on them)."""
     bound = max(ready, default=0.0) + m * (sum(durations) + sum(sends))
-    if not (math.isfinite(bound) and bound > 0):
-        return
+    if not (math.isfinite(bound) and 0 < bound < math.ldexp(1.0, 1023)):
+        return bound == 0
     c = math.ldexp(1.0, math.frexp(bound)[1])
     for values in (durations, sends, ready):
         if isinstance(values, list):
             values[:] = [(x + c) - c for x in values]
+    return True
 
 
 def simulate(pp: int, vpp: int, num_microbatches: int, fwd: Sequence[float], bwd: Sequence[float], *,
@@ -448,13 +452,13 @@ def simulate(pp: int, vpp: int, num_microbatches: int, fwd: Sequence[float], bwd
     sf, sb = _per_stage(send_fwd, n_stages, "send_fwd"), _per_stage(send_bwd, n_stages, "send_bwd")
     wait = None if ready is None else [0.0] + [float(ready[r][c]) for r in range(pp) for c in range(vpp)]
     durations, sends = f_t + b_t, sf + sb + [0.0]
-    exact_grid(m, durations, sends, wait or [])
+    exact = exact_grid(m, durations, sends, wait or [])
     n = len(g.prev)
     if record or wait is not None:
         start, end, end_free = run_graph(g, durations, sends, wait)
         last_b = tuple(tuple((start[k], end[k]) for k in row) for row in g.last_backward)
     else:  # the live evaluation: no timeline, so only the starts of the last backwards are needed
-        end, end_free = run_ends(g, durations, sends)
+        end, end_free = run_ends(g, durations, sends, exact=exact)
         last_b = tuple(tuple((start_of(g, k, end, sends) if k < n else 0.0, end[k]) for k in row)
                        for row in g.last_backward)
     # a rank's compute: m times its chunks' forward and backward (exact on the grid, as its stream adds them)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from itertools import pairwise
 
@@ -262,3 +263,19 @@ def test_times_are_rounded_to_a_grid_on_which_every_sum_is_exact() -> None:
     for x in values * 10:
         total += x
     assert total == sum(reversed(values * 10)) == 10 * sum(values)
+
+
+@pytest.mark.parametrize("pp, m, fwd, bwd, send", [
+    (1, 1, [1.7e308], [1.0], 0.0),            # a finite bound past 2**1023: no grid (was an OverflowError)
+    (1, 9, [0.1], [0.2], [math.inf]),         # an unused send of infinity: no bound, so no jump (was rounded)
+    (1, 3, [1.7e308], [5e-324], 0.0089),      # sums that overflow to infinity (was NaN)
+    (3, 6, [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], 0.0),
+])
+def test_off_the_grid_the_live_pass_runs_every_step(pp: int, m: int, fwd: list[float], bwd: list[float],
+                                                    send: float | list[float]) -> None:
+    """Where the durations cannot be put on an exact grid (an infinity, or a bound past the largest
+    float) the live pass does not jump, so it reports what the full pass does, value for value."""
+    live = simulate(pp, 1, m, fwd, bwd, send_fwd=send, send_bwd=send, record=False, free_sends=True)
+    full = simulate(pp, 1, m, fwd, bwd, send_fwd=send, send_bwd=send, record=True, free_sends=True)
+    assert repr((live.makespan, live.free_makespan, live.busy, live.compute_end, live.last_backward)) == \
+        repr((full.makespan, full.free_makespan, full.busy, full.compute_end, full.last_backward))
