@@ -201,6 +201,9 @@ _ROUTER_BIAS_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2", "
 #: Ministral 3 (``MistralAttention``'s projections): bias-free)
 _OWN_BIAS_TYPES = ("minimax_m2", "ernie4_5", "ernie4_5_moe", "bailing_moe_v2", "exaone4", "ministral3", "seed_oss",
                    "starcoder2")
+#: families whose config class ties the embeddings when the file does not say (``GemmaConfig`` ...,
+#: ``SmolLM3Config``, ``Ernie4_5Config``, ``Starcoder2Config``, ``CohereConfig``, ``Cohere2Config``)
+_TIED_BY_DEFAULT = (*_GEMMA_TYPES, "smollm3", "ernie4_5", "starcoder2", "cohere", "cohere2")
 #: ``num_key_value_heads`` when the file omits it, where the config class's default is not h
 _KV_HEADS_DEFAULT = {"minimax_m2": 8, "ernie4_5": 2, "ernie4_5_moe": 4, "bailing_moe_v2": 4, "exaone4": 32,
                      "smollm3": 4, "ministral3": 8, "seed_oss": 8, "starcoder2": 2}
@@ -706,8 +709,7 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
         "norms_per_layer": 4 if model_type in _FOUR_NORM_TYPES else 2,
         "layer_windows": _layer_windows(raw, model_type, n),
     }
-    if (model_type in (*_GEMMA_TYPES, "smollm3", "ernie4_5", "starcoder2", "cohere", "cohere2")
-            and raw.get("tie_word_embeddings") is None):
+    if model_type in _TIED_BY_DEFAULT and raw.get("tie_word_embeddings") is None:
         out["tie_word_embeddings"] = True
     out.update(_gqa_ffn(raw, model_type, n))
     family = _FAMILY_BLOCKS.get(model_type)
@@ -763,7 +765,6 @@ def _starcoder2_family(raw: dict[str, Any]) -> dict[str, Any]:
     use_bias = _bool_field(raw, "use_bias", True)
     return {"gated_mlp": False, "mlp_bias": use_bias, "qkv_bias": use_bias, "o_bias": use_bias, "norm_bias": True,
             "activation": _activation(raw, default="gelu_pytorch_tanh")}
-
 
 
 def _gqa_ffn(raw: dict[str, Any], model_type: str, n: int) -> dict[str, Any]:
