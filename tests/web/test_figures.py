@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.core.engines.slime import SLIME_GLM52_PROFILE
 from app.web import figures
 from app.web.figures import page_figures, time_figure, timeline_figure
+from app.web.routers.pages import templates
 from app.web.store import ConfigStore
 from app.web.view import build_view
 
@@ -107,3 +110,28 @@ def test_a_figure_on_the_page_reads_back_as_the_figure_it_was_built_from(view):
     assert "<b" not in out and "</script>" not in out and "'" not in out
     value = json.loads(html.unescape(re.search(r'data-figure="([^"]*)"', out).group(1)))
     assert value == {"name": hostile["name"], "y": [1.5, None, None]}
+
+
+# --------------------------------------------------------------------------- the data-figure attribute
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=12)
+
+
+def test_figure_attribute_hand_case():
+    """Each character JSON can carry that HTML would read: ``<`` ``>`` ``&`` ``'`` as JSON's
+    ``\\u`` escapes (``tojson``), then ``"`` as ``&#34;`` (``forceescape``), worked out by hand."""
+    got = templates().env.from_string("{{ x|figure_attribute }}").render(x={"a": "<b>'x' & \"y\""})
+    assert got == r"{&#34;a&#34;:&#34;\u003cb\u003e\u0027x\u0027 \u0026 \&#34;y\&#34;&#34;}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON)
+def test_figure_attribute_is_tojson_then_forceescape(value):
+    """The page's one-step filter writes exactly what Jinja's ``tojson|forceescape`` wrote before
+    it (the same environment, so the same JSON encoder), for any JSON value - markup characters,
+    quotes, non-ASCII, lone surrogates (the :mod:`json` fallback) and NaN included."""
+    env = templates().env
+    assert (env.from_string("{{ x|figure_attribute }}").render(x=value)
+            == env.from_string("{{ x|tojson|forceescape }}").render(x=value))

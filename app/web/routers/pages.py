@@ -34,6 +34,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
 from pydantic_core import PydanticSerializationError, to_json
 from starlette.concurrency import run_in_threadpool
 
@@ -154,17 +155,34 @@ def figure_json(obj: Any, **_: Any) -> str:
         return json.dumps(obj)
 
 
+#: What ``tojson`` makes HTML-safe (``jinja2.utils.htmlsafe_json_dumps``, 3.1) and then ``forceescape``
+#: escapes (of those left, only ``"``, as markupsafe's ``&#34;``), in the order they apply.
+_ATTRIBUTE_ESCAPES = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("'", "\\u0027"), ('"', "&#34;"))
+
+
+def figure_attribute(obj: Any) -> Markup:
+    """``obj|tojson|forceescape`` in one step, the same text: a figure's JSON (:func:`figure_json`)
+    as the value of a double-quoted HTML attribute (``data-figure``). The two filters built three
+    strings of each figure's few KB and scanned it twice, ~5 % of a fragment's render."""
+    text = figure_json(obj)
+    for char, escaped in _ATTRIBUTE_ESCAPES:
+        text = text.replace(char, escaped)
+    return Markup(text)
+
+
 @lru_cache(maxsize=1)
 def templates() -> Jinja2Templates:
     """The page's templates (one environment per process: the server's and each worker's), with
     Starlette's own settings (autoescape by file name), :class:`PageEnvironment`'s reads,
-    :func:`figure_json` as ``tojson``'s encoder, and no per-render check that a template file
+    :func:`figure_json` as ``tojson``'s encoder, the ``figure_attribute`` filter
+    (:func:`figure_attribute`), and no per-render check that a template file
     changed (Jinja's ``auto_reload``: a ``stat`` of every included template on every render)."""
     env = PageEnvironment(loader=FileSystemLoader(str(asset_dir("templates"))), autoescape=select_autoescape(),
                           auto_reload=False)  # templates ship with the code: no stat() of each one per render
     env.undefined = StrictUndefined  # a template naming a missing attribute fails loudly in tests
     env.policies["json.dumps_function"] = figure_json
     env.policies["json.dumps_kwargs"] = {}
+    env.filters["figure_attribute"] = figure_attribute
     return Jinja2Templates(env=env)
 
 
