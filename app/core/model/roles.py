@@ -203,8 +203,10 @@ class RoleMap:
         """The kinds (:attr:`kinds`) of the decoder layers ``layers``, as :meth:`of` their roles."""
         return self.kinds[layers.start - 1:layers.stop - 1]
 
-    @property
+    @cached_property
     def full_layers(self) -> tuple[int, ...]:
+        """The full (index-computing) decoder layers, in order (made once per role map: the page
+        reads them twice a render)."""
         return tuple(r.layer for r in self.layers if r.role == "full")
 
     def letters(self) -> str:
