@@ -627,6 +627,7 @@ def _rows(ev: Evaluation) -> list[dict[str, Any]]:
     stage_time = {s["index"]: s for s in (ev.time or {}).get("per_stage", [])}
     shared = {v.stage.index for v in check.boundary.violations}
     share = check.share
+    full = set(check.roles.full_layers)   # decoder layers only: an MTP layer's number is past the last
     rows = []
     for rec in check.boundary.records:
         s = rec.stage
@@ -641,7 +642,7 @@ def _rows(ev: Evaluation) -> list[dict[str, Any]]:
             "range": f"{s.first_layer}–{s.last_layer}" if s.num_layers else "—",
             "num_layers": s.num_layers, "start": start, "source": rec.source_layer,
             "source_stage": rec.source_stage.index + 1 if rec.source_stage else None,
-            "full_layers": [n for n in s.layers if n <= cfg.num_hidden_layers and check.roles.role(n).role == "full"],
+            "full_layers": [n for n in s.layers if n in full],
             "params_per_gpu": sp_.per_gpu if sp_ else None,
             "memory": (f"{rm['total_bytes'] / 1e9:.1f} GB " + ("fits" if rm["fits"] else "OVERFLOWS")) if rm else
                       (f"{sm['total_bytes'] / 2**30:.1f} GiB " + ("fits" if sm["fits"] else "OVERFLOWS")) if sm else "—",
