@@ -51,6 +51,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import Any
 
+from app.core.content_cache import hash_once, state_without_hash
 from app.core.model.config import ModelConfig
 
 
@@ -182,6 +183,9 @@ class RoleMap:
     errors: tuple[RoleError, ...] = ()
     pattern_differences: tuple[int, ...] | None = None
     notes: tuple[str, ...] = field(default=())
+
+    __hash__ = hash_once  # hashed once: a role map keys the page's context curve and other caches
+    __getstate__ = state_without_hash
 
     @property
     def num_layers(self) -> int:

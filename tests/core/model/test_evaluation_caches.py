@@ -168,3 +168,23 @@ def test_a_launch_hashes_and_reads_as_its_fields():
     again = par.to_dict()
     assert again["tp"] == 4 and again["expert_grid"]["ep"] == 8 and again["dp"] == 2 and again["gpus"] == 64
     assert dataclasses.replace(par, ep=4).to_dict()["expert_grid"]["ep"] == 4
+
+
+def test_a_role_map_hashes_once_as_its_fields_do():
+    """A role map keeps its hash (:func:`app.core.content_cache.hash_once`): the hash of its compared
+    fields, as the dataclass's own would be; equal maps hash alike; a pickled copy (a worker's)
+    hashes again rather than carrying the kept value across processes."""
+    import pickle
+    from dataclasses import fields, replace
+
+    from app.core.engines import engine_for
+    from app.core.model.roles import RoleMap, derive_roles
+
+    roles = derive_roles(load_preset("glm-5.2"), engine_for("slime").role_rule)
+    assert hash(roles) == hash(tuple(getattr(roles, f.name) for f in fields(RoleMap)))
+    twin = replace(roles)
+    assert twin is not roles and twin == roles and hash(twin) == hash(roles)
+    other = replace(roles, notes=(*roles.notes, "another note"))
+    assert other != roles and hash(other) == hash(tuple(getattr(other, f.name) for f in fields(RoleMap)))
+    copy = pickle.loads(pickle.dumps(roles))
+    assert "_hash" not in copy.__dict__ and copy == roles and hash(copy) == hash(roles)
