@@ -128,7 +128,7 @@ def output_escape(value: Any) -> str:
     """markupsafe's :func:`~markupsafe.escape` for what a template writes out: the same text (a
     plain string escaped by markupsafe's own C routine, an ``__html__`` object as it says, anything
     else as its ``str`` escaped; ``markupsafe/__init__.py`` ``escape``, 3.0), returned as a ``str``
-    instead of a new :class:`~markupsafe.Markup`. Jinja's compiled templates call ``escape`` only
+    (an ``__html__`` object's text as that gives it) instead of a new :class:`~markupsafe.Markup`. Jinja's compiled templates call ``escape`` only
     on what they output (``jinja2/compiler.py`` ``CodeGenerator._output_child_pre``, 3.1), and
     join the pieces into one string (``Environment.concat``; a captured ``{% set %}`` block or a
     macro wraps the joined text in ``Markup`` itself), so the type is never read. Building ~230
@@ -136,7 +136,7 @@ def output_escape(value: Any) -> str:
     if type(value) is str:
         return _escape_inner(value)
     if hasattr(value, "__html__"):
-        return str(value.__html__())
+        return cast(str, value.__html__())   # already HTML (a Markup: the layer map, the stage rows)
     return _escape_inner(str(value))
 
 
