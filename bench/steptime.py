@@ -24,7 +24,9 @@ rows by construction (:func:`development_rows`) and never enter the split.
 
 It prints predicted vs measured tokens/s/GPU with the error, the mean and max |error| per set, the
 share of concordant pairs of runs within one model (is the predicted order of two runs the
-measured order?), and writes ``bench/results/steptime.json``. ``--dev`` skips the locked test set.
+measured order?), and writes ``bench/results/steptime.json``; a full run also writes the held-out error by
+GPU generation and precision that ``isplan time`` and the page quote (:data:`ACCURACY`,
+``app/core/data/steptime_accuracy.json``). ``--dev`` skips the locked test set.
 
 ``python -m bench.steptime --fit`` re-fits the fitted constants (``FIT``: a few per GPU
 generation and precision) on the calibration rows only, by coordinate descent on the sum of
@@ -390,6 +392,38 @@ def concordance(results: list[dict[str, Any]]) -> tuple[int, int, int]:
     return ok, ordered, tied
 
 
+#: The validation the product ships (``isplan time`` and the page say from it how far to trust a
+#: step time, :mod:`app.core.time.accuracy`): written by a full run of this benchmark.
+ACCURACY = HERE.parent / "app" / "core" / "data" / "steptime_accuracy.json"
+
+
+def _error_stats(errs: list[float]) -> dict[str, Any]:
+    """Runs, mean |error|, the 90th percentile of |error| (nearest rank) and the mean signed error
+    (positive: predicted faster than measured), rounded to 4 decimals."""
+    ranked = sorted(abs(e) for e in errs)
+    return {"runs": len(errs), "mean_abs_error": round(sum(ranked) / len(ranked), 4),
+            "p90_abs_error": round(ranked[math.ceil(0.9 * len(ranked)) - 1], 4),
+            "mean_error": round(sum(errs) / len(errs), 4)}
+
+
+def accuracy_table(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The error of tokens/s/GPU through issue 18's flags (``issue_err``: what a user types) of the
+    held-out ``results``, by GPU generation and precision (``"hopper/bf16"``), by generation and
+    over all of them (``"all"``): :func:`_error_stats` of each group."""
+    groups: dict[str, list[float]] = {}
+    models: dict[str, set[str]] = {}
+    for r in results:
+        if "issue_err" not in r:
+            continue
+        gen = get_hardware(r["gpu"]).generation
+        for key in (f"{gen}/{r['precision']}", gen, "all"):
+            groups.setdefault(key, []).append(r["issue_err"])
+            models.setdefault(key, set()).add(r["model"].removesuffix(".json").removesuffix(".gpt2"))
+    return {"source": "python -m bench steptime: the held-out published runs (development and locked test sets) "
+                      "through issue 18's flags",
+            "groups": {k: {**_error_stats(v), "models": sorted(models[k])} for k, v in sorted(groups.items())}}
+
+
 def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     errs = [abs(r["err"]) for r in results if "err" in r]
     ok, ordered, tied = concordance(results)
@@ -612,6 +646,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         _print_summary("all held-out rows (development + test)", dev + test)
         result["by_model"] = by_model(cal + dev + test)
         _print_by_model(cal + dev + test)
+        ACCURACY.write_text(json.dumps(accuracy_table(dev + test), indent=1, sort_keys=True) + "\n")
+        print(f"\nwrote the validation the product quotes: {ACCURACY}")
     result.update(seconds=elapsed, errors=sum(1 for r in cal if "error" in r))
     path = save("steptime", result)
     print(f"\n{len(cal) + len(dev) + len(test)} runs predicted in {elapsed:.1f} s; wrote {path}")

@@ -286,6 +286,8 @@ def time_report(plan: Plan, cfg: ModelConfig, *, timeline: bool = False, **kw: A
     lines += [f"  {k:<10} exposed {v['exposed']:9.3f} s   total {v['total']:9.3f} s" for k, v in b.items()]
     lines += [f"  assumed: {a}" for a in t.get("assumed", [])]
     lines += [f"  note: {n}" for n in t.get("notes", [])]
+    if t.get("accuracy"):
+        lines.append(f"  accuracy: {t['accuracy']['text']}")
     return _finish(body, lines, ev.verdict, ev)
 
 

@@ -243,6 +243,7 @@ def plan_time(cfg: ModelConfig, plan: Plan, stages: StagePlan, roles: RoleMap, p
               *, timeline: bool = True, max_events: int = MAX_EVENTS) -> dict[str, Any]:
     """The step time of the plan (``time`` of issue 18's JSON), or ``{"unavailable": reason,
     "field": ...}`` when the time model cannot time it (or the simulation is over ``max_events``)."""
+    from app.core.time.accuracy import accuracy_for
     from app.core.time.model import step_time
     from app.core.time.settings import TimeInputError
 
@@ -267,4 +268,5 @@ def plan_time(cfg: ModelConfig, plan: Plan, stages: StagePlan, roles: RoleMap, p
     body["assumed"] = notes
     body["settings"] = settings.to_dict()
     body["defaults"] = dict(UNSTATED_DEFAULTS)
+    body["accuracy"] = accuracy_for(hw.generation, settings.precision)
     return body

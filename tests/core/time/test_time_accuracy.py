@@ -1,0 +1,57 @@
+"""``isplan time`` and the page say how far to trust a step time: the held-out error of the plan's
+GPU generation and precision (``app.core.time.accuracy``), counted here from the published runs'
+own files, not from the table the product reads."""
+
+from __future__ import annotations
+
+import json
+
+from app.core.model.hardware import get_hardware
+from app.core.time.accuracy import MIN_RUNS, accuracy_for, accuracy_table
+from bench.steptime import development_rows
+
+
+def _runs_on(generation: str, precision: str | None = None) -> int:
+    """Held-out runs whose flags ``isplan time`` takes, counted from the benchmark's row files."""
+    dev, test = development_rows()
+    return sum(1 for r in dev + test if get_hardware(r["gpu"]).generation == generation
+               and (precision is None or r["precision"] == precision))
+
+
+def test_a_plan_quotes_its_generation_and_precision() -> None:
+    acc = accuracy_for("hopper", "fp8")
+    assert acc is not None and acc["scope"] == "Hopper GPUs in FP8" and acc["validated_here"]
+    assert acc["runs"] == _runs_on("hopper", "fp8") >= MIN_RUNS
+    assert f"Against {acc['runs']} published runs on Hopper GPUs in FP8" in acc["text"]
+    assert acc["short"] == f"typically off by {acc['mean_abs_error']:.0%}"
+
+
+def test_too_few_runs_quote_the_generation_and_none_say_so() -> None:
+    groups = accuracy_table()["groups"]
+    thin = [k for k, g in groups.items() if "/" in k and g["runs"] < MIN_RUNS]
+    for key in thin:   # a precision with few runs on its generation: the generation's runs are quoted
+        gen, prec = key.split("/")
+        acc = accuracy_for(gen, prec)
+        assert acc is not None and acc["runs"] == groups[gen]["runs"] and "/" not in acc["scope"]
+    acc = accuracy_for("cdna3", "fp8")   # MI300X: no published run
+    assert acc is not None and not acc["validated_here"] and _runs_on("cdna3") == 0
+    assert acc["text"].startswith("No published run on CDNA 3 GPUs checks this model")
+    assert acc["runs"] == sum(g["runs"] for k, g in groups.items() if "/" not in k and k != "all")
+
+
+def test_isplan_time_and_the_api_carry_it(capsys, client) -> None:
+    from app.cli import main
+
+    argv = ["time", "glm-5.2", "--tp", "4", "--pp", "8", "--first", "14", "--last", "16", "--ep", "32", "--etp", "1",
+            "--cp", "8", "--sp", "--gpu", "h100-80gb", "--precision", "bf16"]
+    assert main([*argv, "--format", "json"]) in (0, 1)   # timed (exit 2 would be untimed); the verdict is not at issue
+    want = accuracy_for("hopper", "bf16")
+    assert json.loads(capsys.readouterr().out)["time"]["accuracy"] == want
+    assert main(argv) in (0, 1)
+    assert f"  accuracy: {want['text']}" in capsys.readouterr().out.splitlines()
+    body = client.get("/api/v1/time?model=glm-5.2&tp=4&split=14,8,8,8,8,8,8,16&ep=32&etp=1&cp=8&sp=1"
+                      "&gpu=h100-80gb&precision=bf16").json()
+    assert body["time"]["accuracy"] == want
+    page = client.get("/?model=glm-5.2&tp=4&split=14,8,8,8,8,8,8,16&ep=32&etp=1&cp=8&sp=1&gpu=h100-80gb"
+                      "&precision=bf16").text
+    assert 'id="time-accuracy"' in page and want["short"] in page
