@@ -553,7 +553,7 @@ def test_phone_layout(open_page):
     page.click("header a.to-settings")  # the settings form, far below on a phone, is one tap from the top
     page.wait_for_timeout(200)
     top = page.evaluate("() => document.getElementById('controls').getBoundingClientRect().top")
-    assert 0 <= top < 200, top
+    assert -1 < top < 200, top   # at the top of the screen: a jump to an anchor may land a fraction of a pixel past it
     page.evaluate("() => window.scrollTo(0, 0)")
     page.click('header a[href="#start"]')  # the header's link unfolds the start bar
     expect(page.locator("#search-gpus")).to_be_visible()
