@@ -409,19 +409,22 @@ def _error_stats(errs: list[float]) -> dict[str, Any]:
 def accuracy_table(results: list[dict[str, Any]]) -> dict[str, Any]:
     """The error of tokens/s/GPU through issue 18's flags (``issue_err``: what a user types) of the
     held-out ``results``, by GPU generation and precision (``"hopper/bf16"``), by generation and
-    over all of them (``"all"``): :func:`_error_stats` of each group."""
+    over all of them (``"all"``): :func:`_error_stats` of each group, and of each model's runs in it
+    (``models``, by the config's name without ``.json`` / ``.gpt2.json``)."""
     groups: dict[str, list[float]] = {}
-    models: dict[str, set[str]] = {}
+    models: dict[str, dict[str, list[float]]] = {}
     for r in results:
         if "issue_err" not in r:
             continue
         gen = get_hardware(r["gpu"]).generation
+        name = r["model"].removesuffix(".json").removesuffix(".gpt2")
         for key in (f"{gen}/{r['precision']}", gen, "all"):
             groups.setdefault(key, []).append(r["issue_err"])
-            models.setdefault(key, set()).add(r["model"].removesuffix(".json").removesuffix(".gpt2"))
+            models.setdefault(key, {}).setdefault(name, []).append(r["issue_err"])
     return {"source": "python -m bench steptime: the held-out published runs (development and locked test sets) "
                       "through issue 18's flags",
-            "groups": {k: {**_error_stats(v), "models": sorted(models[k])} for k, v in sorted(groups.items())}}
+            "groups": {k: {**_error_stats(v), "models": {m: _error_stats(e) for m, e in sorted(models[k].items())}}
+                       for k, v in sorted(groups.items())}}
 
 
 def summary(results: list[dict[str, Any]]) -> dict[str, Any]:

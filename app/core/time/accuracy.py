@@ -31,33 +31,50 @@ def accuracy_table() -> dict[str, Any]:
     return table
 
 
-def accuracy_for(generation: str, precision: str) -> dict[str, Any] | None:
-    """The held-out error that applies to a plan on a GPU of ``generation`` in ``precision``:
-    ``{runs, mean_abs_error, p90_abs_error, mean_error, models, scope, validated_here, text, short,
-    source}`` of the narrowest group with :data:`MIN_RUNS` runs (module docstring); None without any.
-    ``validated_here``: whether any run was on the plan's generation."""
+def accuracy_for(generation: str, precision: str, model: str | None = None) -> dict[str, Any] | None:
+    """The held-out error that applies to a plan of ``model`` (a preset id or a config's name) on a
+    GPU of ``generation`` in ``precision``: ``{runs, mean_abs_error, p90_abs_error, mean_error,
+    models, scope, validated_here, this_model, text, short, source}`` of the narrowest group with
+    :data:`MIN_RUNS` runs (module docstring); None without any. ``validated_here``: whether any run
+    was on the plan's generation; ``this_model``: the group's runs of ``model`` (its name compared
+    without case), if any."""
     table = accuracy_table()
     gen, prec = GENERATION_LABELS.get(generation, generation), PRECISION_LABELS.get(precision, precision)
     for key, scope in ((f"{generation}/{precision}", f"{gen} GPUs in {prec}"), (generation, f"{gen} GPUs"),
                        ("all", "every GPU and precision checked")):
         group = table["groups"].get(key)
         if group and group["runs"] >= MIN_RUNS:
-            text = _sentence(group, scope)
+            mine = next((stats for name, stats in group["models"].items()
+                         if model is not None and name.casefold() == model.casefold()), None)
+            text = " ".join(part for part in (_sentence(group, scope), _model_clause(mine, model)) if part)
             if key == "all" and generation not in table["groups"]:
-                text = (f"No published run on {gen} GPUs checks this model (its constants there are stated, not "
-                        f"measured). {text}")
+                text = (f"No published run on {gen} GPUs checks the time model (its constants there are stated, "
+                        f"not measured). {text}")
             return {**group, "scope": scope, "validated_here": key != "all" or generation in table["groups"],
-                    "text": text, "short": f"typically off by {group['mean_abs_error']:.0%}", "source": table["source"]}
+                    "this_model": mine, "text": text, "short": f"typically off by {group['mean_abs_error']:.0%}",
+                    "source": table["source"]}
     return None
 
 
+def _lean(bias: float) -> str:
+    return f"on average {abs(bias):.0%} {'fast' if bias > 0 else 'slow'}" if abs(bias) >= 0.005 else "no lean"
+
+
 def _sentence(group: dict[str, Any], scope: str) -> str:
-    """One sentence: how many runs, their mean and 90th-percentile error, the mean bias, the models."""
-    bias = group["mean_error"]
-    lean = (f"on average {abs(bias):.0%} {'fast' if bias > 0 else 'slow'}" if abs(bias) >= 0.005
-            else "with no lean either way")
-    models = group["models"]
-    named = ", ".join(models[:6]) + (f" and {len(models) - 6} more" if len(models) > 6 else "")
-    return (f"Against {group['runs']} published runs on {scope} ({named}), through the same flags, this model's "
+    """How many runs, of which models (the most runs first), their mean and 90th-percentile error
+    and the mean lean."""
+    models = sorted(group["models"].items(), key=lambda kv: (-kv[1]["runs"], kv[0]))
+    named = ", ".join(f"{name} ×{stats['runs']}" for name, stats in models[:6])
+    if len(models) > 6:
+        named += f" and {len(models) - 6} more"
+    return (f"Against {group['runs']} published runs on {scope} ({named}), through the same flags, the time model's "
             f"tokens/s/GPU is off by {group['mean_abs_error']:.0%} on average and by at most "
-            f"{group['p90_abs_error']:.0%} for 9 runs in 10, {lean}.")
+            f"{group['p90_abs_error']:.0%} for 9 runs in 10, {_lean(group['mean_error'])}.")
+
+
+def _model_clause(mine: dict[str, Any] | None, model: str | None) -> str:
+    """What the runs say of the plan's own model: its runs' error, or that none is of it."""
+    if mine is None:
+        return "None of them is this model." if model is not None else ""
+    return (f"This model's {mine['runs']} run{'s' if mine['runs'] > 1 else ''} there: off by "
+            f"{mine['mean_abs_error']:.0%} on average, {_lean(mine['mean_error'])}.")

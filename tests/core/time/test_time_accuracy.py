@@ -11,11 +11,11 @@ from app.core.time.accuracy import MIN_RUNS, accuracy_for, accuracy_table
 from bench.steptime import development_rows
 
 
-def _runs_on(generation: str, precision: str | None = None) -> int:
+def _runs_on(generation: str, precision: str | None = None, model: str | None = None) -> int:
     """Held-out runs whose flags ``isplan time`` takes, counted from the benchmark's row files."""
     dev, test = development_rows()
     return sum(1 for r in dev + test if get_hardware(r["gpu"]).generation == generation
-               and (precision is None or r["precision"] == precision))
+               and (precision is None or r["precision"] == precision) and (model is None or r["model"] == model))
 
 
 def test_a_plan_quotes_its_generation_and_precision() -> None:
@@ -24,6 +24,17 @@ def test_a_plan_quotes_its_generation_and_precision() -> None:
     assert acc["runs"] == _runs_on("hopper", "fp8") >= MIN_RUNS
     assert f"Against {acc['runs']} published runs on Hopper GPUs in FP8" in acc["text"]
     assert acc["short"] == f"typically off by {acc['mean_abs_error']:.0%}"
+    assert acc["this_model"] is None and not acc["text"].endswith("this model.")
+
+
+def test_a_validated_model_hears_its_own_runs_and_another_hears_of_none() -> None:
+    llama = accuracy_for("hopper", "fp8", "llama-3.1-70b")
+    assert llama is not None and llama["this_model"]["runs"] == _runs_on("hopper", "fp8", "llama-3.1-70b") > 0
+    n = llama["this_model"]["runs"]
+    assert f"This model's {n} run{'s' if n > 1 else ''} there: off by" in llama["text"]
+    assert accuracy_for("hopper", "fp8", "LLAMA-3.1-70B")["this_model"] == llama["this_model"]   # any case
+    glm = accuracy_for("hopper", "fp8", "glm-5.2")
+    assert glm is not None and glm["this_model"] is None and glm["text"].endswith("None of them is this model.")
 
 
 def test_too_few_runs_quote_the_generation_and_none_say_so() -> None:
@@ -35,7 +46,8 @@ def test_too_few_runs_quote_the_generation_and_none_say_so() -> None:
         assert acc is not None and acc["runs"] == groups[gen]["runs"] and "/" not in acc["scope"]
     acc = accuracy_for("cdna3", "fp8")   # MI300X: no published run
     assert acc is not None and not acc["validated_here"] and _runs_on("cdna3") == 0
-    assert acc["text"].startswith("No published run on CDNA 3 GPUs checks this model")
+    assert acc["text"].startswith("No published run on CDNA 3 GPUs checks the time model")
+    assert acc["text"] == acc["text"].strip()   # no model named: no clause, no dangling space
     assert acc["runs"] == sum(g["runs"] for k, g in groups.items() if "/" not in k and k != "all")
 
 
@@ -45,7 +57,7 @@ def test_isplan_time_and_the_api_carry_it(capsys, client) -> None:
     argv = ["time", "glm-5.2", "--tp", "4", "--pp", "8", "--first", "14", "--last", "16", "--ep", "32", "--etp", "1",
             "--cp", "8", "--sp", "--gpu", "h100-80gb", "--precision", "bf16"]
     assert main([*argv, "--format", "json"]) in (0, 1)   # timed (exit 2 would be untimed); the verdict is not at issue
-    want = accuracy_for("hopper", "bf16")
+    want = accuracy_for("hopper", "bf16", "glm-5.2")
     assert json.loads(capsys.readouterr().out)["time"]["accuracy"] == want
     assert main(argv) in (0, 1)
     assert f"  accuracy: {want['text']}" in capsys.readouterr().out.splitlines()
