@@ -33,11 +33,11 @@ def accuracy_table() -> dict[str, Any]:
 
 def accuracy_for(generation: str, precision: str, model: str | None = None) -> dict[str, Any] | None:
     """The held-out error that applies to a plan of ``model`` (a preset id or a config's name) on a
-    GPU of ``generation`` in ``precision``: ``{runs, mean_abs_error, p90_abs_error, mean_error,
-    models, scope, validated_here, this_model, text, short, source}`` of the narrowest group with
-    :data:`MIN_RUNS` runs (module docstring); None without any. ``validated_here``: whether any run
-    was on the plan's generation; ``this_model``: the group's runs of ``model`` (its name compared
-    without case), if any."""
+    GPU of ``generation`` in ``precision``: ``{runs, mean_abs_error, p90_abs_error, mean_error, scope,
+    validated_here, this_model, text, short, source}`` of the narrowest group with :data:`MIN_RUNS`
+    runs (module docstring; its models are named in ``text``, their errors are in the shipped table);
+    None without any. ``validated_here``: whether any run was on the plan's generation;
+    ``this_model``: the error of the group's runs of ``model`` (its name compared without case), if any."""
     table = accuracy_table()
     gen, prec = GENERATION_LABELS.get(generation, generation), PRECISION_LABELS.get(precision, precision)
     for key, scope in ((f"{generation}/{precision}", f"{gen} GPUs in {prec}"), (generation, f"{gen} GPUs"),
@@ -50,7 +50,8 @@ def accuracy_for(generation: str, precision: str, model: str | None = None) -> d
             if key == "all" and generation not in table["groups"]:
                 text = (f"No published run on {gen} GPUs checks the time model (its constants there are stated, "
                         f"not measured). {text}")
-            return {**group, "scope": scope, "validated_here": key != "all" or generation in table["groups"],
+            stats = {k: v for k, v in group.items() if k != "models"}   # the text names them: every answer carries it
+            return {**stats, "scope": scope, "validated_here": key != "all" or generation in table["groups"],
                     "this_model": mine, "text": text, "short": f"typically off by {group['mean_abs_error']:.0%}",
                     "source": table["source"]}
     return None
