@@ -32,6 +32,13 @@ def accuracy_table() -> dict[str, Any]:
 
 
 def accuracy_for(generation: str, precision: str, model: str | None = None) -> dict[str, Any] | None:
+    """:func:`_accuracy_for` (kept: every evaluation asks), as a fresh dict."""
+    found = _accuracy_for(generation, precision, model)
+    return None if found is None else dict(found)
+
+
+@lru_cache(maxsize=256)
+def _accuracy_for(generation: str, precision: str, model: str | None) -> dict[str, Any] | None:
     """The held-out error that applies to a plan of ``model`` (a preset id or a config's name) on a
     GPU of ``generation`` in ``precision``: ``{runs, mean_abs_error, p90_abs_error, mean_error, scope,
     validated_here, this_model, text, short, source}`` of the narrowest group with :data:`MIN_RUNS`
