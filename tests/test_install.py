@@ -88,6 +88,7 @@ def test_fresh_venv_install_start_and_healthz(tmp_path):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as r:
             page = r.read().decode()
         assert "256 GPUs" in page and "VALID" in page
+        assert 'id="time-accuracy"' in page   # the package's data file (app/core/data/*.json) was installed
         for asset in ("/static/app.js", "/static/vendor/plotly-basic-4.1.1.min.js",
                       "/static/vendor/swagger-ui/swagger-ui-bundle.js"):
             with urllib.request.urlopen(f"http://127.0.0.1:{port}{asset}", timeout=10) as r:
