@@ -21,7 +21,6 @@ MIN_RUNS = 5
 
 GENERATION_LABELS = {"ampere": "Ampere", "hopper": "Hopper", "blackwell": "Blackwell",
                      "blackwell_ultra": "Blackwell Ultra", "cdna3": "CDNA 3"}
-PRECISION_LABELS = {"bf16": "BF16", "fp8": "FP8", "mxfp8": "MXFP8", "nvfp4": "NVFP4"}
 
 
 @lru_cache(maxsize=1)
@@ -46,7 +45,7 @@ def _accuracy_for(generation: str, precision: str, model: str | None) -> dict[st
     None without any. ``validated_here``: whether any run was on the plan's generation;
     ``this_model``: the error of the group's runs of ``model`` (its name compared without case), if any."""
     table = accuracy_table()
-    gen, prec = GENERATION_LABELS.get(generation, generation), PRECISION_LABELS.get(precision, precision)
+    gen, prec = GENERATION_LABELS.get(generation, generation), precision.upper()   # bf16 -> BF16, mxfp8 -> MXFP8
     for key, scope in ((f"{generation}/{precision}", f"{gen} GPUs in {prec}"), (generation, f"{gen} GPUs"),
                        ("all", "every GPU and precision checked")):
         group = table["groups"].get(key)
