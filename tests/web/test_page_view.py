@@ -117,6 +117,24 @@ def test_serving_is_a_serving_workflow(client):
     assert [s for s in starts if s not in GLM52_FULL], "the default puts some stage on a shared layer"
 
 
+def test_a_model_without_an_indexer_is_not_said_to_start_stages_on_indexer_layers(client):
+    """The boundary line, the checks list and the map's legend of a model without a DSA indexer
+    (Llama 3.1 70B: no ``index_*`` sizes) say every layer computes its own attention; GLM-5.2's say
+    full indexer layers and explain F / S as top-k computed / reused."""
+    llama = page(client, "model=llama-3.1-70b&engine=megatron&split=7,13,11,9,10,10,10,10")
+    free = "every layer computes its own attention (no DSA indexer), so a stage may start on any layer"
+    assert f"Boundary: {free}." in llama
+    assert f'<li class="okline">{free}</li>' in llama
+    assert "F = a layer with its own attention (llama-3.1-70b has no DSA indexer: no layer shares top-k)" in llama
+    assert "indexer layer" not in llama and "computes top-k" not in llama
+    glm = page(client, "model=glm-5.2&split=14,8,8,8,8,8,8,16")
+    assert "Boundary: every stage starts on a full indexer layer." in glm
+    assert '<li class="okline">every stage starts on a full indexer layer</li>' in glm
+    assert "F = full (computes top-k), S = shared (reuses the top-k of the full layer before it)" in glm
+    vpp = page(client, "model=llama-3.1-70b&engine=megatron&split=10,10,10,10,10,10,10,10&vpp=2")
+    assert "so a physical and virtual stage may start on any layer" in vpp
+
+
 def test_the_map_stays_while_the_split_is_mid_typing(client):
     r = fragment(client, "mode=split&split=14,8,8,")  # as the form sends it while the sizes are typed
     html = unescape(r.text)

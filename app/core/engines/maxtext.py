@@ -241,7 +241,7 @@ class MaxTextCheck(LayoutCheck):
         lines += [f"INVALID: {e['message']}" for e in body["errors"]]
         lines += [f"INVALID: {v['message']}" for v in body["violations"]]
         if body["valid"]:
-            lines.append("VALID: every stage of every repeat starts on a full indexer layer")
+            lines.append("VALID: " + self.boundary_holds("stage of every repeat"))
         return lines
 
     def to_json(self) -> dict[str, Any]:

@@ -237,8 +237,8 @@ class ServingCheck(LayoutCheck):
         if self.blocking:
             lines.append(f"INVALID: {self.behaviour.message}")
         if self.valid:
-            lines.append("VALID" + (": every rank starts on a full indexer layer" if not self.boundary.violations
-                                    else f": {self.engine} hands top-k over at a shared start"))
+            lines.append("VALID: " + (self.boundary_holds("rank") if not self.boundary.violations
+                                      else f"{self.engine} hands top-k over at a shared start"))
         return lines
 
     def to_json(self) -> dict[str, Any]:
