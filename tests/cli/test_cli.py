@@ -34,13 +34,13 @@ def test_check_valid_seed_split_text():
 ])
 def test_a_model_without_an_indexer_says_its_boundaries_are_free(engine, layout, unit):
     """Llama 3.1 70B has no DSA indexer: no layer shares top-k, so no stage start is constrained. The
-    VALID line says so, in each engine's unit, instead of naming "full indexer layers" it has none of;
-    an odd split (starting at layers 8, 21, 32, ...) is as valid as an even one."""
+    VALID line says so, in each engine's unit, instead of naming "full indexer layers" it has none of
+    (Megatron's odd split starts stages at layers 8, 21, 32, ...: as valid as an even one)."""
     p = isplan("check", "llama-3.1-70b", "--engine", engine, *layout)
     assert p.returncode in (0, 1), p.stderr  # vLLM always judges memory: at its default context it overflows
     assert "boundary" not in p.stdout.split("verdict:")[-1]
     valid = [line for line in p.stdout.splitlines() if line.startswith("VALID")]
-    assert valid == [f"VALID: every layer computes its own attention (no DSA indexer), so a {unit} may start on any layer"]
+    assert valid == [f"VALID: no layer reuses another's top-k (no DSA indexer), so a {unit} may start on any layer"]
 
 
 def test_check_invalid_control_lists_every_violation():

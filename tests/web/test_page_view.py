@@ -119,13 +119,13 @@ def test_serving_is_a_serving_workflow(client):
 
 def test_a_model_without_an_indexer_is_not_said_to_start_stages_on_indexer_layers(client):
     """The boundary line, the checks list and the map's legend of a model without a DSA indexer
-    (Llama 3.1 70B: no ``index_*`` sizes) say every layer computes its own attention; GLM-5.2's say
+    (Llama 3.1 70B: no ``index_*`` sizes) say no layer reuses another's top-k; GLM-5.2's say
     full indexer layers and explain F / S as top-k computed / reused."""
     llama = page(client, "model=llama-3.1-70b&engine=megatron&split=7,13,11,9,10,10,10,10")
-    free = "every layer computes its own attention (no DSA indexer), so a stage may start on any layer"
+    free = "no layer reuses another's top-k (no DSA indexer), so a stage may start on any layer"
     assert f"Boundary: {free}." in llama
     assert f'<li class="okline">{free}</li>' in llama
-    assert "F = a layer with its own attention (llama-3.1-70b has no DSA indexer: no layer shares top-k)" in llama
+    assert "F = full: llama-3.1-70b has no DSA indexer, so no layer shares top-k and any layer may start a stage" in llama
     assert "indexer layer" not in llama and "computes top-k" not in llama
     glm = page(client, "model=glm-5.2&split=14,8,8,8,8,8,8,16")
     assert "Boundary: every stage starts on a full indexer layer." in glm

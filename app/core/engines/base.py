@@ -87,12 +87,12 @@ class LayoutCheck:
     def boundary_holds(self, unit: str = "stage") -> str:
         """What a layout without a shared start holds of each ``unit`` (``"stage"``, ``"rank"``,
         ``"stage of every repeat"``...): every one starts on a full indexer layer. A model without a
-        DSA indexer has no such rule - every layer computes its own attention and counts as full
-        (:func:`app.core.model.roles.derive_roles`, rule ``no_indexer``) - and says that instead of
-        naming indexer layers it does not have. The CLI's ``VALID`` line, the page's boundary line
+        DSA indexer has no such rule - no layer reuses another's top-k, every layer counts as full
+        (:func:`app.core.model.roles.derive_roles`, rule ``no_indexer``), whatever its mixer (attention,
+        Mamba, an FFN-only block) - and says that instead of naming indexer layers it does not have. The CLI's ``VALID`` line, the page's boundary line
         and its checks list all read this sentence."""
         if not self.model.has_indexer:
-            return f"every layer computes its own attention (no DSA indexer), so a {unit} may start on any layer"
+            return f"no layer reuses another's top-k (no DSA indexer), so a {unit} may start on any layer"
         return f"every {unit} starts on a full indexer layer"
 
     def to_json(self) -> dict[str, Any]:
