@@ -4,7 +4,10 @@ Read from AI-Hypercomputer/maxtext at commit e591f30cbbf217ed67ef71263ec0538239f
 (re-implemented, never copied):
 
 * ``src/maxtext/configs/types.py`` (lines 3565-3624) and ``configs/base.yml``: ``num_stages =
-  ici_pipeline_parallelism * dcn_pipeline_parallelism``; pipelining is on when either is > 1.
+  ici_pipeline_parallelism * dcn_pipeline_parallelism``; pipelining is on when either is > 1
+  (``using_pipeline_parallelism``, line 3572), and only then are the settings below derived and
+  asserted. Without it ``decoders.py`` (line 894) runs every decoder layer in order on every device:
+  one stage, no (stage, repeat) boundary, none of the pipeline settings read.
   ``pipeline_parallel_layers`` -1 means the MoE layers (``num_decoder_layers -
   first_num_dense_layers``) for the DeepSeek decoder block, else all decoder layers.
   ``num_pipeline_repeats`` -1 is derived as ``pipeline_parallel_layers / (num_stages *
@@ -66,6 +69,11 @@ class MaxTextPipeline:
     micro_batch_size_to_train_on: int = 0
     decoder_block: str = "deepseek"
     first_num_dense_layers: int | None = None  # None: the config's first_k_dense_replace
+
+    @property
+    def pipelined(self) -> bool:
+        """MaxText's ``using_pipeline_parallelism``: more than one pipeline stage."""
+        return self.ici_pipeline_parallelism * self.dcn_pipeline_parallelism > 1
 
     def overrides(self) -> list[str]:
         """``key=value`` command-line overrides for the values the user set."""
@@ -178,6 +186,10 @@ def maxtext_plan(cfg: ModelConfig, pipeline: MaxTextPipeline) -> tuple[StagePlan
     ``vp_stage`` = repeat, vp-major order), and the resolved layout. MaxText's config assertions
     are ``errors``; the stages are empty when the config would not start."""
     _validate(pipeline)
+    if not pipeline.pipelined:   # every layer on every device, in order: one stage (module docstring)
+        n = cfg.num_hidden_layers
+        one = Stage(0, 0, 0, 1, n, n)
+        return StagePlan(1, 1, n, 0, (one,), (), PipelineSpec(pp=1, vpp=1, split=(n,))), None
     errors: list[PlanError] = []
     layout = _layout(cfg, pipeline, errors)
     stages: list[Stage] = []
@@ -290,8 +302,10 @@ def maxtext_check(cfg: ModelConfig, pipeline: MaxTextPipeline,
             errors.append(PlanError("after_pipeline_start", (
                 f"layer {start}, the first layer run after the pipeline, is shared; only activations leave the "
                 "pipeline, so its top-k source is lost"), "pipeline_parallel_layers"))
-    if layout is not None and layout.num_stages == 1:
-        warnings.append("ici_pipeline_parallelism x dcn_pipeline_parallelism is 1: MaxText does not pipeline")
+    if not pipeline.pipelined:
+        warnings.append("ici_pipeline_parallelism x dcn_pipeline_parallelism is 1: MaxText does not pipeline "
+                        "(using_pipeline_parallelism is false), so every decoder layer runs in order on every "
+                        "device and no stage boundary exists; the other pipeline settings are not read")
     if not plan.stages and not errors:
         errors.append(PlanError("no_stages", "the pipeline description produced no stages"))
     return MaxTextCheck(cfg, pipeline, index_share_pattern, layout, roles, plan, boundary, tuple(diffs),
@@ -343,7 +357,7 @@ class MaxTextEngine(Engine):
 
     def profile(self, cfg: ModelConfig, plan: Plan) -> Plan:
         """The valid pipeline with the most stages (up to 8), then the fewest repeats, then the most
-        pipelined layers; the single-stage config when none is valid."""
+        pipelined layers; no pipelining (one stage) when none is valid."""
         return _profile(cfg, plan.model)
 
 
@@ -351,7 +365,7 @@ class MaxTextEngine(Engine):
 def _profile(cfg: ModelConfig, model: str) -> Plan:
     base = Plan(model=model, engine=ENGINE)
     n = cfg.num_hidden_layers
-    for stages in (8, 4, 2, 1):
+    for stages in (8, 4, 2):
         valid = []
         for ppl in range(n, stages - 1, -1):
             for lps in range(ppl // stages, 0, -1):   # the most layers per stage: the fewest repeats

@@ -64,6 +64,27 @@ def test_s3_with_75_layers_is_invalid():
         assert r2.boundary.violations and r2.boundary.violations[0].layer == 4
 
 
+@pytest.mark.parametrize("settings", [
+    {},
+    {"num_layers_per_pipeline_stage": 5},   # pipelined, its 15 repeats would start on 4, 9, 14, ...: shared
+    {"num_layers_per_pipeline_stage": 4, "pipeline_parallel_layers": 64, "num_pipeline_repeats": 7},  # 4*7 != 64
+    {"num_pipeline_microbatches": 3, "pipeline_delay_activation_forwarding": True},
+])
+def test_one_stage_is_no_pipeline_and_reads_no_pipeline_setting(settings):
+    """MaxText pipelines only when ici x dcn pipeline parallelism is above 1 (``types.py``
+    ``using_pipeline_parallelism``); otherwise the decoder runs the 78 layers in order on every device.
+    No (stage, repeat) boundary exists, so none of the pipeline settings is derived or asserted: one
+    stage, layers 1-78, starting on layer 1 (full in the checkpoint), and a warning that says so."""
+    r = maxtext_check(GLM52, MaxTextPipeline(**settings))
+    assert 0 in FULL0
+    assert [(s.pp_rank, s.vp_stage, s.first_layer, s.last_layer) for s in r.plan.stages] == [(0, 0, 1, L)]
+    assert r.valid and not r.errors and not r.boundary.violations and r.layout is None
+    assert any("MaxText does not pipeline" in w for w in r.warnings)
+    # two stages over DCN do pipeline: MaxText's rules apply again (75 MoE layers / (2 x 1) leaves 1)
+    two = maxtext_check(GLM52, MaxTextPipeline(dcn_pipeline_parallelism=2, **settings))
+    assert not two.valid and not any("does not pipeline" in w for w in two.warnings)
+
+
 def test_fsss_from_layer_zero_against_the_checkpoint():
     fsss = {i for i in range(L) if i % 4 == 0}
     diffs = sorted(i + 1 for i in fsss ^ FULL0)
