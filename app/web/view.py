@@ -395,7 +395,8 @@ class PlanView:
     def gpu_line(self) -> str:
         if self.ev.not_judged:
             return "GPU count not judged: the plan states no parallelism"
-        return gpu_equation(self.ev) or "GPU count unavailable: fix the layout and parallel settings"
+        return (gpu_equation(self.ev) or self.ev.engine.gpu_line(self.plan, self.ev.check)
+                or "GPU count unavailable: fix the layout and parallel settings")
 
     @property
     def expert_line(self) -> str:

@@ -135,6 +135,24 @@ def test_a_model_without_an_indexer_is_not_said_to_start_stages_on_indexer_layer
     assert "so a physical and virtual stage may start on any layer" in vpp
 
 
+@pytest.mark.parametrize(("query", "line"), [
+    ("model=glm-5.2&engine=sglang&pp=8&tp=8&gpu=b200-180gb", "TP 8 × PP 8 = 64 GPUs (one SGLang server)"),
+    ("model=glm-5.2&engine=vllm&pp=2&tp=8&gpu=b200-180gb", "TP 8 × PP 2 = 16 GPUs (one vLLM server)"),
+    ("model=glm-5.2&engine=vllm&mode=split&split=15,20,24,19&tp=4", "TP 4 × PP 4 = 16 GPUs (one vLLM server)"),
+    ("model=glm-5.2&engine=vllm", "TP 1 × PP 1 = 1 GPU (one vLLM server)"),
+    ("model=glm-5.2&engine=maxtext&ici_pipeline_parallelism=4&layers_per_pipeline_stage=4",
+     "GPU count not judged: MaxText's mesh (data, FSDP, tensor, expert axes) is not modelled; the pipeline has "
+     "ICI 4 × DCN 1 = 4 stage(s)"),
+    ("model=glm-5.2&engine=vllm&mode=split&split=20,20,20", "GPU count unavailable: fix the layout and parallel settings"),
+])
+def test_the_gpu_line_of_serving_and_maxtext_plans(client, query, line):
+    """A serving plan occupies TP x PP GPUs (one server; the partition's length is PP); MaxText's mesh is
+    not modelled, and the line says so rather than asking to fix settings that are fine. Only a
+    partition the engine refuses (20+20+20 is not GLM-5.2's 78 layers) has no count."""
+    html = page(client, query)
+    assert f'<p class="gpus" id="gpu-count">{line}</p>' in html
+
+
 def test_the_map_stays_while_the_split_is_mid_typing(client):
     r = fragment(client, "mode=split&split=14,8,8,")  # as the form sends it while the sizes are typed
     html = unescape(r.text)

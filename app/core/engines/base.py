@@ -213,6 +213,12 @@ class Engine:
         """Parallel constraints and memory of a plan whose layout was built (``check``)."""
         return Judgement()
 
+    def gpu_line(self, plan: Plan, check: LayoutCheck | None) -> str | None:
+        """The GPUs a job of this plan occupies, in words, for an engine that does not count them
+        through training's parallel settings (``TP x CP x PP x DP``, :func:`app.core.reports.gpu_equation`):
+        a server's GPUs, or why the count is not judged. ``None``: nothing beyond that equation."""
+        return None
+
     def exports(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck, judgement: Judgement,
                 conversion: LayoutCheck | None = None) -> dict[str, str]:
         """Launch text for an accepted plan, by name (every value shell-quoted); ``{}`` otherwise."""

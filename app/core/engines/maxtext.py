@@ -334,6 +334,13 @@ class MaxTextEngine(Engine):
     def layout_field(self, plan: Plan) -> str:
         return "layers_per_pipeline_stage"
 
+    def gpu_line(self, plan: Plan, check: LayoutCheck | None) -> str | None:
+        """MaxText's mesh (its data, FSDP, tensor and expert axes) is not modelled: only the pipeline's stages."""
+        stages = plan.ici_pipeline_parallelism * plan.dcn_pipeline_parallelism
+        return (f"GPU count not judged: MaxText's mesh (data, FSDP, tensor, expert axes) is not modelled; "
+                f"the pipeline has ICI {plan.ici_pipeline_parallelism} × DCN {plan.dcn_pipeline_parallelism} = "
+                f"{stages} stage(s)")
+
     @staticmethod
     def pipeline(plan: Plan) -> MaxTextPipeline:
         return MaxTextPipeline(

@@ -477,6 +477,14 @@ class ServingEngine(Engine):
                             warnings=tuple(extra_warnings) + check.warnings)
         return check
 
+    def gpu_line(self, plan: Plan, check: LayoutCheck | None) -> str | None:
+        """One server: ``--tensor-parallel-size`` x the pipeline ranks of its partition."""
+        if check is None or not check.plan.stages:
+            return None
+        pp = check.plan.pp
+        n = plan.tp * pp
+        return f"TP {plan.tp} × PP {pp} = {n} GPU{'' if n == 1 else 's'} (one {self.label} server)"
+
     def memory_settings(self, plan: Plan) -> ServingMemorySettings:
         from app.core.model.parallelism import resolve_gpu
 
