@@ -632,9 +632,17 @@ def _rows(ev: Evaluation) -> list[dict[str, Any]]:
     rows = []
     for rec in check.boundary.records:
         s = rec.stage
-        sp_ = stage_params(cfg, check.roles, [s], tp=par.tp if par else 1, ep=par.ep if par else 1,
-                           etp=par.expert_tp if par else None) if sized else None
         rm, sm, st = rank_mem.get(s.pp_rank), serve_mem.get(s.pp_rank), stage_time.get(s.index)
+        # parameters per GPU: a serving rank's share as its memory counts it (the engine's TP / EP),
+        # else the training sharding (TP 1 when no parallelism is stated); none where the engine's
+        # sharding is not modelled (MaxText's mesh)
+        if sm:
+            params = sm["params_per_gpu"]
+        elif sized and ev.engine.judges_parallelism:
+            params = stage_params(cfg, check.roles, [s], tp=par.tp if par else 1, ep=par.ep if par else 1,
+                                  etp=par.expert_tp if par else None).per_gpu
+        else:
+            params = None
         start = rec.start_role or "—"
         if s.index in shared:   # what this engine build does there: crash, silently wrong, or hand-off
             start = f"shared ({'invalid: ' if share.blocking else ''}{share.code.replace('_', ' ')})"
@@ -644,7 +652,7 @@ def _rows(ev: Evaluation) -> list[dict[str, Any]]:
             "num_layers": s.num_layers, "start": start, "source": rec.source_layer,
             "source_stage": rec.source_stage.index + 1 if rec.source_stage else None,
             "full_layers": [n for n in s.layers if n in full],
-            "params_per_gpu": sp_.per_gpu if sp_ else None,
+            "params_per_gpu": params,
             "memory": (f"{rm['total_bytes'] / 1e9:.1f} GB " + ("fits" if rm["fits"] else "OVERFLOWS")) if rm else
                       (f"{sm['total_bytes'] / 2**30:.1f} GiB " + ("fits" if sm["fits"] else "OVERFLOWS")) if sm else "—",
             "flops": stage_fl.get(s.index),

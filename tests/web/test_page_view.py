@@ -153,6 +153,27 @@ def test_the_gpu_line_of_serving_and_maxtext_plans(client, query, line):
     assert f'<p class="gpus" id="gpu-count">{line}</p>' in html
 
 
+def test_a_serving_stage_row_counts_the_parameters_its_gpu_holds(client):
+    """The stage table's "params / GPU" of a serving plan is each rank's share under the server's TP,
+    the same count its memory line weighs (bf16: 2 bytes each), not the rank's whole parameters.
+    Independently: at TP 1 the ranks hold the whole model once - GLM-5.2's 743,377,000,704 parameters
+    without MTP (``isplan params``, README) - and TP 8 holds less on every rank."""
+    def ranks(tp: int) -> list[dict]:
+        q = {"model": "glm-5.2", "engine": "sglang", "pp": "8", "tp": str(tp), "gpu": "b200-180gb"}
+        r = client.get("/api/v1/check", params=q)
+        assert r.status_code == 200, r.text[:300]
+        return r.json()["serving_memory"]["ranks"]
+
+    one, eight = ranks(1), ranks(8)
+    assert sum(r["params_per_gpu"] for r in one) == 743_377_000_704
+    assert all(r["params_per_gpu"] * 2 == r["weights_bytes"] for r in one + eight)
+    assert all(e["params_per_gpu"] < o["params_per_gpu"] / 4 for o, e in zip(one, eight))
+    html = page(client, "model=glm-5.2&engine=sglang&pp=8&tp=8&gpu=b200-180gb")
+    body = html[html.index("<tbody", html.index("params / GPU")):]
+    shown = re.findall(r"<td>(\d+\.\d\d)B</td>", body)[:8]
+    assert shown == [f"{r['params_per_gpu'] / 1e9:.2f}" for r in eight]
+
+
 def test_the_map_stays_while_the_split_is_mid_typing(client):
     r = fragment(client, "mode=split&split=14,8,8,")  # as the form sends it while the sizes are typed
     html = unescape(r.text)

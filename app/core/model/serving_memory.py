@@ -111,6 +111,7 @@ class RankMemory:
     last_layer: int | None
     num_layers: int
     indexer_layers: int
+    params_per_gpu: int   # the parameters behind ``weights`` (one GPU's share, as ``stage_params`` shards them)
     weights: int
     kv_latent: int
     indexer_cache: int
@@ -129,7 +130,7 @@ class RankMemory:
         return {
             "pp_rank": self.pp_rank, "first_layer": self.first_layer, "last_layer": self.last_layer,
             "num_layers": self.num_layers, "indexer_layers": self.indexer_layers,
-            "weights_bytes": self.weights, "kv_latent_bytes": self.kv_latent,
+            "params_per_gpu": self.params_per_gpu, "weights_bytes": self.weights, "kv_latent_bytes": self.kv_latent,
             "indexer_cache_bytes": self.indexer_cache, "topk_buffer_bytes": self.topk_buffer,
             "total_bytes": self.total, "total_gib": round(self.total / GIB, 3),
             "usable_bytes": self.usable, "fits": self.fits,
@@ -160,8 +161,9 @@ def rank_memory(cfg: ModelConfig, roles: RoleMap, stage: Stage, settings: Servin
     weights, latent, index, owners = _stage_bytes(cfg, roles, stage, s)
     topk = s.max_batched_tokens * cfg.index_topk * 4 if cfg.has_indexer else 0
     usable = int(s.capacity_gib * GIB * s.gpu_memory_utilization) if s.capacity_gib is not None else None
-    return RankMemory(stage.pp_rank, stage.first_layer, stage.last_layer, stage.num_layers, owners, weights,
-                      latent, index, topk, usable)
+    params = weights // WEIGHT_BYTES[s.weight_dtype]   # weights = parameters per GPU x bytes each
+    return RankMemory(stage.pp_rank, stage.first_layer, stage.last_layer, stage.num_layers, owners, params,
+                      weights, latent, index, topk, usable)
 
 
 @dataclass(frozen=True)
