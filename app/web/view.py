@@ -43,14 +43,15 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("serving", "Serving"), ("maxtext", "MaxText pipeline"), ("time", "Step time"), ("flops", "FLOPs"),
     ("conversion", "Conversion layout (a second slot)"),
 )
-#: words for the terms the groups use, shown under their legend
+#: words for the terms the groups use, shown under their legend when the engine's form has the field
+#: they explain (a serving form has no virtual stages and no expert data parallelism)
 GROUP_HINTS = {
-    "layout": "Stage sizes are vp-major: virtual stage 0 of every pipeline rank first (ranks 0, 1, ...), then "
-              "virtual stage 1 of every rank, and so on; with VPP V the list has PP × V entries.",
-    "parallel": "EDP (expert data parallel) = GPUs / (ETP × EP × PP): the group that shards the experts' "
-                "optimizer state.",
-    "conversion": "The conversion layout is the pipeline split a checkpoint conversion runs with (e.g. slime "
-                  "converts GLM-5.2 with PP 2, last 40): its stages must also start on full layers.",
+    "layout": ("vpp", "Stage sizes are vp-major: virtual stage 0 of every pipeline rank first (ranks 0, 1, ...), "
+                      "then virtual stage 1 of every rank, and so on; with VPP V the list has PP × V entries."),
+    "parallel": ("etp", "EDP (expert data parallel) = GPUs / (ETP × EP × PP): the group that shards the experts' "
+                        "optimizer state."),
+    "conversion": ("conv", "The conversion layout is the pipeline split a checkpoint conversion runs with (e.g. "
+                           "slime converts GLM-5.2 with PP 2, last 40): its stages must also start on full layers."),
 }
 #: the plan-table groups whose settings state a plan's parallelism (app.core.plan.table)
 PARALLEL_GROUPS = ("parallel", "memory", "time")
@@ -266,7 +267,8 @@ class PlanView:
         out = []
         for group, legend, names in self._form_groups():
             fields_ = [self._field(n, self.shown_value(n), n in inactive) for n in names]
-            out.append({"group": group, "legend": legend, "hint": GROUP_HINTS.get(group, ""), "fields": fields_})
+            field_, hint = GROUP_HINTS.get(group, (None, ""))
+            out.append({"group": group, "legend": legend, "hint": hint if field_ in names else "", "fields": fields_})
         return out
 
     def _form_groups(self) -> tuple[tuple[str, str, tuple[str, ...]], ...]:

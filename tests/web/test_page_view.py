@@ -174,6 +174,19 @@ def test_a_serving_stage_row_counts_the_parameters_its_gpu_holds(client):
     assert shown == [f"{r['params_per_gpu'] / 1e9:.2f}" for r in eight]
 
 
+@pytest.mark.parametrize(("engine", "edp", "vp_major"), [
+    ("megatron", True, True), ("slime", True, True), ("vllm", False, False), ("sglang", False, False),
+    ("maxtext", False, False),
+])
+def test_a_form_explains_only_the_terms_its_fields_use(client, engine, edp, vp_major):
+    """The Parallelism legend explains EDP (GPUs / (ETP x EP x PP), the experts' optimizer shards) and
+    the Layout legend the vp-major order of stage sizes; a serving form (TP, EP; one stage per rank)
+    and MaxText's have neither ETP nor VPP, so neither explanation."""
+    html = page(client, f"model=glm-5.2&engine={engine}")
+    assert ("EDP (expert data parallel) = GPUs / (ETP × EP × PP)" in html) is edp
+    assert ("Stage sizes are vp-major" in html) is vp_major
+
+
 def test_the_map_stays_while_the_split_is_mid_typing(client):
     r = fragment(client, "mode=split&split=14,8,8,")  # as the form sends it while the sizes are typed
     html = unescape(r.text)
