@@ -187,6 +187,23 @@ def test_a_form_explains_only_the_terms_its_fields_use(client, engine, edp, vp_m
     assert ("Stage sizes are vp-major" in html) is vp_major
 
 
+@pytest.mark.parametrize(("query", "unit"), [
+    ("model=glm-5.2&split=14,8,8,8,8,8,8,16", "stage"),
+    ("model=glm-5.2&engine=megatron&split=2,4,8,12,8,12,16,16&vpp=2", "physical and virtual stage"),
+    ("model=glm-5.2&engine=vllm&mode=split&split=14,20,24,20", "rank"),
+    ("model=glm-5.2&engine=maxtext&ici_pipeline_parallelism=4&layers_per_pipeline_stage=4"
+     "&pipeline_parallel_layers=64", "stage of every repeat"),
+])
+def test_the_boundary_line_speaks_of_what_the_engine_cuts(client, query, unit):
+    """Every start of these GLM-5.2 layouts is a full layer (1, 3, 7, 15, 27, 35, 47, 63 for the
+    VPP 2 split; ranks 1, 15, 35, 59; MaxText's 15 + 4k): the boundary line and the checks list name
+    the engine's unit - stages, physical and virtual stages, serving ranks, MaxText's stages of
+    every repeat."""
+    html = page(client, query)
+    assert f"Boundary: every {unit} starts on a full indexer layer." in html
+    assert f'<li class="okline">every {unit} starts on a full indexer layer</li>' in html
+
+
 def test_the_map_stays_while_the_split_is_mid_typing(client):
     r = fragment(client, "mode=split&split=14,8,8,")  # as the form sends it while the sizes are typed
     html = unescape(r.text)

@@ -84,13 +84,20 @@ class LayoutCheck:
         """Boundary + acceptance (``isplan check``'s ``valid``, as seed 000's checker)."""
         return not self.errors and bool(self.plan.stages) and not self.blocking_violations
 
-    def boundary_holds(self, unit: str = "stage") -> str:
-        """What a layout without a shared start holds of each ``unit`` (``"stage"``, ``"rank"``,
-        ``"stage of every repeat"``...): every one starts on a full indexer layer. A model without a
+    @property
+    def unit(self) -> str:
+        """What this engine's layout is cut into, in its words: pipeline stages (physical and virtual
+        ones with VPP > 1); a serving engine's ranks, MaxText's stages of every repeat."""
+        return "physical and virtual stage" if self.plan.vpp > 1 else "stage"
+
+    def boundary_holds(self, unit: str | None = None) -> str:
+        """What a layout without a shared start holds of each ``unit`` (default :attr:`unit`):
+        every one starts on a full indexer layer. A model without a
         DSA indexer has no such rule - no layer reuses another's top-k, every layer counts as full
         (:func:`app.core.model.roles.derive_roles`, rule ``no_indexer``), whatever its mixer (attention,
         Mamba, an FFN-only block) - and says that instead of naming indexer layers it does not have. The CLI's ``VALID`` line, the page's boundary line
         and its checks list all read this sentence."""
+        unit = unit or self.unit
         if not self.model.has_indexer:
             return f"no layer reuses another's top-k (no DSA indexer), so a {unit} may start on any layer"
         return f"every {unit} starts on a full indexer layer"

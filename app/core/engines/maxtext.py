@@ -240,6 +240,10 @@ class MaxTextCheck(LayoutCheck):
     warnings: tuple[str, ...] = field(default=())
 
     @property
+    def unit(self) -> str:
+        return "stage of every repeat"
+
+    @property
     def share(self) -> ShareBehaviour:
         return MAXTEXT_SHARED_START
 
@@ -253,7 +257,7 @@ class MaxTextCheck(LayoutCheck):
         lines += [f"INVALID: {e['message']}" for e in body["errors"]]
         lines += [f"INVALID: {v['message']}" for v in body["violations"]]
         if body["valid"]:
-            lines.append("VALID: " + self.boundary_holds("stage of every repeat"))
+            lines.append("VALID: " + self.boundary_holds())
         return lines
 
     def to_json(self) -> dict[str, Any]:

@@ -207,6 +207,10 @@ class ServingCheck(LayoutCheck):
     notes: tuple[str, ...] = field(default=())
 
     @property
+    def unit(self) -> str:
+        return "rank"
+
+    @property
     def share(self) -> ShareBehaviour:
         return self.behaviour
 
@@ -237,7 +241,7 @@ class ServingCheck(LayoutCheck):
         if self.blocking:
             lines.append(f"INVALID: {self.behaviour.message}")
         if self.valid:
-            lines.append("VALID: " + (self.boundary_holds("rank") if not self.boundary.violations
+            lines.append("VALID: " + (self.boundary_holds() if not self.boundary.violations
                                       else f"{self.engine} hands top-k over at a shared start"))
         return lines
 

@@ -132,7 +132,7 @@ class CheckResult(LayoutCheck):
         for v in self.boundary.violations:
             lines.append(f"INVALID: {v.short}")
         if self.valid:
-            lines.append("VALID: " + self.boundary_holds("stage"))
+            lines.append("VALID: " + self.boundary_holds())
         if self.megatron_flags:
             lines.append("megatron flags: " + " ".join(_quote(a) for a in self.megatron_flags))
         return lines
