@@ -699,8 +699,13 @@ def plan_summary(view: PlanView) -> dict[str, Any]:
     the verdict, the largest rank's memory, the compute balance (slowest stage's forward FLOPs
     over the mean: 1.00 is perfectly even), the pipeline bubble, the step time and the GPU count."""
     ev = view.ev
-    mem = ev.memory
-    worst = max(mem["stages"], key=lambda s: s["total_bytes"]) if mem and mem["stages"] else None
+    # per pipeline rank: training memory against the GPU's capacity, or serving memory against its
+    # usable share (both in GB here, 1e9 bytes)
+    if ev.serving_memory and ev.serving_memory["ranks"]:
+        ranks, capacity_key, usable = ev.serving_memory["ranks"], "usable_bytes", True
+    else:
+        ranks, capacity_key, usable = (ev.memory or {}).get("stages", []), "capacity_bytes", False
+    worst = max(ranks, key=lambda s: s["total_bytes"]) if ranks else None
     pp_flops: dict[int, float] = {}
     for s in (ev.stage_flops or {}).get("stages", []):
         pp_flops[s["pp_rank"]] = pp_flops.get(s["pp_rank"], 0) + s["flops"]
@@ -712,11 +717,12 @@ def plan_summary(view: PlanView) -> dict[str, Any]:
         bubble, bubble_how = _closed_form(ev)[0], "closed form"
     return {
         "go": view.go, "blocking": [r.kind for r in view.verdict.blocking] + (["input"] if view.field_errors else []),
-        "layout": getattr(view.check, "layout_string", None),
+        "layout": view.check.layout_text if view.check else None,
         "max_rank_gb": worst["total_bytes"] / 1e9 if worst else None,
         "max_rank": worst["pp_rank"] if worst else None,
-        "capacity_gb": worst["capacity_bytes"] / 1e9 if worst else None,
-        "rank_gb": [s["total_bytes"] / 1e9 for s in mem["stages"]] if mem else [],
+        "capacity_gb": worst[capacity_key] / 1e9 if worst and worst[capacity_key] is not None else None,
+        "capacity_usable": usable,
+        "rank_gb": [s["total_bytes"] / 1e9 for s in ranks],
         "balance": balance, "bubble": bubble, "bubble_how": bubble_how, "gpu_line": view.gpu_line,
         "step_seconds": t["step_seconds"] if t else None,
         "tokens_per_second_per_gpu": t["tokens_per_second_per_gpu"] if t else None,

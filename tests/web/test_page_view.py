@@ -227,6 +227,23 @@ def test_compare_table_has_no_empty_header(client):
     assert "<th scope=\"col\"></th>" not in table and '<th scope="col">measure</th>' in table
 
 
+def test_compare_shows_a_serving_plans_memory_and_partition(client):
+    """A serving plan pinned as A: its largest rank and per-rank memory are the serving memory's
+    (``/api/v1/check``, in GB against the usable share of the GPU), its layout the partition
+    variable the engine reads; B, a Megatron plan, keeps its training memory and layout string."""
+    a = "model=glm-5.2&engine=sglang&pp=8&tp=8&gpu=b200-180gb"
+    body = client.get("/api/v1/check?" + a).json()
+    ranks = body["serving_memory"]["ranks"]
+    worst = max(ranks, key=lambda r: r["total_bytes"])
+    html = page(client, f"model=glm-5.2&engine=megatron&split=14,8,8,8,8,8,8,16&tp=4&a={quote(a)}")
+    table = re.search(r'<table id="compare-table">.*?</table>', html, re.S).group(0)
+    cells = dict(re.findall(r'<th scope="row">([^<]+)</th><td[^>]*>(.*?)</td>', table, re.S))
+    assert cells["largest rank memory"] == (f"{worst['total_bytes'] / 1e9:.1f} GB (pp rank {worst['pp_rank']}) of "
+                                            f"{worst['usable_bytes'] / 1e9:.0f} GB usable")
+    assert cells["memory per pp rank (GB)"] == " · ".join(str(round(r["total_bytes"] / 1e9, 1)) for r in ranks)
+    assert cells["layout"] == "<code>SGLANG_PP_LAYER_PARTITION=" + ",".join(map(str, body["partition"])) + "</code>"
+
+
 def test_step_time_beside_the_verdict_is_the_time_routes(client):
     html = page(client, "")
     t = client.get("/api/v1/time?" + urlsplit(client.get("/fragment").headers["hx-replace-url"]).query).json()["time"]

@@ -90,6 +90,12 @@ class LayoutCheck:
         ones with VPP > 1); a serving engine's ranks, MaxText's stages of every repeat."""
         return "physical and virtual stage" if self.plan.vpp > 1 else "stage"
 
+    @property
+    def layout_text(self) -> str:
+        """The layout in the engine's own spelling, one line (Megatron's layout string, a serving
+        engine's partition variable, MaxText's pipeline keys); ``""`` when it has none."""
+        return ""
+
     def boundary_holds(self, unit: str | None = None) -> str:
         """What a layout without a shared start holds of each ``unit`` (default :attr:`unit`):
         every one starts on a full indexer layer. A model without a

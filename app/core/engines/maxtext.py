@@ -244,6 +244,10 @@ class MaxTextCheck(LayoutCheck):
         return "stage of every repeat"
 
     @property
+    def layout_text(self) -> str:
+        return " ".join(self.pipeline.overrides()) if self.pipeline.pipelined else "no pipelining"
+
+    @property
     def share(self) -> ShareBehaviour:
         return MAXTEXT_SHARED_START
 

@@ -211,6 +211,10 @@ class ServingCheck(LayoutCheck):
         return "rank"
 
     @property
+    def layout_text(self) -> str:
+        return f"{self.env_var}={','.join(map(str, self.sizes))}" if self.sizes else ""
+
+    @property
     def share(self) -> ShareBehaviour:
         return self.behaviour
 

@@ -74,6 +74,10 @@ class CheckResult(LayoutCheck):
     def share(self) -> ShareBehaviour:
         return self.shared_start
 
+    @property
+    def layout_text(self) -> str:
+        return self.layout_string
+
     def to_json(self) -> dict[str, Any]:
         return {
             "valid": self.valid,
