@@ -125,7 +125,8 @@ def test_a_model_without_an_indexer_is_not_said_to_start_stages_on_indexer_layer
     free = "no layer reuses another's top-k (no DSA indexer), so a stage may start on any layer"
     assert f"Boundary: {free}." in llama
     assert f'<li class="okline">{free}</li>' in llama
-    assert "F = full: llama-3.1-70b has no DSA indexer, so no layer shares top-k and any layer may start a stage" in llama
+    assert ("F = full: llama-3.1-70b has no DSA indexer, so no layer shares top-k and any layer may start a "
+            "stage") in llama
     assert "indexer layer" not in llama and "computes top-k" not in llama
     glm = page(client, "model=glm-5.2&split=14,8,8,8,8,8,8,16")
     assert "Boundary: every stage starts on a full indexer layer." in glm

@@ -98,11 +98,11 @@ class LayoutCheck:
 
     def boundary_holds(self, unit: str | None = None) -> str:
         """What a layout without a shared start holds of each ``unit`` (default :attr:`unit`):
-        every one starts on a full indexer layer. A model without a
-        DSA indexer has no such rule - no layer reuses another's top-k, every layer counts as full
-        (:func:`app.core.model.roles.derive_roles`, rule ``no_indexer``), whatever its mixer (attention,
-        Mamba, an FFN-only block) - and says that instead of naming indexer layers it does not have. The CLI's ``VALID`` line, the page's boundary line
-        and its checks list all read this sentence."""
+        every one starts on a full indexer layer. A model without a DSA indexer has no such rule -
+        no layer reuses another's top-k, every layer counts as full (:func:`app.core.model.roles.derive_roles`,
+        rule ``no_indexer``), whatever its mixer (attention, Mamba, an FFN-only block) - and says that
+        instead of naming indexer layers it does not have. The CLI's ``VALID`` line, the page's
+        boundary line and its checks list all read this sentence."""
         unit = unit or self.unit
         if not self.model.has_indexer:
             return f"no layer reuses another's top-k (no DSA indexer), so a {unit} may start on any layer"
@@ -228,8 +228,9 @@ class Engine:
 
     def gpu_line(self, plan: Plan, check: LayoutCheck | None) -> str | None:
         """The GPUs a job of this plan occupies, in words, for an engine that does not count them
-        through training's parallel settings (``TP x CP x PP x DP``, :func:`app.core.reports.gpu_equation`):
-        a server's GPUs, or why the count is not judged. ``None``: nothing beyond that equation."""
+        through training's parallel settings (``TP x CP x PP x DP``,
+        :func:`app.core.reports.gpu_equation`): a server's GPUs, or why the count is not judged.
+        ``None``: nothing beyond that equation."""
         return None
 
     def exports(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck, judgement: Judgement,
