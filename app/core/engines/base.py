@@ -49,6 +49,10 @@ class LaunchSyntax:
     #: ``(flag, takes a value, what the step time assumes instead)``. A launcher that sets one is
     #: imported with a warning naming it, so the time's answer never silently disagrees with the script.
     untimed_flags: tuple[tuple[str, bool, str], ...] = ()
+    #: a serving engine's flags that change what its ranks hold in memory but that no plan field
+    #: carries: ``(flag, takes a value, what the memory verdict assumes instead)``; a launcher that
+    #: sets one is imported with a warning naming it
+    unread_flags: tuple[tuple[str, bool, str], ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -42,7 +42,7 @@ from app.core.model.serving_memory import (
     serving_layer_costs,
     serving_memory,
 )
-from app.core.plan import FieldProblem, Plan
+from app.core.plan import NEUTRAL_VALUES, FieldProblem, Plan
 from app.core.plan.bounds import MAX_PP, MAX_TP
 from app.core.verdict import Reason, ranges
 
@@ -329,11 +329,19 @@ def _warnings(cfg: ModelConfig, mod: ServingEngine, plan: StagePlan, diffs: list
 # --------------------------------------------------------------------------- export
 
 
+def _stated_context(context: int) -> int | None:
+    """A context the plan states (not the planner's default): the serve command names it."""
+    return context if context != NEUTRAL_VALUES["context"] else None
+
+
 def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int], *, tp: int = 1,
-                     model: str | None = None) -> dict[str, str]:
+                     model: str | None = None, context: int | None = None,
+                     kv_dtype: str | None = None) -> dict[str, str]:
     """The environment line and serve command for ``sizes``, every value ``shlex.quote``-d.
 
-    ``model`` defaults to the config's upstream repository (else its id).
+    ``model`` defaults to the config's upstream repository (else its id). ``context`` (stated by
+    the plan) and ``kv_dtype`` become the engine's own flags (its ``serve_args``), so the command
+    runs what the memory verdict judged.
     """
     mod = engine_module(engine)
     _check_size(pp, "--pp", MAX_PP)
@@ -341,7 +349,8 @@ def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int
     name = model or cfg.upstream_repo or cfg.id
     value = ",".join(str(int(s)) for s in sizes)
     env_line = f"{mod.env_var}={shlex.quote(value)}"
-    command = " ".join(shlex.quote(a) for a in mod.serve_args(name, tp, pp))
+    command = " ".join(shlex.quote(a) for a in mod.serve_args(name, tp, pp, context=context, kv_dtype=kv_dtype,
+                                                                indexer=cfg.has_indexer))
     return {
         "env_var": mod.env_var,
         "env_value": value,
@@ -414,7 +423,9 @@ def best_serving_partition(cfg: ModelConfig, engine: str, pp: int, *, k: int = 1
         sizes = tuple(layout.split)
         check = serving_check(cfg, mod.name, pp, sizes, tp=settings.tp, mtp=mtp, version=build)
         out.append(ServingCandidate(sizes, objective, tuple(layout.rank_costs), layout.max_cost, check,
-                                    export_partition(cfg, mod.name, pp, sizes, tp=settings.tp, model=model)))
+                                    export_partition(cfg, mod.name, pp, sizes, tp=settings.tp, model=model,
+                                                     context=_stated_context(settings.context),
+                                                     kv_dtype=settings.kv_dtype)))
     return out
 
 
@@ -449,6 +460,8 @@ class ServingEngine(Engine):
     partition_rules: ClassVar[tuple[Any, ...]]
     role_source: ClassVar[str]
     reads_indexer_types: ClassVar[bool]
+    #: the engine's ``--kv-cache-dtype`` values -> the plan's ``kv_dtype`` (launcher import)
+    kv_cache_dtypes: ClassVar[dict[str, str]]
 
     # the engine's own rules (its module's functions)
     def default_partition(self, num_layers: int, pp: int, build: date | None = None) -> list[int]:
@@ -457,7 +470,8 @@ class ServingEngine(Engine):
     def share_behaviour(self, build: date | None = None) -> ShareBehaviour:
         raise NotImplementedError
 
-    def serve_args(self, model: str, tp: int, pp: int) -> list[str]:
+    def serve_args(self, model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
+                   indexer: bool = False) -> list[str]:
         raise NotImplementedError
 
     def mtp_with_pp(self, build: date | None) -> str:
@@ -518,7 +532,8 @@ class ServingEngine(Engine):
                 conversion: LayoutCheck | None = None) -> dict[str, str]:
         if not check.valid:
             return {}
-        out = export_partition(cfg, self.name, check.plan.pp, check.plan.sizes, tp=plan.tp)
+        out = export_partition(cfg, self.name, check.plan.pp, check.plan.sizes, tp=plan.tp,
+                               context=_stated_context(plan.context), kv_dtype=plan.kv_dtype)
         return {"serve": out["script"].rstrip(), "serve_env": out["env_line"], "serve_command": out["command"]}
 
     def best_layouts(self, cfg: ModelConfig, plan: Plan, *, objective: str = "memory", top: int = 1) -> list[Plan]:

@@ -117,13 +117,38 @@ def share_behaviour(build: date | None = None) -> ShareBehaviour:
     )
 
 
-def serve_args(model: str, tp: int, pp: int) -> list[str]:
-    """``python -m sglang.launch_server --model-path MODEL --tp-size TP --pp-size PP``.
+#: ``--context-length``: the model's maximum context a server takes (the plan's ``context``)
+CONTEXT_FLAG = "--context-length"
+KV_DTYPE_FLAG = "--kv-cache-dtype"
+#: ``--kv-cache-dtype`` values -> the plan's ``kv_dtype`` (``auto``: the model's dtype, read as the
+#: plan's default and said)
+KV_CACHE_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
+#: settings no plan field carries: (flag, takes a value, what the memory verdict assumes)
+UNREAD_FLAGS = (
+    ("--mem-fraction-static", True, "0.9 of each GPU"),
+    ("--quantization", True, "the --weight-dtype setting (bf16 unless given)"),
+    ("--ep-size", True, "experts split inside each expert over TP (no expert parallelism)"),
+    ("--expert-parallel-size", True, "experts split inside each expert over TP (no expert parallelism)"),
+    ("--dp-size", True, "one server (DP 1)"),
+    ("--chunked-prefill-size", True, "8192 tokens per batch for the top-k buffer"),
+)
+
+
+def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
+               indexer: bool = False) -> list[str]:
+    """``python -m sglang.launch_server --model-path MODEL --tp-size TP --pp-size PP``, with
+    ``--context-length`` when a context is stated and ``--kv-cache-dtype fp8_e4m3`` for an FP8 KV
+    cache, so the command runs the settings the memory verdict judged.
 
     ``--tp-size`` / ``--pp-size`` are the option names SGLang's server arguments define
     (``--tp`` works only through argparse's prefix abbreviation).
     """
-    return ["python", "-m", "sglang.launch_server", "--model-path", model, TP_FLAG, str(tp), PP_FLAG, str(pp)]
+    args = ["python", "-m", "sglang.launch_server", "--model-path", model, TP_FLAG, str(tp), PP_FLAG, str(pp)]
+    if context is not None:
+        args += [CONTEXT_FLAG, str(context)]
+    if kv_dtype == "fp8":
+        args += [KV_DTYPE_FLAG, "fp8_e4m3"]
+    return args
 
 
 def mtp_with_pp(build: date | None = None) -> str:
@@ -148,12 +173,13 @@ class SglangEngine(ServingEngine):
     role_source = ROLE_RULE
     reads_indexer_types = READS_INDEXER_TYPES
     flags: ClassVar[dict[str, str]] = {TP_FLAG: "tp", "--tp": "tp", "--tensor-parallel-size": "tp", PP_FLAG: "pp", "--pp": "pp",
-             "--pipeline-parallel-size": "pp", ENV_VAR: "split"}
+             "--pipeline-parallel-size": "pp", ENV_VAR: "split", CONTEXT_FLAG: "context", KV_DTYPE_FLAG: "kv_dtype"}
+    kv_cache_dtypes = KV_CACHE_DTYPES
     #: ``python -m sglang.launch_server --model-path M`` or ``sglang serve`` (``python/sglang/cli/serve.py``
     #: @ c6f80cf9)
     launch: ClassVar[LaunchSyntax] = LaunchSyntax(
         programs=(("sglang", "serve"),), modules=("sglang.launch_server",), model_flags=("--model-path", "--model"),
-        partition_env=ENV_VAR)
+        partition_env=ENV_VAR, unread_flags=UNREAD_FLAGS)
 
     def default_partition(self, num_layers: int, pp: int, build: date | None = None) -> list[int]:
         return default_partition(num_layers, pp, build)
@@ -161,8 +187,9 @@ class SglangEngine(ServingEngine):
     def share_behaviour(self, build: date | None = None) -> ShareBehaviour:
         return share_behaviour(build)
 
-    def serve_args(self, model: str, tp: int, pp: int) -> list[str]:
-        return serve_args(model, tp, pp)
+    def serve_args(self, model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
+                   indexer: bool = False) -> list[str]:
+        return serve_args(model, tp, pp, context=context, kv_dtype=kv_dtype, indexer=indexer)
 
     def mtp_with_pp(self, build: date | None) -> str:
         return mtp_with_pp(build)

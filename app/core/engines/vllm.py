@@ -88,9 +88,37 @@ def share_behaviour(build: date | None = None) -> ShareBehaviour:
     return SHARE_BEHAVIOUR
 
 
-def serve_args(model: str, tp: int, pp: int) -> list[str]:
-    """``vllm serve MODEL --tensor-parallel-size TP --pipeline-parallel-size PP``."""
-    return ["vllm", "serve", model, TP_FLAG, str(tp), PP_FLAG, str(pp)]
+#: ``--max-model-len``: the longest sequence a server takes, whose KV cache must fit (the plan's ``context``)
+CONTEXT_FLAG = "--max-model-len"
+KV_DTYPE_FLAG = "--kv-cache-dtype"
+#: ``--kv-cache-dtype`` values (``vllm/config/cache.py`` ``CacheDType`` @ c1d86421) -> the plan's
+#: ``kv_dtype``; ``auto`` is the model's dtype - except for DeepSeek-V3.2-style (DSA) models, which
+#: that file says "default to fp8" - so it is read as the plan's default and said (a warning)
+KV_CACHE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "fp8_ds_mla": "fp8"}
+#: settings no plan field carries: (flag, takes a value, what the memory verdict assumes)
+UNREAD_FLAGS = (
+    ("--gpu-memory-utilization", True, "0.9 of each GPU (vLLM's default)"),
+    ("--quantization", True, "the --weight-dtype setting (bf16 unless given)"),
+    ("--enable-expert-parallel", False, "experts split inside each expert over TP (no expert parallelism)"),
+    ("--data-parallel-size", True, "one server (DP 1)"),
+    ("--max-num-batched-tokens", True, "8192 tokens per batch for the top-k buffer"),
+    ("--cpu-offload-gb", True, "no weights offloaded to the host"),
+    ("--kv-cache-memory-bytes", True, "the KV cache sized by --gpu-memory-utilization"),
+)
+
+
+def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
+               indexer: bool = False) -> list[str]:
+    """``vllm serve MODEL --tensor-parallel-size TP --pipeline-parallel-size PP``, with
+    ``--max-model-len`` when a context is stated and ``--kv-cache-dtype`` (``fp8``; ``bfloat16``
+    for a DSA model, whose ``auto`` may be FP8 - for another model ``bfloat16`` is refused, its
+    ``auto`` is already BF16), so the command runs the settings the memory verdict judged."""
+    args = ["vllm", "serve", model, TP_FLAG, str(tp), PP_FLAG, str(pp)]
+    if context is not None:
+        args += [CONTEXT_FLAG, str(context)]
+    if kv_dtype == "fp8" or (kv_dtype == "bf16" and indexer):
+        args += [KV_DTYPE_FLAG, "fp8" if kv_dtype == "fp8" else "bfloat16"]
+    return args
 
 
 def mtp_with_pp(build: date | None = None) -> str:
@@ -112,11 +140,13 @@ class VllmEngine(ServingEngine):
     partition_rules = PARTITION_RULES
     role_source = ROLE_RULE
     reads_indexer_types = READS_INDEXER_TYPES
-    flags: ClassVar[dict[str, str]] = {TP_FLAG: "tp", "-tp": "tp", PP_FLAG: "pp", "-pp": "pp", ENV_VAR: "split"}
+    flags: ClassVar[dict[str, str]] = {TP_FLAG: "tp", "-tp": "tp", PP_FLAG: "pp", "-pp": "pp", ENV_VAR: "split",
+                                       CONTEXT_FLAG: "context", KV_DTYPE_FLAG: "kv_dtype"}
+    kv_cache_dtypes = KV_CACHE_DTYPES
     #: ``vllm serve MODEL`` (``vllm/entrypoints/cli/serve.py`` @ 78265ccd) or the OpenAI server module
     launch: ClassVar[LaunchSyntax] = LaunchSyntax(
         programs=(("vllm", "serve"),), modules=("vllm.entrypoints.openai.api_server",), model_flags=("--model",),
-        positional_model=True, partition_env=ENV_VAR)
+        positional_model=True, partition_env=ENV_VAR, unread_flags=UNREAD_FLAGS)
 
     def default_partition(self, num_layers: int, pp: int, build: date | None = None) -> list[int]:
         return default_partition(num_layers, pp, build)
@@ -124,8 +154,9 @@ class VllmEngine(ServingEngine):
     def share_behaviour(self, build: date | None = None) -> ShareBehaviour:
         return share_behaviour(build)
 
-    def serve_args(self, model: str, tp: int, pp: int) -> list[str]:
-        return serve_args(model, tp, pp)
+    def serve_args(self, model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
+                   indexer: bool = False) -> list[str]:
+        return serve_args(model, tp, pp, context=context, kv_dtype=kv_dtype, indexer=indexer)
 
     def mtp_with_pp(self, build: date | None) -> str:
         return mtp_with_pp(build)

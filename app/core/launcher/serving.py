@@ -11,8 +11,12 @@ spec's ``env:`` list.
 Flags read: vLLM ``--tensor-parallel-size`` / ``-tp``, ``--pipeline-parallel-size`` / ``-pp``,
 the model as ``vllm serve MODEL`` or ``--model``; SGLang ``--tp-size`` / ``--tp`` /
 ``--tensor-parallel-size``, ``--pp-size`` / ``--pp`` / ``--pipeline-parallel-size``,
-``--model-path`` / ``--model``; ``--flag value`` and ``--flag=value``; the last occurrence wins
-(argparse). Missing TP / PP mean the engines' default 1.
+``--model-path`` / ``--model``; the context (vLLM ``--max-model-len``, SGLang ``--context-length``)
+and ``--kv-cache-dtype`` (the engine's values mapped to bf16 / fp8; ``auto`` keeps the plan's
+with a warning); ``--flag value`` and ``--flag=value``; the last occurrence wins (argparse).
+Missing TP / PP mean the engines' default 1. A flag that changes what a rank holds but that no
+plan field carries (the engine's ``LaunchSyntax.unread_flags``: memory utilisation, quantization,
+expert or data parallelism ...) is a warning naming it and what the verdict assumes instead.
 
 Fails closed (:class:`ServeLauncherError`, naming the field and line): no serve command, more
 than one, an unknown or non-integer TP/PP/model/partition value, anything the reader cannot read
@@ -40,12 +44,16 @@ ENV_VARS = {e.launch.partition_env: e.name for e in ENGINES.values() if e.launch
 ENV_VARS_BY_ENGINE = {v: k for k, v in ENV_VARS.items()}
 
 
+#: the plan fields a serve command's flags set (the engine's flag vocabulary names them)
+SERVE_FIELDS = ("tp", "pp", "context", "kv_dtype")
+
+
 def _flags(engine: str) -> dict[str, tuple[str, ...]]:
-    """The engine's own spellings of TP, PP (its flag vocabulary) and of the model (its launch syntax)."""
+    """The engine's own spellings of TP, PP, the context and the KV cache dtype (its flag
+    vocabulary) and of the model (its launch syntax)."""
     e = ENGINES[engine]
-    return {"tp": tuple(f for f, n in e.flags.items() if n == "tp" and f.startswith("-")),
-            "pp": tuple(f for f, n in e.flags.items() if n == "pp" and f.startswith("-")),
-            "model": e.launch.model_flags}
+    out = {key: tuple(f for f, n in e.flags.items() if n == key and f.startswith("-")) for key in SERVE_FIELDS}
+    return {**out, "model": e.launch.model_flags}
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
 _UNRESOLVED = "(a variable not assigned in the text, or a command substitution)"
 
@@ -76,10 +84,13 @@ class ServeLaunch:
     provenance: dict[str, Provenance]
     warnings: tuple[str, ...] = field(default=())
     work: int = 0   # work units the reading charged (see app.core.launcher.cost)
+    context: int | None = None   # the engine's context flag, when given
+    kv_dtype: str | None = None   # bf16 / fp8 from --kv-cache-dtype, when given (not auto)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "engine": self.engine, "model": self.model, "tp": self.tp, "pp": self.pp,
+            "context": self.context, "kv_dtype": self.kv_dtype,
             "partition": list(self.partition) if self.partition is not None else None,
             "provenance": {k: v.to_dict() for k, v in self.provenance.items()},
             "warnings": list(self.warnings),
@@ -191,10 +202,42 @@ def _partition(engine: str, env: dict[str, Provenance], k8s: dict[str, Provenanc
     return seen[-1] if seen else None
 
 
-def _as_int(p: Provenance, name: str) -> int:
-    if not re.fullmatch(r"\s*[0-9]{1,6}\s*", p.value) or int(p.value) < 1:
+def _as_int(p: Provenance, name: str, digits: int = 6) -> int:
+    if not re.fullmatch(rf"\s*[0-9]{{1,{digits}}}\s*", p.value) or int(p.value) < 1:
         raise ServeLauncherError(f"{where(p.file, p.line)}: {name} is {p.value!r}; it must be a whole number >= 1")
     return int(p.value)
+
+
+def _kv_dtype(p: Provenance, engine: str, warnings: list[str]) -> str | None:
+    """The plan's ``kv_dtype`` for the engine's ``--kv-cache-dtype`` value; ``auto`` is none (the
+    plan keeps its own, said); a value the memory model does not cover is refused."""
+    known = ENGINES[engine].kv_cache_dtypes   # type: ignore[attr-defined]
+    value = p.value.strip()
+    if value == "auto":
+        warnings.append(f"--kv-cache-dtype auto ({where(p.file, p.line)}) is the model's dtype (vLLM: FP8 for "
+                        "DeepSeek-V3.2-style DSA models at some builds); the memory verdict uses the plan's "
+                        "kv_dtype - set it to what the server runs")
+        return None
+    if value not in known:
+        raise ServeLauncherError(f"{where(p.file, p.line)}: --kv-cache-dtype {value!r} is not one isplan's memory "
+                                 f"model covers ({', '.join(sorted(known))}, or auto)")
+    return str(known[value])
+
+
+def _unread(cmd: Command, engine: str, first: int) -> list[str]:
+    """A warning for every flag of the command that changes what a rank holds but that no plan
+    field carries (the engine's ``LaunchSyntax.unread_flags``)."""
+    out = []
+    args = cmd.argv[first:]
+    for flag, takes, assumed in ENGINES[engine].launch.unread_flags:
+        found = _flag(args, (flag,))
+        if found is None:
+            continue
+        _, value, at = found
+        given = f"{flag} {value.raw}" if takes and value is not None else flag
+        out.append(f"{given} ({where(at.file, at.line)}) is not a plan setting: the memory verdict does not "
+                   f"follow it and assumes {assumed}")
+    return out
 
 
 def is_serving_launch(parsed: LauncherParse) -> bool:
@@ -230,7 +273,9 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
         raise ServeLauncherError(f"{where(at.file, at.line)}: the model is missing or cannot be resolved ({flag})")
     tp = _as_int(got["tp"], "the tensor parallel size") if "tp" in got else 1
     pp = _as_int(got["pp"], "the pipeline parallel size") if "pp" in got else 1
-    warnings: list[str] = []
+    warnings: list[str] = _unread(cmd, engine, first)
+    context = _as_int(got["context"], "the context length", digits=8) if "context" in got else None
+    kv_dtype = _kv_dtype(got["kv_dtype"], engine, warnings) if "kv_dtype" in got else None
     part = _partition(engine, _command_env(cmd, start), k8s, shell, warnings)
     sizes = None
     if part is not None:
@@ -240,4 +285,4 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
         except ValueError:
             raise ServeLauncherError(f"{where(part.file, part.line)}: {ENV_VARS_BY_ENGINE[engine]} is "
                                      f"{part.value!r}, not a comma list of whole numbers") from None
-    return ServeLaunch(engine, model.value, tp, pp, sizes, got, tuple(warnings), work)
+    return ServeLaunch(engine, model.value, tp, pp, sizes, got, tuple(warnings), work, context, kv_dtype)

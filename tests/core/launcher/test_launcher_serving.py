@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.core.engines.serving import best_serving_partition, export_partition
 from app.core.evaluate import evaluate
@@ -29,6 +31,52 @@ def test_export_import_round_trip(engine, pp):
         assert one_line.partition == best.sizes and one_line.provenance["partition"].how == "prefix"
 
 
+LLAMA70 = load_model("llama-3.1-70b")
+
+
+@settings(max_examples=150, deadline=None)
+@given(engine=st.sampled_from(["vllm", "sglang"]), cfg=st.sampled_from([GLM52, LLAMA70]),
+       tp=st.sampled_from([1, 2, 4, 8]), pp=st.integers(1, 8),
+       context=st.sampled_from([None, 4096, 131072, 200_000]), kv_dtype=st.sampled_from(["bf16", "fp8"]),
+       data=st.data())
+def test_a_served_plan_exports_and_imports_back_to_itself(engine, cfg, tp, pp, context, kv_dtype, data):
+    """Differential: any serving plan the page or the CLI exports (a partition, TP, a stated context,
+    the KV cache dtype) is the same plan when its serve script is imported again - the memory the
+    verdict judged is the memory the command asks for. vLLM names BF16 only for a DSA model (whose
+    ``auto`` may be FP8); for another model, and for SGLang, BF16 is the engine's ``auto``."""
+    n = cfg.num_hidden_layers
+    cuts = sorted(data.draw(st.sets(st.integers(1, n - 1), min_size=pp - 1, max_size=pp - 1)))
+    sizes = tuple(b - a for a, b in zip([0, *cuts], [*cuts, n]))
+    e = export_partition(cfg, engine, pp, sizes, tp=tp, model="org/model", context=context, kv_dtype=kv_dtype)
+    base = Plan(model=cfg.id)
+    got = import_launcher(e["script"], cfg, base).plan
+    assert (got.engine, got.tp, got.pp, got.split) == (engine, tp, pp, sizes)
+    assert got.context == (base.context if context is None else context)
+    assert got.kv_dtype == kv_dtype
+    flags = e["command"].split()
+    named_bf16 = "bfloat16" in flags
+    assert named_bf16 == (engine == "vllm" and kv_dtype == "bf16" and cfg.has_indexer)
+
+
+def test_memory_settings_of_a_launch_are_read_or_named():
+    """--max-model-len / --context-length and --kv-cache-dtype become the plan's context and KV dtype;
+    the memory flags no plan field carries are warnings naming them; ``auto`` keeps the plan's KV
+    dtype and says so; a KV dtype the memory model does not cover is refused, naming the flag."""
+    got = import_launcher("vllm serve m -tp 8 --max-model-len=65536 --kv-cache-dtype fp8_ds_mla "
+                          "--gpu-memory-utilization 0.95 --enable-expert-parallel\n", GLM52, Plan(model="glm-5.2"))
+    assert (got.plan.context, got.plan.kv_dtype) == (65536, "fp8")
+    assert [w.split(" (")[0] for w in got.warnings] == ["--gpu-memory-utilization 0.95", "--enable-expert-parallel"]
+    sg = import_launcher("python -m sglang.launch_server --model-path m --context-length 32768 "
+                         "--kv-cache-dtype auto --mem-fraction-static 0.8\n", GLM52, Plan(model="glm-5.2"))
+    assert (sg.plan.engine, sg.plan.context, sg.plan.kv_dtype) == ("sglang", 32768, "bf16")
+    assert any(w.startswith("--kv-cache-dtype auto") for w in sg.warnings)
+    assert any(w.startswith("--mem-fraction-static 0.8") for w in sg.warnings)
+    with pytest.raises(Exception, match="--kv-cache-dtype 'int8'"):
+        import_launcher("vllm serve m --kv-cache-dtype int8\n", GLM52, Plan(model="glm-5.2"))
+    with pytest.raises(Exception, match="context length"):
+        import_launcher("vllm serve m --max-model-len 128k\n", GLM52, Plan(model="glm-5.2"))
+
+
 def test_script_with_variables_continuations_and_comments():
     text = (
         "#!/bin/bash\n"                                   # 1
@@ -45,8 +93,9 @@ def test_script_with_variables_continuations_and_comments():
     launch = parse_serve_launcher(text)
     assert (launch.engine, launch.model, launch.tp, launch.pp, launch.partition) == (
         "vllm", "zai-org/GLM-5.2", 8, 4, (18, 20, 20, 20))
+    assert (launch.context, launch.kv_dtype) == (131072, None)   # --max-model-len; no --kv-cache-dtype
     lines = {k: v.line for k, v in launch.provenance.items()}
-    assert lines == {"engine": 6, "model": 6, "tp": 7, "pp": 9, "partition": 5}
+    assert lines == {"engine": 6, "model": 6, "tp": 7, "context": 8, "pp": 9, "partition": 5}
 
 
 def test_kubernetes_env_list_with_block_args():
@@ -144,7 +193,8 @@ def test_the_launched_partition_is_the_plan_the_evaluation_judges():
     """The app's path for a serve launcher (the CLI's --launcher, the page's import): the launch
     becomes the plan and evaluate() judges it. 19,20,20,19 starts ranks on layers 20, 40, 60, which
     are shared (GLM-5.2's full layers are 1-3 and 7 + 4k, FACTS.md); 18,20,20,20 starts on 19, 39,
-    59, all full, and is offered as the serve command at 128k context."""
+    59, all full, and is offered as the serve command at the 128k context it was judged at, in BF16 KV
+    (named: a DSA model's ``auto`` may be FP8 in vLLM)."""
     bad = import_launcher("export VLLM_PP_LAYER_PARTITION=19,20,20,19\n"
                           "vllm serve zai-org/GLM-5.2 -tp 8 -pp 4\n", GLM52, Plan(model="glm-5.2"))
     assert bad.report["serve"]["partition"] == [19, 20, 20, 19]
@@ -157,7 +207,8 @@ def test_the_launched_partition_is_the_plan_the_evaluation_judges():
     ev = evaluate(good.plan, GLM52)
     assert ev.verdict.go
     assert ev.exports()["serve_command"] == ("vllm serve zai-org/GLM-5.2 --tensor-parallel-size 8 "
-                                             "--pipeline-parallel-size 4")
+                                             "--pipeline-parallel-size 4 --max-model-len 131072 "
+                                             "--kv-cache-dtype bfloat16")
     default = import_launcher("python3 -m sglang.launch_server --model-path m --pp-size 2", GLM52,
                               Plan(model="glm-5.2"))
     ev = evaluate(default.plan, GLM52)
