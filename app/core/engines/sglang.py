@@ -121,7 +121,8 @@ def share_behaviour(build: date | None = None) -> ShareBehaviour:
 CONTEXT_FLAG = "--context-length"
 KV_DTYPE_FLAG = "--kv-cache-dtype"
 #: ``--kv-cache-dtype`` values -> the plan's ``kv_dtype`` (``auto``: the model's dtype, read as the
-#: plan's default and said)
+#: plan's default and said). ``fp8_e4m3`` / ``fp8_e5m2`` are the spellings SGLang launch scripts use;
+#: the list of choices was not read in SGLang's ``server_args.py`` at a cited commit
 KV_CACHE_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
 #: settings no plan field carries: (flag, takes a value, what the memory verdict assumes)
 UNREAD_FLAGS = (
