@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
+from importlib.resources import files
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from app.core.engines.rules import ShareBehaviour
@@ -28,6 +30,13 @@ from app.core.verdict import Reason
 
 if TYPE_CHECKING:
     from app.core.model.parallelism import Check, ParallelConfig
+
+
+@cache
+def engine_options(file: str) -> frozenset[str]:
+    """The option strings listed in ``app/core/data/<file>`` (:attr:`LaunchSyntax.options_file`)."""
+    text = (files("app.core.data") / file).read_text()
+    return frozenset(line.split("\t", 1)[0] for line in text.splitlines() if line and not line.startswith("#"))
 
 
 @dataclass(frozen=True)
@@ -49,10 +58,14 @@ class LaunchSyntax:
     #: ``(flag, takes a value, what the step time assumes instead)``. A launcher that sets one is
     #: imported with a warning naming it, so the time's answer never silently disagrees with the script.
     untimed_flags: tuple[tuple[str, bool, str], ...] = ()
-    #: a serving engine's flags that change what its ranks hold in memory but that no plan field
-    #: carries: ``(flag, takes a value, what the memory verdict assumes instead)``; a launcher that
-    #: sets one is imported with a warning naming it
+    #: the engine's flags that change what its ranks hold in memory but that no plan field carries:
+    #: ``(flag, takes a value, what the memory verdict assumes instead)``; a launcher that sets one
+    #: is imported with a warning naming it
     unread_flags: tuple[tuple[str, bool, str], ...] = ()
+    #: a file in ``app.core.data`` listing every option the entry point's parser accepts (one per
+    #: line, first column; ``#`` comments): a trainer flag not in it is a warning (the parser stops
+    #: on an unknown option). ``None``: the list is not known (slime adds its own arguments)
+    options_file: str | None = None
 
     @property
     def names(self) -> tuple[str, ...]:

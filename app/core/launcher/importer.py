@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.core.engines import engine_for, flag_vocabulary
+from app.core.engines.base import Engine, engine_options
 from app.core.launcher.engine import SERVING_WORDS, EngineGuess, training_engine
 from app.core.launcher.kubernetes import read_spec
 from app.core.launcher.reader import candidate_config, fail_closed, parse_launcher, read_launcher, read_launcher_files
@@ -40,6 +41,7 @@ from app.core.launcher.serving import ServeLauncherError, is_serving_launch, par
 from app.core.launcher.source import disk_loader, files_loader
 from app.core.launcher.text import TOO_COMPLEX, LauncherError, decode, where
 from app.core.launcher.training import launcher_gpus, launcher_request
+from app.core.launcher.vocabulary import READER_ONLY_FLAGS, untimed_flags
 from app.core.model.config import ModelConfig
 from app.core.plan import Plan, plan_from_flags
 
@@ -138,6 +140,39 @@ def untimed_warnings(parsed: LauncherParse, untimed: tuple[tuple[str, bool, str]
     return out
 
 
+def option_warnings(parsed: LauncherParse, engine: Engine) -> list[str]:
+    """Warnings for the trainer's own flags (after its ``.py``) that the engine's parser does not
+    have (``launch.options_file``: Megatron's parser stops on them with "unrecognized arguments",
+    unless the entry point adds them) or that change memory without a plan field
+    (``launch.unread_flags``, named with their value). Flags the reader reads are left to their own
+    warnings."""
+    launch = engine.launch
+    argv = parsed.trainer_argv
+    start = next((k + 1 for k, a in enumerate(argv) if a.text.strip("\"'").endswith(".py")), len(argv))
+    known = engine_options(launch.options_file) if launch.options_file else None
+    handled = set(flag_vocabulary()) | set(READER_ONLY_FLAGS) | set(untimed_flags())
+    unread = {flag: (takes, assumed) for flag, takes, assumed in launch.unread_flags}
+    out: list[str] = []
+    seen: set[str] = set()
+    args = argv[start:]
+    for k, a in enumerate(args):
+        flag, eq, value = a.text.partition("=")
+        if a.reason is not None or not flag.startswith("--") or flag in seen or flag in handled:
+            continue
+        seen.add(flag)
+        if flag in unread:
+            takes, assumed = unread[flag]
+            if takes and not eq and k + 1 < len(args) and not args[k + 1].text.startswith("--"):
+                value = args[k + 1].text
+            given = f"{flag} {value}" if takes and value else flag
+            out.append(f"{given} ({where(a.file, a.line)}) is not a plan setting: the memory verdict does not "
+                       f"follow it and assumes {assumed}")
+        elif known is not None and flag not in known:
+            out.append(f"{flag} ({where(a.file, a.line)}) is not a {engine.label} option ({engine.source}): its "
+                       "parser stops on it ('unrecognized arguments') unless the entry point adds it")
+    return out
+
+
 def _training_import(parsed: LauncherParse, cfg: ModelConfig, base: Plan, path: str | None,
                      keep_engine: bool) -> LauncherImport:
     req = launcher_request(parsed, cfg)
@@ -151,7 +186,7 @@ def _training_import(parsed: LauncherParse, cfg: ModelConfig, base: Plan, path: 
                         "the engine given")
     # a launcher is a real job: its parallelism, GPU count and memory join the verdict
     chosen = engine_for(engine)
-    warnings += untimed_warnings(parsed, chosen.launch.untimed_flags)
+    warnings += untimed_warnings(parsed, chosen.launch.untimed_flags) + option_warnings(parsed, chosen)
     plan, problems = plan_from_flags(parsed.values, parsed.switches,
                                      replace(base, engine=engine, mode="flags", parallel=True),
                                      chosen.flags, settings=chosen.flag_settings, absent=chosen.absent_defaults)

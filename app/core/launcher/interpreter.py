@@ -49,6 +49,7 @@ class Interpreter(CommandRules, SourceRules, PrintfRules, ArrayRules, VariableRu
             warnings=tuple(warnings + notes[:MAX_NOTES] + more),
             variables={k: t for k, (t, r) in self.scalars.items() if r is None},
             final=tuple(self.final or ()),
+            trainer_argv=tuple(self.trainer_argv or ()),
             trainer=self.trainer,
             files=tuple(self.files),
             missing=tuple(self.missing),

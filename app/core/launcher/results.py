@@ -82,6 +82,7 @@ class LauncherParse:
     variables: dict[str, str]   # final resolved scalar variables, for display
     final: tuple[FlagOccurrence, ...] = ()      # the trainer command line's flags, in order
     trainer: tuple[str, int] | None = None      # (file, line) of the trainer invocation used
+    trainer_argv: tuple[Arg, ...] = ()          # that command's argv, every word (unknown flags too)
     files: tuple[str, ...] = ()                 # the launcher and every file it sourced
     missing: tuple[str, ...] = ()               # sourced files that could not be read
     fatal: tuple[str, ...] = field(default=())  # why the script cannot be read completely

@@ -12,7 +12,7 @@ import bisect
 from collections.abc import Callable
 
 from app.core.launcher.lexer import Token
-from app.core.launcher.results import Command, EnvValue, FlagOccurrence, UnresolvedValue
+from app.core.launcher.results import Arg, Command, EnvValue, FlagOccurrence, UnresolvedValue
 from app.core.launcher.text import TOO_COMPLEX, line_starts
 
 Value = tuple[str, "str | None"]
@@ -39,6 +39,7 @@ class ShellState:
         self.trainer: tuple[str, int] | None = None
         self.program: str | None = None
         self.final: list[FlagOccurrence] | None = None
+        self.trainer_argv: list[Arg] | None = None   # the trainer command's argv, as bash passes it
         self.var_occ: dict[str, list[FlagOccurrence]] = {}   # flags written in each variable, in order
         self.occ_pos: list[int] = []   # text position of each occurrence (same index)
         self.line_starts = line_starts(text)

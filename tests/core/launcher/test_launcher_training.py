@@ -268,3 +268,32 @@ def test_a_setting_the_step_time_does_not_follow_is_named_where_the_script_sets_
             got.plan.cuda_graph_impl) == ("alltoall", True, "full_iteration")
     assert {f for f, _, _ in UNTIMED_FLAGS} >= {f.split()[0] for f in expected}
     assert not [w for w in import_launcher(base + "\n", cfg, Plan(model=cfg.id)).warnings if "plan setting" in w]
+
+
+def test_trainer_flags_the_parser_lacks_or_memory_does_not_follow_are_named():
+    """On the trainer's line (after its ``.py``, words spliced from an array included): a flag that is
+    not in Megatron-LM's option list (``app/core/data/megatron_arguments.txt`` @ d98e8a64; its argparse
+    stops on it) and a memory setting no plan field carries (``--main-grads-dtype``, ``--use-torch-fsdp2``
+    ...) are each a warning with file:line and, for a value, the value given; torchrun's own flags
+    (before the ``.py``) and the flags the reader reads are not. A slime launch (its parser adds
+    slime's own arguments, whose list isplan does not hold) gets the memory warnings only."""
+    from app.core.launcher import import_launcher
+    from app.core.model.config import load_preset
+    from app.core.plan import Plan
+
+    cfg = load_preset("glm-5.2")
+    script = ("EXTRA=(--exp-avg-dtype bf16 --no-such-option 3)\n"                                  # 1
+              "torchrun --nproc-per-node 8 --rdzv-backend c10d pretrain_gpt.py \\\n"              # 2
+              "  --pipeline-model-parallel-size 8 --tensor-model-parallel-size 4 \\\n"           # 3
+              "  --main-grads-dtype=bf16 --use-torch-fsdp2 --log-interval 1 \"${EXTRA[@]}\"\n")  # 4
+    got = import_launcher(script, cfg, Plan(model=cfg.id))
+    named = [w.split(" (line")[0] for w in got.warnings if "(line" in w and ("not a plan setting" in w
+                                                                           or "option" in w)]
+    assert named == ["--main-grads-dtype bf16", "--use-torch-fsdp2", "--exp-avg-dtype bf16", "--no-such-option"]
+    (unknown,) = [w for w in got.warnings if w.startswith("--no-such-option")]
+    assert "(line 4)" in unknown and "is not a Megatron-LM option" in unknown and "unrecognized arguments" in unknown
+    slime = ("PERF_ARGS=(--pipeline-model-parallel-size 8 --main-grads-dtype bf16 --slime-only-thing 1)\n"
+             "python3 train.py --actor-num-nodes 32 --actor-num-gpus-per-node 8 \"${PERF_ARGS[@]}\"\n")
+    sw = import_launcher(slime, cfg, Plan(model=cfg.id)).warnings
+    assert [w.split(" (line")[0] for w in sw if "not a plan setting" in w] == ["--main-grads-dtype bf16"]
+    assert not [w for w in sw if "option" in w and "slime-only-thing" in w]

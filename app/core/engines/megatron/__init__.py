@@ -236,6 +236,21 @@ def memory_reasons(memory: dict[str, Any]) -> list[Reason]:
     return out
 
 
+#: Megatron options (``megatron/training/arguments.py`` @ d98e8a64, ``app/core/data/megatron_arguments.txt``)
+#: that change what a rank holds in memory but that no plan field carries; the memory verdict keeps
+#: Megatron's defaults (``ParallelConfig``: FP32 main gradients, master weights and Adam moments)
+MEMORY_UNREAD_FLAGS: tuple[tuple[str, bool, str], ...] = (
+    ("--main-grads-dtype", True, "FP32 main gradients (Megatron's default)"),
+    ("--main-params-dtype", True, "FP32 master weights (Megatron's default)"),
+    ("--exp-avg-dtype", True, "an FP32 Adam first moment (Megatron's default)"),
+    ("--exp-avg-sq-dtype", True, "an FP32 Adam second moment (Megatron's default)"),
+    ("--fp8-param-gather", False, "BF16 parameters and their all-gather (no FP8 parameter copies)"),
+    ("--use-torch-fsdp2", False, "Megatron's own data parallelism (weights and gradients not sharded by FSDP)"),
+    ("--use-megatron-fsdp", False, "Megatron's own data parallelism (weights and gradients not sharded by FSDP)"),
+    ("--num-distributed-optimizer-instances", True, "one distributed-optimizer instance over the whole DP group"),
+)
+
+
 class MegatronEngine(Engine):
     """Megatron-Core (``pretrain_gpt.py``)."""
 
@@ -256,7 +271,9 @@ class MegatronEngine(Engine):
     #: the schedule simulation's bound for time computed with every verdict (timing.MAX_LIVE_EVENTS)
     max_time_events: ClassVar[int] = MAX_LIVE_EVENTS
     #: Megatron-LM's entry points are ``pretrain_*.py`` at the repository's root (``pretrain_gpt.py``, ...)
-    launch: ClassVar[LaunchSyntax] = LaunchSyntax(entry_points=("pretrain_*.py",), untimed_flags=untimed_flags())
+    launch: ClassVar[LaunchSyntax] = LaunchSyntax(entry_points=("pretrain_*.py",), untimed_flags=untimed_flags(),
+                                                  unread_flags=MEMORY_UNREAD_FLAGS,
+                                                  options_file="megatron_arguments.txt")
 
     def overrides(self, plan: Plan) -> tuple[int | None, int | None]:
         """The freq/offset the engine is launched with (``None``: the config's)."""
