@@ -194,6 +194,12 @@ class Engine:
         from its other flags, with the refusals they carry. None by default."""
         return plan, []
 
+    def launch_precision(self, values: Mapping[str, str]) -> tuple[str | None, str | None]:
+        """The plan's precision from a trainer line's flags (``values``: flag -> value, every flag of
+        the line), or ``(None, why not)`` for a precision the planner does not model; ``(None, None)``
+        when the line states none or the engine has no precision setting."""
+        return None, None
+
     def ignored(self, plan: Plan) -> list[str]:
         """Fields the plan sets (to a non-neutral value) that this engine does not read."""
         return [n for n in TABLE if n not in self.fields and getattr(plan, n) != NEUTRAL_VALUES[n]

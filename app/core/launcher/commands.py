@@ -127,7 +127,9 @@ class CommandRules(ShellState):
         if words and words[0][0] not in _PRINTERS and any(is_trainer_word(raw) for raw, _ in words):
             self.trainer = (self.file, self.line(words[0][1]))
             self.final = [o for _, o in sorted(placed, key=lambda t: t[0])]
-            self.trainer_argv = self.argv(words)
+            # the whole argv (unknown flags too), unless the reading is already over its budget:
+            # such a script fails closed, and expanding it again would only spend time
+            self.trainer_argv = self.argv(words) if TOO_COMPLEX not in self.notes else []
             self.program = next((raw.strip("\"'") for raw, _ in words if raw.strip("\"'").endswith(".py")), None)
         if words and any(name in raw for raw, _ in words for name in SERVING_WORDS):
             env = {}

@@ -36,7 +36,7 @@ from app.core.engines.base import Engine, engine_options
 from app.core.launcher.engine import SERVING_WORDS, EngineGuess, training_engine
 from app.core.launcher.kubernetes import read_spec
 from app.core.launcher.reader import candidate_config, fail_closed, parse_launcher, read_launcher, read_launcher_files
-from app.core.launcher.results import LauncherParse
+from app.core.launcher.results import Arg, LauncherParse
 from app.core.launcher.serving import ServeLauncherError, is_serving_launch, parse_serve_launcher
 from app.core.launcher.source import disk_loader, files_loader
 from app.core.launcher.text import TOO_COMPLEX, LauncherError, decode, where
@@ -44,6 +44,7 @@ from app.core.launcher.training import launcher_gpus, launcher_request
 from app.core.launcher.vocabulary import READER_ONLY_FLAGS, untimed_flags
 from app.core.model.config import ModelConfig
 from app.core.plan import Plan, plan_from_flags
+from app.core.time.precision import PRECISION_FLAGS
 
 
 class LauncherImportError(ValueError):
@@ -140,6 +141,23 @@ def untimed_warnings(parsed: LauncherParse, untimed: tuple[tuple[str, bool, str]
     return out
 
 
+def trainer_values(parsed: LauncherParse) -> dict[str, tuple[str, Arg]]:
+    """Every ``--flag value`` / ``--flag=value`` of the trainer's own line (after its ``.py``), the
+    last of each (argparse), with the argument that gave it; a switch maps to ``""``."""
+    argv = parsed.trainer_argv
+    start = next((k + 1 for k, a in enumerate(argv) if a.text.strip("\"'").endswith(".py")), len(argv))
+    args = argv[start:]
+    out: dict[str, tuple[str, Arg]] = {}
+    for k, a in enumerate(args):
+        flag, eq, value = a.text.partition("=")
+        if a.reason is not None or not flag.startswith("--"):
+            continue
+        if not eq and k + 1 < len(args) and not args[k + 1].text.startswith("--") and args[k + 1].reason is None:
+            value = args[k + 1].text
+        out[flag] = (value, a)
+    return out
+
+
 def option_warnings(parsed: LauncherParse, engine: Engine) -> list[str]:
     """Warnings for the trainer's own flags (after its ``.py``) that the engine's parser does not
     have (``launch.options_file``: Megatron's parser stops on them with "unrecognized arguments",
@@ -150,7 +168,7 @@ def option_warnings(parsed: LauncherParse, engine: Engine) -> list[str]:
     argv = parsed.trainer_argv
     start = next((k + 1 for k, a in enumerate(argv) if a.text.strip("\"'").endswith(".py")), len(argv))
     known = engine_options(launch.options_file) if launch.options_file else None
-    handled = set(flag_vocabulary()) | set(READER_ONLY_FLAGS) | set(untimed_flags())
+    handled = set(flag_vocabulary()) | set(READER_ONLY_FLAGS) | set(untimed_flags()) | PRECISION_FLAGS
     unread = {flag: (takes, assumed) for flag, takes, assumed in launch.unread_flags}
     out: list[str] = []
     seen: set[str] = set()
@@ -193,6 +211,13 @@ def _training_import(parsed: LauncherParse, cfg: ModelConfig, base: Plan, path: 
     if problems:
         raise LauncherImportError("; ".join(p.message for p in problems))
     plan, pipeline_errors = chosen.launch_pipeline(parsed.values, parsed.at, plan, cfg)
+    given = trainer_values(parsed)
+    precision, why = chosen.launch_precision({flag: value for flag, (value, _) in given.items()})
+    if precision is not None:
+        plan = replace(plan, precision=precision)
+    elif why is not None:
+        at = next(a for f, (_, a) in given.items() if f in ("--fp4-format", "--fp8-format"))
+        warnings.append(f"{why} ({where(at.file, at.line)})")
     gpus = launcher_gpus(parsed)
     if gpus is not None and plan.gpus is None and plan.dp is None:
         plan = replace(plan, gpus=gpus)

@@ -26,6 +26,7 @@ optimizer's all-gather.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
@@ -68,6 +69,35 @@ def get_precision(name: str) -> Precision:
     if key not in _PRECISIONS:
         raise ValueError(f"unknown precision {name!r}; use one of {', '.join(PRECISIONS)}")
     return _PRECISIONS[key]
+
+
+#: the recipe Megatron uses when a launch names a format without one
+#: (``megatron/core/transformer/transformer_config.py`` @ d98e8a64: ``fp8_recipe`` "delayed" line 594,
+#: ``fp4_recipe`` "nvfp4" line 679)
+RECIPE_DEFAULTS = {"--fp8-recipe": "delayed", "--fp4-recipe": "nvfp4"}
+#: every flag a precision preset is written with (the launcher import reads them as one setting)
+PRECISION_FLAGS = frozenset({"--bf16", "--fp8-format", "--fp8-recipe", "--fp8-param-gather", "--fp4-format",
+                             "--fp4-recipe", "--fp4-param-gather"})
+
+
+def precision_of_flags(values: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """The precision whose Megatron flags a launch gives (``values``: flag -> value, the last of
+    each), the inverse of :func:`megatron_flags`: ``--fp8-format hybrid --fp8-recipe tensorwise`` is
+    ``fp8``, ``e4m3`` / ``mxfp8`` is ``mxfp8``, ``--fp4-format e2m1`` (recipe nvfp4) is ``nvfp4``; no
+    format flag is ``(None, None)`` (BF16, or whatever the plan says). A format / recipe pair isplan
+    has no time model for (``delayed``, ``blockwise`` ...) is ``(None, why)``."""
+    for fmt, recipe in (("--fp4-format", "--fp4-recipe"), ("--fp8-format", "--fp8-recipe")):
+        if fmt not in values:
+            continue
+        pair = (values[fmt], values.get(recipe, RECIPE_DEFAULTS[recipe]))
+        for p in _PRECISIONS.values():
+            flags = p.megatron_flags
+            if fmt in flags and (flags[flags.index(fmt) + 1], flags[flags.index(recipe) + 1]) == pair:
+                return p.name, None
+        given = f"{fmt} {pair[0]} with {recipe} {pair[1]}" + ("" if recipe in values else " (Megatron's default)")
+        return None, (f"{given} is not one of isplan's precisions (fp8 = hybrid / tensorwise, mxfp8 = e4m3 / mxfp8, "
+                      "nvfp4 = e2m1 / nvfp4): the plan keeps its precision")
+    return None, None
 
 
 def megatron_flags(name: str, *, distributed_optimizer: bool = True) -> list[str]:

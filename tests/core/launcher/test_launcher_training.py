@@ -297,3 +297,52 @@ def test_trainer_flags_the_parser_lacks_or_memory_does_not_follow_are_named():
     sw = import_launcher(slime, cfg, Plan(model=cfg.id)).warnings
     assert [w.split(" (line")[0] for w in sw if "not a plan setting" in w] == ["--main-grads-dtype bf16"]
     assert not [w for w in sw if "option" in w and "slime-only-thing" in w]
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    ("--bf16", None),
+    ("--bf16 --fp8-format hybrid --fp8-recipe tensorwise --fp8-param-gather", "fp8"),
+    ("--bf16 --fp8-format=e4m3 --fp8-recipe=mxfp8", "mxfp8"),
+    ("--bf16 --fp4-format e2m1 --fp4-recipe nvfp4 --fp4-param-gather", "nvfp4"),
+    ("--bf16 --fp4-format e2m1", "nvfp4"),            # fp4_recipe defaults to nvfp4 (transformer_config.py:679)
+    ("--bf16 --fp8-format hybrid", "delayed"),         # fp8_recipe defaults to delayed (:594): not modelled
+    ("--bf16 --fp8-format e4m3 --fp8-recipe blockwise", "blockwise"),
+])
+def test_a_launchers_precision_flags_become_the_plans_precision(flags, expected):
+    """Megatron's --fp8-format / --fp8-recipe / --fp4-format / --fp4-recipe are the plan's precision as
+    the export writes them (app/core/time/precision.py presets: fp8 = hybrid + tensorwise, mxfp8 = e4m3 +
+    mxfp8, nvfp4 = e2m1 + nvfp4); a recipe isplan does not time (delayed, blockwise) keeps BF16 and says
+    so with file:line; the precision flags are never reported as unknown or unread."""
+    from app.core.launcher import import_launcher
+    from app.core.model.config import load_preset
+    from app.core.plan import Plan
+
+    cfg = load_preset("glm-5.2")
+    got = import_launcher(f"torchrun pretrain_gpt.py --pipeline-model-parallel-size 8 --use-distributed-optimizer "
+                          f"{flags}\n", cfg, Plan(model=cfg.id))
+    named = [w for w in got.warnings if "precision" in w or "not a plan setting" in w or "option" in w]
+    if expected in (None, "fp8", "mxfp8", "nvfp4"):
+        assert got.plan.precision == (expected or "bf16") and not named
+    else:
+        assert got.plan.precision == "bf16"
+        (w,) = named
+        assert f"--fp8-recipe {expected}" in w and "not one of isplan's precisions" in w and w.endswith("(line 1)")
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8", "mxfp8", "nvfp4"])
+@pytest.mark.parametrize("distributed", [True, False])
+def test_an_exported_precision_imports_back(precision, distributed):
+    """Differential: the Megatron arguments the export writes for a precision (with or without the
+    distributed optimizer, which drops the parameter-gather flag) import back to that precision."""
+    from app.core.engines.megatron.export import shell_join
+    from app.core.launcher import import_launcher
+    from app.core.model.config import load_preset
+    from app.core.plan import Plan
+    from app.core.time.precision import megatron_flags
+
+    cfg = load_preset("glm-5.2")
+    argv = ["torchrun", "pretrain_gpt.py", "--pipeline-model-parallel-size", "8",
+            *(["--use-distributed-optimizer"] if distributed else []),
+            *megatron_flags(precision, distributed_optimizer=distributed)]
+    got = import_launcher(shell_join(argv) + "\n", cfg, Plan(model=cfg.id))
+    assert got.plan.precision == precision

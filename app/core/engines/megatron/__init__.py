@@ -45,7 +45,7 @@ from app.core.model.config import ModelConfig
 from app.core.model.parallelism import ParallelConfig
 from app.core.model.roles import RoleMap, RoleRule, derive_roles, parse_pattern
 from app.core.plan import TABLE, FieldProblem, Plan
-from app.core.time.precision import get_precision
+from app.core.time.precision import get_precision, precision_of_flags
 from app.core.verdict import Reason, ranges
 
 
@@ -244,7 +244,6 @@ MEMORY_UNREAD_FLAGS: tuple[tuple[str, bool, str], ...] = (
     ("--main-params-dtype", True, "FP32 master weights (Megatron's default)"),
     ("--exp-avg-dtype", True, "an FP32 Adam first moment (Megatron's default)"),
     ("--exp-avg-sq-dtype", True, "an FP32 Adam second moment (Megatron's default)"),
-    ("--fp8-param-gather", False, "BF16 parameters and their all-gather (no FP8 parameter copies)"),
     ("--use-torch-fsdp2", False, "Megatron's own data parallelism (weights and gradients not sharded by FSDP)"),
     ("--use-megatron-fsdp", False, "Megatron's own data parallelism (weights and gradients not sharded by FSDP)"),
     ("--num-distributed-optimizer-instances", True, "one distributed-optimizer instance over the whole DP group"),
@@ -331,6 +330,11 @@ class MegatronEngine(Engine):
                                   f"the config has num_key_value_heads {cfg.num_key_value_heads}",
                                   "group_query_attention" if why else "num_query_groups"))
         return out
+
+    def launch_precision(self, values: Mapping[str, str]) -> tuple[str | None, str | None]:
+        """Megatron's ``--fp8-format`` / ``--fp8-recipe`` / ``--fp4-format`` / ``--fp4-recipe``
+        (``app.core.time.precision.precision_of_flags``: the inverse of the exported presets)."""
+        return precision_of_flags(values)
 
     def launch_pipeline(self, values: Mapping[str, str], at: Any, plan: Plan, cfg: ModelConfig
                         ) -> tuple[Plan, list[PlanError]]:
