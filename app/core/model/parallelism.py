@@ -51,9 +51,12 @@ RECOMPUTE = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("uniform", "block")
 #: bytes per element of the optimizer dtypes Megatron's precision-aware optimizer accepts
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
-_MAIN_GRADS = ("fp32", "bf16")
-_MAIN_PARAMS = ("fp32", "fp16")
-_EXP_AVG = ("fp32", "fp16", "bf16", "fp8")
+#: the precision-aware optimizer's dtype choices as Megatron's parser offers them
+#: (``--main-grads-dtype`` / ``--main-params-dtype`` / ``--exp-avg(-sq)-dtype``,
+#: ``app/core/data/megatron_arguments.txt`` @ d98e8a64)
+MAIN_GRADS_DTYPES = ("fp32", "bf16")
+MAIN_PARAMS_DTYPES = ("fp32", "fp16")
+EXP_AVG_DTYPES = ("fp32", "fp16", "bf16", "fp8")
 
 
 @dataclass(frozen=True)
@@ -189,8 +192,8 @@ class ParallelConfig:
                              f"got {self.host_memory_gb!r}")
         if not 0.0 <= self.optimizer_offload_fraction <= 1.0:
             raise ValueError(f"optimizer_offload_fraction must be in [0, 1], got {self.optimizer_offload_fraction}")
-        for name, allowed in (("main_grads_dtype", _MAIN_GRADS), ("main_params_dtype", _MAIN_PARAMS),
-                              ("exp_avg_dtype", _EXP_AVG), ("exp_avg_sq_dtype", _EXP_AVG)):
+        for name, allowed in (("main_grads_dtype", MAIN_GRADS_DTYPES), ("main_params_dtype", MAIN_PARAMS_DTYPES),
+                              ("exp_avg_dtype", EXP_AVG_DTYPES), ("exp_avg_sq_dtype", EXP_AVG_DTYPES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.seq_length is None and self.tokens_per_gpu is None:

@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import quote_plus
 
 from app.core.model.hardware import CATALOGUE
+from app.core.model.parallelism import EXP_AVG_DTYPES, MAIN_GRADS_DTYPES, MAIN_PARAMS_DTYPES
 
 # one upper bound per count, enforced before any work (issue 9): app/core/plan/bounds.py
 from app.core.plan.bounds import MAX_CONTEXT as MAX_TOKENS
@@ -257,6 +258,18 @@ class Plan:
     use_precision_aware_optimizer: bool = _f("bool", False, "--use-precision-aware-optimizer",
                                              "precision-aware optimizer (needed with CPU offload)", "memory",
                                              aliases=("pao",))
+    main_grads_dtype: str = _f("choice", "fp32", "--main-grads-dtype",
+                               "main gradients' dtype (lower than fp32 needs the precision-aware optimizer)",
+                               "memory", choices=MAIN_GRADS_DTYPES)
+    main_params_dtype: str = _f("choice", "fp32", "--main-params-dtype",
+                                "master weights' dtype (lower than fp32 needs the precision-aware optimizer)",
+                                "memory", choices=MAIN_PARAMS_DTYPES)
+    exp_avg_dtype: str = _f("choice", "fp32", "--exp-avg-dtype",
+                            "Adam first moment's dtype (lower than fp32 needs the precision-aware optimizer)",
+                            "memory", choices=EXP_AVG_DTYPES)
+    exp_avg_sq_dtype: str = _f("choice", "fp32", "--exp-avg-sq-dtype",
+                               "Adam second moment's dtype (lower than fp32 needs the precision-aware optimizer)",
+                               "memory", choices=EXP_AVG_DTYPES)
     no_distributed_optimizer: bool = _f("bool", False, "--no-distributed-optimizer",
                                         "plain Adam states on every DP rank", "memory", aliases=("no_dist_opt",))
     gpu: str = _f("choice", "h100-80gb", "--gpu", "GPU preset", "memory", choices=GPUS)

@@ -273,29 +273,31 @@ def test_a_setting_the_step_time_does_not_follow_is_named_where_the_script_sets_
 def test_trainer_flags_the_parser_lacks_or_memory_does_not_follow_are_named():
     """On the trainer's line (after its ``.py``, words spliced from an array included): a flag that is
     not in Megatron-LM's option list (``app/core/data/megatron_arguments.txt`` @ d98e8a64; its argparse
-    stops on it) and a memory setting no plan field carries (``--main-grads-dtype``, ``--use-torch-fsdp2``
-    ...) are each a warning with file:line and, for a value, the value given; torchrun's own flags
-    (before the ``.py``) and the flags the reader reads are not. A slime launch (its parser adds
-    slime's own arguments, whose list isplan does not hold) gets the memory warnings only."""
+    stops on it) and a memory setting no plan field carries (``--use-torch-fsdp2``,
+    ``--num-distributed-optimizer-instances`` ...) are each a warning with file:line and, for a value,
+    the value given; torchrun's own flags (before the ``.py``) and the flags the reader reads (the
+    optimizer dtypes are plan settings) are not. A slime launch (its parser adds slime's own
+    arguments, whose list isplan does not hold) gets the memory warnings only."""
     from app.core.launcher import import_launcher
     from app.core.model.config import load_preset
     from app.core.plan import Plan
 
     cfg = load_preset("glm-5.2")
-    script = ("EXTRA=(--exp-avg-dtype bf16 --no-such-option 3)\n"                                  # 1
+    script = ("EXTRA=(--num-distributed-optimizer-instances 2 --no-such-option 3)\n"              # 1
               "torchrun --nproc-per-node 8 --rdzv-backend c10d pretrain_gpt.py \\\n"              # 2
               "  --pipeline-model-parallel-size 8 --tensor-model-parallel-size 4 \\\n"           # 3
               "  --main-grads-dtype=bf16 --use-torch-fsdp2 --log-interval 1 \"${EXTRA[@]}\"\n")  # 4
     got = import_launcher(script, cfg, Plan(model=cfg.id))
     named = [w.split(" (line")[0] for w in got.warnings if "(line" in w and ("not a plan setting" in w
                                                                            or "option" in w)]
-    assert named == ["--main-grads-dtype bf16", "--use-torch-fsdp2", "--exp-avg-dtype bf16", "--no-such-option"]
+    assert named == ["--use-torch-fsdp2", "--num-distributed-optimizer-instances 2", "--no-such-option"]
+    assert got.plan.main_grads_dtype == "bf16"   # a plan setting: the memory follows it
     (unknown,) = [w for w in got.warnings if w.startswith("--no-such-option")]
     assert "(line 4)" in unknown and "is not a Megatron-LM option" in unknown and "unrecognized arguments" in unknown
-    slime = ("PERF_ARGS=(--pipeline-model-parallel-size 8 --main-grads-dtype bf16 --slime-only-thing 1)\n"
+    slime = ("PERF_ARGS=(--pipeline-model-parallel-size 8 --use-megatron-fsdp --slime-only-thing 1)\n"
              "python3 train.py --actor-num-nodes 32 --actor-num-gpus-per-node 8 \"${PERF_ARGS[@]}\"\n")
     sw = import_launcher(slime, cfg, Plan(model=cfg.id)).warnings
-    assert [w.split(" (line")[0] for w in sw if "not a plan setting" in w] == ["--main-grads-dtype bf16"]
+    assert [w.split(" (line")[0] for w in sw if "not a plan setting" in w] == ["--use-megatron-fsdp"]
     assert not [w for w in sw if "option" in w and "slime-only-thing" in w]
 
 
@@ -346,3 +348,28 @@ def test_an_exported_precision_imports_back(precision, distributed):
             *megatron_flags(precision, distributed_optimizer=distributed)]
     got = import_launcher(shell_join(argv) + "\n", cfg, Plan(model=cfg.id))
     assert got.plan.precision == precision
+
+
+def test_optimizer_dtypes_are_plan_settings_the_memory_export_and_import_follow():
+    """``--exp-avg-dtype`` / ``--exp-avg-sq-dtype`` (and the main-grads / main-params dtypes) are plan
+    settings with Megatron's names: the memory follows them (with the precision-aware optimizer and
+    BF16 params: a 16-bit master remainder 2 B + m 4 B + v 4 B = 10 B per sharded parameter, 2 + 2 + 2 =
+    6 B with BF16 moments: 0.6 of it), the export writes them, and its launcher imports back to them."""
+    from app.core.evaluate import evaluate
+    from app.core.launcher import import_launcher
+    from app.core.model.config import load_preset
+    from app.core.plan import strict_plan
+
+    cfg = load_preset("glm-5.2")
+    q = {"model": "glm-5.2", "engine": "megatron", "split": "14,8,8,8,8,8,8,16", "tp": "4", "cp": "8", "ep": "32",
+         "etp": "1", "sp": "1", "cp_comm_type": "allgather", "use_precision_aware_optimizer": "1"}
+    base, low = (evaluate(strict_plan({**q, **extra}), cfg) for extra in
+                 ({}, {"exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}))
+    for key in ("optimizer_dense", "optimizer_expert"):
+        a, b = (ev.memory["stages"][0]["breakdown_detail"][key] for ev in (base, low))
+        assert abs(b / a - 0.6) < 1e-9, (key, a, b)
+    argv = low.exports()["megatron"]
+    assert "--exp-avg-dtype bf16" in argv.replace(" \\\n    ", " ") and "--main-grads-dtype" not in argv
+    back = import_launcher("torchrun pretrain_gpt.py " + argv + "\n", cfg, strict_plan({"model": "glm-5.2"}))
+    assert (back.plan.exp_avg_dtype, back.plan.exp_avg_sq_dtype, back.plan.main_grads_dtype) == ("bf16", "bf16", "fp32")
+    assert not [w for w in back.warnings if "exp-avg" in w]

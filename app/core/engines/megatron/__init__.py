@@ -80,6 +80,10 @@ MEGATRON_FLAGS: dict[str, str] = {
     "--optimizer-cpu-offload": "optimizer_cpu_offload",
     "--overlap-cpu-optimizer-d2h-h2d": "overlap_cpu_optimizer_d2h_h2d",
     "--use-precision-aware-optimizer": "use_precision_aware_optimizer",
+    "--main-grads-dtype": "main_grads_dtype",
+    "--main-params-dtype": "main_params_dtype",
+    "--exp-avg-dtype": "exp_avg_dtype",
+    "--exp-avg-sq-dtype": "exp_avg_sq_dtype",
     "--make-vocab-size-divisible-by": "make_vocab_size_divisible_by",
     "--recompute-modules": "recompute_modules", "--tp-comm-overlap": "tp_comm_overlap",
     "--overlap-grad-reduce": "overlap_grad_reduce", "--overlap-param-gather": "overlap_param_gather",
@@ -196,6 +200,8 @@ def _launch(plan: Plan, stages: StagePlan, cfg: ModelConfig | None) -> ParallelC
         tokens_per_gpu=plan.tokens_per_gpu, recompute=plan.recompute, recompute_method=plan.recompute_method,
         recompute_num_layers=plan.recompute_num_layers, optimizer_cpu_offload=plan.optimizer_cpu_offload,
         use_precision_aware_optimizer=plan.use_precision_aware_optimizer,
+        main_grads_dtype=plan.main_grads_dtype, main_params_dtype=plan.main_params_dtype,
+        exp_avg_dtype=plan.exp_avg_dtype, exp_avg_sq_dtype=plan.exp_avg_sq_dtype,
         distributed_optimizer=not plan.no_distributed_optimizer, gpu=plan.gpu,
         gpu_capacity_bytes=int(plan.gpu_memory_gb * 1e9) if plan.gpu_memory_gb else None,
         host_memory_gb=plan.host_memory_gb, gpus_per_node=plan.gpus_per_node,
@@ -237,13 +243,9 @@ def memory_reasons(memory: dict[str, Any]) -> list[Reason]:
 
 
 #: Megatron options (``megatron/training/arguments.py`` @ d98e8a64, ``app/core/data/megatron_arguments.txt``)
-#: that change what a rank holds in memory but that no plan field carries; the memory verdict keeps
-#: Megatron's defaults (``ParallelConfig``: FP32 main gradients, master weights and Adam moments)
+#: that change what a rank holds in memory but that no plan field carries (the optimizer dtypes are
+#: plan settings: ``--main-grads-dtype`` ... ``--exp-avg-sq-dtype``)
 MEMORY_UNREAD_FLAGS: tuple[tuple[str, bool, str], ...] = (
-    ("--main-grads-dtype", True, "FP32 main gradients (Megatron's default)"),
-    ("--main-params-dtype", True, "FP32 master weights (Megatron's default)"),
-    ("--exp-avg-dtype", True, "an FP32 Adam first moment (Megatron's default)"),
-    ("--exp-avg-sq-dtype", True, "an FP32 Adam second moment (Megatron's default)"),
     ("--use-torch-fsdp2", False, "Megatron's own data parallelism (weights and gradients not sharded by FSDP)"),
     ("--use-megatron-fsdp", False, "Megatron's own data parallelism (weights and gradients not sharded by FSDP)"),
     ("--num-distributed-optimizer-instances", True, "one distributed-optimizer instance over the whole DP group"),

@@ -40,6 +40,8 @@ from app.core.model.parallelism import ParallelConfig
 from app.core.plan import Plan
 
 CP_COMM_FLAG = "--cp-comm-type"
+#: the precision-aware optimizer's dtype settings (plan fields and Megatron flags of the same names)
+OPTIMIZER_DTYPES = ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
 SLIME_ALLGATHER_CP = "--allgather-cp"
 NO_OVERLAP_FLAG = "--no-overlap-p2p-communication"
 
@@ -59,6 +61,8 @@ class ExportSettings:
     optimizer_cpu_offload: bool = False        # --optimizer-cpu-offload
     overlap_cpu_optimizer_d2h_h2d: bool = False
     use_precision_aware_optimizer: bool = False
+    #: --main-grads-dtype, --main-params-dtype, --exp-avg-dtype, --exp-avg-sq-dtype (emitted when not fp32)
+    optimizer_dtypes: tuple[tuple[str, str], ...] = ()
     distributed_optimizer: bool = False        # --use-distributed-optimizer
     max_tokens_per_gpu: int | None = None      # slime only
     precision: str = "bf16"                    # --bf16 [--fp8-format/--fp8-recipe | --fp4-format/--fp4-recipe]
@@ -83,6 +87,8 @@ class ExportSettings:
                    recompute_num_layers=par.recompute_num_layers, optimizer_cpu_offload=par.optimizer_cpu_offload,
                    overlap_cpu_optimizer_d2h_h2d=par.optimizer_cpu_offload,
                    use_precision_aware_optimizer=par.use_precision_aware_optimizer,
+                   optimizer_dtypes=tuple((name, getattr(par, name)) for name in OPTIMIZER_DTYPES
+                                          if getattr(par, name) != "fp32"),
                    distributed_optimizer=par.distributed_optimizer, max_tokens_per_gpu=par.tokens_per_gpu,
                    recompute_modules=par.recompute_modules, distribute_saved_activations=par.distribute_saved_activations,
                    moe_grouped_gemm=par.moe_grouped_gemm, cp_comm_type=par.cp_comm_type,
@@ -189,6 +195,8 @@ def _parallel_argv(s: ExportSettings) -> list[str]:
                      (s.use_precision_aware_optimizer, "--use-precision-aware-optimizer")):
         if on:
             argv.append(flag)
+    for name, dtype in s.optimizer_dtypes:
+        argv += ["--" + name.replace("_", "-"), dtype]
     return argv
 
 
