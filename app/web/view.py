@@ -379,8 +379,12 @@ class PlanView:
 
     @property
     def movable(self) -> bool:
-        """Whether a boundary can be dragged: the engine takes stage sizes (its ``split`` field)."""
-        return "split" in self.engine.fields
+        """Whether a boundary can be dragged: the engine takes stage sizes (its ``split`` field) and
+        every stage holds a layer (a boundary is stage k's first layer, the page's ``starts[k]``; an
+        empty stage has none, so its boundaries are drawn fixed)."""
+        if "split" not in self.engine.fields:
+            return False
+        return self.check is None or all(s.num_layers for s in self.check.plan.stages)
 
     @property
     def rank_groups(self) -> list[str]:

@@ -205,6 +205,18 @@ def test_the_boundary_line_speaks_of_what_the_engine_cuts(client, query, unit):
     assert f'<li class="okline">every {unit} starts on a full indexer layer</li>' in html
 
 
+@pytest.mark.parametrize("split", ["1,0,0,1", "0,78", "14,0,8,8,8,8,24,8", "78,0"])
+def test_a_split_with_an_empty_stage_draws_fixed_boundaries(client, split):
+    """A stage of no layers has no first layer, so the boundaries are not sliders (each slider is
+    stage k's first layer, the page's starts[k]); the page answers (it was a 500 for 1,0,0,1, found by
+    schemathesis) and every boundary it draws is a fixed mark."""
+    r = fragment(client, f"model=glm-5.2&engine=megatron&split={split}")
+    html = unescape(r.text)
+    assert 'data-movable="0"' in html and 'role="slider"' not in html
+    marks = re.findall(r'<div[^>]*class="boundary[ "][^>]*>', html)
+    assert all('class="boundary fixed' in m for m in marks)
+
+
 def test_the_map_stays_while_the_split_is_mid_typing(client):
     r = fragment(client, "mode=split&split=14,8,8,")  # as the form sends it while the sizes are typed
     html = unescape(r.text)
