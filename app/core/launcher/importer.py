@@ -141,12 +141,17 @@ def untimed_warnings(parsed: LauncherParse, untimed: tuple[tuple[str, bool, str]
     return out
 
 
+def _trainer_own_args(parsed: LauncherParse) -> tuple[Arg, ...]:
+    """The trainer command's arguments after its ``.py`` (torchrun's own flags come before it)."""
+    argv = parsed.trainer_argv
+    start = next((k + 1 for k, a in enumerate(argv) if a.text.strip("\"'").endswith(".py")), len(argv))
+    return argv[start:]
+
+
 def trainer_values(parsed: LauncherParse) -> dict[str, tuple[str, Arg]]:
     """Every ``--flag value`` / ``--flag=value`` of the trainer's own line (after its ``.py``), the
     last of each (argparse), with the argument that gave it; a switch maps to ``""``."""
-    argv = parsed.trainer_argv
-    start = next((k + 1 for k, a in enumerate(argv) if a.text.strip("\"'").endswith(".py")), len(argv))
-    args = argv[start:]
+    args = _trainer_own_args(parsed)
     out: dict[str, tuple[str, Arg]] = {}
     for k, a in enumerate(args):
         flag, eq, value = a.text.partition("=")
@@ -165,14 +170,12 @@ def option_warnings(parsed: LauncherParse, engine: Engine) -> list[str]:
     (``launch.unread_flags``, named with their value). Flags the reader reads are left to their own
     warnings."""
     launch = engine.launch
-    argv = parsed.trainer_argv
-    start = next((k + 1 for k, a in enumerate(argv) if a.text.strip("\"'").endswith(".py")), len(argv))
     known = engine_options(launch.options_file) if launch.options_file else None
     handled = set(flag_vocabulary()) | set(READER_ONLY_FLAGS) | set(untimed_flags()) | PRECISION_FLAGS
     unread = {flag: (takes, assumed) for flag, takes, assumed in launch.unread_flags}
     out: list[str] = []
     seen: set[str] = set()
-    args = argv[start:]
+    args = _trainer_own_args(parsed)
     for k, a in enumerate(args):
         flag, eq, value = a.text.partition("=")
         if a.reason is not None or not flag.startswith("--") or flag in seen or flag in handled:
