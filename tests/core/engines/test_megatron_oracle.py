@@ -268,6 +268,17 @@ def cases(draw):
     return case, draw(st.integers(1, 4)), draw(st.integers(0, 4))
 
 
+def case_input(c, freq: int, offset: int):
+    """A generated case as isplan's input: a tiny DSA config with the case's layers, indexer
+    frequency / offset and MTP depth, and the pipeline spec of its flags or layout."""
+    cfg = make_config(tiny_config(c["n"], index_topk_freq=freq, index_skip_topk_offset=offset,
+                                  num_nextn_predict_layers=c["mtp"]))
+    spec = PipelineSpec(pp=c["pp"], vpp=c["vpp"], layers_per_vstage=c["lpvs"], first=c["first"], last=c["last"],
+                        account_for_embedding=c["emb"], account_for_loss=c["loss"], layout=c["layout"],
+                        mtp_layers=c["mtp"], overlap_p2p=c["overlap"])
+    return cfg, spec
+
+
 def launcher_line(c) -> str:
     """The case as a trainer command line, in Megatron's flag spellings."""
     argv = ["python3", "pretrain_gpt.py", "--pipeline-model-parallel-size", str(c["pp"]),
@@ -292,11 +303,7 @@ def test_isplan_equals_the_megatron_oracle(data):
                           int(c["emb"]), int(c["loss"]), c["layout"], c["overlap"])
     except Reject as why:
         expected, reason = None, str(why)
-    cfg = make_config(tiny_config(c["n"], index_topk_freq=freq, index_skip_topk_offset=offset,
-                                  num_nextn_predict_layers=c["mtp"]))
-    spec = PipelineSpec(pp=c["pp"], vpp=c["vpp"], layers_per_vstage=c["lpvs"], first=c["first"], last=c["last"],
-                        account_for_embedding=c["emb"], account_for_loss=c["loss"], layout=c["layout"],
-                        mtp_layers=c["mtp"], overlap_p2p=c["overlap"])
+    cfg, spec = case_input(c, freq, offset)
     result = run_check(cfg, spec, "megatron")
     plan = result.plan
     # the same flags read from a launcher give the same spec

@@ -43,9 +43,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from app.core.engines.megatron.check import run_check
-from app.core.layout.stages import PipelineSpec
-from tests.conftest import make_config, tiny_config
-from tests.core.engines.test_megatron_oracle import cases
+from tests.core.engines.test_megatron_oracle import case_input, cases
 
 MEGATRON_REPO = Path(os.environ.get("ISPLAN_MEGATRON_REPO", "/work/.mirror/NVIDIA+Megatron-LM/repo"))
 COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
@@ -168,12 +166,7 @@ def megatron_stages(ns: dict[str, Any], c: dict[str, Any], freq: int, offset: in
 @given(data=cases())
 def test_isplan_builds_what_megatrons_own_functions_build(megatron, data):
     c, freq, offset = data
-    cfg = make_config(tiny_config(c["n"], index_topk_freq=freq, index_skip_topk_offset=offset,
-                                  num_nextn_predict_layers=c["mtp"]))
-    spec = PipelineSpec(pp=c["pp"], vpp=c["vpp"], layers_per_vstage=c["lpvs"], first=c["first"], last=c["last"],
-                        account_for_embedding=c["emb"], account_for_loss=c["loss"], layout=c["layout"],
-                        mtp_layers=c["mtp"], overlap_p2p=c["overlap"])
-    result = run_check(cfg, spec, "megatron")
+    result = run_check(*case_input(c, freq, offset), "megatron")
     if result.plan.errors or not result.plan.stages:
         return   # refused: by these functions or by validate_args / TransformerConfig (the oracle test)
     built, dsa_ok = megatron_stages(megatron, c, freq, offset)
