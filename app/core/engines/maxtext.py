@@ -71,9 +71,14 @@ class MaxTextPipeline:
     first_num_dense_layers: int | None = None  # None: the config's first_k_dense_replace
 
     @property
+    def num_stages(self) -> int:
+        """MaxText's ``num_stages``: ICI x DCN pipeline parallelism."""
+        return self.ici_pipeline_parallelism * self.dcn_pipeline_parallelism
+
+    @property
     def pipelined(self) -> bool:
         """MaxText's ``using_pipeline_parallelism``: more than one pipeline stage."""
-        return self.ici_pipeline_parallelism * self.dcn_pipeline_parallelism > 1
+        return self.num_stages > 1
 
     def overrides(self) -> list[str]:
         """``key=value`` command-line overrides for the values the user set."""
@@ -136,7 +141,7 @@ def _layout(cfg: ModelConfig, p: MaxTextPipeline, errors: list[PlanError]) -> Ma
             + ("MoE layers: num_decoder_layers - first_num_dense_layers" if deepseek else "decoder layers")
             + ")"), "pipeline_parallel_layers"))
         return None
-    s, lps = p.ici_pipeline_parallelism * p.dcn_pipeline_parallelism, p.num_layers_per_pipeline_stage
+    s, lps = p.num_stages, p.num_layers_per_pipeline_stage
     repeats = p.num_pipeline_repeats
     if repeats == -1:
         repeats, remainder = divmod(ppl, s * lps)
@@ -199,7 +204,7 @@ def maxtext_plan(cfg: ModelConfig, pipeline: MaxTextPipeline) -> tuple[StagePlan
             for st in range(s):
                 first = layout.first_pipelined + r * s * lps + st * lps
                 stages.append(Stage(r * s + st, st, r, first, first + lps - 1, lps))
-    pp = layout.num_stages if layout else pipeline.ici_pipeline_parallelism * pipeline.dcn_pipeline_parallelism
+    pp = layout.num_stages if layout else pipeline.num_stages
     vpp = layout.repeats if layout else 1
     spec = PipelineSpec(pp=pp, vpp=vpp, split=tuple(x.num_layers for x in stages) or None)
     return StagePlan(pp, vpp, cfg.num_hidden_layers, 0, tuple(stages), tuple(errors), spec), layout
@@ -344,10 +349,9 @@ class MaxTextEngine(Engine):
 
     def gpu_line(self, plan: Plan, check: LayoutCheck | None) -> str | None:
         """MaxText's mesh (its data, FSDP, tensor and expert axes) is not modelled: only the pipeline's stages."""
-        stages = plan.ici_pipeline_parallelism * plan.dcn_pipeline_parallelism
         return (f"GPU count not judged: MaxText's mesh (data, FSDP, tensor, expert axes) is not modelled; "
                 f"the pipeline has ICI {plan.ici_pipeline_parallelism} × DCN {plan.dcn_pipeline_parallelism} = "
-                f"{stages} stage(s)")
+                f"{self.pipeline(plan).num_stages} stage(s)")
 
     @staticmethod
     def pipeline(plan: Plan) -> MaxTextPipeline:
