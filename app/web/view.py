@@ -358,13 +358,13 @@ class PlanView:
         role, stage and top-k source); a boundary is a
         slider over the layers its stage may start at, or a fixed mark where the engine's settings
         place the stages."""
-        starts, n = self.starts, self.cfg.num_hidden_layers
+        starts, n, movable = self.starts, self.cfg.num_hidden_layers, self.movable
         vpp = self.check.plan.vpp if self.check is not None else 1
         out = []
         for i, c in enumerate(self.cells):
             if c.start and c.layer > 1 and not c.mtp:
                 bad = " invalid" if c.invalid else ""
-                if not self.movable:
+                if not movable:
                     out.append(f'<div class="boundary fixed{bad}" aria-hidden="true" data-stage="{c.stage}"></div>')
                 else:
                     k = (c.stage or 1) - 1
@@ -377,7 +377,7 @@ class PlanView:
             out.append(_cell_html(c, i == 0, vpp > 1))
         return Markup("\n".join(out))
 
-    @property
+    @cached_property
     def movable(self) -> bool:
         """Whether a boundary can be dragged: the engine takes stage sizes (its ``split`` field) and
         every stage holds a layer (a boundary is stage k's first layer, the page's ``starts[k]``; an
