@@ -141,17 +141,12 @@ def untimed_warnings(parsed: LauncherParse, untimed: tuple[tuple[str, bool, str]
     return out
 
 
-def _trainer_own_args(parsed: LauncherParse) -> tuple[Arg, ...]:
-    """The trainer command's arguments after its ``.py`` (torchrun's own flags come before it)."""
-    argv = parsed.trainer_argv
-    start = next((k + 1 for k, a in enumerate(argv) if a.text.strip("\"'").endswith(".py")), len(argv))
-    return argv[start:]
-
-
 def trainer_values(parsed: LauncherParse) -> dict[str, tuple[str, Arg]]:
-    """Every ``--flag value`` / ``--flag=value`` of the trainer's own line (after its ``.py``), the
-    last of each (argparse), with the argument that gave it; a switch maps to ``""``."""
-    args = _trainer_own_args(parsed)
+    """Every ``--flag value`` / ``--flag=value`` of the trainer's own line (after its ``.py``:
+    torchrun's own flags come before it), in the order each first appears, with the last value
+    (argparse) and the argument that gave it; a switch maps to ``""``."""
+    argv = parsed.trainer_argv
+    args = argv[next((k + 1 for k, a in enumerate(argv) if a.text.strip("\"'").endswith(".py")), len(argv)):]
     out: dict[str, tuple[str, Arg]] = {}
     for k, a in enumerate(args):
         flag, eq, value = a.text.partition("=")
@@ -163,30 +158,24 @@ def trainer_values(parsed: LauncherParse) -> dict[str, tuple[str, Arg]]:
     return out
 
 
-def option_warnings(parsed: LauncherParse, engine: Engine) -> list[str]:
-    """Warnings for the trainer's own flags (after its ``.py``) that the engine's parser does not
-    have (``launch.options_file``: Megatron's parser stops on them with "unrecognized arguments",
-    unless the entry point adds them) or that change memory without a plan field
-    (``launch.unread_flags``, named with their value). Flags the reader reads are left to their own
-    warnings."""
+def option_warnings(given: dict[str, tuple[str, Arg]], engine: Engine) -> list[str]:
+    """Warnings for the trainer's own flags (``given``: :func:`trainer_values`) that the engine's
+    parser does not have (``launch.options_file``: Megatron's parser stops on them with
+    "unrecognized arguments", unless the entry point adds them) or that change memory without a plan
+    field (``launch.unread_flags``, named with their value). Flags the reader reads are left to their
+    own warnings."""
     launch = engine.launch
     known = engine_options(launch.options_file) if launch.options_file else None
     handled = set(flag_vocabulary()) | set(READER_ONLY_FLAGS) | set(untimed_flags()) | PRECISION_FLAGS
     unread = {flag: (takes, assumed) for flag, takes, assumed in launch.unread_flags}
     out: list[str] = []
-    seen: set[str] = set()
-    args = _trainer_own_args(parsed)
-    for k, a in enumerate(args):
-        flag, eq, value = a.text.partition("=")
-        if a.reason is not None or not flag.startswith("--") or flag in seen or flag in handled:
+    for flag, (value, a) in given.items():
+        if flag in handled:
             continue
-        seen.add(flag)
         if flag in unread:
             takes, assumed = unread[flag]
-            if takes and not eq and k + 1 < len(args) and not args[k + 1].text.startswith("--"):
-                value = args[k + 1].text
-            given = f"{flag} {value}" if takes and value else flag
-            out.append(f"{given} ({where(a.file, a.line)}) is not a plan setting: the memory verdict does not "
+            shown = f"{flag} {value}" if takes and value else flag
+            out.append(f"{shown} ({where(a.file, a.line)}) is not a plan setting: the memory verdict does not "
                        f"follow it and assumes {assumed}")
         elif known is not None and flag not in known:
             out.append(f"{flag} ({where(a.file, a.line)}) is not a {engine.label} option ({engine.source}): its "
@@ -207,14 +196,14 @@ def _training_import(parsed: LauncherParse, cfg: ModelConfig, base: Plan, path: 
                         "the engine given")
     # a launcher is a real job: its parallelism, GPU count and memory join the verdict
     chosen = engine_for(engine)
-    warnings += untimed_warnings(parsed, chosen.launch.untimed_flags) + option_warnings(parsed, chosen)
+    given = trainer_values(parsed)
+    warnings += untimed_warnings(parsed, chosen.launch.untimed_flags) + option_warnings(given, chosen)
     plan, problems = plan_from_flags(parsed.values, parsed.switches,
                                      replace(base, engine=engine, mode="flags", parallel=True),
                                      chosen.flags, settings=chosen.flag_settings, absent=chosen.absent_defaults)
     if problems:
         raise LauncherImportError("; ".join(p.message for p in problems))
     plan, pipeline_errors = chosen.launch_pipeline(parsed.values, parsed.at, plan, cfg)
-    given = trainer_values(parsed)
     precision, why = chosen.launch_precision({flag: value for flag, (value, _) in given.items()})
     if precision is not None:
         plan = replace(plan, precision=precision)
