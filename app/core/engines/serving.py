@@ -462,6 +462,8 @@ class ServingEngine(Engine):
     reads_indexer_types: ClassVar[bool]
     #: the engine's ``--kv-cache-dtype`` values -> the plan's ``kv_dtype`` (launcher import)
     kv_cache_dtypes: ClassVar[dict[str, str]]
+    #: what ``--kv-cache-dtype auto`` means in this engine (the launcher import's warning says it)
+    kv_auto: ClassVar[str]
 
     # the engine's own rules (its module's functions)
     def default_partition(self, num_layers: int, pp: int, build: date | None = None) -> list[int]:

@@ -176,6 +176,7 @@ class SglangEngine(ServingEngine):
     flags: ClassVar[dict[str, str]] = {TP_FLAG: "tp", "--tp": "tp", "--tensor-parallel-size": "tp", PP_FLAG: "pp", "--pp": "pp",
              "--pipeline-parallel-size": "pp", ENV_VAR: "split", CONTEXT_FLAG: "context", KV_DTYPE_FLAG: "kv_dtype"}
     kv_cache_dtypes = KV_CACHE_DTYPES
+    kv_auto = "the model's dtype"
     #: ``python -m sglang.launch_server --model-path M`` or ``sglang serve`` (``python/sglang/cli/serve.py``
     #: @ c6f80cf9)
     launch: ClassVar[LaunchSyntax] = LaunchSyntax(

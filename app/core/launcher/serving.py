@@ -214,9 +214,9 @@ def _kv_dtype(p: Provenance, engine: str, warnings: list[str]) -> str | None:
     known = ENGINES[engine].kv_cache_dtypes   # type: ignore[attr-defined]
     value = p.value.strip()
     if value == "auto":
-        warnings.append(f"--kv-cache-dtype auto ({where(p.file, p.line)}) is the model's dtype (vLLM: FP8 for "
-                        "DeepSeek-V3.2-style DSA models at some builds); the memory verdict uses the plan's "
-                        "kv_dtype - set it to what the server runs")
+        auto = ENGINES[engine].kv_auto   # type: ignore[attr-defined]
+        warnings.append(f"--kv-cache-dtype auto ({where(p.file, p.line)}) is {auto}; the memory verdict uses the "
+                        "plan's kv_dtype - set it to what the server runs")
         return None
     if value not in known:
         raise ServeLauncherError(f"{where(p.file, p.line)}: --kv-cache-dtype {value!r} is not one isplan's memory "
