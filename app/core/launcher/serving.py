@@ -274,7 +274,8 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
     tp = _as_int(got["tp"], "the tensor parallel size") if "tp" in got else 1
     pp = _as_int(got["pp"], "the pipeline parallel size") if "pp" in got else 1
     warnings: list[str] = _unread(cmd, engine, first)
-    context = _as_int(got["context"], "the context length", digits=8) if "context" in got else None
+    context = (_as_int(got["context"], f"the context length ({' / '.join(_flags(engine)['context'])})", digits=8)
+               if "context" in got else None)
     kv_dtype = _kv_dtype(got["kv_dtype"], engine, warnings) if "kv_dtype" in got else None
     part = _partition(engine, _command_env(cmd, start), k8s, shell, warnings)
     sizes = None
