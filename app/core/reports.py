@@ -43,6 +43,15 @@ def evaluated(plan: Plan, cfg: ModelConfig, **kw: Any) -> Evaluation:
     return ev
 
 
+def plan_context(ev: Evaluation) -> int:
+    """The evaluated plan's context (:meth:`Engine.context`: stated, else the model's maximum as
+    its engine derives it); one the model does not state is a problem on ``context``."""
+    try:
+        return ev.engine.context(ev.cfg, ev.plan)
+    except ValueError as exc:
+        raise PlanError([FieldProblem("context", str(exc))]) from None
+
+
 def _finish(body: dict[str, Any], lines: list[str], verdict: Verdict, ev: Evaluation | None = None) -> Report:
     body["verdict"] = verdict.to_dict()
     if ev is not None:
@@ -54,8 +63,7 @@ def _finish(body: dict[str, Any], lines: list[str], verdict: Verdict, ev: Evalua
 def verdict_lines(verdict: Verdict) -> list[str]:
     out = [f"verdict: {verdict.headline()}"]
     out += [f"  blocking ({r.kind}{', field ' + r.field if r.field else ''}): {r.message}" for r in verdict.blocking]
-    # the model's own warnings (a multimodal file's language model only); the checks print theirs with their lines
-    out += [f"  warning ({r.kind}): {r.message}" for r in verdict.warnings if r.kind == "model"]
+    out += [f"  warning ({r.kind}): {r.message}" for r in verdict.notes]   # the checks print theirs with their lines
     return out
 
 
@@ -234,6 +242,7 @@ def inference_report(plan: Plan, cfg: ModelConfig, *, context: int | None, batch
     ev = evaluated(plan, cfg)
     if ev.engine.workflow == "serving" and not (dp_attention or include_mtp):
         return memory_report(plan, cfg)
+    context = context if context is not None else plan_context(ev)
     try:
         body = inference_memory(cfg, tp=plan.tp, ep=plan.ep, dp_attention=dp_attention, kv_dtype=kv_dtype,
                                 context=context, batch=batch, gpu=plan.gpu,
@@ -309,13 +318,15 @@ def _bubble_parts(t: dict[str, Any]) -> str:
 
 # ----------------------------------------------------------------------------- flops
 def flops_command_report(plan: Plan, cfg: ModelConfig, *, global_batch: int | None = None) -> Report:
-    """``isplan flops``: per-token forward FLOPs with and without IndexShare at ``plan.context``;
-    with a global batch, training FLOPs per step at ``plan.seq_length`` (default 4096)."""
+    """``isplan flops``: per-token forward FLOPs with and without IndexShare at the plan's context
+    (default: the model's maximum); with a global batch, training FLOPs per step at
+    ``plan.seq_length`` (default 4096)."""
     from app.core.model.flops import flops_report, training_flops
 
     roles, _ = _roles(plan, cfg)
     ev = evaluated(plan, cfg)
-    body = flops_report(cfg, plan.context, roles=roles)
+    context = plan_context(ev)
+    body = flops_report(cfg, context, roles=roles)
     seq = plan.seq_length or 4096
     gbs = global_batch if global_batch is not None else plan.global_batch
     if gbs is not None:
@@ -325,7 +336,7 @@ def flops_command_report(plan: Plan, cfg: ModelConfig, *, global_batch: int | No
         except ValueError as exc:
             raise PlanError([FieldProblem("global_batch", str(exc))]) from None
     n_idx = body.get("indexer_layers", {})
-    lines = [f"per-token forward FLOPs of {cfg.id} at context {plan.context:,}",
+    lines = [f"per-token forward FLOPs of {cfg.id} at context {context:,}",
              f"IndexShare ({n_idx.get('indexshare', '?')} indexer layers): {body['indexshare_flops']:>22,}",
              f"indexer on every layer ({n_idx.get('every_layer', '?')}): {body['every_layer_flops']:>22,}",
              f"ratio {body['ratio']:.3f} ({body['default_convention']}, the published 2.9x's convention)"]

@@ -57,6 +57,14 @@ class Verdict:
             return "GO"
         return "NO-GO: " + ", ".join(f"{sum(r.kind == k for r in self.blocking)} {k}" for k in self.kinds())
 
+    @property
+    def notes(self) -> tuple[Reason, ...]:
+        """The warnings no check lists with its own lines: the model's (a multimodal file's language
+        model only) and an engine judgement's own (a context above the model's maximum, taken with the
+        engine's override). A layout check's warnings (code ``warning``) and the parallel checks'
+        (kind ``parallel``) are printed where those checks are."""
+        return tuple(r for r in self.warnings if r.code != "warning" and r.kind != "parallel")
+
     def to_dict(self) -> dict[str, Any]:
         return {"go": self.go, "blocking": [r.to_dict() for r in self.blocking],
                 "warnings": [r.to_dict() for r in self.warnings], "judged": list(self.judged)}

@@ -190,6 +190,15 @@ def timeline_figure(tl: dict[str, Any], time: dict[str, Any] | None) -> dict[str
         "caption": caption, "alt": alt}
 
 
+def _context_of(ev: Any) -> int | None:
+    """The plan's context for the FLOPs-against-context figure (``None``: the model states no
+    maximum and the plan no context; the figure is left out and the field says why)."""
+    try:
+        return int(ev.engine.context(ev.cfg, ev.plan))
+    except ValueError:
+        return None
+
+
 def page_figures(v: Any) -> dict[str, Any]:
     """The page's figures for a :class:`app.web.view.PlanView` (only those with data), each
     ``{figure, caption, alt}``: the caption says what the figure shows (the figures carry no title
@@ -214,8 +223,9 @@ def page_figures(v: Any) -> dict[str, Any]:
                         "alt": "step time breakdown: " + ", ".join(
                             f"{TIME_LABELS.get(k, k)} {d['exposed']:.2f} s" for k, d in ev.time["breakdown"].items()
                             if d["exposed"] > 0)}
-    if ev.check is not None:
-        figs["context"] = {"figure": context_figure(ev.cfg, ev.check.roles, v.plan.context),
+    context = _context_of(ev)
+    if ev.check is not None and context is not None:
+        figs["context"] = {"figure": context_figure(ev.cfg, ev.check.roles, context),
                            "caption": "Forward GFLOPs per token against context length, as configured and with an "
                                       "indexer on every layer, and their ratio (right axis).",
                            "alt": "per-token FLOPs against context"}

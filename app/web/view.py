@@ -305,7 +305,7 @@ class PlanView:
         unset = spec.group in PARALLEL_GROUPS   # blank states nothing: the plan's parallelism stays as the URL says
         placeholder = "" if neutral is None or spec.kind == "bool" else format_value(spec, neutral)
         return FieldView(name, spec.kind, name, self.flag_of(name), spec.help, value,
-                         placeholder or "unset", spec.choices, unset, inactive, self.field_errors.get(name),
+                         placeholder or spec.default_text or "unset", spec.choices, unset, inactive, self.field_errors.get(name),
                          spec.lo, spec.hi, spec.max_len, spec.modes[0] if len(spec.modes) == 1 else None, spec.modes)
 
     # ------------------------------------------------------------------ panels
@@ -424,8 +424,10 @@ class PlanView:
         if sm and sm.get("ranks"):
             worst = max(sm["ranks"], key=lambda r: r["total_bytes"])
             fits = all(r["fits"] for r in sm["ranks"])
+            s = sm["settings"]
             return (f"largest rank: pp rank {worst['pp_rank']} needs {worst['total_bytes'] / 2**30:.1f} GiB of "
-                    f"{worst['usable_bytes'] / 2**30:.1f} GiB usable ({serving_terms_held(sm['ranks'])}): "
+                    f"{worst['usable_bytes'] / 2**30:.1f} GiB usable ({serving_terms_held(sm['ranks'])}; context "
+                    f"{s['context']:,} × {s['concurrency']} sequence{'s' * (s['concurrency'] > 1)}): "
                     + ("every rank fits" if fits else "does NOT fit"))
         return ""
 

@@ -498,3 +498,20 @@ def test_the_checks_drawn_in_python_are_the_template_loops(tmp_path, query):
         return [(cls, unescape(text)) for cls, text in re.findall(r'<li class="([^"]*)">(.*?)</li>', html)]
 
     assert parts(str(v.checks_html)) == parts(items) and len(parts(items)) == total
+
+
+def test_a_serving_page_judges_the_models_maximum_context_and_says_so(client):
+    """No context given: the memory line names the context judged - Qwen3-30B-A3B's maximum,
+    40,960 (``max_position_embeddings``, no rope scaling), not another model's. A stated context
+    above it is the engine's refusal on the context field, naming the override variable."""
+    html = page(client, "model=qwen3-30b-a3b&engine=vllm&tp=2")
+    assert "context 40,960 × 1 sequence)" in html
+    assert 'id="context" name="context" type="text" inputmode="numeric" value="" placeholder="model\'s maximum"' \
+        in html
+    refused = page(client, "model=qwen3-30b-a3b&engine=vllm&tp=2&context=65536")
+    assert "--max-model-len 65,536 is above qwen3-30b-a3b's maximum context 40,960" in refused
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in refused
+    allowed = page(client, "model=qwen3-30b-a3b&engine=vllm&tp=2&context=65536&allow_long_context=1")
+    assert '<p class="note verdict-note" data-code="context_above_model_maximum">--max-model-len 65,536' in allowed
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 VLLM_PP_LAYER_PARTITION" not in allowed   # the partition variable first
+    assert "VLLM_PP_LAYER_PARTITION=48 VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in allowed

@@ -40,6 +40,20 @@ def engine_options(file: str) -> frozenset[str]:
 
 
 @dataclass(frozen=True)
+class MaxContext:
+    """The longest context an engine serves a model with when no context is given (and the limit
+    above which it refuses a stated one): ``tokens``, and how it was derived from config.json
+    (``how``: "max_position_embeddings 40,960", "original_max_position_embeddings 4,096 × yarn
+    factor 40")."""
+
+    tokens: int
+    how: str
+    #: the context served when none is given, where it is not ``tokens`` (vLLM's LongRoPE models
+    #: default to their ``original_max_position_embeddings``)
+    default: int | None = None
+
+
+@dataclass(frozen=True)
 class LaunchSyntax:
     """How a launch of this engine looks in a shell script (the launcher reader asks the registry):
     serve programs (``vllm serve``), ``python -m`` modules, training entry points, the flags only
@@ -214,6 +228,26 @@ class Engine:
         if flag in self.flag_settings:
             return self.flag_settings[flag][0]
         return next((n for n, s in TABLE.items() if s.cli == flag), None)
+
+    def max_context(self, cfg: ModelConfig) -> MaxContext | None:
+        """The model's maximum context as this engine derives it from config.json; ``None`` when
+        the file states none. Training engines take ``max_position_embeddings`` (the default of
+        ``context``, which only the per-token FLOPs read there); the serving engines derive it by
+        their own rule (rope scaling included) and refuse a longer stated context. Raises
+        ``ValueError`` naming a key it cannot read."""
+        n = cfg.max_position_embeddings
+        return MaxContext(n, f"max_position_embeddings {n:,}") if n else None
+
+    def context(self, cfg: ModelConfig, plan: Plan) -> int:
+        """The plan's context: the one it states, else the model's maximum (:meth:`max_context`).
+        Raises ``ValueError`` (a message for the ``context`` field) when neither is known."""
+        if plan.context is not None:
+            return plan.context
+        limit = self.max_context(cfg)
+        if limit is None:
+            raise ValueError(f"{cfg.id}'s config.json states no maximum context (max_position_embeddings or a like "
+                             "key), and isplan does not know its config class's default: give the context")
+        return limit.tokens if limit.default is None else limit.default
 
     def layout_field(self, plan: Plan) -> str:
         """The field that describes the layout (where a shared start is fixed)."""

@@ -25,7 +25,7 @@ from datetime import date
 from functools import lru_cache
 from typing import Any, ClassVar
 
-from app.core.engines.base import Engine, Judgement, LayoutCheck
+from app.core.engines.base import Engine, Judgement, LayoutCheck, MaxContext
 from app.core.engines.rules import (
     EngineInputError,
     ShareBehaviour,
@@ -42,7 +42,7 @@ from app.core.model.serving_memory import (
     serving_layer_costs,
     serving_memory,
 )
-from app.core.plan import NEUTRAL_VALUES, FieldProblem, Plan
+from app.core.plan import FieldProblem, Plan
 from app.core.plan.bounds import MAX_PP, MAX_TP
 from app.core.verdict import Reason, ranges
 
@@ -329,19 +329,15 @@ def _warnings(cfg: ModelConfig, mod: ServingEngine, plan: StagePlan, diffs: list
 # --------------------------------------------------------------------------- export
 
 
-def _stated_context(context: int) -> int | None:
-    """A context the plan states (not the planner's default): the serve command names it."""
-    return context if context != NEUTRAL_VALUES["context"] else None
-
-
 def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int], *, tp: int = 1,
                      model: str | None = None, context: int | None = None,
-                     kv_dtype: str | None = None) -> dict[str, str]:
+                     kv_dtype: str | None = None, allow_long_context: bool = False) -> dict[str, str]:
     """The environment line and serve command for ``sizes``, every value ``shlex.quote``-d.
 
     ``model`` defaults to the config's upstream repository (else its id). ``context`` (stated by
-    the plan) and ``kv_dtype`` become the engine's own flags (its ``serve_args``), so the command
-    runs what the memory verdict judged.
+    the plan; none: the engine's own maximum) and ``kv_dtype`` become the engine's own flags (its
+    ``serve_args``), so the command runs what the memory verdict judged; ``allow_long_context``
+    sets the engine's override variable (:attr:`ServingEngine.long_context_env`) on the env line.
     """
     mod = engine_module(engine)
     _check_size(pp, "--pp", MAX_PP)
@@ -349,6 +345,8 @@ def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int
     name = model or cfg.upstream_repo or cfg.id
     value = ",".join(str(int(s)) for s in sizes)
     env_line = f"{mod.env_var}={shlex.quote(value)}"
+    if allow_long_context:
+        env_line += f" {mod.long_context_env}=1"
     command = " ".join(shlex.quote(a) for a in mod.serve_args(name, tp, pp, context=context, kv_dtype=kv_dtype,
                                                                 indexer=cfg.has_indexer))
     return {
@@ -389,7 +387,7 @@ class ServingCandidate:
 def best_serving_partition(cfg: ModelConfig, engine: str, pp: int, *, k: int = 1, mtp: bool = True,
                            version: str | date | None = None, memory: ServingMemorySettings | None = None,
                            model: str | None = None, allow_shared_starts: bool = False,
-                           objective: str = "memory") -> list[ServingCandidate]:
+                           objective: str = "memory", context: int | None = None) -> list[ServingCandidate]:
     """The ``k`` best partitions of ``cfg`` over ``pp`` ranks for ``engine``, best first.
 
     ``objective="memory"``: cost of a rank = bytes per GPU of its layers' weights (TP/EP sharded)
@@ -400,6 +398,7 @@ def best_serving_partition(cfg: ModelConfig, engine: str, pp: int, *, k: int = 1
     then the smallest split). Every rank starts on a full layer, also for engines that hand top-k
     over, unless ``allow_shared_starts`` and this engine build does not block on a shared start.
     Empty when no valid partition exists (more ranks than full layers, or a shared layer 1).
+    ``context``: the one the plan states, which each candidate's serve command names.
     """
     mod = engine_module(engine)
     pp = _check_size(pp, "--pp", MAX_PP)
@@ -424,8 +423,7 @@ def best_serving_partition(cfg: ModelConfig, engine: str, pp: int, *, k: int = 1
         check = serving_check(cfg, mod.name, pp, sizes, tp=settings.tp, mtp=mtp, version=build)
         out.append(ServingCandidate(sizes, objective, tuple(layout.rank_costs), layout.max_cost, check,
                                     export_partition(cfg, mod.name, pp, sizes, tp=settings.tp, model=model,
-                                                     context=_stated_context(settings.context),
-                                                     kv_dtype=settings.kv_dtype)))
+                                                     context=context, kv_dtype=settings.kv_dtype)))
     return out
 
 
@@ -434,7 +432,8 @@ def best_serving_partition(cfg: ModelConfig, engine: str, pp: int, *, k: int = 1
 
 #: the plan fields a serving engine reads: its partition, TP/EP, the MTP draft and serving memory
 SERVING_FIELDS = frozenset({"model", "engine", "engine_version", "mode", "split", "pp", "tp", "ep", "mtp_layers",
-                            "gpu", "gpu_memory_gb", "context", "concurrency", "kv_dtype", "weight_dtype"})
+                            "gpu", "gpu_memory_gb", "context", "allow_long_context", "concurrency", "kv_dtype",
+                            "weight_dtype"})
 #: what the largest term of an overflowing rank asks the user to change
 _FIX_OF_TERM = {"weights_bytes": ("tp", "raise tp or pp (weights are split over TP and PP), or serve FP8 weights"),
                 "kv_latent_bytes": ("context", "lower context or concurrency, serve the KV cache in fp8, or raise pp"),
@@ -444,6 +443,39 @@ _FIX_OF_TERM = {"weights_bytes": ("tp", "raise tp or pp (weights are split over 
 #: latent cache and a GQA model's keys and values alike: its KV cache)
 _TERM_LABELS = {"weights_bytes": "weights", "kv_latent_bytes": "KV cache", "indexer_cache_bytes": "indexer key cache",
                 "topk_buffer_bytes": "top-k buffer"}
+
+#: the keys of a per-layer-type ``rope_parameters`` (transformers ``configuration_utils.ALLOWED_LAYER_TYPES``,
+#: the version vLLM @ 0052a5b8 compares with): ``{"full_attention": {...}, "sliding_attention": {...}}``
+ROPE_LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention", "linear_attention"})
+
+
+def rope_entries(text: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+    """A config's rope scaling: its parameter dicts and whether they are per layer type.
+    ``rope_parameters`` (transformers v5) or ``rope_scaling`` (v4; transformers reads it as the
+    former) is one dict, or one per layer type; ``([], False)`` without one. ``type`` is read as
+    ``rope_type`` (transformers' own patch). Raises ``ValueError`` naming the key when it is not such
+    a dict."""
+    key = "rope_parameters" if text.get("rope_parameters") is not None else "rope_scaling"
+    rope = text.get(key)
+    if rope is None:
+        return [], False
+    nested = bool(isinstance(rope, dict) and rope and set(rope) <= ROPE_LAYER_TYPES)
+    entries = list(rope.values()) if nested else [rope]
+    if not all(isinstance(e, dict) for e in entries):
+        raise ValueError(f"config.json's {key} must be an object (or one per layer type), got "
+                         f"{str(rope)[:60]!r}: the serving engine reads the maximum context from it")
+    return [{**e, "rope_type": e.get("rope_type", e.get("type", "default"))} for e in entries], nested
+
+
+def config_number(text: dict[str, Any], key: str, where: str = "config.json") -> float | None:
+    """``text[key]`` as a positive number (``None`` when absent); ``ValueError`` naming the key otherwise."""
+    value = text.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value != value:
+        raise ValueError(f"{where}'s {key} must be a positive number, got {str(value)[:40]!r}: the serving "
+                         "engine derives the maximum context from it")
+    return value
 
 
 class ServingEngine(Engine):
@@ -464,6 +496,10 @@ class ServingEngine(Engine):
     kv_cache_dtypes: ClassVar[dict[str, str]]
     #: what ``--kv-cache-dtype auto`` means in this engine (the launcher import's warning says it)
     kv_auto: ClassVar[str]
+    #: the flag of the longest sequence a server takes (the plan's ``context``)
+    context_flag: ClassVar[str]
+    #: the variable that lets a stated context exceed the model's maximum (the plan's ``allow_long_context``)
+    long_context_env: ClassVar[str]
 
     # the engine's own rules (its module's functions)
     def default_partition(self, num_layers: int, pp: int, build: date | None = None) -> list[int]:
@@ -479,6 +515,27 @@ class ServingEngine(Engine):
     def mtp_with_pp(self, build: date | None) -> str:
         """What the engine says about serving the MTP draft with PP > 1."""
         raise NotImplementedError
+
+    def long_context_set(self, value: str) -> bool | None:
+        """Whether a value of :attr:`long_context_env` switches the override on (``None``: a value
+        the engine does not read as either, so it keeps its default, off)."""
+        raise NotImplementedError
+
+    def context_reason(self, plan: Plan, limit: MaxContext | None) -> Reason | None:
+        """The engine's start-up check of a stated context against the model's maximum: above it,
+        a refusal, or with :attr:`long_context_env` set, the warning the engine logs (positions
+        past the maximum the model was trained for give wrong output)."""
+        if plan.context is None or limit is None or plan.context <= limit.tokens:
+            return None
+        said = (f"{self.context_flag} {plan.context:,} is above {plan.model}'s maximum context {limit.tokens:,} "
+                f"({limit.how}, as {self.label} derives it)")
+        if plan.allow_long_context:
+            return Reason(self.acceptance_kind, "context_above_model_maximum",
+                          f"{said}; {self.long_context_env}=1 lets {self.label} start, but positions past the "
+                          "maximum may give wrong output or CUDA errors (the engine's own warning)", "context")
+        return Reason(self.acceptance_kind, "context_above_model_maximum",
+                      f"{said}: {self.label} refuses to start. Lower context to at most {limit.tokens:,}, or set "
+                      f"{self.long_context_env}=1 (allow_long_context) if the model was extended past it", "context")
 
     # the protocol
     def layout_field(self, plan: Plan) -> str:
@@ -509,12 +566,14 @@ class ServingEngine(Engine):
         n = plan.tp * pp
         return f"TP {plan.tp} × PP {pp} = {n} GPU{'' if n == 1 else 's'} (one {self.label} server)"
 
-    def memory_settings(self, plan: Plan) -> ServingMemorySettings:
+    def memory_settings(self, cfg: ModelConfig, plan: Plan) -> ServingMemorySettings:
+        """Serving memory's settings of ``plan``: its context (:meth:`context`: the model's maximum
+        unless stated), TP / EP, dtypes and the GPU's capacity. ``ValueError`` for an unknown context."""
         from app.core.model.parallelism import resolve_gpu
 
         gpu = resolve_gpu(plan.gpu, int(plan.gpu_memory_gb * 1e9) if plan.gpu_memory_gb else None)
         return ServingMemorySettings(tp=plan.tp, ep=plan.ep, weight_dtype=plan.weight_dtype, kv_dtype=plan.kv_dtype,
-                                     context=plan.context, concurrency=plan.concurrency,
+                                     context=self.context(cfg, plan), concurrency=plan.concurrency,
                                      capacity_gib=gpu.capacity_bytes / 2**30).validate()
 
     def judge(self, cfg: ModelConfig, plan: Plan, check: LayoutCheck) -> Judgement:
@@ -522,10 +581,13 @@ class ServingEngine(Engine):
         if not check.plan.stages:   # the partition is refused: nothing to place in memory
             return out
         try:
-            settings = self.memory_settings(plan)
+            settings = self.memory_settings(cfg, plan)
+            reason = self.context_reason(plan, self.max_context(cfg))
         except (ServingMemoryError, ValueError) as exc:
             out.problems.append(FieldProblem("context", str(exc)))
             return out
+        if reason is not None:
+            (out.warnings if plan.allow_long_context else out.blocking).append(reason)
         out.serving_memory = serving_memory(cfg, check.plan, check.roles, settings).to_json()
         out.blocking += serving_memory_reasons(out.serving_memory)
         return out
@@ -534,19 +596,19 @@ class ServingEngine(Engine):
                 conversion: LayoutCheck | None = None) -> dict[str, str]:
         if not check.valid:
             return {}
-        out = export_partition(cfg, self.name, check.plan.pp, check.plan.sizes, tp=plan.tp,
-                               context=_stated_context(plan.context), kv_dtype=plan.kv_dtype)
+        out = export_partition(cfg, self.name, check.plan.pp, check.plan.sizes, tp=plan.tp, context=plan.context,
+                               kv_dtype=plan.kv_dtype, allow_long_context=plan.allow_long_context)
         return {"serve": out["script"].rstrip(), "serve_env": out["env_line"], "serve_command": out["command"]}
 
     def best_layouts(self, cfg: ModelConfig, plan: Plan, *, objective: str = "memory", top: int = 1) -> list[Plan]:
         """The best valid partitions for ``plan.pp`` ranks (weights + KV per rank, every rank on a
         full layer), as split plans."""
         try:
-            settings = self.memory_settings(plan)
+            settings = self.memory_settings(cfg, plan)
         except (ServingMemoryError, ValueError):
             settings = ServingMemorySettings(tp=plan.tp, ep=plan.ep)
         found = best_serving_partition(cfg, self.name, plan.pp, k=top, mtp=bool(plan.mtp_layers),
-                                       version=plan.engine_version, memory=settings,
+                                       version=plan.engine_version, memory=settings, context=plan.context,
                                        objective=objective if objective in OBJECTIVES else "memory")
         return [replace(plan, mode="split", split=c.sizes, pp=len(c.sizes)) for c in found]
 

@@ -40,9 +40,10 @@ from __future__ import annotations
 from datetime import date
 from typing import ClassVar
 
-from app.core.engines.base import LaunchSyntax
+from app.core.engines.base import LaunchSyntax, MaxContext
 from app.core.engines.rules import RuleChange, ShareBehaviour
-from app.core.engines.serving import ServingEngine
+from app.core.engines.serving import ServingEngine, config_number, rope_entries
+from app.core.model.config import ModelConfig
 
 ENGINE = "sglang"
 ENV_VAR = "SGLANG_PP_LAYER_PARTITION"
@@ -135,6 +136,46 @@ UNREAD_FLAGS = (
 )
 
 
+#: ``get_context_length`` (``python/sglang/srt/utils/hf_transformers_utils.py`` @ 002fc100): the config
+#: keys of the context length, the first present taken
+CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
+CONTEXT_SOURCE = ("sgl-project/sglang python/sglang/srt/utils/hf_transformers_utils.py:get_context_length @ 002fc100; "
+                  "python/sglang/srt/configs/model_config.py:_derive_context_length @ 001adf56")
+#: ``python/sglang/srt/environ.py`` (an ``EnvBool``): set, a --context-length above the derived one is taken
+#: with a warning
+LONG_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+
+
+def max_context(cfg: ModelConfig) -> MaxContext | None:
+    """SGLang's derived context length (:data:`CONTEXT_SOURCE`): the first of
+    :data:`CONTEXT_LENGTH_KEYS` present, times the rope scaling ``factor`` unless the scaling names
+    an ``original_max_position_embeddings`` or is ``llama3`` (so a yarn config keeps its
+    ``max_position_embeddings``, where vLLM scales the original; a per-layer-type one has no
+    ``factor`` of its own). ``None`` when no key is present (SGLang would take 2048, or its config
+    class's default)."""
+    text = cfg.text_raw
+    key, n = next(((k, n) for k in CONTEXT_LENGTH_KEYS if (n := config_number(text, k)) is not None), ("", None))
+    if n is None:
+        return None
+    entries, nested = rope_entries(text)
+    factor = 1.0
+    if entries and not nested:
+        rp = entries[0]
+        factor = config_number(rp, "factor", "rope scaling") or 1.0
+        if "original_max_position_embeddings" in rp or rp["rope_type"] == "llama3":
+            factor = 1.0
+    how = f"{key} {n:,.0f}" + (f" × {entries[0]['rope_type']} factor {factor:g}" if factor != 1 else "")
+    return MaxContext(int(factor * n), how)
+
+
+def long_context_set(value: str) -> bool | None:
+    """``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`` (an ``EnvBool``): ``true`` / ``1`` / ``yes`` / ``y``
+    on, ``false`` / ``0`` / ``no`` / ``n`` off (any case); another value is none (SGLang warns and
+    keeps its default, off)."""
+    value = value.lower()
+    return True if value in ("true", "1", "yes", "y") else False if value in ("false", "0", "no", "n") else None
+
+
 def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
                indexer: bool = False) -> list[str]:
     """``python -m sglang.launch_server --model-path MODEL --tp-size TP --pp-size PP``, with
@@ -177,6 +218,8 @@ class SglangEngine(ServingEngine):
              "--pipeline-parallel-size": "pp", ENV_VAR: "split", CONTEXT_FLAG: "context", KV_DTYPE_FLAG: "kv_dtype"}
     kv_cache_dtypes = KV_CACHE_DTYPES
     kv_auto = "the model's dtype"
+    context_flag = CONTEXT_FLAG
+    long_context_env = LONG_CONTEXT_ENV
     #: ``python -m sglang.launch_server --model-path M`` or ``sglang serve`` (``python/sglang/cli/serve.py``
     #: @ c6f80cf9)
     launch: ClassVar[LaunchSyntax] = LaunchSyntax(
@@ -195,6 +238,12 @@ class SglangEngine(ServingEngine):
 
     def mtp_with_pp(self, build: date | None) -> str:
         return mtp_with_pp(build)
+
+    def max_context(self, cfg: ModelConfig) -> MaxContext | None:
+        return max_context(cfg)
+
+    def long_context_set(self, value: str) -> bool | None:
+        return long_context_set(value)
 
 
 ENGINE_OBJECT = SglangEngine()

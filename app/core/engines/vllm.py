@@ -36,9 +36,10 @@ from __future__ import annotations
 from datetime import date
 from typing import ClassVar
 
-from app.core.engines.base import LaunchSyntax
+from app.core.engines.base import LaunchSyntax, MaxContext
 from app.core.engines.rules import RuleChange, ShareBehaviour
-from app.core.engines.serving import ServingEngine
+from app.core.engines.serving import ServingEngine, config_number, rope_entries
+from app.core.model.config import ModelConfig
 
 ENGINE = "vllm"
 ENV_VAR = "VLLM_PP_LAYER_PARTITION"
@@ -121,6 +122,56 @@ def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_d
     return args
 
 
+#: ``_get_and_verify_max_len`` (``vllm/config/model.py`` @ 0052a5b8): the config keys of a maximum
+#: length, the smallest of those present taken
+MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+MAX_LEN_SOURCE = "vllm-project/vllm vllm/config/model.py:_get_and_verify_max_len @ 0052a5b8"
+#: ``vllm/envs.py``: set to 1 / true, a --max-model-len above the derived maximum is taken with a warning
+LONG_CONTEXT_ENV = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
+
+
+def max_context(cfg: ModelConfig) -> MaxContext | None:
+    """vLLM's maximum model length (:data:`MAX_LEN_SOURCE`): the smallest of :data:`MAX_LEN_KEYS`
+    present, or ``model_max_length`` when set; times the rope scaling ``factor`` unless the rope
+    type is ``su``, ``longrope`` or ``llama3`` (a ``yarn`` one scales its
+    ``original_max_position_embeddings``; a Gemma 3 config is already scaled); LongRoPE models
+    default to ``original_max_position_embeddings``. Not read: the tokenizer's ``model_max_length``
+    (``tokenizer_config.json``, which can only lower it). ``None`` when no key is present."""
+    text = cfg.text_raw
+    found = [(k, n) for k in MAX_LEN_KEYS if (n := config_number(text, k)) is not None]
+    if not found:
+        return None
+    key, n = min(found, key=lambda kn: kn[1])
+    if text.get("model_max_length"):
+        key, n = "model_max_length", config_number(text, "model_max_length") or n
+    how = f"{key} {n:,.0f}"
+    entries, _ = rope_entries(text)
+    model_type = str(text.get("model_type") or cfg.model_type or "")
+    if entries and "gemma3" not in model_type:
+        factor = 1.0
+        for rp in entries:
+            if rp["rope_type"] not in ("su", "longrope", "llama3"):
+                factor = config_number(rp, "factor", "rope scaling") or factor
+                if rp["rope_type"] == "yarn":
+                    orig = config_number(rp, "original_max_position_embeddings", "rope scaling")
+                    if orig is None:
+                        raise ValueError("config.json's yarn rope scaling has no original_max_position_embeddings, "
+                                         "which vLLM reads to derive the maximum context")
+                    n, how = orig, f"original_max_position_embeddings {orig:,.0f}"
+        if factor != 1:
+            n, how = n * factor, f"{how} × {entries[0]['rope_type']} factor {factor:g}"
+    default = None
+    if any(rp["rope_type"] == "longrope" for rp in entries):
+        default = int(config_number(text, "original_max_position_embeddings") or n)
+    return MaxContext(int(n), how, default)
+
+
+def long_context_set(value: str) -> bool:
+    """``VLLM_ALLOW_LONG_MAX_MODEL_LEN``: on for ``1`` / ``true`` (any case, spaces stripped), off otherwise."""
+    return value.strip().lower() in ("1", "true")
+
+
 def mtp_with_pp(build: date | None = None) -> str:
     """vLLM builds the MTP drafter on the last rank; MTP with PP > 1 is still being fixed upstream."""
     return ("vLLM builds the MTP drafter on the last pipeline rank only; MTP with PP > 1 is still being fixed "
@@ -144,6 +195,8 @@ class VllmEngine(ServingEngine):
                                        CONTEXT_FLAG: "context", KV_DTYPE_FLAG: "kv_dtype"}
     kv_cache_dtypes = KV_CACHE_DTYPES
     kv_auto = "the model's dtype (FP8 for DeepSeek-V3.2-style DSA models, vllm/config/cache.py @ c1d86421)"
+    context_flag = CONTEXT_FLAG
+    long_context_env = LONG_CONTEXT_ENV
     #: ``vllm serve MODEL`` (``vllm/entrypoints/cli/serve.py`` @ 78265ccd) or the OpenAI server module
     launch: ClassVar[LaunchSyntax] = LaunchSyntax(
         programs=(("vllm", "serve"),), modules=("vllm.entrypoints.openai.api_server",), model_flags=("--model",),
@@ -161,6 +214,12 @@ class VllmEngine(ServingEngine):
 
     def mtp_with_pp(self, build: date | None) -> str:
         return mtp_with_pp(build)
+
+    def max_context(self, cfg: ModelConfig) -> MaxContext | None:
+        return max_context(cfg)
+
+    def long_context_set(self, value: str) -> bool | None:
+        return long_context_set(value)
 
 
 ENGINE_OBJECT = VllmEngine()

@@ -96,7 +96,8 @@ def import_serve_launcher(text: str | bytes, base: Plan, *, path: str | None = N
     plan = replace(base, engine=engine, tp=launch.tp, pp=launch.pp, parallel=True,
                    mode="split" if launch.partition is not None else "flags", split=launch.partition,
                    context=base.context if launch.context is None else launch.context,
-                   kv_dtype=base.kv_dtype if launch.kv_dtype is None else launch.kv_dtype)
+                   kv_dtype=base.kv_dtype if launch.kv_dtype is None else launch.kv_dtype,
+                   allow_long_context=launch.allow_long_context)
     at = launch.provenance["engine"]
     guess = EngineGuess(launch.engine, f"`{at.value}` serve command", at.file, at.line)
     values = {k: {"value": v.value, "file": v.file, "line": v.line} for k, v in launch.provenance.items()}

@@ -13,7 +13,10 @@ the model as ``vllm serve MODEL`` or ``--model``; SGLang ``--tp-size`` / ``--tp`
 ``--tensor-parallel-size``, ``--pp-size`` / ``--pp`` / ``--pipeline-parallel-size``,
 ``--model-path`` / ``--model``; the context (vLLM ``--max-model-len``, SGLang ``--context-length``)
 and ``--kv-cache-dtype`` (the engine's values mapped to bf16 / fp8; ``auto`` keeps the plan's
-with a warning); ``--flag value`` and ``--flag=value``; the last occurrence wins (argparse).
+with a warning); ``--flag value`` and ``--flag=value``; the last occurrence wins (argparse). The
+engine's override of the model's maximum context (``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` /
+``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN``, read as the engine reads its value) is the plan's
+``allow_long_context``.
 Missing TP / PP mean the engines' default 1. A flag that changes what a rank holds but that no
 plan field carries (the engine's ``LaunchSyntax.unread_flags``: memory utilisation, quantization,
 expert or data parallelism ...) is a warning naming it and what the verdict assumes instead.
@@ -86,11 +89,12 @@ class ServeLaunch:
     work: int = 0   # work units the reading charged (see app.core.launcher.cost)
     context: int | None = None   # the engine's context flag, when given
     kv_dtype: str | None = None   # bf16 / fp8 from --kv-cache-dtype, when given (not auto)
+    allow_long_context: bool = False   # the engine's long-context override variable is on
 
     def to_json(self) -> dict[str, Any]:
         return {
             "engine": self.engine, "model": self.model, "tp": self.tp, "pp": self.pp,
-            "context": self.context, "kv_dtype": self.kv_dtype,
+            "context": self.context, "kv_dtype": self.kv_dtype, "allow_long_context": self.allow_long_context,
             "partition": list(self.partition) if self.partition is not None else None,
             "provenance": {k: v.to_dict() for k, v in self.provenance.items()},
             "warnings": list(self.warnings),
@@ -179,19 +183,17 @@ def _read(cmd: Command, engine: str, first: int) -> dict[str, Provenance]:
     return got
 
 
-def _partition(engine: str, env: dict[str, Provenance], k8s: dict[str, Provenance],
-               shell: dict[str, Provenance], warnings: list[str]) -> Provenance | None:
-    var = ENV_VARS_BY_ENGINE[engine]
-    others = [v for v in ENV_VARS if v != var]
+def _variable(var: str, engine: str, unset: str, env: dict[str, Provenance], k8s: dict[str, Provenance],
+              shell: dict[str, Provenance], warnings: list[str]) -> Provenance | None:
+    """The value of the engine's variable ``var`` as the server process sees it: the spec's env, a
+    value set for the command, or an exported one (an assignment alone is not seen: said, with
+    what the engine does then, ``unset``). Refused when it cannot be resolved or has two values."""
     mine = env.get(var) or shell.get(var)
     if mine is not None and mine.how == "assignment":
         warnings.append(f"{var} is assigned on {where(mine.file, mine.line)} but never exported, so {engine} does "
-                        f"not see it and uses its default partition (write `export {var}=...`)")
+                        f"not see it and uses {unset} (write `export {var}=...`)")
         mine = None
     seen = [p for p in (k8s.get(var), mine) if p is not None]
-    for other in others:
-        if k8s.get(other) or env.get(other) or shell.get(other):
-            warnings.append(f"{other} is set but {engine} reads {var}; it is ignored")
     for p in seen:
         if p.reason is not None:
             raise ServeLauncherError(f"{where(p.file, p.line)}: {var} cannot be resolved (unknown variable, command "
@@ -200,6 +202,33 @@ def _partition(engine: str, env: dict[str, Provenance], k8s: dict[str, Provenanc
         lines = ", ".join(f"{p.value!r} ({where(p.file, p.line)})" for p in seen)
         raise ServeLauncherError(f"{var} has two different values: {lines}; keep one")
     return seen[-1] if seen else None
+
+
+def _partition(engine: str, env: dict[str, Provenance], k8s: dict[str, Provenance],
+               shell: dict[str, Provenance], warnings: list[str]) -> Provenance | None:
+    var = ENV_VARS_BY_ENGINE[engine]
+    found = _variable(var, engine, "its default partition", env, k8s, shell, warnings)
+    for other in (v for v in ENV_VARS if v != var):
+        if k8s.get(other) or env.get(other) or shell.get(other):
+            warnings.append(f"{other} is set but {engine} reads {var}; it is ignored")
+    return found
+
+
+def _long_context(engine: str, env: dict[str, Provenance], k8s: dict[str, Provenance],
+                  shell: dict[str, Provenance], warnings: list[str]) -> Provenance | None:
+    """The engine's override of the model's maximum context (``ServingEngine.long_context_env``)
+    when the launch switches it on; a value the engine reads as neither on nor off is said (the
+    engine keeps its default, off)."""
+    e = ENGINES[engine]
+    var = e.long_context_env   # type: ignore[attr-defined]
+    found = _variable(var, engine, "its default (off)", env, k8s, shell, warnings)
+    if found is None:
+        return None
+    on = e.long_context_set(found.value)   # type: ignore[attr-defined]
+    if on is None:
+        warnings.append(f"{var}={found.value!r} ({where(found.file, found.line)}) is neither on nor off for "
+                        f"{engine}, which keeps its default (off)")
+    return found if on else None
 
 
 def _as_int(p: Provenance, name: str, digits: int = 6) -> int:
@@ -277,7 +306,11 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
     context = (_as_int(got["context"], f"the context length ({' / '.join(_flags(engine)['context'])})", digits=8)
                if "context" in got else None)
     kv_dtype = _kv_dtype(got["kv_dtype"], engine, warnings) if "kv_dtype" in got else None
-    part = _partition(engine, _command_env(cmd, start), k8s, shell, warnings)
+    env = _command_env(cmd, start)
+    part = _partition(engine, env, k8s, shell, warnings)
+    long_context = _long_context(engine, env, k8s, shell, warnings)
+    if long_context is not None:
+        got["allow_long_context"] = long_context
     sizes = None
     if part is not None:
         got["partition"] = part
@@ -286,4 +319,5 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
         except ValueError:
             raise ServeLauncherError(f"{where(part.file, part.line)}: {ENV_VARS_BY_ENGINE[engine]} is "
                                      f"{part.value!r}, not a comma list of whole numbers") from None
-    return ServeLaunch(engine, model.value, tp, pp, sizes, got, tuple(warnings), work, context, kv_dtype)
+    return ServeLaunch(engine, model.value, tp, pp, sizes, got, tuple(warnings), work, context, kv_dtype,
+                       long_context is not None)

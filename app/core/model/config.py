@@ -300,6 +300,9 @@ class ModelConfig:
     moe_latent_size: int = 0
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: the language model's own fields as the file gives them (a multimodal file's ``text_config``,
+    #: GPT-2's names mapped): what a serving engine reads its maximum context from
+    text_raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     __hash__ = hash_once  # hashed once: a config is in most cache keys of an evaluation
     __getstate__ = state_without_hash
@@ -1377,6 +1380,7 @@ def config_from_dict(
     fields["max_position_embeddings"] = _int_field(raw, "max_position_embeddings", None)
     fields["extra"] = {k: v for k, v in original.items() if k not in _NEEDED and k not in _GPT2_EXTRA}
     fields["raw"] = original
+    fields["text_raw"] = raw
     fields["multimodal"] = multimodal
     fields.update(family)
     return _refuse_inconsistent(ModelConfig(**fields))

@@ -99,6 +99,8 @@ class Field:
     nargs: bool = False
     #: the neutral value is ``None`` ("not given"): the page offers a blank choice
     optional: bool = False
+    #: what a blank optional field means, in words (the page's placeholder; "unset" when empty)
+    default_text: str = ""
 
     def bounds_text(self) -> str:
         if self.kind == "choice":
@@ -325,9 +327,11 @@ class Plan:
                                     "network bandwidth per GPU in Gb/s (default: the GPU's system)", "time", lo=1,
                                     hi=100_000)
     # FLOPs -----------------------------------------------------------------------------
-    context: int = _f("int", 1_048_576, "--context",
-                      "context length (tokens per sequence): per-token FLOPs and the serving KV cache", "flops",
-                      lo=1024, hi=MAX_TOKENS, aliases=("ctx",))
+    context: int | None = _f("int", None, "--context",
+                             "context length (tokens per sequence): per-token FLOPs and the serving KV cache "
+                             "(default: the model's maximum - max_position_embeddings; a serving engine derives "
+                             "it by its own rule, rope scaling included)", "flops",
+                             lo=1024, hi=MAX_TOKENS, aliases=("ctx",), default_text="model's maximum")
     # conversion (a second layout slot, e.g. slime's checkpoint conversion) ---------------
     conv: str = _f("choice", "none", None, "conversion layout: none, flags or split", "conversion",
                    choices=CONVERSION_MODES)
@@ -347,6 +351,11 @@ class Plan:
                        "KV cache dtype (fp8: the engine's FP8 cache, vLLM's fp8_ds_mla layout for MLA)", "serving",
                        choices=KV_DTYPES)
     weight_dtype: str = _f("choice", "bf16", "--weight-dtype", "weight dtype", "serving", choices=WEIGHT_DTYPES)
+    allow_long_context: bool = _f("bool", False, "--allow-long-context",
+                                  "serve a context above the model's maximum: the engine's override variable "
+                                  "(vLLM VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLang "
+                                  "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1); without it the engine refuses to "
+                                  "start", "serving")
     # MaxText pipeline (src/maxtext/configs/types.py keys) -----------------------------------
     ici_pipeline_parallelism: int = _f("int", 1, "--ici-pipeline-parallelism", "MaxText ici_pipeline_parallelism",
                                        "maxtext", lo=1, hi=MAX_PP, aliases=("ici_pp",))

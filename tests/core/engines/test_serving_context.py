@@ -1,0 +1,163 @@
+"""The model's maximum context as each serving engine derives it, and what a longer stated one does.
+
+Expected values are worked out by hand from each engine's code as read (vLLM
+``vllm/config/model.py:_get_and_verify_max_len`` @ 0052a5b8; SGLang
+``hf_transformers_utils.get_context_length`` @ 002fc100 and ``ModelConfig._derive_context_length``
+@ 001adf56), on the pinned presets and on configs edited to tell the two rules apart.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from app.core.engines import ENGINES
+from app.core.evaluate import evaluate
+from app.core.launcher import import_launcher, parse_serve_launcher
+from app.core.model.config import load_config_bytes, load_preset
+from app.core.plan import Plan
+from app.core.reports import flops_command_report
+
+QWEN3 = load_preset("qwen3-30b-a3b")
+
+
+def _edited(preset: str, **changes: object) -> object:
+    """``preset``'s config.json with keys set (``None``: removed), loaded as an upload."""
+    raw = dict(load_preset(preset).raw)
+    for k, v in changes.items():
+        if v is None:
+            raw.pop(k, None)
+        else:
+            raw[k] = v
+    return load_config_bytes(json.dumps(raw).encode())
+
+
+@pytest.mark.parametrize("preset,vllm,sglang", [
+    ("glm-5.2", 1_048_576, 1_048_576),          # max_position_embeddings, no rope scaling
+    ("qwen3-30b-a3b", 40_960, 40_960),          # rope_scaling null
+    ("llama-3.1-70b", 131_072, 131_072),        # llama3 rope: no factor applied by either
+    ("deepseek-v3", 4_096 * 40, 163_840),       # yarn: vLLM scales the original 4,096; SGLang keeps 163,840
+    ("kimi-k2", 4_096 * 32, 131_072),
+])
+def test_presets_maximum_context(preset, vllm, sglang):
+    cfg = load_preset(preset)
+    assert ENGINES["vllm"].max_context(cfg).tokens == vllm
+    assert ENGINES["sglang"].max_context(cfg).tokens == sglang
+
+
+@pytest.mark.parametrize("changes,vllm,sglang", [
+    # Qwen2.5-style YaRN: vLLM 32,768 x 4; SGLang sees original_max_position_embeddings and keeps 32,768
+    ({"max_position_embeddings": 32768,
+      "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}, 131_072, 32_768),
+    # linear scaling without an original length: both multiply
+    ({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 2.0}}, 8192, 8192),
+    # the same as transformers v5 writes it
+    ({"max_position_embeddings": 4096, "rope_scaling": None,
+      "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6}}, 8192, 8192),
+    # llama3 rope: neither scales
+    ({"max_position_embeddings": 8192, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+                                                          "original_max_position_embeddings": 8192}}, 8192, 8192),
+    # vLLM takes the smallest key present; SGLang the first in its own order (max_sequence_length first)
+    ({"max_position_embeddings": 8192, "max_seq_len": 2048, "max_sequence_length": 16384}, 2048, 16384),
+    # a per-layer-type rope: vLLM multiplies by the factor; SGLang's .get("factor") on the outer dict finds none
+    ({"max_position_embeddings": 4096, "rope_scaling": None,
+      "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 2.0},
+                          "sliding_attention": {"rope_type": "default"}}}, 8192, 4096),
+])
+def test_engine_rules_differ_where_their_code_does(changes, vllm, sglang):
+    cfg = _edited("qwen3-30b-a3b", **changes)
+    assert ENGINES["vllm"].max_context(cfg).tokens == vllm
+    assert ENGINES["sglang"].max_context(cfg).tokens == sglang
+
+
+def test_longrope_default_is_the_original_length_but_the_limit_is_not():
+    """vLLM: a LongRoPE model (no factor applied) defaults to its ``original_max_position_embeddings``
+    and still takes a stated context up to ``max_position_embeddings``."""
+    cfg = _edited("qwen3-30b-a3b", max_position_embeddings=131072, original_max_position_embeddings=4096,
+                  rope_scaling={"type": "longrope", "short_factor": [1.0], "long_factor": [2.0]})
+    limit = ENGINES["vllm"].max_context(cfg)
+    assert (limit.tokens, limit.default) == (131_072, 4096)
+    ev = evaluate(Plan(model=cfg.id, engine="vllm", tp=4), cfg)
+    assert ev.serving_memory["settings"]["context"] == 4096
+    assert ENGINES["sglang"].max_context(cfg).tokens == 131_072
+
+
+def test_default_context_is_the_models_maximum_and_memory_is_judged_there():
+    ev = evaluate(Plan(model="qwen3-30b-a3b", engine="vllm", tp=2), QWEN3)
+    assert ev.serving_memory["settings"]["context"] == 40_960
+    assert not [r for r in ev.verdict.blocking if r.code == "context_above_model_maximum"]
+    assert "--max-model-len" not in ev.engine.exports(QWEN3, ev.plan, ev.check, ev.judgement)["serve"]
+
+
+@pytest.mark.parametrize("engine,env", [("vllm", "VLLM_ALLOW_LONG_MAX_MODEL_LEN"),
+                                        ("sglang", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN")])
+def test_a_context_above_the_maximum_is_refused_unless_overridden(engine, env):
+    plan = Plan(model="qwen3-30b-a3b", engine=engine, tp=2, context=65_536)
+    ev = evaluate(plan, QWEN3)
+    refused = [r for r in ev.verdict.blocking if r.code == "context_above_model_maximum"]
+    assert len(refused) == 1 and refused[0].field == "context" and refused[0].kind == engine
+    assert "65,536" in refused[0].message and "40,960" in refused[0].message and env in refused[0].message
+    assert not ev.verdict.go
+    allowed = evaluate(replace(plan, allow_long_context=True), QWEN3)
+    assert not [r for r in allowed.verdict.blocking if r.code == "context_above_model_maximum"]
+    assert [r.code for r in allowed.verdict.notes] == ["context_above_model_maximum"]   # printed by the CLI and page
+    assert allowed.serving_memory["settings"]["context"] == 65_536
+    exported = allowed.engine.exports(QWEN3, allowed.plan, allowed.check, allowed.judgement)
+    assert f"{env}=1" in exported["serve_env"]
+    back = import_launcher(exported["serve"], QWEN3, Plan(model="qwen3-30b-a3b"))
+    assert (back.plan.context, back.plan.allow_long_context) == (65_536, True)
+    at_max = evaluate(replace(plan, context=40_960), QWEN3)
+    assert not [r for r in at_max.verdict.blocking if r.code == "context_above_model_maximum"]
+
+
+@pytest.mark.parametrize("engine,value,on", [
+    ("vllm", "1", True), ("vllm", " TRUE ", True), ("vllm", "yes", False), ("vllm", "0", False),
+    ("sglang", "yes", True), ("sglang", "Y", True), ("sglang", "true", True), ("sglang", "no", False),
+])
+def test_the_override_variable_is_read_as_each_engine_reads_it(engine, value, on):
+    env = ENGINES[engine].long_context_env
+    command = ("vllm serve m --max-model-len 65536" if engine == "vllm"
+               else "python -m sglang.launch_server --model-path m --context-length 65536")
+    launch = parse_serve_launcher(f"export {env}='{value}'\n{command}\n")
+    assert launch.allow_long_context is on
+
+
+def test_an_override_the_engine_does_not_see_is_said():
+    """Assigned but not exported: the server does not see it. A value SGLang reads as neither on
+    nor off: it keeps its default (off) and the import says so."""
+    hidden = parse_serve_launcher("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1\nvllm serve m\n")
+    assert not hidden.allow_long_context
+    assert any("VLLM_ALLOW_LONG_MAX_MODEL_LEN is assigned" in w and "never exported" in w for w in hidden.warnings)
+    odd = parse_serve_launcher("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=maybe python -m sglang.launch_server "
+                               "--model-path m\n")
+    assert not odd.allow_long_context
+    assert any("neither on nor off" in w for w in odd.warnings)
+
+
+def test_a_config_without_a_maximum_or_with_an_unreadable_rope_is_a_context_problem():
+    none = _edited("qwen3-30b-a3b", max_position_embeddings=None)
+    ev = evaluate(Plan(model=none.id, engine="sglang", tp=2), none)
+    assert [p.field for p in ev.problems] == ["context"] and "no maximum context" in ev.problems[0].message
+    stated = evaluate(Plan(model=none.id, engine="sglang", tp=2, context=8192), none)
+    assert not stated.problems and stated.serving_memory["settings"]["context"] == 8192
+    bad = _edited("qwen3-30b-a3b", rope_scaling="yarn")
+    ev = evaluate(Plan(model=bad.id, engine="vllm", tp=2), bad)
+    assert [p.field for p in ev.problems] == ["context"] and "rope_scaling" in ev.problems[0].message
+
+
+def test_training_engines_default_to_max_position_embeddings_for_flops():
+    body = flops_command_report(Plan(model="qwen3-30b-a3b"), QWEN3).body
+    assert body["context"] == 40_960
+
+
+def test_the_cli_says_the_refusal_and_the_overridden_warning():
+    from app.core.reports import check_report
+
+    plan = Plan(model="qwen3-30b-a3b", engine="sglang", tp=2, pp=1, context=65_536)
+    refused = "\n".join(check_report(plan, QWEN3).lines)
+    assert "blocking (sglang, field context): --context-length 65,536 is above" in refused
+    allowed = "\n".join(check_report(replace(plan, allow_long_context=True), QWEN3).lines)
+    assert "verdict: GO" in allowed
+    assert "warning (sglang): --context-length 65,536 is above qwen3-30b-a3b's maximum context 40,960" in allowed
