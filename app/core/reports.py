@@ -227,7 +227,7 @@ def memory_report(plan: Plan, cfg: ModelConfig, **kw: Any) -> Report:
 
 
 def inference_report(plan: Plan, cfg: ModelConfig, *, context: int | None, batch: int, kv_dtype: str,
-                     weight_dtype: str, dp_attention: bool, include_mtp: bool) -> Report:
+                     weight_dtype: str | None, dp_attention: bool, include_mtp: bool) -> Report:
     """``isplan memory --inference``: weights + KV cache of the whole model on one TP group, with
     a verdict: the plan's layout reasons and whether that memory fits the GPU (a training job's
     parallel constraints and memory are not this question).
@@ -238,11 +238,16 @@ def inference_report(plan: Plan, cfg: ModelConfig, *, context: int | None, batch
     one verdict per plan). Only ``--dp-attention`` / ``--include-mtp``, which that per-rank model
     does not hold, keep the whole-model figure."""
     from app.core.model.memory import inference_memory
+    from app.core.model.serving_memory import WeightFormatError, served_weight_dtype
 
     ev = evaluated(plan, cfg)
     if ev.engine.workflow == "serving" and not (dp_attention or include_mtp):
         return memory_report(plan, cfg)
     context = context if context is not None else plan_context(ev)
+    try:
+        weight_dtype = served_weight_dtype(cfg, weight_dtype)
+    except WeightFormatError as exc:
+        raise PlanError([FieldProblem(exc.field, str(exc))]) from None
     try:
         body = inference_memory(cfg, tp=plan.tp, ep=plan.ep, dp_attention=dp_attention, kv_dtype=kv_dtype,
                                 context=context, batch=batch, gpu=plan.gpu,

@@ -277,9 +277,10 @@ class PlanView:
     def shown_value(self, name: str) -> str:
         """What field ``name`` shows: the URL's text, or - a choice outside the parallel groups,
         which the URL leaves unset - the plan's own value (a select always shows an option; blank
-        in a parallel group states nothing, so the plan's parallelism stays as the URL says)."""
+        in a parallel group states nothing, so the plan's parallelism stays as the URL says, and
+        blank in an optional one is its default in words, :attr:`Field.default_text`)."""
         value, spec = self.values[name], TABLE[name]
-        if spec.kind == "choice" and not value and spec.group not in PARALLEL_GROUPS:
+        if spec.kind == "choice" and not value and spec.group not in PARALLEL_GROUPS and not spec.optional:
             value = str(getattr(self.plan, name))
         return value
 
@@ -302,7 +303,8 @@ class PlanView:
     def _field(self, name: str, value: str, inactive: bool) -> FieldView:
         spec = TABLE[name]
         neutral = NEUTRAL_VALUES[name]
-        unset = spec.group in PARALLEL_GROUPS   # blank states nothing: the plan's parallelism stays as the URL says
+        # blank states nothing: the plan's parallelism stays as the URL says, an optional field keeps its default
+        unset = spec.group in PARALLEL_GROUPS or spec.optional
         placeholder = "" if neutral is None or spec.kind == "bool" else format_value(spec, neutral)
         return FieldView(name, spec.kind, name, self.flag_of(name), spec.help, value,
                          placeholder or spec.default_text or "unset", spec.choices, unset, inactive, self.field_errors.get(name),

@@ -39,6 +39,7 @@ from app.core.model.roles import TRANSFORMERS_RULE, RoleMap, derive_roles
 from app.core.model.serving_memory import (
     ServingMemoryError,
     ServingMemorySettings,
+    served_weight_dtype,
     serving_layer_costs,
     serving_memory,
 )
@@ -331,13 +332,16 @@ def _warnings(cfg: ModelConfig, mod: ServingEngine, plan: StagePlan, diffs: list
 
 def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int], *, tp: int = 1,
                      model: str | None = None, context: int | None = None,
-                     kv_dtype: str | None = None, allow_long_context: bool = False) -> dict[str, str]:
+                     kv_dtype: str | None = None, allow_long_context: bool = False,
+                     weight_dtype: str | None = None) -> dict[str, str]:
     """The environment line and serve command for ``sizes``, every value ``shlex.quote``-d.
 
     ``model`` defaults to the config's upstream repository (else its id). ``context`` (stated by
     the plan; none: the engine's own maximum) and ``kv_dtype`` become the engine's own flags (its
     ``serve_args``), so the command runs what the memory verdict judged; ``allow_long_context``
-    sets the engine's override variable (:attr:`ServingEngine.long_context_env`) on the env line.
+    sets the engine's override variable (:attr:`ServingEngine.long_context_env`) on the env line;
+    a stated ``weight_dtype`` of ``fp8`` for a BF16 checkpoint is ``--quantization fp8`` (an FP8
+    checkpoint is loaded as FP8 without it).
     """
     mod = engine_module(engine)
     _check_size(pp, "--pp", MAX_PP)
@@ -347,8 +351,9 @@ def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int
     env_line = f"{mod.env_var}={shlex.quote(value)}"
     if allow_long_context:
         env_line += f" {mod.long_context_env}=1"
+    quantization = "fp8" if weight_dtype == "fp8" and cfg.checkpoint_weight_dtype == "bf16" else None
     command = " ".join(shlex.quote(a) for a in mod.serve_args(name, tp, pp, context=context, kv_dtype=kv_dtype,
-                                                                indexer=cfg.has_indexer))
+                                                                indexer=cfg.has_indexer, quantization=quantization))
     return {
         "env_var": mod.env_var,
         "env_value": value,
@@ -509,7 +514,7 @@ class ServingEngine(Engine):
         raise NotImplementedError
 
     def serve_args(self, model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
-                   indexer: bool = False) -> list[str]:
+                   indexer: bool = False, quantization: str | None = None) -> list[str]:
         raise NotImplementedError
 
     def mtp_with_pp(self, build: date | None) -> str:
@@ -568,11 +573,13 @@ class ServingEngine(Engine):
 
     def memory_settings(self, cfg: ModelConfig, plan: Plan) -> ServingMemorySettings:
         """Serving memory's settings of ``plan``: its context (:meth:`context`: the model's maximum
-        unless stated), TP / EP, dtypes and the GPU's capacity. ``ValueError`` for an unknown context."""
+        unless stated), TP / EP, dtypes (the weights': the checkpoint's unless stated) and the GPU's
+        capacity. ``ValueError`` (:class:`ServingMemoryError`, its ``field``) for an unknown one."""
         from app.core.model.parallelism import resolve_gpu
 
         gpu = resolve_gpu(plan.gpu, int(plan.gpu_memory_gb * 1e9) if plan.gpu_memory_gb else None)
-        return ServingMemorySettings(tp=plan.tp, ep=plan.ep, weight_dtype=plan.weight_dtype, kv_dtype=plan.kv_dtype,
+        return ServingMemorySettings(tp=plan.tp, ep=plan.ep, weight_dtype=served_weight_dtype(cfg, plan.weight_dtype),
+                                     kv_dtype=plan.kv_dtype,
                                      context=self.context(cfg, plan), concurrency=plan.concurrency,
                                      capacity_gib=gpu.capacity_bytes / 2**30).validate()
 
@@ -584,7 +591,7 @@ class ServingEngine(Engine):
             settings = self.memory_settings(cfg, plan)
             reason = self.context_reason(plan, self.max_context(cfg))
         except (ServingMemoryError, ValueError) as exc:
-            out.problems.append(FieldProblem("context", str(exc)))
+            out.problems.append(FieldProblem(getattr(exc, "field", "context"), str(exc)))
             return out
         if reason is not None:
             (out.warnings if plan.allow_long_context else out.blocking).append(reason)
@@ -597,7 +604,8 @@ class ServingEngine(Engine):
         if not check.valid:
             return {}
         out = export_partition(cfg, self.name, check.plan.pp, check.plan.sizes, tp=plan.tp, context=plan.context,
-                               kv_dtype=plan.kv_dtype, allow_long_context=plan.allow_long_context)
+                               kv_dtype=plan.kv_dtype, allow_long_context=plan.allow_long_context,
+                               weight_dtype=plan.weight_dtype)
         return {"serve": out["script"].rstrip(), "serve_env": out["env_line"], "serve_command": out["command"]}
 
     def best_layouts(self, cfg: ModelConfig, plan: Plan, *, objective: str = "memory", top: int = 1) -> list[Plan]:

@@ -121,6 +121,9 @@ def share_behaviour(build: date | None = None) -> ShareBehaviour:
 #: ``--context-length``: the model's maximum context a server takes (the plan's ``context``)
 CONTEXT_FLAG = "--context-length"
 KV_DTYPE_FLAG = "--kv-cache-dtype"
+#: ``--quantization fp8`` loads a BF16 checkpoint's weights quantized to FP8 (the plan's ``weight_dtype``);
+#: another method is not a plan setting (a launcher warning)
+QUANTIZATION_FLAG = "--quantization"
 #: ``--kv-cache-dtype`` values -> the plan's ``kv_dtype`` (``auto``: the model's dtype, read as the
 #: plan's default and said). ``fp8_e4m3`` / ``fp8_e5m2`` are the spellings SGLang launch scripts use;
 #: the list of choices was not read in SGLang's ``server_args.py`` at a cited commit
@@ -128,7 +131,6 @@ KV_CACHE_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "fp8_e4m3": "fp8", "fp8_e
 #: settings no plan field carries: (flag, takes a value, what the memory verdict assumes)
 UNREAD_FLAGS = (
     ("--mem-fraction-static", True, "0.9 of each GPU"),
-    ("--quantization", True, "the --weight-dtype setting (bf16 unless given)"),
     ("--ep-size", True, "experts split inside each expert over TP (no expert parallelism)"),
     ("--expert-parallel-size", True, "experts split inside each expert over TP (no expert parallelism)"),
     ("--dp-size", True, "one server (DP 1)"),
@@ -177,7 +179,7 @@ def long_context_set(value: str) -> bool | None:
 
 
 def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
-               indexer: bool = False) -> list[str]:
+               indexer: bool = False, quantization: str | None = None) -> list[str]:
     """``python -m sglang.launch_server --model-path MODEL --tp-size TP --pp-size PP``, with
     ``--context-length`` when a context is stated and ``--kv-cache-dtype fp8_e4m3`` for an FP8 KV
     cache, so the command runs the settings the memory verdict judged.
@@ -188,6 +190,8 @@ def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_d
     args = ["python", "-m", "sglang.launch_server", "--model-path", model, TP_FLAG, str(tp), PP_FLAG, str(pp)]
     if context is not None:
         args += [CONTEXT_FLAG, str(context)]
+    if quantization is not None:
+        args += [QUANTIZATION_FLAG, quantization]
     if kv_dtype == "fp8":
         args += [KV_DTYPE_FLAG, "fp8_e4m3"]
     return args
@@ -215,7 +219,8 @@ class SglangEngine(ServingEngine):
     role_source = ROLE_RULE
     reads_indexer_types = READS_INDEXER_TYPES
     flags: ClassVar[dict[str, str]] = {TP_FLAG: "tp", "--tp": "tp", "--tensor-parallel-size": "tp", PP_FLAG: "pp", "--pp": "pp",
-             "--pipeline-parallel-size": "pp", ENV_VAR: "split", CONTEXT_FLAG: "context", KV_DTYPE_FLAG: "kv_dtype"}
+             "--pipeline-parallel-size": "pp", ENV_VAR: "split", CONTEXT_FLAG: "context", KV_DTYPE_FLAG: "kv_dtype",
+             QUANTIZATION_FLAG: "weight_dtype"}
     kv_cache_dtypes = KV_CACHE_DTYPES
     kv_auto = "the model's dtype"
     context_flag = CONTEXT_FLAG
@@ -233,8 +238,9 @@ class SglangEngine(ServingEngine):
         return share_behaviour(build)
 
     def serve_args(self, model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
-                   indexer: bool = False) -> list[str]:
-        return serve_args(model, tp, pp, context=context, kv_dtype=kv_dtype, indexer=indexer)
+                   indexer: bool = False, quantization: str | None = None) -> list[str]:
+        return serve_args(model, tp, pp, context=context, kv_dtype=kv_dtype, indexer=indexer,
+                          quantization=quantization)
 
     def mtp_with_pp(self, build: date | None) -> str:
         return mtp_with_pp(build)

@@ -97,6 +97,7 @@ def import_serve_launcher(text: str | bytes, base: Plan, *, path: str | None = N
                    mode="split" if launch.partition is not None else "flags", split=launch.partition,
                    context=base.context if launch.context is None else launch.context,
                    kv_dtype=base.kv_dtype if launch.kv_dtype is None else launch.kv_dtype,
+                   weight_dtype=base.weight_dtype if launch.weight_dtype is None else launch.weight_dtype,
                    allow_long_context=launch.allow_long_context)
     at = launch.provenance["engine"]
     guess = EngineGuess(launch.engine, f"`{at.value}` serve command", at.file, at.line)

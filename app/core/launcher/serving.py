@@ -14,6 +14,7 @@ the model as ``vllm serve MODEL`` or ``--model``; SGLang ``--tp-size`` / ``--tp`
 ``--model-path`` / ``--model``; the context (vLLM ``--max-model-len``, SGLang ``--context-length``)
 and ``--kv-cache-dtype`` (the engine's values mapped to bf16 / fp8; ``auto`` keeps the plan's
 with a warning); ``--flag value`` and ``--flag=value``; the last occurrence wins (argparse). The
+``--quantization fp8`` is the plan's ``weight_dtype`` (another method is a warning). The
 engine's override of the model's maximum context (``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` /
 ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN``, read as the engine reads its value) is the plan's
 ``allow_long_context``.
@@ -48,7 +49,7 @@ ENV_VARS_BY_ENGINE = {v: k for k, v in ENV_VARS.items()}
 
 
 #: the plan fields a serve command's flags set (the engine's flag vocabulary names them)
-SERVE_FIELDS = ("tp", "pp", "context", "kv_dtype")
+SERVE_FIELDS = ("tp", "pp", "context", "kv_dtype", "weight_dtype")
 
 
 def _flags(engine: str) -> dict[str, tuple[str, ...]]:
@@ -89,12 +90,14 @@ class ServeLaunch:
     work: int = 0   # work units the reading charged (see app.core.launcher.cost)
     context: int | None = None   # the engine's context flag, when given
     kv_dtype: str | None = None   # bf16 / fp8 from --kv-cache-dtype, when given (not auto)
+    weight_dtype: str | None = None   # fp8 from --quantization fp8 (online FP8 weights)
     allow_long_context: bool = False   # the engine's long-context override variable is on
 
     def to_json(self) -> dict[str, Any]:
         return {
             "engine": self.engine, "model": self.model, "tp": self.tp, "pp": self.pp,
-            "context": self.context, "kv_dtype": self.kv_dtype, "allow_long_context": self.allow_long_context,
+            "context": self.context, "kv_dtype": self.kv_dtype, "weight_dtype": self.weight_dtype,
+            "allow_long_context": self.allow_long_context,
             "partition": list(self.partition) if self.partition is not None else None,
             "provenance": {k: v.to_dict() for k, v in self.provenance.items()},
             "warnings": list(self.warnings),
@@ -253,6 +256,17 @@ def _kv_dtype(p: Provenance, engine: str, warnings: list[str]) -> str | None:
     return str(known[value])
 
 
+def _weight_dtype(p: Provenance, warnings: list[str]) -> str | None:
+    """``--quantization fp8``: the weights held in FP8 (the plan's ``weight_dtype``); another method
+    is not a plan setting (said: the verdict keeps the checkpoint's dtype or the plan's)."""
+    value = p.value.strip()
+    if value == "fp8":
+        return "fp8"
+    warnings.append(f"--quantization {value} ({where(p.file, p.line)}) is not a plan setting: the memory verdict "
+                    "does not follow it and assumes the weight_dtype setting (the checkpoint's unless given)")
+    return None
+
+
 def _unread(cmd: Command, engine: str, first: int) -> list[str]:
     """A warning for every flag of the command that changes what a rank holds but that no plan
     field carries (the engine's ``LaunchSyntax.unread_flags``)."""
@@ -306,6 +320,7 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
     context = (_as_int(got["context"], f"the context length ({' / '.join(_flags(engine)['context'])})", digits=8)
                if "context" in got else None)
     kv_dtype = _kv_dtype(got["kv_dtype"], engine, warnings) if "kv_dtype" in got else None
+    weight_dtype = _weight_dtype(got["weight_dtype"], warnings) if "weight_dtype" in got else None
     env = _command_env(cmd, start)
     part = _partition(engine, env, k8s, shell, warnings)
     long_context = _long_context(engine, env, k8s, shell, warnings)
@@ -320,4 +335,4 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
             raise ServeLauncherError(f"{where(part.file, part.line)}: {ENV_VARS_BY_ENGINE[engine]} is "
                                      f"{part.value!r}, not a comma list of whole numbers") from None
     return ServeLaunch(engine, model.value, tp, pp, sizes, got, tuple(warnings), work, context, kv_dtype,
-                       long_context is not None)
+                       weight_dtype, long_context is not None)

@@ -303,6 +303,9 @@ class ModelConfig:
     #: the language model's own fields as the file gives them (a multimodal file's ``text_config``,
     #: GPT-2's names mapped): what a serving engine reads its maximum context from
     text_raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: how the checkpoint stores its weights (``quantization_config``, :func:`read_weight_format`):
+    #: ``None`` unquantized, ``fp8``, or the ``quant_method`` of a format isplan's memory does not cover
+    weight_format: str | None = None
 
     __hash__ = hash_once  # hashed once: a config is in most cache keys of an evaluation
     __getstate__ = state_without_hash
@@ -315,6 +318,13 @@ class ModelConfig:
     @property
     def num_layers(self) -> int:
         return self.num_hidden_layers
+
+    @property
+    def checkpoint_weight_dtype(self) -> str | None:
+        """The bytes a serving engine loads the weights in: ``bf16`` for an unquantized checkpoint
+        (a float32 one is cast down by both engines' ``dtype=auto``), ``fp8`` for an FP8 one;
+        ``None`` for a quantization the memory model does not cover (:attr:`weight_format`)."""
+        return "bf16" if self.weight_format is None else "fp8" if self.weight_format == "fp8" else None
 
     @property
     def hybrid_pattern(self) -> str | None:
@@ -1253,6 +1263,31 @@ def _router_bias(raw: dict[str, Any], model_type: str | None) -> bool:
     return method is None or method == "noaux_tc"
 
 
+def read_weight_format(original: dict[str, Any], text: dict[str, Any]) -> str | None:
+    """``quantization_config`` (the file's, else its language model's) as the weights' format, the
+    way vLLM and SGLang load it: ``fp8`` for ``quant_method`` ``fp8`` (DeepSeek-V3 / Kimi-K2's block
+    FP8), ``compressed-tensors`` whose every weight group is 8-bit ``float`` (GLM-4.5-FP8) and
+    ``modelopt`` with ``quant_algo`` ``FP8``; another method is kept by name (AWQ, GPTQ, MXFP4,
+    NVFP4 ...: a format the serving memory does not cover); ``None`` without one. Refuses a
+    ``quantization_config`` that is not an object with a string ``quant_method``."""
+    q = original.get("quantization_config", text.get("quantization_config"))
+    if q is None:
+        return None
+    method = q.get("quant_method") if isinstance(q, dict) else None
+    if not isinstance(method, str) or not method:
+        raise ConfigError("quantization_config must be an object with a quant_method string, got "
+                          f"{json.dumps(q)[:60]}", "quantization_config")
+    groups = q.get("config_groups")
+    weights = [g.get("weights") for g in groups.values() if isinstance(g, dict)] if isinstance(groups, dict) else []
+    nested = q.get("quantization")
+    algo = q.get("quant_algo", nested.get("quant_algo") if isinstance(nested, dict) else None)
+    fp8 = (method == "fp8"
+           or (method == "compressed-tensors" and bool(weights)
+               and all(isinstance(w, dict) and w.get("num_bits") == 8 and w.get("type") == "float" for w in weights))
+           or (method == "modelopt" and str(algo).upper() == "FP8"))
+    return "fp8" if fp8 else method
+
+
 def _read_sharing_and_embeddings(raw: dict[str, Any]) -> dict[str, Any]:
     """IndexShare's ``index_topk_freq`` / ``index_skip_topk_offset``, ``tie_word_embeddings``
     (a boolean, default false), ``q_lora_rank`` and the MTP layer count."""
@@ -1381,6 +1416,7 @@ def config_from_dict(
     fields["extra"] = {k: v for k, v in original.items() if k not in _NEEDED and k not in _GPT2_EXTRA}
     fields["raw"] = original
     fields["text_raw"] = raw
+    fields["weight_format"] = read_weight_format(original, raw)
     fields["multimodal"] = multimodal
     fields.update(family)
     return _refuse_inconsistent(ModelConfig(**fields))

@@ -10,7 +10,8 @@ Per GPU of pipeline rank ``p`` (every GPU of a rank's TP group holds the same am
   counted with one embedding copy, as ``stage_params`` does for Megatron; whether the engines'
   draft shares the target's embedding tensor is not confirmed here). Bytes per parameter:
   ``weight_dtype`` ``bf16`` = 2, ``fp8`` = 1 for every weight (an approximation: FP8 checkpoints
-  keep norms and some projections in BF16).
+  keep norms and some projections in BF16); unless stated, the checkpoint's
+  (:func:`served_weight_dtype`: the engines load the ``quantization_config`` format).
 * **KV cache** for ``context x concurrency`` tokens on each of the rank's layers (and the MTP
   layer): the MLA latent, ``kv_lora_rank + qk_rope_head_dim`` values per token per layer (576 for
   GLM-5.2), 2 bytes each in BF16 (1152 B), or vLLM's ``fp8_ds_mla`` layout: the latent in FP8, one
@@ -53,7 +54,30 @@ MAX_TOKENS = 1 << 40
 
 
 class ServingMemoryError(ValueError):
-    """A memory setting that cannot be used; the message names the setting."""
+    """A memory setting that cannot be used; the message names the setting (``field``: the plan
+    field that fixes it, where it is not the context)."""
+
+    field = "context"
+
+
+class WeightFormatError(ServingMemoryError):
+    """The checkpoint's weights are in a format the memory model does not cover."""
+
+    field = "weight_dtype"
+
+
+def served_weight_dtype(cfg: ModelConfig, stated: str | None) -> str:
+    """The weights' dtype a server holds: the one stated, else the checkpoint's
+    (:attr:`ModelConfig.checkpoint_weight_dtype`: vLLM and SGLang load the ``quantization_config``
+    format); :class:`WeightFormatError` for a format the memory model does not cover."""
+    if stated is not None:
+        return stated
+    found = cfg.checkpoint_weight_dtype
+    if found is None:
+        raise WeightFormatError(f"{cfg.id}'s config.json quantizes its weights with {cfg.weight_format!r}, which "
+                                "isplan's serving memory does not cover: give weight_dtype (bf16 or fp8 bytes per "
+                                "weight) to judge it at one of those")
+    return found
 
 
 @dataclass(frozen=True)

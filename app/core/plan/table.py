@@ -350,7 +350,11 @@ class Plan:
     kv_dtype: str = _f("choice", "bf16", "--kv-dtype",
                        "KV cache dtype (fp8: the engine's FP8 cache, vLLM's fp8_ds_mla layout for MLA)", "serving",
                        choices=KV_DTYPES)
-    weight_dtype: str = _f("choice", "bf16", "--weight-dtype", "weight dtype", "serving", choices=WEIGHT_DTYPES)
+    weight_dtype: str | None = _f("choice", None, "--weight-dtype",
+                                 "the weights' dtype in GPU memory (default: the checkpoint's - fp8 for an FP8 "
+                                 "quantization_config, else bf16; fp8 of a BF16 checkpoint is the engine's "
+                                 "--quantization fp8)", "serving", choices=WEIGHT_DTYPES,
+                                 default_text="the checkpoint's")
     allow_long_context: bool = _f("bool", False, "--allow-long-context",
                                   "serve a context above the model's maximum: the engine's override variable "
                                   "(vLLM VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLang "

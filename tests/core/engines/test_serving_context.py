@@ -161,3 +161,76 @@ def test_the_cli_says_the_refusal_and_the_overridden_warning():
     allowed = "\n".join(check_report(replace(plan, allow_long_context=True), QWEN3).lines)
     assert "verdict: GO" in allowed
     assert "warning (sglang): --context-length 65,536 is above qwen3-30b-a3b's maximum context 40,960" in allowed
+
+
+# --------------------------------------------------------------------------- the checkpoint's weight format
+
+#: DeepSeek-V3's published quantization_config (block FP8), as in its config.json
+DEEPSEEK_FP8 = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
+
+
+@pytest.mark.parametrize("quantization,format", [
+    (None, None),
+    (DEEPSEEK_FP8, "fp8"),
+    ({"quant_method": "compressed-tensors", "format": "float-quantized",
+      "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float"}, "targets": ["Linear"]}}}, "fp8"),
+    ({"quant_method": "compressed-tensors",
+      "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int"}, "targets": ["Linear"]}}},
+     "compressed-tensors"),
+    ({"quant_method": "modelopt", "quant_algo": "FP8"}, "fp8"),
+    ({"quant_method": "modelopt", "quantization": {"quant_algo": "NVFP4"}}, "modelopt"),
+    ({"quant_method": "mxfp4"}, "mxfp4"),
+    ({"quant_method": "awq", "bits": 4}, "awq"),
+])
+def test_the_checkpoints_weight_format(quantization, format):
+    cfg = _edited("deepseek-v3", quantization_config=quantization)
+    assert cfg.weight_format == format
+    assert cfg.checkpoint_weight_dtype == {None: "bf16", "fp8": "fp8"}.get(format)
+
+
+def test_an_unreadable_quantization_config_is_refused_naming_it():
+    from app.core.model.config import ConfigError
+
+    with pytest.raises(ConfigError) as exc:
+        _edited("deepseek-v3", quantization_config="fp8")
+    assert exc.value.field == "quantization_config"
+
+
+def test_an_fp8_checkpoint_is_served_in_fp8_unless_stated():
+    """The published DeepSeek-V3 config (FP8 weights) on 8 GPUs: the engines load one byte per weight,
+    so every rank's weights are half the same model's in BF16 (the preset omits quantization_config)."""
+    fp8, bf16 = _edited("deepseek-v3", quantization_config=DEEPSEEK_FP8), load_preset("deepseek-v3")
+    plan = Plan(model="x", engine="vllm", tp=8, pp=2)
+
+    def weights(cfg, **kw):
+        ev = evaluate(replace(plan, model=cfg.id, **kw), cfg)
+        assert not ev.problems, ev.problems
+        return [r["weights_bytes"] for r in ev.serving_memory["ranks"]]
+
+    assert [2 * w for w in weights(fp8)] == weights(bf16)
+    assert weights(fp8, weight_dtype="bf16") == weights(bf16)
+    assert weights(bf16, weight_dtype="fp8") == weights(fp8)
+
+
+def test_fp8_weights_of_a_bf16_checkpoint_are_the_engines_online_quantization():
+    bf16, fp8 = load_preset("deepseek-v3"), _edited("deepseek-v3", quantization_config=DEEPSEEK_FP8)
+    for engine in ("vllm", "sglang"):
+        plan = Plan(model="deepseek-v3", engine=engine, tp=8, pp=2, weight_dtype="fp8")
+        ev = evaluate(plan, bf16)
+        serve = ev.engine.exports(bf16, plan, ev.check, ev.judgement)["serve_command"]
+        assert serve.endswith("--quantization fp8") or " --quantization fp8 " in serve
+        back = import_launcher(serve, bf16, Plan(model="deepseek-v3"))
+        assert back.plan.weight_dtype == "fp8" and not back.warnings
+        ev = evaluate(replace(plan, model=fp8.id), fp8)
+        assert "--quantization" not in ev.engine.exports(fp8, ev.plan, ev.check, ev.judgement)["serve_command"]
+    other = import_launcher("vllm serve m --quantization awq\n", bf16, Plan(model="deepseek-v3"))
+    assert other.plan.weight_dtype is None
+    assert [w.split(" (")[0] for w in other.warnings] == ["--quantization awq"]
+
+
+def test_a_weight_format_the_memory_does_not_cover_is_a_weight_dtype_problem():
+    awq = _edited("qwen3-30b-a3b", quantization_config={"quant_method": "awq", "bits": 4})
+    ev = evaluate(Plan(model=awq.id, engine="sglang", tp=2), awq)
+    assert [p.field for p in ev.problems] == ["weight_dtype"] and "'awq'" in ev.problems[0].message
+    stated = evaluate(Plan(model=awq.id, engine="sglang", tp=2, weight_dtype="bf16"), awq)
+    assert not stated.problems

@@ -14,6 +14,7 @@ from app.core.launcher import (
     parse_serve_launcher,
 )
 from app.core.model.config import load_model
+from app.core.model.serving_memory import served_weight_dtype
 from app.core.plan import Plan
 
 GLM52 = load_model("glm-5.2")
@@ -38,19 +39,19 @@ LLAMA70 = load_model("llama-3.1-70b")
 @given(engine=st.sampled_from(["vllm", "sglang"]), cfg=st.sampled_from([GLM52, LLAMA70]),
        tp=st.sampled_from([1, 2, 4, 8]), pp=st.integers(1, 8),
        context=st.sampled_from([None, 4096, 131072, 200_000]), kv_dtype=st.sampled_from(["bf16", "fp8"]),
-       long_context=st.booleans(), data=st.data())
+       long_context=st.booleans(), weight_dtype=st.sampled_from([None, "bf16", "fp8"]), data=st.data())
 def test_a_served_plan_exports_and_imports_back_to_itself(engine, cfg, tp, pp, context, kv_dtype, long_context,
-                                                          data):
+                                                          weight_dtype, data):
     """Differential: any serving plan the page or the CLI exports (a partition, TP, a stated context,
-    the KV cache dtype, the long-context override) is the same plan when its serve script is
-    imported again, as a script or as one line - the memory the
+    the KV cache dtype, the long-context override, the weights' dtype as served) is the same plan when
+    its serve script is imported again, as a script or as one line - the memory the
     verdict judged is the memory the command asks for. vLLM names BF16 only for a DSA model (whose
     ``auto`` may be FP8); for another model, and for SGLang, BF16 is the engine's ``auto``."""
     n = cfg.num_hidden_layers
     cuts = sorted(data.draw(st.sets(st.integers(1, n - 1), min_size=pp - 1, max_size=pp - 1)))
     sizes = tuple(b - a for a, b in zip([0, *cuts], [*cuts, n]))
     e = export_partition(cfg, engine, pp, sizes, tp=tp, model="org/model", context=context, kv_dtype=kv_dtype,
-                         allow_long_context=long_context)
+                         allow_long_context=long_context, weight_dtype=weight_dtype)
     base = Plan(model=cfg.id)
     for text in (e["script"], f"{e['env_line']} {e['command']}\n"):
         got = import_launcher(text, cfg, base).plan
@@ -58,6 +59,7 @@ def test_a_served_plan_exports_and_imports_back_to_itself(engine, cfg, tp, pp, c
         assert got.context == context
         assert got.kv_dtype == kv_dtype
         assert got.allow_long_context is long_context
+        assert served_weight_dtype(cfg, got.weight_dtype) == served_weight_dtype(cfg, weight_dtype)
     flags = e["command"].split()
     named_bf16 = "bfloat16" in flags
     assert named_bf16 == (engine == "vllm" and kv_dtype == "bf16" and cfg.has_indexer)
