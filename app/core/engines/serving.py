@@ -333,7 +333,7 @@ def _warnings(cfg: ModelConfig, mod: ServingEngine, plan: StagePlan, diffs: list
 def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int], *, tp: int = 1,
                      model: str | None = None, context: int | None = None,
                      kv_dtype: str | None = None, allow_long_context: bool = False,
-                     weight_dtype: str | None = None) -> dict[str, str]:
+                     weight_dtype: str | None = None, memory_fraction: float | None = None) -> dict[str, str]:
     """The environment line and serve command for ``sizes``, every value ``shlex.quote``-d.
 
     ``model`` defaults to the config's upstream repository (else its id). ``context`` (stated by
@@ -341,7 +341,7 @@ def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int
     ``serve_args``), so the command runs what the memory verdict judged; ``allow_long_context``
     sets the engine's override variable (:attr:`ServingEngine.long_context_env`) on the env line;
     a stated ``weight_dtype`` of ``fp8`` for a BF16 checkpoint is ``--quantization fp8`` (an FP8
-    checkpoint is loaded as FP8 without it).
+    checkpoint is loaded as FP8 without it); a stated ``memory_fraction`` is the engine's share flag.
     """
     mod = engine_module(engine)
     _check_size(pp, "--pp", MAX_PP)
@@ -353,7 +353,8 @@ def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int
         env_line += f" {mod.long_context_env}=1"
     quantization = "fp8" if weight_dtype == "fp8" and cfg.checkpoint_weight_dtype == "bf16" else None
     command = " ".join(shlex.quote(a) for a in mod.serve_args(name, tp, pp, context=context, kv_dtype=kv_dtype,
-                                                                indexer=cfg.has_indexer, quantization=quantization))
+                                                                indexer=cfg.has_indexer, quantization=quantization,
+                                                                memory_fraction=memory_fraction))
     return {
         "env_var": mod.env_var,
         "env_value": value,
@@ -438,7 +439,11 @@ def best_serving_partition(cfg: ModelConfig, engine: str, pp: int, *, k: int = 1
 #: the plan fields a serving engine reads: its partition, TP/EP, the MTP draft and serving memory
 SERVING_FIELDS = frozenset({"model", "engine", "engine_version", "mode", "split", "pp", "tp", "ep", "mtp_layers",
                             "gpu", "gpu_memory_gb", "context", "allow_long_context", "concurrency", "kv_dtype",
-                            "weight_dtype"})
+                            "weight_dtype", "gpu_memory_utilization"})
+#: the share of each GPU a server takes when the plan states none: vLLM's ``gpu_memory_utilization``
+#: default (``vllm/config/cache.py`` @ c1d86421: 0.9; later builds 0.92, @ 002f10e0), taken for SGLang's
+#: ``--mem-fraction-static`` too (SGLang derives its default from the GPU's memory: not modelled)
+DEFAULT_MEMORY_FRACTION = 0.9
 #: what the largest term of an overflowing rank asks the user to change
 _FIX_OF_TERM = {"weights_bytes": ("tp", "raise tp or pp (weights are split over TP and PP), or serve FP8 weights"),
                 "kv_latent_bytes": ("context", "lower context or concurrency, serve the KV cache in fp8, or raise pp"),
@@ -514,7 +519,8 @@ class ServingEngine(Engine):
         raise NotImplementedError
 
     def serve_args(self, model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
-                   indexer: bool = False, quantization: str | None = None) -> list[str]:
+                   indexer: bool = False, quantization: str | None = None,
+                   memory_fraction: float | None = None) -> list[str]:
         raise NotImplementedError
 
     def mtp_with_pp(self, build: date | None) -> str:
@@ -579,7 +585,9 @@ class ServingEngine(Engine):
 
         gpu = resolve_gpu(plan.gpu, int(plan.gpu_memory_gb * 1e9) if plan.gpu_memory_gb else None)
         return ServingMemorySettings(tp=plan.tp, ep=plan.ep, weight_dtype=served_weight_dtype(cfg, plan.weight_dtype),
-                                     kv_dtype=plan.kv_dtype,
+                                     kv_dtype=plan.kv_dtype, gpu_memory_utilization=(
+                                         DEFAULT_MEMORY_FRACTION if plan.gpu_memory_utilization is None
+                                         else plan.gpu_memory_utilization),
                                      context=self.context(cfg, plan), concurrency=plan.concurrency,
                                      capacity_gib=gpu.capacity_bytes / 2**30).validate()
 
@@ -605,7 +613,7 @@ class ServingEngine(Engine):
             return {}
         out = export_partition(cfg, self.name, check.plan.pp, check.plan.sizes, tp=plan.tp, context=plan.context,
                                kv_dtype=plan.kv_dtype, allow_long_context=plan.allow_long_context,
-                               weight_dtype=plan.weight_dtype)
+                               weight_dtype=plan.weight_dtype, memory_fraction=plan.gpu_memory_utilization)
         return {"serve": out["script"].rstrip(), "serve_env": out["env_line"], "serve_command": out["command"]}
 
     def best_layouts(self, cfg: ModelConfig, plan: Plan, *, objective: str = "memory", top: int = 1) -> list[Plan]:

@@ -124,13 +124,14 @@ KV_DTYPE_FLAG = "--kv-cache-dtype"
 #: ``--quantization fp8`` loads a BF16 checkpoint's weights quantized to FP8 (the plan's ``weight_dtype``);
 #: another method is not a plan setting (a launcher warning)
 QUANTIZATION_FLAG = "--quantization"
+#: the share of each GPU the server takes for weights and KV cache (the plan's ``gpu_memory_utilization``)
+MEMORY_FRACTION_FLAG = "--mem-fraction-static"
 #: ``--kv-cache-dtype`` values -> the plan's ``kv_dtype`` (``auto``: the model's dtype, read as the
 #: plan's default and said). ``fp8_e4m3`` / ``fp8_e5m2`` are the spellings SGLang launch scripts use;
 #: the list of choices was not read in SGLang's ``server_args.py`` at a cited commit
 KV_CACHE_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
 #: settings no plan field carries: (flag, takes a value, what the memory verdict assumes)
 UNREAD_FLAGS = (
-    ("--mem-fraction-static", True, "0.9 of each GPU"),
     ("--ep-size", True, "experts split inside each expert over TP (no expert parallelism)"),
     ("--expert-parallel-size", True, "experts split inside each expert over TP (no expert parallelism)"),
     ("--dp-size", True, "one server (DP 1)"),
@@ -179,7 +180,8 @@ def long_context_set(value: str) -> bool | None:
 
 
 def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
-               indexer: bool = False, quantization: str | None = None) -> list[str]:
+               indexer: bool = False, quantization: str | None = None,
+               memory_fraction: float | None = None) -> list[str]:
     """``python -m sglang.launch_server --model-path MODEL --tp-size TP --pp-size PP``, with
     ``--context-length`` when a context is stated and ``--kv-cache-dtype fp8_e4m3`` for an FP8 KV
     cache, so the command runs the settings the memory verdict judged.
@@ -192,6 +194,8 @@ def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_d
         args += [CONTEXT_FLAG, str(context)]
     if quantization is not None:
         args += [QUANTIZATION_FLAG, quantization]
+    if memory_fraction is not None:
+        args += [MEMORY_FRACTION_FLAG, f"{memory_fraction:g}"]
     if kv_dtype == "fp8":
         args += [KV_DTYPE_FLAG, "fp8_e4m3"]
     return args
@@ -220,7 +224,7 @@ class SglangEngine(ServingEngine):
     reads_indexer_types = READS_INDEXER_TYPES
     flags: ClassVar[dict[str, str]] = {TP_FLAG: "tp", "--tp": "tp", "--tensor-parallel-size": "tp", PP_FLAG: "pp", "--pp": "pp",
              "--pipeline-parallel-size": "pp", ENV_VAR: "split", CONTEXT_FLAG: "context", KV_DTYPE_FLAG: "kv_dtype",
-             QUANTIZATION_FLAG: "weight_dtype"}
+             QUANTIZATION_FLAG: "weight_dtype", MEMORY_FRACTION_FLAG: "gpu_memory_utilization"}
     kv_cache_dtypes = KV_CACHE_DTYPES
     kv_auto = "the model's dtype"
     context_flag = CONTEXT_FLAG
@@ -238,9 +242,10 @@ class SglangEngine(ServingEngine):
         return share_behaviour(build)
 
     def serve_args(self, model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
-                   indexer: bool = False, quantization: str | None = None) -> list[str]:
+                   indexer: bool = False, quantization: str | None = None,
+                   memory_fraction: float | None = None) -> list[str]:
         return serve_args(model, tp, pp, context=context, kv_dtype=kv_dtype, indexer=indexer,
-                          quantization=quantization)
+                          quantization=quantization, memory_fraction=memory_fraction)
 
     def mtp_with_pp(self, build: date | None) -> str:
         return mtp_with_pp(build)

@@ -95,13 +95,14 @@ KV_DTYPE_FLAG = "--kv-cache-dtype"
 #: ``--quantization fp8`` loads a BF16 checkpoint's weights quantized to FP8 (the plan's ``weight_dtype``);
 #: another method is not a plan setting (a launcher warning)
 QUANTIZATION_FLAG = "--quantization"
+#: the share of each GPU the server takes for weights and KV cache (the plan's ``gpu_memory_utilization``)
+MEMORY_FRACTION_FLAG = "--gpu-memory-utilization"
 #: ``--kv-cache-dtype`` values (``vllm/config/cache.py`` ``CacheDType`` @ c1d86421) -> the plan's
 #: ``kv_dtype``; ``auto`` is the model's dtype - except for DeepSeek-V3.2-style (DSA) models, which
 #: that file says "default to fp8" - so it is read as the plan's default and said (a warning)
 KV_CACHE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "fp8_ds_mla": "fp8"}
 #: settings no plan field carries: (flag, takes a value, what the memory verdict assumes)
 UNREAD_FLAGS = (
-    ("--gpu-memory-utilization", True, "0.9 of each GPU (vLLM's default)"),
     ("--enable-expert-parallel", False, "experts split inside each expert over TP (no expert parallelism)"),
     ("--data-parallel-size", True, "one server (DP 1)"),
     ("--max-num-batched-tokens", True, "8192 tokens per batch for the top-k buffer"),
@@ -111,7 +112,8 @@ UNREAD_FLAGS = (
 
 
 def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
-               indexer: bool = False, quantization: str | None = None) -> list[str]:
+               indexer: bool = False, quantization: str | None = None,
+               memory_fraction: float | None = None) -> list[str]:
     """``vllm serve MODEL --tensor-parallel-size TP --pipeline-parallel-size PP``, with
     ``--max-model-len`` when a context is stated and ``--kv-cache-dtype`` (``fp8``; ``bfloat16``
     for a DSA model, whose ``auto`` may be FP8 - for another model ``bfloat16`` is refused, its
@@ -121,6 +123,8 @@ def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_d
         args += [CONTEXT_FLAG, str(context)]
     if quantization is not None:
         args += [QUANTIZATION_FLAG, quantization]
+    if memory_fraction is not None:
+        args += [MEMORY_FRACTION_FLAG, f"{memory_fraction:g}"]
     if kv_dtype == "fp8" or (kv_dtype == "bf16" and indexer):
         args += [KV_DTYPE_FLAG, "fp8" if kv_dtype == "fp8" else "bfloat16"]
     return args
@@ -197,7 +201,7 @@ class VllmEngine(ServingEngine):
     reads_indexer_types = READS_INDEXER_TYPES
     flags: ClassVar[dict[str, str]] = {TP_FLAG: "tp", "-tp": "tp", PP_FLAG: "pp", "-pp": "pp", ENV_VAR: "split",
                                        CONTEXT_FLAG: "context", KV_DTYPE_FLAG: "kv_dtype",
-                                       QUANTIZATION_FLAG: "weight_dtype"}
+                                       QUANTIZATION_FLAG: "weight_dtype", MEMORY_FRACTION_FLAG: "gpu_memory_utilization"}
     kv_cache_dtypes = KV_CACHE_DTYPES
     kv_auto = "the model's dtype (FP8 for DeepSeek-V3.2-style DSA models, vllm/config/cache.py @ c1d86421)"
     context_flag = CONTEXT_FLAG
@@ -214,9 +218,10 @@ class VllmEngine(ServingEngine):
         return share_behaviour(build)
 
     def serve_args(self, model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
-                   indexer: bool = False, quantization: str | None = None) -> list[str]:
+                   indexer: bool = False, quantization: str | None = None,
+                   memory_fraction: float | None = None) -> list[str]:
         return serve_args(model, tp, pp, context=context, kv_dtype=kv_dtype, indexer=indexer,
-                          quantization=quantization)
+                          quantization=quantization, memory_fraction=memory_fraction)
 
     def mtp_with_pp(self, build: date | None) -> str:
         return mtp_with_pp(build)

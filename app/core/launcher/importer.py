@@ -98,6 +98,8 @@ def import_serve_launcher(text: str | bytes, base: Plan, *, path: str | None = N
                    context=base.context if launch.context is None else launch.context,
                    kv_dtype=base.kv_dtype if launch.kv_dtype is None else launch.kv_dtype,
                    weight_dtype=base.weight_dtype if launch.weight_dtype is None else launch.weight_dtype,
+                   gpu_memory_utilization=(base.gpu_memory_utilization if launch.memory_fraction is None
+                                           else launch.memory_fraction),
                    allow_long_context=launch.allow_long_context)
     at = launch.provenance["engine"]
     guess = EngineGuess(launch.engine, f"`{at.value}` serve command", at.file, at.line)

@@ -14,7 +14,8 @@ the model as ``vllm serve MODEL`` or ``--model``; SGLang ``--tp-size`` / ``--tp`
 ``--model-path`` / ``--model``; the context (vLLM ``--max-model-len``, SGLang ``--context-length``)
 and ``--kv-cache-dtype`` (the engine's values mapped to bf16 / fp8; ``auto`` keeps the plan's
 with a warning); ``--flag value`` and ``--flag=value``; the last occurrence wins (argparse). The
-``--quantization fp8`` is the plan's ``weight_dtype`` (another method is a warning). The
+``--quantization fp8`` is the plan's ``weight_dtype`` (another method is a warning); vLLM's
+``--gpu-memory-utilization`` and SGLang's ``--mem-fraction-static`` its ``gpu_memory_utilization``. The
 engine's override of the model's maximum context (``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` /
 ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN``, read as the engine reads its value) is the plan's
 ``allow_long_context``.
@@ -49,7 +50,7 @@ ENV_VARS_BY_ENGINE = {v: k for k, v in ENV_VARS.items()}
 
 
 #: the plan fields a serve command's flags set (the engine's flag vocabulary names them)
-SERVE_FIELDS = ("tp", "pp", "context", "kv_dtype", "weight_dtype")
+SERVE_FIELDS = ("tp", "pp", "context", "kv_dtype", "weight_dtype", "gpu_memory_utilization")
 
 
 def _flags(engine: str) -> dict[str, tuple[str, ...]]:
@@ -91,12 +92,14 @@ class ServeLaunch:
     context: int | None = None   # the engine's context flag, when given
     kv_dtype: str | None = None   # bf16 / fp8 from --kv-cache-dtype, when given (not auto)
     weight_dtype: str | None = None   # fp8 from --quantization fp8 (online FP8 weights)
+    memory_fraction: float | None = None   # --gpu-memory-utilization / --mem-fraction-static, when given
     allow_long_context: bool = False   # the engine's long-context override variable is on
 
     def to_json(self) -> dict[str, Any]:
         return {
             "engine": self.engine, "model": self.model, "tp": self.tp, "pp": self.pp,
             "context": self.context, "kv_dtype": self.kv_dtype, "weight_dtype": self.weight_dtype,
+            "gpu_memory_utilization": self.memory_fraction,
             "allow_long_context": self.allow_long_context,
             "partition": list(self.partition) if self.partition is not None else None,
             "provenance": {k: v.to_dict() for k, v in self.provenance.items()},
@@ -256,6 +259,18 @@ def _kv_dtype(p: Provenance, engine: str, warnings: list[str]) -> str | None:
     return str(known[value])
 
 
+def _fraction(p: Provenance, flag: str) -> float:
+    """A share of the GPU: a number in (0, 1] as argparse reads a float; refused naming the flag otherwise."""
+    try:
+        value = float(p.value.strip())
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:
+        raise ServeLauncherError(f"{where(p.file, p.line)}: {flag} is {p.value!r}; it must be a fraction of the GPU "
+                                 "in (0, 1]")
+    return value
+
+
 def _weight_dtype(p: Provenance, warnings: list[str]) -> str | None:
     """``--quantization fp8``: the weights held in FP8 (the plan's ``weight_dtype``); another method
     is not a plan setting (said: the verdict keeps the checkpoint's dtype or the plan's)."""
@@ -321,6 +336,8 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
                if "context" in got else None)
     kv_dtype = _kv_dtype(got["kv_dtype"], engine, warnings) if "kv_dtype" in got else None
     weight_dtype = _weight_dtype(got["weight_dtype"], warnings) if "weight_dtype" in got else None
+    fraction = (_fraction(got["gpu_memory_utilization"], _flags(engine)["gpu_memory_utilization"][0])
+                if "gpu_memory_utilization" in got else None)
     env = _command_env(cmd, start)
     part = _partition(engine, env, k8s, shell, warnings)
     long_context = _long_context(engine, env, k8s, shell, warnings)
@@ -335,4 +352,4 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
             raise ServeLauncherError(f"{where(part.file, part.line)}: {ENV_VARS_BY_ENGINE[engine]} is "
                                      f"{part.value!r}, not a comma list of whole numbers") from None
     return ServeLaunch(engine, model.value, tp, pp, sizes, got, tuple(warnings), work, context, kv_dtype,
-                       weight_dtype, long_context is not None)
+                       weight_dtype, fraction, long_context is not None)

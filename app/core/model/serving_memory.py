@@ -31,7 +31,8 @@ Per GPU of pipeline rank ``p`` (every GPU of a rank's TP group holds the same am
   ``vllm/model_executor/models/deepseek_v2.py`` @ 002d6073aa03; SGLang assumed alike).
 
 Not counted: activations, CUDA graphs, NCCL buffers, the sampler. ``fits`` compares the sum with
-``capacity_gib x gpu_memory_utilization`` (vLLM's ``--gpu-memory-utilization``, default 0.9).
+``capacity_gib x gpu_memory_utilization`` (vLLM's ``--gpu-memory-utilization``, SGLang's
+``--mem-fraction-static``: the plan's ``gpu_memory_utilization``, default 0.9).
 """
 
 from __future__ import annotations

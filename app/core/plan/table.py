@@ -355,6 +355,10 @@ class Plan:
                                  "quantization_config, else bf16; fp8 of a BF16 checkpoint is the engine's "
                                  "--quantization fp8)", "serving", choices=WEIGHT_DTYPES,
                                  default_text="the checkpoint's")
+    gpu_memory_utilization: float | None = _f("float", None, "--gpu-memory-utilization",
+                                              "the fraction of each GPU the server takes for weights and KV cache "
+                                              "(vLLM --gpu-memory-utilization, SGLang --mem-fraction-static; default "
+                                              "0.9)", "serving", lo=0.05, hi=1, default_text="0.9")
     allow_long_context: bool = _f("bool", False, "--allow-long-context",
                                   "serve a context above the model's maximum: the engine's override variable "
                                   "(vLLM VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLang "

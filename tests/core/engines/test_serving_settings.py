@@ -1,4 +1,6 @@
-"""The model's maximum context as each serving engine derives it, and what a longer stated one does.
+"""What a serving plan's memory settings mean where the engine runs: the model's maximum context as
+each serving engine derives it (and what a longer stated one does), the weights as the checkpoint
+stores them, and the share of each GPU the server takes.
 
 Expected values are worked out by hand from each engine's code as read (vLLM
 ``vllm/config/model.py:_get_and_verify_max_len`` @ 0052a5b8; SGLang
@@ -234,3 +236,17 @@ def test_a_weight_format_the_memory_does_not_cover_is_a_weight_dtype_problem():
     assert [p.field for p in ev.problems] == ["weight_dtype"] and "'awq'" in ev.problems[0].message
     stated = evaluate(Plan(model=awq.id, engine="sglang", tp=2, weight_dtype="bf16"), awq)
     assert not stated.problems
+
+
+def test_the_gpu_share_is_the_usable_capacity_and_the_engines_flag():
+    """An H100 80 GB (80e9 bytes) at the default 0.9 and a stated 0.95: usable = capacity x share; the
+    share is the engine's own flag in the serve command."""
+    for engine, flag in (("vllm", "--gpu-memory-utilization"), ("sglang", "--mem-fraction-static")):
+        plan = Plan(model="qwen3-30b-a3b", engine=engine, tp=2, gpu="h100-80gb")
+        default = evaluate(plan, QWEN3)
+        assert abs(default.serving_memory["ranks"][0]["usable_bytes"] - 80e9 * 0.9) < 2
+        stated = evaluate(replace(plan, gpu_memory_utilization=0.95), QWEN3)
+        assert abs(stated.serving_memory["ranks"][0]["usable_bytes"] - 80e9 * 0.95) < 2
+        serve = stated.engine.exports(QWEN3, stated.plan, stated.check, stated.judgement)["serve_command"]
+        assert f" {flag} 0.95" in serve
+        assert flag not in default.engine.exports(QWEN3, plan, default.check, default.judgement)["serve_command"]
