@@ -346,3 +346,16 @@ def test_safe_json_keeps_the_value_escapes_and_refuses_what_json_refuses():
     for bad in (float("nan"), {"x": [float("inf")]}, -float("inf")):
         with pytest.raises(ValueError):
             render(bad)
+
+
+def test_a_maxtext_launcher_imports_as_its_pipeline(client):
+    """The page's launcher form reads a MaxText launch (key=value on the trainer's command) into the
+    MaxText plan and its share URL."""
+    script = ("python3 -m maxtext.trainers.pre_train.train src/maxtext/configs/base.yml run_name=r "
+              "ici_pipeline_parallelism=3 num_layers_per_pipeline_stage=5\n")
+    r = client.post("/launcher", data={"script": script, "model": "glm-5.2"}, follow_redirects=False)
+    assert r.status_code == 200, r.text[:300]
+    loc = unescape(re.search(r'<a id="launcher-plan" href="([^"]+)"', r.text).group(1))
+    for part in ("engine=maxtext", "ici_pipeline_parallelism=3", "layers_per_pipeline_stage=5"):
+        assert part in loc, part
+    assert "Launcher read: maxtext (a MaxText training command (config src/maxtext/configs/base.yml))" in unescape(r.text)

@@ -62,6 +62,10 @@ class LaunchSyntax:
 
     programs: tuple[tuple[str, str], ...] = ()   # (program, subcommand)
     modules: tuple[str, ...] = ()
+    #: entry scripts run as ``python PATH``, matched by the end of the path (``MaxText/train.py``)
+    scripts: tuple[str, ...] = ()
+    #: the prefix of environment variables that override a config key (MaxText ``M_<KEY>``)
+    env_prefix: str | None = None
     entry_points: tuple[str, ...] = ()   # glob-style names, e.g. pretrain_*.py
     entry_needs_array: str | None = None   # an array the script must define beside the entry point
     only_flags: tuple[str, ...] = ()
@@ -84,7 +88,8 @@ class LaunchSyntax:
     @property
     def names(self) -> tuple[str, ...]:
         """Words that mark a command as this engine's launch (programs and module roots)."""
-        return tuple(dict.fromkeys([p for p, _ in self.programs] + [m.split(".")[0] for m in self.modules]))
+        return tuple(dict.fromkeys([p for p, _ in self.programs] + [m.split(".")[0] for m in self.modules]
+                                   + [s.split("/")[0] for s in self.scripts]))
 
 
 class LayoutCheck:

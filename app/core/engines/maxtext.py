@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from typing import Any
 
-from app.core.engines.base import Engine, LayoutCheck
+from app.core.engines.base import Engine, LaunchSyntax, LayoutCheck
 from app.core.engines.rules import EngineInputError, ShareBehaviour
 from app.core.layout.boundary import BoundaryReport, validate_boundaries
 from app.core.layout.stages import PipelineSpec, PlanError, Stage, StagePlan
@@ -343,6 +343,16 @@ class MaxTextEngine(Engine):
     fields = frozenset({"model", "engine", "pattern", *MAXTEXT_FLAGS.values()})
     judges_parallelism = False   # MaxText's sharding and memory are not modelled: the layout is the verdict
     flags = MAXTEXT_FLAGS
+    #: ``python3 -m maxtext.trainers.pre_train.train CONFIG.yml key=value ...`` (``pyconfig.py``
+    #: ``_CONFIG_FILE_MAPPING`` @ e591f30c), or the ``MaxText.train`` module / ``MaxText/train.py``
+    #: script of builds before 2026-04-08 (commit 868098b8 removed those shims); ``M_<KEY>``
+    #: environment variables override a key (``pyconfig.yaml_key_to_env_key``)
+    launch = LaunchSyntax(
+        modules=("maxtext.trainers.pre_train.train", "maxtext.trainers.pre_train.train_compile", "MaxText.train",
+                 "MaxText.train_compile"),
+        scripts=("maxtext/trainers/pre_train/train.py", "maxtext/trainers/pre_train/train_compile.py",
+                 "MaxText/train.py", "MaxText/train_compile.py"),
+        env_prefix="M_")
 
     def layout_field(self, plan: Plan) -> str:
         return "layers_per_pipeline_stage"

@@ -16,7 +16,7 @@ import posixpath
 import re
 
 from app.core.launcher.arrays import SPLICE_RE
-from app.core.launcher.engine import SERVING_WORDS
+from app.core.launcher.engine import COMMAND_WORDS
 from app.core.launcher.lexer import NAME, REDIRECTS, Token, lex, opener
 from app.core.launcher.results import Arg, Command, EnvValue, FlagOccurrence
 from app.core.launcher.state import ShellState
@@ -131,7 +131,7 @@ class CommandRules(ShellState):
             # such a script fails closed, and expanding it again would only spend time
             self.trainer_argv = self.argv(words) if TOO_COMPLEX not in self.notes else []
             self.program = next((raw.strip("\"'") for raw, _ in words if raw.strip("\"'").endswith(".py")), None)
-        if words and any(name in raw for raw, _ in words for name in SERVING_WORDS):
+        if words and self.names_a_launch(words):
             env = {}
             for item in prefix:
                 m = ASSIGN_RE.match(str(item[1])) if item[0] == "word" else None
@@ -139,6 +139,27 @@ class CommandRules(ShellState):
                     text, reason = self.scalars[m.group(1)]
                     env[m.group(1)] = EnvValue(text, reason, self.file, self.line(item[2]), "prefix")
             self.commands.append(Command(tuple(self.argv(words)), env, self.file, self.line(words[0][1])))
+
+    def names_a_launch(self, words: list[tuple[str, int]]) -> bool:
+        """Whether a word of the command names an engine launched as a command (``COMMAND_WORDS``),
+        as written or through a variable that is the whole word (``TRAIN_CMD="python3 -m ...";
+        $TRAIN_CMD``); each variable's text is searched once, however often it is spliced."""
+        seen: set[str] = set()
+        for raw, _ in words:
+            if any(name in raw for name in COMMAND_WORDS):
+                return True
+            m = _VAR_WORD_RE.fullmatch(raw) if "$" in raw else None
+            var = (m.group(1) or m.group(2)) if m else None
+            if var is None or var in seen:
+                continue
+            seen.add(var)
+            text = self.scalars.get(var, ("", None))[0]
+            known = self.launch_texts.get(var)
+            if known is None or known[0] is not text:
+                known = self.launch_texts[var] = (text, any(name in text for name in COMMAND_WORDS))
+            if known[1]:
+                return True
+        return False
 
     def argv(self, words: list[tuple[str, int]]) -> list[Arg]:
         """The command's argv as bash would pass it: ``"${A[@]}"`` gives A's elements, an unquoted

@@ -22,11 +22,18 @@ from app.core.launcher.results import LauncherParse
 from app.core.launcher.text import where
 from app.core.launcher.vocabulary import only_flags
 
-#: ``python -m`` module -> engine, (program, subcommand) -> engine: from every engine's launch syntax
-SERVE_MODULES = {m: e.name for e in ENGINES.values() for m in e.launch.modules}
-SERVE_PROGRAMS = {p: e.name for e in ENGINES.values() for p in e.launch.programs}
+_SERVING = [e for e in ENGINES.values() if e.workflow == "serving"]
+#: ``python -m`` module -> engine, (program, subcommand) -> engine: from every serving engine's launch syntax
+SERVE_MODULES = {m: e.name for e in _SERVING for m in e.launch.modules}
+SERVE_PROGRAMS = {p: e.name for e in _SERVING for p in e.launch.programs}
 #: words that make a command a serving launch (a serve program or the root of a serve module)
-SERVING_WORDS = tuple(dict.fromkeys(w for e in ENGINES.values() for w in e.launch.names))
+SERVING_WORDS = tuple(dict.fromkeys(w for e in _SERVING for w in e.launch.names))
+#: words that make the reader keep a command's whole argv: a serve launch, or a trainer started as a
+#: module or entry script (MaxText)
+COMMAND_WORDS = tuple(dict.fromkeys(w for e in ENGINES.values() for w in e.launch.names))
+#: a training engine started as ``python -m MODULE`` / ``python SCRIPT`` (MaxText) -> its name
+TRAINER_MODULES = {m: e.name for e in ENGINES.values() if e.workflow == "training" for m in e.launch.modules}
+TRAINER_SCRIPTS = {s: e.name for e in ENGINES.values() if e.workflow == "training" for s in e.launch.scripts}
 _PYTHON = re.compile(r"python[0-9.]*")
 
 
@@ -53,6 +60,22 @@ def serve_start(words: list[str]) -> tuple[int, str, int] | None:
             return k, SERVE_PROGRAMS[(base, nxt)], k + 2
         if _PYTHON.fullmatch(base) and nxt == "-m" and k + 2 < len(words) and words[k + 2] in SERVE_MODULES:
             return k, SERVE_MODULES[words[k + 2]], k + 3
+    return None
+
+
+def module_start(words: list[str]) -> tuple[int, str, int] | None:
+    """(index of the python word, engine, index of its first argument) of a trainer started as a
+    module (``python3 -m maxtext.trainers.pre_train.train``) or an entry script
+    (``python3 MaxText/train.py``) in ``words``, or None."""
+    for k, w in enumerate(words):
+        if not _PYTHON.fullmatch(posixpath.basename(w)) or k + 1 >= len(words):
+            continue
+        nxt = words[k + 1]
+        if nxt == "-m" and k + 2 < len(words) and words[k + 2] in TRAINER_MODULES:
+            return k, TRAINER_MODULES[words[k + 2]], k + 3
+        script = next((s for s in TRAINER_SCRIPTS if nxt == s or nxt.endswith("/" + s)), None)
+        if script is not None:
+            return k, TRAINER_SCRIPTS[script], k + 2
     return None
 
 

@@ -2,9 +2,10 @@
 report for the CLI and the page.
 
 One reader (:mod:`app.core.launcher.reader`) reads the script; the command that matters decides the
-consumer: a ``vllm serve`` / ``sglang`` launch (:mod:`app.core.launcher.serving`) or a training
-launcher (:mod:`app.core.launcher.training`), whose final command line maps onto the plan table's
-Megatron/slime flag names (:func:`app.core.plan.plan_from_flags`). The engine the script is
+consumer: a ``vllm serve`` / ``sglang`` launch (:mod:`app.core.launcher.serving`), a MaxText
+training command (:mod:`app.core.launcher.maxtext`: its ``key=value`` pipeline keys, config file and
+``M_`` variables) or a training launcher (:mod:`app.core.launcher.training`), whose final command
+line maps onto the plan table's Megatron/slime flag names (:func:`app.core.plan.plan_from_flags`). The engine the script is
 written for (:mod:`app.core.launcher.engine`) becomes the plan's engine unless the caller keeps its
 own (``keep_engine``: the user gave one explicitly).
 
@@ -35,6 +36,7 @@ from app.core.engines import engine_for, flag_vocabulary
 from app.core.engines.base import Engine, engine_options
 from app.core.launcher.engine import SERVING_WORDS, EngineGuess, training_engine
 from app.core.launcher.kubernetes import read_spec
+from app.core.launcher.maxtext import MaxTextLaunch, parse_maxtext_launch
 from app.core.launcher.reader import candidate_config, fail_closed, parse_launcher, read_launcher, read_launcher_files
 from app.core.launcher.results import Arg, LauncherParse
 from app.core.launcher.serving import ServeLauncherError, is_serving_launch, parse_serve_launcher
@@ -43,7 +45,7 @@ from app.core.launcher.text import TOO_COMPLEX, LauncherError, decode, where
 from app.core.launcher.training import launcher_gpus, launcher_request
 from app.core.launcher.vocabulary import READER_ONLY_FLAGS, untimed_flags
 from app.core.model.config import ModelConfig
-from app.core.plan import Plan, plan_from_flags
+from app.core.plan import TABLE, Plan, plan_from_flags
 from app.core.time.precision import PRECISION_FLAGS
 
 
@@ -125,12 +127,56 @@ def import_launcher(text: str | bytes, cfg: ModelConfig, base: Plan, *, path: st
         parsed, body, name = _read(text, path, files, main)
         if is_serving_launch(parsed):
             return import_serve_launcher(text, base, parsed=parsed, **kwargs)
+        if parsed.missing or parsed.fatal:
+            fail_closed(parsed, body, name)
+        launch = parse_maxtext_launch(parsed, _config_loader(path, files))
+        if launch is not None:
+            return _maxtext_import(launch, parsed, cfg, base, keep_engine)
         fail_closed(parsed, body, name)
         return _training_import(parsed, cfg, base, path, keep_engine)
     except LauncherError as exc:
         raise LauncherImportError(str(exc)) from None
     except MemoryError:   # never a 500: the limit, by name (issue 20 finding 6)
         raise LauncherImportError(f"{TOO_COMPLEX}: the reading needed more memory than the import allows") from None
+
+
+def _config_loader(path: str | None, files: Mapping[str, str | bytes] | None) -> Any:
+    """Where a MaxText launch's config file is read from: the pasted files, or the disk as MaxText
+    would (from where it runs; the CLI also tries beside the launcher); none for a pasted script."""
+    if files:
+        return files_loader({posixpath.normpath(k.replace("\\", "/")): v for k, v in files.items()})
+    if path is None:
+        return None
+    disk, here = disk_loader(), os.path.dirname(os.path.abspath(path))
+    return lambda p: disk(p) or (disk(os.path.join(here, p)) if not os.path.isabs(p) else None)
+
+
+def _maxtext_import(launch: MaxTextLaunch, parsed: LauncherParse, cfg: ModelConfig, base: Plan,
+                    keep_engine: bool) -> LauncherImport:
+    """A MaxText launch's keys as the plan (``-1`` of a derived key: unset, MaxText derives it)."""
+    engine = engine_for(Plan(engine=launch.engine))
+    warnings = list(launch.warnings)
+    if keep_engine and base.engine != engine.name:
+        warnings.append(f"the script launches MaxText (at {where(*launch.line)}); checked as {base.engine}, the "
+                        "engine given")
+    derived = {k: kv for k, kv in launch.values.items() if kv.value.strip() == "-1"
+               and TABLE[engine.flags[k]].optional}
+    values = {k: kv.value for k, kv in launch.values.items() if k not in derived}
+    plan, problems = plan_from_flags(values, (), replace(base, engine=base.engine if keep_engine else engine.name),
+                                     engine.flags)
+    if problems:
+        raise LauncherImportError("; ".join(f"{p.message} ({where(launch.values[k].file, launch.values[k].line)})"
+                                            for p in problems for k in values if engine.flags[k] == p.field))
+    unset: dict[str, Any] = {engine.flags[k]: None for k in derived}
+    plan = replace(plan, **unset)
+    if launch.model_name and launch.model_name != "default":
+        warnings.append(f"model_name={launch.model_name}: MaxText builds its own model file for it; the plan judges "
+                        f"{cfg.id}'s config, so check that they are the same model")
+    guess = EngineGuess(engine.name, f"a MaxText training command (config {launch.config})", *launch.line)
+    report = {"engine": guess.to_json(), "values": {k: kv.to_dict() for k, kv in launch.values.items()},
+              "config": launch.config, "warnings": warnings,
+              "trainer": {"file": launch.line[0], "line": launch.line[1], "at": where(*launch.line)}}
+    return LauncherImport(plan, report, tuple(warnings), work=parsed.work)
 
 
 def untimed_warnings(parsed: LauncherParse, untimed: tuple[tuple[str, bool, str], ...]) -> list[str]:

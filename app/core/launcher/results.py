@@ -59,8 +59,8 @@ class EnvValue:
 
 @dataclass(frozen=True)
 class Command:
-    """A command whose whole argv was expanded (one that names vLLM or SGLang): argv and the
-    variables assigned for it alone."""
+    """A command whose whole argv was expanded (one that names vLLM, SGLang or MaxText): argv and
+    the variables assigned for it alone."""
 
     argv: tuple[Arg, ...]
     env: dict[str, EnvValue]
@@ -88,7 +88,7 @@ class LauncherParse:
     fatal: tuple[str, ...] = field(default=())  # why the script cannot be read completely
     program: str | None = None                  # the trainer's entry point as written (train.py, ...)
     arrays: tuple[str, ...] = ()                # array names the script assigns
-    commands: tuple[Command, ...] = ()          # commands naming vLLM / SGLang, with their argv
+    commands: tuple[Command, ...] = ()          # commands naming vLLM / SGLang / MaxText, with their argv
     environment: dict[str, EnvValue] = field(default_factory=dict)   # variables with where and how set
     work: int = 0                               # work units the reading charged (the cost estimate's bound)
 

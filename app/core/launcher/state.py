@@ -48,6 +48,8 @@ class ShellState:
         self.origins: dict[str, EnvValue] = {}   # where each scalar was last set, and whether exported
         self.exported: set[str] = set()
         self.commands: list[Command] = []
+        #: variable -> (its text when searched, whether it names a launch): each text searched once
+        self.launch_texts: dict[str, tuple[str, bool]] = {}
         self.occurrences: list[FlagOccurrence] = []
         self.unresolved: list[UnresolvedValue] = []
         self.notes: list[str] = []
