@@ -243,6 +243,8 @@ class MaxTextCheck(LayoutCheck):
     differences: tuple[int, ...]
     errors: tuple[PlanError, ...]
     warnings: tuple[str, ...] = field(default=())
+    #: what the caller adds to the JSON (a launcher import's report, ``launcher``)
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def unit(self) -> str:
@@ -291,6 +293,7 @@ class MaxTextCheck(LayoutCheck):
             "errors": [e.to_dict() for e in self.errors],
             "warnings": list(self.warnings),
             "source": SOURCE,
+            **self.extra,
         }
 
 
@@ -382,7 +385,7 @@ class MaxTextEngine(Engine):
         if extra_errors or extra_warnings:
             check = replace(check, errors=tuple(extra_errors) + check.errors,
                             warnings=tuple(extra_warnings) + check.warnings)
-        return check
+        return replace(check, extra=extra) if extra else check
 
     def profile(self, cfg: ModelConfig, plan: Plan) -> Plan:
         """The valid pipeline with the most stages (up to 8), then the fewest repeats, then the most

@@ -206,6 +206,8 @@ class ServingCheck(LayoutCheck):
     warnings: tuple[str, ...]
     role_differences: tuple[int, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    #: what the caller adds to the JSON (a launcher import's report, ``launcher``)
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def unit(self) -> str:
@@ -280,6 +282,7 @@ class ServingCheck(LayoutCheck):
             "errors": [e.to_dict() for e in self.errors],
             "warnings": list(self.warnings),
             "notes": list(self.notes),
+            **self.extra,
         }
 
 
@@ -567,7 +570,7 @@ class ServingEngine(Engine):
         if extra_errors or extra_warnings:
             check = replace(check, errors=tuple(extra_errors) + check.errors,
                             warnings=tuple(extra_warnings) + check.warnings)
-        return check
+        return replace(check, extra=extra) if extra else check
 
     def gpu_line(self, plan: Plan, check: LayoutCheck | None) -> str | None:
         """One server: ``--tensor-parallel-size`` x the pipeline ranks of its partition."""

@@ -37,10 +37,18 @@ from app.core.engines.base import Engine, engine_options
 from app.core.launcher.engine import SERVING_WORDS, EngineGuess, training_engine
 from app.core.launcher.kubernetes import read_spec
 from app.core.launcher.maxtext import MaxTextLaunch, parse_maxtext_launch
-from app.core.launcher.reader import candidate_config, fail_closed, parse_launcher, read_launcher, read_launcher_files
+from app.core.launcher.reader import (
+    candidate_config,
+    fail_closed,
+    launch_commands,
+    parse_launcher,
+    read_launcher,
+    read_launcher_files,
+)
 from app.core.launcher.results import Arg, LauncherParse
 from app.core.launcher.serving import ServeLauncherError, is_serving_launch, parse_serve_launcher
 from app.core.launcher.source import disk_loader, files_loader
+from app.core.launcher.state import Loader
 from app.core.launcher.text import TOO_COMPLEX, LauncherError, decode, where
 from app.core.launcher.training import launcher_gpus, launcher_request
 from app.core.launcher.vocabulary import READER_ONLY_FLAGS, untimed_flags
@@ -79,17 +87,22 @@ def _read(text: str | bytes, path: str | None, files: Mapping[str, str | bytes] 
     return parse_launcher(body), body, ""
 
 
+def _loader(path: str | None, files: Mapping[str, str | bytes] | None, main: str) -> tuple[Loader | None, str]:
+    """Where a launch's sourced files are read from (the disk beside ``path``, the pasted files, or
+    nowhere: a pasted script) and the name its lines are reported under."""
+    if path is not None:
+        return disk_loader(), os.path.abspath(path)
+    if files:
+        return files_loader({posixpath.normpath(k.replace("\\", "/")): v for k, v in files.items()}), main
+    return None, ""
+
+
 def import_serve_launcher(text: str | bytes, base: Plan, *, path: str | None = None,
                           files: Mapping[str, str | bytes] | None = None, main: str = "launcher.sh",
                           keep_engine: bool = False, parsed: LauncherParse | None = None) -> LauncherImport:
     """A ``vllm serve`` / ``sglang`` launch: engine, TP, PP and the ``*_PP_LAYER_PARTITION``
     partition (as ``split``) become the plan."""
-    if path is not None:
-        loader, name = disk_loader(), os.path.abspath(path)
-    elif files:
-        loader, name = files_loader({posixpath.normpath(k.replace("\\", "/")): v for k, v in files.items()}), main
-    else:
-        loader, name = None, ""
+    loader, name = _loader(path, files, main)
     try:
         launch = parse_serve_launcher(text, name=name, loader=loader, parsed=parsed)
     except ServeLauncherError as exc:
@@ -122,16 +135,20 @@ def import_launcher(text: str | bytes, cfg: ModelConfig, base: Plan, *, path: st
     try:
         body = decode(text, "the launcher script")
         spec = read_spec(body)
-        if spec.words or (spec.env and any(w in body for w in SERVING_WORDS)):   # a Kubernetes-style serve spec
+        if spec.words or (spec.env and any(w in body for w in SERVING_WORDS)):   # a Kubernetes-style spec
+            loader, name = _loader(path, files, main)
+            launch = parse_maxtext_launch(launch_commands(body, name, loader, None), _config_loader(path, files))
+            if launch is not None:
+                return _maxtext_import(launch, cfg, base, keep_engine, 0)
             return import_serve_launcher(text, base, **kwargs)
         parsed, body, name = _read(text, path, files, main)
         if is_serving_launch(parsed):
             return import_serve_launcher(text, base, parsed=parsed, **kwargs)
         if parsed.missing or parsed.fatal:
             fail_closed(parsed, body, name)
-        launch = parse_maxtext_launch(parsed, _config_loader(path, files))
+        launch = parse_maxtext_launch(launch_commands(body, name, None, parsed), _config_loader(path, files))
         if launch is not None:
-            return _maxtext_import(launch, parsed, cfg, base, keep_engine)
+            return _maxtext_import(launch, cfg, base, keep_engine, parsed.work)
         fail_closed(parsed, body, name)
         return _training_import(parsed, cfg, base, path, keep_engine)
     except LauncherError as exc:
@@ -151,8 +168,8 @@ def _config_loader(path: str | None, files: Mapping[str, str | bytes] | None) ->
     return lambda p: disk(p) or (disk(os.path.join(here, p)) if not os.path.isabs(p) else None)
 
 
-def _maxtext_import(launch: MaxTextLaunch, parsed: LauncherParse, cfg: ModelConfig, base: Plan,
-                    keep_engine: bool) -> LauncherImport:
+def _maxtext_import(launch: MaxTextLaunch, cfg: ModelConfig, base: Plan, keep_engine: bool,
+                    work: int) -> LauncherImport:
     """A MaxText launch's keys as the plan (``-1`` of a derived key: unset, MaxText derives it)."""
     engine = engine_for(Plan(engine=launch.engine))
     warnings = list(launch.warnings)
@@ -176,7 +193,7 @@ def _maxtext_import(launch: MaxTextLaunch, parsed: LauncherParse, cfg: ModelConf
     report = {"engine": guess.to_json(), "values": {k: kv.to_dict() for k, kv in launch.values.items()},
               "config": launch.config, "warnings": warnings,
               "trainer": {"file": launch.line[0], "line": launch.line[1], "at": where(*launch.line)}}
-    return LauncherImport(plan, report, tuple(warnings), work=parsed.work)
+    return LauncherImport(plan, report, tuple(warnings), work=work)
 
 
 def untimed_warnings(parsed: LauncherParse, untimed: tuple[tuple[str, bool, str], ...]) -> list[str]:

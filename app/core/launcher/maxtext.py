@@ -5,7 +5,8 @@ MaxText builds its config (``src/maxtext/configs/pyconfig.py`` @ e591f30c, re-im
 keys read here) from, in order: the YAML file (the first argument when it ends in ``.yml``, else
 the module's default, ``base.yml``) with its ``base_config`` chain; the ``key=value`` words after
 it (OmegaConf's dotlist: the last of a key wins); ``M_<KEY>`` environment variables (a key both on
-the command line and in the environment is MaxText's own ``ValueError``). The keys read are the
+the command line and in the environment is MaxText's own ``ValueError``). A Kubernetes-style spec
+(``command`` / ``args``, ``sh -c``, its ``env:`` list) is read like a script. The keys read are the
 engine's vocabulary (``MaxTextEngine.flags``: pipeline sizes, layers per stage, repeats, pipelined
 layers, micro-batches, ``index_share_pattern``); ``-1`` is MaxText's "derive it", the plan's unset.
 
@@ -32,8 +33,8 @@ import yaml
 
 from app.core.engines import ENGINES
 from app.core.launcher.engine import TRAINER_MODULES, TRAINER_SCRIPTS, module_start
-from app.core.launcher.reader import parse_launcher
-from app.core.launcher.results import INT_RE, Arg, Command, LauncherParse
+from app.core.launcher.reader import LaunchCommands, parse_launcher
+from app.core.launcher.results import INT_RE, Arg, Command
 from app.core.launcher.state import Loader
 from app.core.launcher.text import LauncherError, where
 
@@ -90,12 +91,12 @@ def _names_maxtext(text: str) -> bool:
     return any(m in text for m in TRAINER_MODULES) or any(s in text for s in TRAINER_SCRIPTS)
 
 
-def maxtext_command(parsed: LauncherParse) -> tuple[Command, int, str] | None:
+def maxtext_command(read: LaunchCommands) -> tuple[Command, int, str] | None:
     """The one MaxText training command of the script (a trainer started as a module or entry
     script: :func:`module_start`), the index of its first argument and the engine; None when it has
     none. Two or more are refused."""
     found = []
-    for cmd in parsed.commands:
+    for cmd in read.commands:
         hidden = next((a for a in cmd.argv if a.reason is not None and _names_maxtext(a.text)), None)
         if hidden is not None:
             raise MaxTextLauncherError(f"{where(hidden.file, hidden.line)}: {hidden.raw} runs MaxText but cannot be "
@@ -132,13 +133,14 @@ def _command_keys(args: tuple[Arg, ...], keys: frozenset[str]) -> dict[str, KeyV
     return out
 
 
-def _env_keys(cmd: Command, parsed: LauncherParse, keys: frozenset[str], given: dict[str, KeyValue],
+def _env_keys(cmd: Command, read: LaunchCommands, keys: frozenset[str], given: dict[str, KeyValue],
               prefix: str, warnings: list[str]) -> dict[str, KeyValue]:
-    """``M_<KEY>`` variables (``prefix``) the process sees (exported, or set for the command)."""
+    """``M_<KEY>`` variables (``prefix``) the process sees: set for the command, in a spec's ``env:``
+    list, or exported by the script."""
     out: dict[str, KeyValue] = {}
     for key in sorted(keys):
         var = prefix + key.upper()
-        v = cmd.env.get(var) or parsed.environment.get(var)
+        v = cmd.env.get(var) or read.k8s.get(var) or read.shell.get(var)
         if v is None:
             continue
         if v.how == "assignment":
@@ -180,10 +182,11 @@ def _config_keys(path: str, keys: frozenset[str], loader: Loader | None, at: tup
     return out
 
 
-def parse_maxtext_launch(parsed: LauncherParse, loader: Loader | None = None) -> MaxTextLaunch | None:
-    """The MaxText launch of a read script (None: the script has no MaxText command); see the
-    module docstring. Raises :class:`MaxTextLauncherError` when it cannot be read completely."""
-    found = maxtext_command(parsed)
+def parse_maxtext_launch(read: LaunchCommands, loader: Loader | None = None) -> MaxTextLaunch | None:
+    """The MaxText launch among a launch's commands (None: it has no MaxText command); see the
+    module docstring. ``loader`` reads a config file. Raises :class:`MaxTextLauncherError` when it
+    cannot be read completely."""
+    found = maxtext_command(read)
     if found is None:
         return None
     cmd, first, engine = found
@@ -200,7 +203,7 @@ def parse_maxtext_launch(parsed: LauncherParse, loader: Loader | None = None) ->
     warnings: list[str] = []
     given = _command_keys(args, keys)
     values = {**_config_keys(config, keys, loader, (cmd.file, cmd.line)), **given,
-              **_env_keys(cmd, parsed, keys, given, ENGINES[engine].launch.env_prefix or "", warnings)}
+              **_env_keys(cmd, read, keys, given, ENGINES[engine].launch.env_prefix or "", warnings)}
     model = next((a.text.partition("=")[2] for a in reversed(args)
                   if a.reason is None and a.text.startswith("model_name=")), None)
     return MaxTextLaunch(engine, values, config, model, (cmd.file, cmd.line), warnings)

@@ -14,11 +14,13 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from app.core.inputs import InputError, read_bounded
 from app.core.launcher.interpreter import Interpreter
-from app.core.launcher.results import INT_RE, LauncherParse
+from app.core.launcher.kubernetes import read_spec
+from app.core.launcher.results import INT_RE, Arg, Command, EnvValue, LauncherParse
 from app.core.launcher.source import disk_loader, files_loader
 from app.core.launcher.state import Loader
 from app.core.launcher.text import MAX_LAUNCHER_BYTES, MAX_TOTAL_BYTES, LauncherError, decode, text_file, where
@@ -48,6 +50,46 @@ def parse_launcher(text: str | bytes, *, name: str = "", loader: Loader | None =
     if strict:
         fail_closed(parsed, body, name)
     return parsed
+
+
+@dataclass(frozen=True)
+class LaunchCommands:
+    """The commands a launch text runs (its shell script's and its Kubernetes-style spec's), the
+    spec's ``env:`` list (``k8s_env``; a ``valueFrom`` is unknown) and the shell's variables."""
+
+    commands: tuple[Command, ...]
+    k8s: dict[str, EnvValue]
+    shell: dict[str, EnvValue]
+    work: int
+
+
+def launch_commands(text: str, name: str, loader: Loader | None, parsed: LauncherParse | None) -> LaunchCommands:
+    """Every command of ``text`` that names a launched engine (a serve command, a MaxText trainer):
+    the shell script's, the spec's ``command`` / ``args`` words, and the script of a spec's
+    ``sh -c`` / ``bash -c``. ``parsed``: the text already read (reused when the text holds no
+    Kubernetes-style parts). Raises :class:`LauncherError` for a script that cannot be read completely."""
+    spec = read_spec(text)
+    scripts: list[str | LauncherParse] = [parsed if parsed is not None and not (spec.env or spec.words) else spec.shell]
+    words = [w for w, _ in spec.words]
+    commands: list[Command] = []
+    if len(words) >= 3 and posixpath.basename(words[0]) in ("sh", "bash") and words[1] == "-c":
+        scripts.append("\n" * (spec.words[2][1] - 1) + words[2])   # the script keeps its line number
+    elif words:
+        commands.append(Command(tuple(Arg(w, None, w, name, n) for w, n in spec.words), {}, name, spec.words[0][1]))
+    shell: dict[str, EnvValue] = {}
+    work = 0
+    for script in scripts:
+        read = parse_launcher(script, name=name, loader=loader) if isinstance(script, str) else script
+        if read.missing:
+            raise LauncherError("cannot read the sourced file(s) " + "; ".join(read.missing))
+        if read.fatal:
+            raise LauncherError("; ".join(read.fatal) + "; the command cannot be read")
+        commands += read.commands
+        work += read.work if isinstance(script, str) else 0
+        shell.update(read.environment)
+    k8s = {k: EnvValue(v if v is not None else "", None if v is not None else "valueFrom", name, line, "k8s_env")
+           for k, (v, line) in spec.env.items()}
+    return LaunchCommands(tuple(commands), k8s, shell, work)
 
 
 def fail_closed(parsed: LauncherParse, text: str, name: str = "") -> None:

@@ -38,8 +38,7 @@ from typing import Any
 
 from app.core.engines import ENGINES
 from app.core.launcher.engine import serve_start
-from app.core.launcher.kubernetes import read_spec
-from app.core.launcher.reader import parse_launcher
+from app.core.launcher.reader import launch_commands
 from app.core.launcher.results import Arg, Command, EnvValue, LauncherParse
 from app.core.launcher.state import Loader
 from app.core.launcher.text import LauncherError, decode, where
@@ -112,31 +111,11 @@ def _env(v: EnvValue, how: str | None = None) -> Provenance:
 
 
 def _commands(text: str, name: str, loader: Loader | None,
-              parsed: LauncherParse | None) -> tuple[list[Command], dict[str, Provenance], dict[str, Provenance], int]:
-    """Every command naming vLLM / SGLang (shell and spec), the spec's env and the shell's variables.
-    ``parsed``: the text already read (reused when the text holds no Kubernetes-style parts)."""
-    spec = read_spec(text)
-    scripts: list[str | LauncherParse] = [parsed if parsed is not None and not (spec.env or spec.words) else spec.shell]
-    words = [w for w, _ in spec.words]
-    commands: list[Command] = []
-    if len(words) >= 3 and posixpath.basename(words[0]) in ("sh", "bash") and words[1] == "-c":
-        scripts.append("\n" * (spec.words[2][1] - 1) + words[2])   # the script keeps its line number
-    elif words:
-        commands.append(Command(tuple(Arg(w, None, w, name, n) for w, n in spec.words), {}, name, spec.words[0][1]))
-    shell: dict[str, Provenance] = {}
-    work = 0
-    for script in scripts:
-        read = parse_launcher(script, name=name, loader=loader) if isinstance(script, str) else script
-        if read.missing:
-            raise LauncherError("cannot read the sourced file(s) " + "; ".join(read.missing))
-        if read.fatal:
-            raise LauncherError("; ".join(read.fatal) + "; the serve command cannot be read")
-        commands += read.commands
-        work += read.work if isinstance(script, str) else 0
-        shell.update({k: _env(v) for k, v in read.environment.items()})
-    k8s = {k: Provenance(v if v is not None else "", line, "k8s_env", name,
-                         None if v is not None else "valueFrom") for k, (v, line) in spec.env.items()}
-    return commands, k8s, shell, work
+              parsed: LauncherParse | None) -> tuple[tuple[Command, ...], dict[str, Provenance], dict[str, Provenance], int]:
+    """The launch's commands (:func:`launch_commands`), the spec's env and the shell's variables as provenance."""
+    read = launch_commands(text, name, loader, parsed)
+    return (read.commands, {k: _env(v) for k, v in read.k8s.items()}, {k: _env(v) for k, v in read.shell.items()},
+            read.work)
 
 
 def _command_env(cmd: Command, start: int) -> dict[str, Provenance]:

@@ -3,6 +3,7 @@ with MaxText's own precedence (config file < command line < ``M_<KEY>``; pyconfi
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from dataclasses import replace
@@ -154,3 +155,60 @@ def test_maxtexts_own_launch_scripts_are_read_or_refused_by_name(tmp_path):
         read += 1
         assert got.plan.engine == "maxtext", rev_path
     assert read, "every script was refused"
+
+
+JOBSET = """apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+spec:
+  replicatedJobs:
+  - name: workers
+    template:
+      spec:
+        template:
+          spec:
+            containers:
+            - name: maxtext
+              command: ["bash", "-c", "python3 -m maxtext.trainers.pre_train.train base.yml ici_pipeline_parallelism=3"]
+              env:
+              - name: M_NUM_LAYERS_PER_PIPELINE_STAGE
+                value: "5"
+"""
+POD = """containers:
+- name: maxtext
+  command:
+  - python3
+  - -m
+  - maxtext.trainers.pre_train.train
+  args:
+  - src/maxtext/configs/base.yml
+  - ici_pipeline_parallelism=3
+  env:
+  - name: M_NUM_LAYERS_PER_PIPELINE_STAGE
+    value: "5"
+"""
+
+
+@pytest.mark.parametrize(("spec", "lines"), [(JOBSET, (12, 15)), (POD, (9, 12))])
+def test_a_kubernetes_spec_is_read_like_a_script(spec, lines):
+    """A JobSet's ``bash -c`` script and a pod's command / args words, with the ``M_`` variable of the
+    spec's env list; each value keeps the line it is written on."""
+    got = _import(spec, files={"job.yaml": spec}, main="job.yaml")
+    assert (got.plan.engine, got.plan.ici_pipeline_parallelism, got.plan.layers_per_pipeline_stage) == (
+        "maxtext", 3, 5)
+    values = got.report["values"]
+    assert (values["ici_pipeline_parallelism"]["line"], values["num_layers_per_pipeline_stage"]["line"]) == lines
+    assert values["num_layers_per_pipeline_stage"]["how"] == "env"
+
+
+def test_the_check_json_carries_the_launcher_report(tmp_path):
+    """``isplan check --launcher --format json`` holds the import's report for a MaxText and a serving
+    launch as it does for a Megatron one."""
+    from tests.cli.test_cli import isplan
+
+    for text, key in (("python3 -m maxtext.trainers.pre_train.train base.yml ici_pipeline_parallelism=3 "
+                       "num_layers_per_pipeline_stage=5\n", "values"), ("vllm serve m -tp 8\n", "serve")):
+        script = tmp_path / "run.sh"
+        script.write_text(text)
+        p = isplan("check", "glm-5.2", "--launcher", str(script), "--format", "json")
+        assert p.returncode in (0, 1), p.stderr
+        assert key in json.loads(p.stdout)["launcher"], text
