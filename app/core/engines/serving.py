@@ -336,7 +336,8 @@ def _warnings(cfg: ModelConfig, mod: ServingEngine, plan: StagePlan, diffs: list
 def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int], *, tp: int = 1,
                      model: str | None = None, context: int | None = None,
                      kv_dtype: str | None = None, allow_long_context: bool = False,
-                     weight_dtype: str | None = None, memory_fraction: float | None = None) -> dict[str, str]:
+                     weight_dtype: str | None = None, memory_fraction: float | None = None,
+                     ep: int = 1) -> dict[str, str]:
     """The environment line and serve command for ``sizes``, every value ``shlex.quote``-d.
 
     ``model`` defaults to the config's upstream repository (else its id). ``context`` (stated by
@@ -344,7 +345,8 @@ def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int
     ``serve_args``), so the command runs what the memory verdict judged; ``allow_long_context``
     sets the engine's override variable (:attr:`ServingEngine.long_context_env`) on the env line;
     a stated ``weight_dtype`` of ``fp8`` for a BF16 checkpoint is ``--quantization fp8`` (an FP8
-    checkpoint is loaded as FP8 without it); a stated ``memory_fraction`` is the engine's share flag.
+    checkpoint is loaded as FP8 without it); a stated ``memory_fraction`` is the engine's share flag
+    and ``ep`` > 1 its expert parallelism.
     """
     mod = engine_module(engine)
     _check_size(pp, "--pp", MAX_PP)
@@ -357,7 +359,7 @@ def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int
     quantization = "fp8" if weight_dtype == "fp8" and cfg.checkpoint_weight_dtype == "bf16" else None
     command = " ".join(shlex.quote(a) for a in mod.serve_args(name, tp, pp, context=context, kv_dtype=kv_dtype,
                                                                 indexer=cfg.has_indexer, quantization=quantization,
-                                                                memory_fraction=memory_fraction))
+                                                                memory_fraction=memory_fraction, ep=ep))
     return {
         "env_var": mod.env_var,
         "env_value": value,
@@ -513,6 +515,9 @@ class ServingEngine(Engine):
     context_flag: ClassVar[str]
     #: the variable that lets a stated context exceed the model's maximum (the plan's ``allow_long_context``)
     long_context_env: ClassVar[str]
+    #: a switch that turns expert parallelism on at ``ep = tp`` (vLLM ``--enable-expert-parallel``), where
+    #: the engine has no expert-parallel size of its own (the plan's ``ep``)
+    ep_switch: ClassVar[str | None] = None
 
     # the engine's own rules (its module's functions)
     def default_partition(self, num_layers: int, pp: int, build: date | None = None) -> list[int]:
@@ -522,9 +527,13 @@ class ServingEngine(Engine):
         raise NotImplementedError
 
     def serve_args(self, model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
-                   indexer: bool = False, quantization: str | None = None,
-                   memory_fraction: float | None = None) -> list[str]:
+                   indexer: bool = False, quantization: str | None = None, memory_fraction: float | None = None,
+                   ep: int = 1) -> list[str]:
         raise NotImplementedError
+
+    def ep_reason(self, plan: Plan) -> Reason | None:
+        """The engine's refusal of the plan's expert-parallel size (none by default)."""
+        return None
 
     def mtp_with_pp(self, build: date | None) -> str:
         """What the engine says about serving the MTP draft with PP > 1."""
@@ -606,6 +615,9 @@ class ServingEngine(Engine):
             return out
         if reason is not None:
             (out.warnings if plan.allow_long_context else out.blocking).append(reason)
+        ep = self.ep_reason(plan)
+        if ep is not None:
+            out.blocking.append(ep)
         out.serving_memory = serving_memory(cfg, check.plan, check.roles, settings).to_json()
         out.blocking += serving_memory_reasons(out.serving_memory)
         return out
@@ -616,7 +628,8 @@ class ServingEngine(Engine):
             return {}
         out = export_partition(cfg, self.name, check.plan.pp, check.plan.sizes, tp=plan.tp, context=plan.context,
                                kv_dtype=plan.kv_dtype, allow_long_context=plan.allow_long_context,
-                               weight_dtype=plan.weight_dtype, memory_fraction=plan.gpu_memory_utilization)
+                               weight_dtype=plan.weight_dtype, memory_fraction=plan.gpu_memory_utilization,
+                               ep=plan.ep)
         return {"serve": out["script"].rstrip(), "serve_env": out["env_line"], "serve_command": out["command"]}
 
     def best_layouts(self, cfg: ModelConfig, plan: Plan, *, objective: str = "memory", top: int = 1) -> list[Plan]:

@@ -124,6 +124,9 @@ KV_DTYPE_FLAG = "--kv-cache-dtype"
 #: ``--quantization fp8`` loads a BF16 checkpoint's weights quantized to FP8 (the plan's ``weight_dtype``);
 #: another method is not a plan setting (a launcher warning)
 QUANTIZATION_FLAG = "--quantization"
+#: ``--ep-size`` / ``--expert-parallel-size``: the MoE's expert-parallel size (the plan's ``ep``); each expert
+#: is then split ``tp // ep`` ways (``moe_tp_size``, ``python/sglang/srt/distributed/parallel_state.py``)
+EP_SIZE_FLAG = "--ep-size"
 #: the share of each GPU the server takes for weights and KV cache (the plan's ``gpu_memory_utilization``)
 MEMORY_FRACTION_FLAG = "--mem-fraction-static"
 #: ``--kv-cache-dtype`` values -> the plan's ``kv_dtype`` (``auto``: the model's dtype, read as the
@@ -132,8 +135,6 @@ MEMORY_FRACTION_FLAG = "--mem-fraction-static"
 KV_CACHE_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
 #: settings no plan field carries: (flag, takes a value, what the memory verdict assumes)
 UNREAD_FLAGS = (
-    ("--ep-size", True, "experts split inside each expert over TP (no expert parallelism)"),
-    ("--expert-parallel-size", True, "experts split inside each expert over TP (no expert parallelism)"),
     ("--dp-size", True, "one server (DP 1)"),
     ("--chunked-prefill-size", True, "8192 tokens per batch for the top-k buffer"),
 )
@@ -180,11 +181,12 @@ def long_context_set(value: str) -> bool | None:
 
 
 def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
-               indexer: bool = False, quantization: str | None = None,
-               memory_fraction: float | None = None) -> list[str]:
+               indexer: bool = False, quantization: str | None = None, memory_fraction: float | None = None,
+               ep: int = 1) -> list[str]:
     """``python -m sglang.launch_server --model-path MODEL --tp-size TP --pp-size PP``, with
-    ``--context-length`` when a context is stated and ``--kv-cache-dtype fp8_e4m3`` for an FP8 KV
-    cache, so the command runs the settings the memory verdict judged.
+    ``--context-length`` when a context is stated, ``--kv-cache-dtype fp8_e4m3`` for an FP8 KV
+    cache, ``--quantization fp8``, ``--mem-fraction-static`` and ``--ep-size`` where the plan states
+    them, so the command runs the settings the memory verdict judged.
 
     ``--tp-size`` / ``--pp-size`` are the option names SGLang's server arguments define
     (``--tp`` works only through argparse's prefix abbreviation).
@@ -196,6 +198,8 @@ def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_d
         args += [QUANTIZATION_FLAG, quantization]
     if memory_fraction is not None:
         args += [MEMORY_FRACTION_FLAG, f"{memory_fraction:g}"]
+    if ep > 1:
+        args += [EP_SIZE_FLAG, str(ep)]
     if kv_dtype == "fp8":
         args += [KV_DTYPE_FLAG, "fp8_e4m3"]
     return args
@@ -224,7 +228,8 @@ class SglangEngine(ServingEngine):
     reads_indexer_types = READS_INDEXER_TYPES
     flags: ClassVar[dict[str, str]] = {TP_FLAG: "tp", "--tp": "tp", "--tensor-parallel-size": "tp", PP_FLAG: "pp", "--pp": "pp",
              "--pipeline-parallel-size": "pp", ENV_VAR: "split", CONTEXT_FLAG: "context", KV_DTYPE_FLAG: "kv_dtype",
-             QUANTIZATION_FLAG: "weight_dtype", MEMORY_FRACTION_FLAG: "gpu_memory_utilization"}
+             QUANTIZATION_FLAG: "weight_dtype", MEMORY_FRACTION_FLAG: "gpu_memory_utilization",
+             EP_SIZE_FLAG: "ep", "--expert-parallel-size": "ep"}
     kv_cache_dtypes = KV_CACHE_DTYPES
     kv_auto = "the model's dtype"
     context_flag = CONTEXT_FLAG
@@ -242,10 +247,10 @@ class SglangEngine(ServingEngine):
         return share_behaviour(build)
 
     def serve_args(self, model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
-                   indexer: bool = False, quantization: str | None = None,
-                   memory_fraction: float | None = None) -> list[str]:
+                   indexer: bool = False, quantization: str | None = None, memory_fraction: float | None = None,
+                   ep: int = 1) -> list[str]:
         return serve_args(model, tp, pp, context=context, kv_dtype=kv_dtype, indexer=indexer,
-                          quantization=quantization, memory_fraction=memory_fraction)
+                          quantization=quantization, memory_fraction=memory_fraction, ep=ep)
 
     def mtp_with_pp(self, build: date | None) -> str:
         return mtp_with_pp(build)

@@ -40,6 +40,8 @@ from app.core.engines.base import LaunchSyntax, MaxContext
 from app.core.engines.rules import RuleChange, ShareBehaviour
 from app.core.engines.serving import ServingEngine, config_number, rope_entries
 from app.core.model.config import ModelConfig
+from app.core.plan import Plan
+from app.core.verdict import Reason
 
 ENGINE = "vllm"
 ENV_VAR = "VLLM_PP_LAYER_PARTITION"
@@ -95,6 +97,9 @@ KV_DTYPE_FLAG = "--kv-cache-dtype"
 #: ``--quantization fp8`` loads a BF16 checkpoint's weights quantized to FP8 (the plan's ``weight_dtype``);
 #: another method is not a plan setting (a launcher warning)
 QUANTIZATION_FLAG = "--quantization"
+#: expert parallelism: vLLM has no size of its own - ``--enable-expert-parallel`` makes it TP x DP
+#: (``vllm/config/parallel.py``), so with one server (DP 1) the plan's ``ep`` is 1 or TP
+EP_SWITCH = "--enable-expert-parallel"
 #: the share of each GPU the server takes for weights and KV cache (the plan's ``gpu_memory_utilization``)
 MEMORY_FRACTION_FLAG = "--gpu-memory-utilization"
 #: ``--kv-cache-dtype`` values (``vllm/config/cache.py`` ``CacheDType`` @ c1d86421) -> the plan's
@@ -103,7 +108,6 @@ MEMORY_FRACTION_FLAG = "--gpu-memory-utilization"
 KV_CACHE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "fp8_ds_mla": "fp8"}
 #: settings no plan field carries: (flag, takes a value, what the memory verdict assumes)
 UNREAD_FLAGS = (
-    ("--enable-expert-parallel", False, "experts split inside each expert over TP (no expert parallelism)"),
     ("--data-parallel-size", True, "one server (DP 1)"),
     ("--max-num-batched-tokens", True, "8192 tokens per batch for the top-k buffer"),
     ("--cpu-offload-gb", True, "no weights offloaded to the host"),
@@ -112,12 +116,14 @@ UNREAD_FLAGS = (
 
 
 def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
-               indexer: bool = False, quantization: str | None = None,
-               memory_fraction: float | None = None) -> list[str]:
+               indexer: bool = False, quantization: str | None = None, memory_fraction: float | None = None,
+               ep: int = 1) -> list[str]:
     """``vllm serve MODEL --tensor-parallel-size TP --pipeline-parallel-size PP``, with
     ``--max-model-len`` when a context is stated and ``--kv-cache-dtype`` (``fp8``; ``bfloat16``
     for a DSA model, whose ``auto`` may be FP8 - for another model ``bfloat16`` is refused, its
-    ``auto`` is already BF16), so the command runs the settings the memory verdict judged."""
+    ``auto`` is already BF16), ``--quantization fp8`` (online FP8 weights), the GPU share and
+    ``--enable-expert-parallel`` where the plan states them, so the command runs the settings the
+    memory verdict judged."""
     args = ["vllm", "serve", model, TP_FLAG, str(tp), PP_FLAG, str(pp)]
     if context is not None:
         args += [CONTEXT_FLAG, str(context)]
@@ -125,6 +131,8 @@ def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_d
         args += [QUANTIZATION_FLAG, quantization]
     if memory_fraction is not None:
         args += [MEMORY_FRACTION_FLAG, f"{memory_fraction:g}"]
+    if ep > 1:
+        args.append(EP_SWITCH)
     if kv_dtype == "fp8" or (kv_dtype == "bf16" and indexer):
         args += [KV_DTYPE_FLAG, "fp8" if kv_dtype == "fp8" else "bfloat16"]
     return args
@@ -175,6 +183,15 @@ def max_context(cfg: ModelConfig) -> MaxContext | None:
     return MaxContext(int(n), how, default)
 
 
+def ep_reason(plan: Plan) -> Reason | None:
+    """vLLM's expert-parallel size is TP x DP when ``--enable-expert-parallel`` is given, else 1: one
+    server (DP 1) cannot run another ``ep``."""
+    if plan.ep in (1, plan.tp):
+        return None
+    return Reason(ENGINE, "ep_not_tp", f"vLLM has no expert-parallel size: {EP_SWITCH} makes it TP x DP = {plan.tp} "
+                  f"for one server, so ep={plan.ep} cannot be served; set ep to 1 or {plan.tp}", "ep")
+
+
 def long_context_set(value: str) -> bool:
     """``VLLM_ALLOW_LONG_MAX_MODEL_LEN``: on for ``1`` / ``true`` (any case, spaces stripped), off otherwise."""
     return value.strip().lower() in ("1", "true")
@@ -206,6 +223,7 @@ class VllmEngine(ServingEngine):
     kv_auto = "the model's dtype (FP8 for DeepSeek-V3.2-style DSA models, vllm/config/cache.py @ c1d86421)"
     context_flag = CONTEXT_FLAG
     long_context_env = LONG_CONTEXT_ENV
+    ep_switch = EP_SWITCH
     #: ``vllm serve MODEL`` (``vllm/entrypoints/cli/serve.py`` @ 78265ccd) or the OpenAI server module
     launch: ClassVar[LaunchSyntax] = LaunchSyntax(
         programs=(("vllm", "serve"),), modules=("vllm.entrypoints.openai.api_server",), model_flags=("--model",),
@@ -218,16 +236,19 @@ class VllmEngine(ServingEngine):
         return share_behaviour(build)
 
     def serve_args(self, model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
-                   indexer: bool = False, quantization: str | None = None,
-                   memory_fraction: float | None = None) -> list[str]:
+                   indexer: bool = False, quantization: str | None = None, memory_fraction: float | None = None,
+                   ep: int = 1) -> list[str]:
         return serve_args(model, tp, pp, context=context, kv_dtype=kv_dtype, indexer=indexer,
-                          quantization=quantization, memory_fraction=memory_fraction)
+                          quantization=quantization, memory_fraction=memory_fraction, ep=ep)
 
     def mtp_with_pp(self, build: date | None) -> str:
         return mtp_with_pp(build)
 
     def max_context(self, cfg: ModelConfig) -> MaxContext | None:
         return max_context(cfg)
+
+    def ep_reason(self, plan: Plan) -> Reason | None:
+        return ep_reason(plan)
 
     def long_context_set(self, value: str) -> bool | None:
         return long_context_set(value)

@@ -4,8 +4,10 @@ Per GPU of pipeline rank ``p`` (every GPU of a rank's TP group holds the same am
 
 * **Weights** of the rank's decoder layers, from :func:`app.core.model.parameters.stage_params`: TP
   splits the MLA up/out projections, dense FFN, shared expert and vocabulary; routed experts are
-  split ``tp`` ways inside each expert (vLLM / SGLang without expert parallelism) or ``ep`` ways by
-  expert (``ep > 1``, expert parallelism, experts not TP-split). Rank 0 adds the embedding, the
+  split ``tp`` ways inside each expert (vLLM / SGLang without expert parallelism), or with expert
+  parallelism ``ep`` ways by expert and ``tp // ep`` ways inside each (SGLang's ``moe_tp_size =
+  tp_size // moe_ep_size``, ``python/sglang/srt/distributed/parallel_state.py``; vLLM's expert
+  parallelism has ``ep = tp``: whole experts). Rank 0 adds the embedding, the
   last rank lm_head and the final norm, and the MTP draft layer where it is served (the last rank;
   counted with one embedding copy, as ``stage_params`` does for Megatron; whether the engines'
   draft shares the target's embedding tensor is not confirmed here). Bytes per parameter:
@@ -164,7 +166,7 @@ class RankMemory:
 
 def _stage_bytes(cfg: ModelConfig, roles: RoleMap, stage: Stage, s: ServingMemorySettings) -> tuple[int, int, int, int]:
     """(weights, KV latent, indexer cache, indexer-owning layers) per GPU of one stage."""
-    etp = 1 if s.ep > 1 else s.tp
+    etp = max(1, s.tp // s.ep)
     params = stage_params(cfg, roles, [stage], tp=s.tp, ep=s.ep, etp=etp)
     weights = params.per_gpu * WEIGHT_BYTES[s.weight_dtype]
     tokens = s.context * s.concurrency

@@ -250,3 +250,30 @@ def test_the_gpu_share_is_the_usable_capacity_and_the_engines_flag():
         serve = stated.engine.exports(QWEN3, stated.plan, stated.check, stated.judgement)["serve_command"]
         assert f" {flag} 0.95" in serve
         assert flag not in default.engine.exports(QWEN3, plan, default.check, default.judgement)["serve_command"]
+
+
+def test_expert_parallelism_keeps_each_gpus_expert_bytes_and_is_each_engines_own():
+    """GLM-5.2's 256 routed experts over TP 8: without EP each GPU holds 1/8 of every expert; SGLang's
+    --ep-size E gives each GPU 256/E experts split 8/E ways (moe_tp_size = tp // ep) - the same bytes
+    for every E dividing 8. vLLM has only --enable-expert-parallel (EP = TP): another ep is refused."""
+    glm = load_preset("glm-5.2")
+
+    def weights(engine, ep):   # PP 4 (SGLang's default split starts every rank on a full layer), vLLM PP 1
+        ev = evaluate(Plan(model="glm-5.2", engine=engine, tp=8, pp=4 if engine == "sglang" else 1, ep=ep), glm)
+        return ev, [r["weights_bytes"] for r in ev.serving_memory["ranks"]]
+
+    base = weights("sglang", 1)[1]
+    for ep in (2, 4, 8):
+        ev, got = weights("sglang", ep)
+        assert got == base, ep
+        assert f"--ep-size {ep}" in ev.engine.exports(glm, ev.plan, ev.check, ev.judgement)["serve_command"]
+    ok, got = weights("vllm", 8)
+    assert got == weights("vllm", 1)[1] and not [r for r in ok.verdict.blocking if r.code == "ep_not_tp"]
+    assert " --enable-expert-parallel" in ok.engine.exports(glm, ok.plan, ok.check, ok.judgement)["serve_command"]
+    refused, _ = weights("vllm", 4)
+    assert [(r.kind, r.field) for r in refused.verdict.blocking if r.code == "ep_not_tp"] == [("vllm", "ep")]
+    back = import_launcher("vllm serve m -tp 8 --enable-expert-parallel\n", glm, Plan(model="glm-5.2"))
+    assert back.plan.ep == 8 and not back.warnings
+    back = import_launcher("python -m sglang.launch_server --model-path m --tp 8 --expert-parallel-size 4\n", glm,
+                           Plan(model="glm-5.2"))
+    assert back.plan.ep == 4 and not back.warnings

@@ -40,19 +40,24 @@ LLAMA70 = load_model("llama-3.1-70b")
        tp=st.sampled_from([1, 2, 4, 8]), pp=st.integers(1, 8),
        context=st.sampled_from([None, 4096, 131072, 200_000]), kv_dtype=st.sampled_from(["bf16", "fp8"]),
        long_context=st.booleans(), weight_dtype=st.sampled_from([None, "bf16", "fp8"]),
-       fraction=st.sampled_from([None, 0.8, 0.95, 1.0]), data=st.data())
+       fraction=st.sampled_from([None, 0.8, 0.95, 1.0]), expert=st.sampled_from(["none", "half", "tp"]),
+       data=st.data())
 def test_a_served_plan_exports_and_imports_back_to_itself(engine, cfg, tp, pp, context, kv_dtype, long_context,
-                                                          weight_dtype, fraction, data):
+                                                          weight_dtype, fraction, expert, data):
     """Differential: any serving plan the page or the CLI exports (a partition, TP, a stated context,
-    the KV cache dtype, the long-context override, the weights' dtype as served, the GPU share) is the same plan when
+    the KV cache dtype, the long-context override, the weights' dtype as served, the GPU share, expert
+    parallelism) is the same plan when
     its serve script is imported again, as a script or as one line - the memory the
     verdict judged is the memory the command asks for. vLLM names BF16 only for a DSA model (whose
     ``auto`` may be FP8); for another model, and for SGLang, BF16 is the engine's ``auto``."""
+    # vLLM's expert parallelism is TP (one server); SGLang's --ep-size any divisor of TP
+    ep = {"none": 1, "tp": tp, "half": tp // 2 if engine == "sglang" and tp > 1 else tp}[expert]
     n = cfg.num_hidden_layers
     cuts = sorted(data.draw(st.sets(st.integers(1, n - 1), min_size=pp - 1, max_size=pp - 1)))
     sizes = tuple(b - a for a, b in zip([0, *cuts], [*cuts, n]))
     e = export_partition(cfg, engine, pp, sizes, tp=tp, model="org/model", context=context, kv_dtype=kv_dtype,
-                         allow_long_context=long_context, weight_dtype=weight_dtype, memory_fraction=fraction)
+                         allow_long_context=long_context, weight_dtype=weight_dtype, memory_fraction=fraction,
+                         ep=ep)
     base = Plan(model=cfg.id)
     for text in (e["script"], f"{e['env_line']} {e['command']}\n"):
         got = import_launcher(text, cfg, base).plan
@@ -62,20 +67,23 @@ def test_a_served_plan_exports_and_imports_back_to_itself(engine, cfg, tp, pp, c
         assert got.allow_long_context is long_context
         assert served_weight_dtype(cfg, got.weight_dtype) == served_weight_dtype(cfg, weight_dtype)
         assert got.gpu_memory_utilization == fraction
+        assert got.ep == ep
     flags = e["command"].split()
     named_bf16 = "bfloat16" in flags
     assert named_bf16 == (engine == "vllm" and kv_dtype == "bf16" and cfg.has_indexer)
 
 
 def test_memory_settings_of_a_launch_are_read_or_named():
-    """--max-model-len / --context-length, --kv-cache-dtype and the GPU share (--gpu-memory-utilization /
-    --mem-fraction-static) become the plan's context, KV dtype and gpu_memory_utilization;
+    """--max-model-len / --context-length, --kv-cache-dtype, the GPU share (--gpu-memory-utilization /
+    --mem-fraction-static) and expert parallelism become the plan's context, KV dtype,
+    gpu_memory_utilization and ep;
     the memory flags no plan field carries are warnings naming them; ``auto`` keeps the plan's KV
     dtype and says so; a KV dtype the memory model does not cover is refused, naming the flag."""
     got = import_launcher("vllm serve m -tp 8 --max-model-len=65536 --kv-cache-dtype fp8_ds_mla "
                           "--gpu-memory-utilization 0.95 --enable-expert-parallel\n", GLM52, Plan(model="glm-5.2"))
-    assert (got.plan.context, got.plan.kv_dtype, got.plan.gpu_memory_utilization) == (65536, "fp8", 0.95)
-    assert [w.split(" (")[0] for w in got.warnings] == ["--enable-expert-parallel"]
+    assert (got.plan.context, got.plan.kv_dtype, got.plan.gpu_memory_utilization, got.plan.ep) == (
+        65536, "fp8", 0.95, 8)   # --enable-expert-parallel: EP = TP
+    assert not got.warnings
     sg = import_launcher("python -m sglang.launch_server --model-path m --context-length 32768 "
                          "--kv-cache-dtype auto --mem-fraction-static 0.8 --dp-size 2\n", GLM52, Plan(model="glm-5.2"))
     assert (sg.plan.engine, sg.plan.context, sg.plan.kv_dtype) == ("sglang", 32768, "bf16")
