@@ -337,7 +337,7 @@ def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int
                      model: str | None = None, context: int | None = None,
                      kv_dtype: str | None = None, allow_long_context: bool = False,
                      weight_dtype: str | None = None, memory_fraction: float | None = None,
-                     ep: int = 1) -> dict[str, str]:
+                     ep: int = 1, dp: int = 1) -> dict[str, str]:
     """The environment line and serve command for ``sizes``, every value ``shlex.quote``-d.
 
     ``model`` defaults to the config's upstream repository (else its id). ``context`` (stated by
@@ -346,7 +346,7 @@ def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int
     sets the engine's override variable (:attr:`ServingEngine.long_context_env`) on the env line;
     a stated ``weight_dtype`` of ``fp8`` for a BF16 checkpoint is ``--quantization fp8`` (an FP8
     checkpoint is loaded as FP8 without it); a stated ``memory_fraction`` is the engine's share flag
-    and ``ep`` > 1 its expert parallelism.
+    and ``ep`` > 1 its expert parallelism, ``dp`` > 1 its data-parallel ranks (where it has them).
     """
     mod = engine_module(engine)
     _check_size(pp, "--pp", MAX_PP)
@@ -359,7 +359,7 @@ def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int
     quantization = "fp8" if weight_dtype == "fp8" and cfg.checkpoint_weight_dtype == "bf16" else None
     command = " ".join(shlex.quote(a) for a in mod.serve_args(name, tp, pp, context=context, kv_dtype=kv_dtype,
                                                                 indexer=cfg.has_indexer, quantization=quantization,
-                                                                memory_fraction=memory_fraction, ep=ep))
+                                                                memory_fraction=memory_fraction, ep=ep, dp=dp))
     return {
         "env_var": mod.env_var,
         "env_value": value,
@@ -528,7 +528,7 @@ class ServingEngine(Engine):
 
     def serve_args(self, model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
                    indexer: bool = False, quantization: str | None = None, memory_fraction: float | None = None,
-                   ep: int = 1) -> list[str]:
+                   ep: int = 1, dp: int = 1) -> list[str]:
         raise NotImplementedError
 
     def ep_reason(self, plan: Plan) -> Reason | None:
@@ -582,12 +582,14 @@ class ServingEngine(Engine):
         return replace(check, extra=extra) if extra else check
 
     def gpu_line(self, plan: Plan, check: LayoutCheck | None) -> str | None:
-        """One server: ``--tensor-parallel-size`` x the pipeline ranks of its partition."""
+        """One server: ``--tensor-parallel-size`` x the pipeline ranks of its partition (x its
+        data-parallel ranks, where the engine has them: vLLM ``--data-parallel-size``)."""
         if check is None or not check.plan.stages:
             return None
-        pp = check.plan.pp
-        n = plan.tp * pp
-        return f"TP {plan.tp} × PP {pp} = {n} GPU{'' if n == 1 else 's'} (one {self.label} server)"
+        pp, dp = check.plan.pp, (plan.dp or 1) if "dp" in self.fields else 1
+        n = plan.tp * pp * dp
+        ranks = f" × DP {dp}" if dp > 1 else ""
+        return f"TP {plan.tp} × PP {pp}{ranks} = {n} GPU{'' if n == 1 else 's'} (one {self.label} server)"
 
     def memory_settings(self, cfg: ModelConfig, plan: Plan) -> ServingMemorySettings:
         """Serving memory's settings of ``plan``: its context (:meth:`context`: the model's maximum
@@ -629,7 +631,7 @@ class ServingEngine(Engine):
         out = export_partition(cfg, self.name, check.plan.pp, check.plan.sizes, tp=plan.tp, context=plan.context,
                                kv_dtype=plan.kv_dtype, allow_long_context=plan.allow_long_context,
                                weight_dtype=plan.weight_dtype, memory_fraction=plan.gpu_memory_utilization,
-                               ep=plan.ep)
+                               ep=plan.ep, dp=plan.dp or 1)
         return {"serve": out["script"].rstrip(), "serve_env": out["env_line"], "serve_command": out["command"]}
 
     def best_layouts(self, cfg: ModelConfig, plan: Plan, *, objective: str = "memory", top: int = 1) -> list[Plan]:

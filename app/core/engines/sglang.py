@@ -136,6 +136,9 @@ KV_CACHE_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "fp8_e4m3": "fp8", "fp8_e
 #: settings no plan field carries: (flag, takes a value, what the memory verdict assumes)
 UNREAD_FLAGS = (
     ("--dp-size", True, "one server (DP 1)"),
+    ("--data-parallel-size", True, "one server (DP 1)"),
+    ("--dp", True, "one server (DP 1)"),
+    ("--enable-dp-attention", False, "attention split over all TP ranks (no data-parallel attention)"),
     ("--chunked-prefill-size", True, "8192 tokens per batch for the top-k buffer"),
 )
 
@@ -182,7 +185,7 @@ def long_context_set(value: str) -> bool | None:
 
 def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
                indexer: bool = False, quantization: str | None = None, memory_fraction: float | None = None,
-               ep: int = 1) -> list[str]:
+               ep: int = 1, dp: int = 1) -> list[str]:
     """``python -m sglang.launch_server --model-path MODEL --tp-size TP --pp-size PP``, with
     ``--context-length`` when a context is stated, ``--kv-cache-dtype fp8_e4m3`` for an FP8 KV
     cache, ``--quantization fp8``, ``--mem-fraction-static`` and ``--ep-size`` where the plan states
@@ -248,7 +251,7 @@ class SglangEngine(ServingEngine):
 
     def serve_args(self, model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
                    indexer: bool = False, quantization: str | None = None, memory_fraction: float | None = None,
-                   ep: int = 1) -> list[str]:
+                   ep: int = 1, dp: int = 1) -> list[str]:
         return serve_args(model, tp, pp, context=context, kv_dtype=kv_dtype, indexer=indexer,
                           quantization=quantization, memory_fraction=memory_fraction, ep=ep)
 

@@ -38,7 +38,7 @@ from typing import ClassVar
 
 from app.core.engines.base import LaunchSyntax, MaxContext
 from app.core.engines.rules import RuleChange, ShareBehaviour
-from app.core.engines.serving import ServingEngine, config_number, rope_entries
+from app.core.engines.serving import SERVING_FIELDS, ServingEngine, config_number, rope_entries
 from app.core.model.config import ModelConfig
 from app.core.plan import Plan
 from app.core.verdict import Reason
@@ -100,6 +100,9 @@ QUANTIZATION_FLAG = "--quantization"
 #: expert parallelism: vLLM has no size of its own - ``--enable-expert-parallel`` makes it TP x DP
 #: (``vllm/config/parallel.py``), so with one server (DP 1) the plan's ``ep`` is 1 or TP
 EP_SWITCH = "--enable-expert-parallel"
+#: data-parallel ranks of one server (the plan's ``dp``): each holds the whole model over TP x PP, its
+#: own requests and KV cache; with expert parallelism the experts are spread over TP x DP
+DP_FLAG = "--data-parallel-size"
 #: the share of each GPU the server takes for weights and KV cache (the plan's ``gpu_memory_utilization``)
 MEMORY_FRACTION_FLAG = "--gpu-memory-utilization"
 #: ``--kv-cache-dtype`` values (``vllm/config/cache.py`` ``CacheDType`` @ c1d86421) -> the plan's
@@ -108,7 +111,6 @@ MEMORY_FRACTION_FLAG = "--gpu-memory-utilization"
 KV_CACHE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "fp8_ds_mla": "fp8"}
 #: settings no plan field carries: (flag, takes a value, what the memory verdict assumes)
 UNREAD_FLAGS = (
-    ("--data-parallel-size", True, "one server (DP 1)"),
     ("--max-num-batched-tokens", True, "8192 tokens per batch for the top-k buffer"),
     ("--cpu-offload-gb", True, "no weights offloaded to the host"),
     ("--kv-cache-memory-bytes", True, "the KV cache sized by --gpu-memory-utilization"),
@@ -117,7 +119,7 @@ UNREAD_FLAGS = (
 
 def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
                indexer: bool = False, quantization: str | None = None, memory_fraction: float | None = None,
-               ep: int = 1) -> list[str]:
+               ep: int = 1, dp: int = 1) -> list[str]:
     """``vllm serve MODEL --tensor-parallel-size TP --pipeline-parallel-size PP``, with
     ``--max-model-len`` when a context is stated and ``--kv-cache-dtype`` (``fp8``; ``bfloat16``
     for a DSA model, whose ``auto`` may be FP8 - for another model ``bfloat16`` is refused, its
@@ -131,6 +133,8 @@ def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_d
         args += [QUANTIZATION_FLAG, quantization]
     if memory_fraction is not None:
         args += [MEMORY_FRACTION_FLAG, f"{memory_fraction:g}"]
+    if dp > 1:
+        args += [DP_FLAG, str(dp)]
     if ep > 1:
         args.append(EP_SWITCH)
     if kv_dtype == "fp8" or (kv_dtype == "bf16" and indexer):
@@ -184,12 +188,14 @@ def max_context(cfg: ModelConfig) -> MaxContext | None:
 
 
 def ep_reason(plan: Plan) -> Reason | None:
-    """vLLM's expert-parallel size is TP x DP when ``--enable-expert-parallel`` is given, else 1: one
-    server (DP 1) cannot run another ``ep``."""
-    if plan.ep in (1, plan.tp):
+    """vLLM's expert-parallel size is TP x DP when ``--enable-expert-parallel`` is given, else 1: no
+    other ``ep`` can be served."""
+    ranks = plan.tp * (plan.dp or 1)
+    if plan.ep in (1, ranks):
         return None
-    return Reason(ENGINE, "ep_not_tp", f"vLLM has no expert-parallel size: {EP_SWITCH} makes it TP x DP = {plan.tp} "
-                  f"for one server, so ep={plan.ep} cannot be served; set ep to 1 or {plan.tp}", "ep")
+    return Reason(ENGINE, "ep_not_tp", f"vLLM has no expert-parallel size: {EP_SWITCH} makes it TP x DP = "
+                  f"{plan.tp} x {plan.dp or 1} = {ranks}, so ep={plan.ep} cannot be served; set ep to 1 or {ranks}",
+                  "ep")
 
 
 def long_context_set(value: str) -> bool:
@@ -218,12 +224,14 @@ class VllmEngine(ServingEngine):
     reads_indexer_types = READS_INDEXER_TYPES
     flags: ClassVar[dict[str, str]] = {TP_FLAG: "tp", "-tp": "tp", PP_FLAG: "pp", "-pp": "pp", ENV_VAR: "split",
                                        CONTEXT_FLAG: "context", KV_DTYPE_FLAG: "kv_dtype",
-                                       QUANTIZATION_FLAG: "weight_dtype", MEMORY_FRACTION_FLAG: "gpu_memory_utilization"}
+                                       QUANTIZATION_FLAG: "weight_dtype", MEMORY_FRACTION_FLAG: "gpu_memory_utilization",
+                                       DP_FLAG: "dp", "-dp": "dp"}
     kv_cache_dtypes = KV_CACHE_DTYPES
     kv_auto = "the model's dtype (FP8 for DeepSeek-V3.2-style DSA models, vllm/config/cache.py @ c1d86421)"
     context_flag = CONTEXT_FLAG
     long_context_env = LONG_CONTEXT_ENV
     ep_switch = EP_SWITCH
+    fields = SERVING_FIELDS | {"dp"}
     #: ``vllm serve MODEL`` (``vllm/entrypoints/cli/serve.py`` @ 78265ccd) or the OpenAI server module
     launch: ClassVar[LaunchSyntax] = LaunchSyntax(
         programs=(("vllm", "serve"),), modules=("vllm.entrypoints.openai.api_server",), model_flags=("--model",),
@@ -237,9 +245,9 @@ class VllmEngine(ServingEngine):
 
     def serve_args(self, model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
                    indexer: bool = False, quantization: str | None = None, memory_fraction: float | None = None,
-                   ep: int = 1) -> list[str]:
+                   ep: int = 1, dp: int = 1) -> list[str]:
         return serve_args(model, tp, pp, context=context, kv_dtype=kv_dtype, indexer=indexer,
-                          quantization=quantization, memory_fraction=memory_fraction, ep=ep)
+                          quantization=quantization, memory_fraction=memory_fraction, ep=ep, dp=dp)
 
     def mtp_with_pp(self, build: date | None) -> str:
         return mtp_with_pp(build)

@@ -108,7 +108,8 @@ def import_serve_launcher(text: str | bytes, base: Plan, *, path: str | None = N
     except ServeLauncherError as exc:
         raise LauncherImportError(str(exc)) from None
     engine = base.engine if keep_engine else launch.engine
-    plan = replace(base, engine=engine, tp=launch.tp, pp=launch.pp, ep=launch.ep, parallel=True,
+    plan = replace(base, engine=engine, tp=launch.tp, pp=launch.pp, ep=launch.ep,
+                   dp=launch.dp, parallel=True,
                    mode="split" if launch.partition is not None else "flags", split=launch.partition,
                    context=base.context if launch.context is None else launch.context,
                    kv_dtype=base.kv_dtype if launch.kv_dtype is None else launch.kv_dtype,

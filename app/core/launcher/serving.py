@@ -15,8 +15,8 @@ the model as ``vllm serve MODEL`` or ``--model``; SGLang ``--tp-size`` / ``--tp`
 and ``--kv-cache-dtype`` (the engine's values mapped to bf16 / fp8; ``auto`` keeps the plan's
 with a warning); ``--flag value`` and ``--flag=value``; the last occurrence wins (argparse). The
 ``--quantization fp8`` is the plan's ``weight_dtype`` (another method is a warning); SGLang's
-``--ep-size`` / ``--expert-parallel-size`` and vLLM's ``--enable-expert-parallel`` (EP = TP) its
-``ep``; vLLM's
+``--ep-size`` / ``--expert-parallel-size`` and vLLM's ``--enable-expert-parallel`` (EP = TP x DP)
+its ``ep``, vLLM's ``--data-parallel-size`` its ``dp``; vLLM's
 ``--gpu-memory-utilization`` and SGLang's ``--mem-fraction-static`` its ``gpu_memory_utilization``. The
 engine's override of the model's maximum context (``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` /
 ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN``, read as the engine reads its value) is the plan's
@@ -51,7 +51,7 @@ ENV_VARS_BY_ENGINE = {v: k for k, v in ENV_VARS.items()}
 
 
 #: the plan fields a serve command's flags set (the engine's flag vocabulary names them)
-SERVE_FIELDS = ("tp", "pp", "ep", "context", "kv_dtype", "weight_dtype", "gpu_memory_utilization")
+SERVE_FIELDS = ("tp", "pp", "dp", "ep", "context", "kv_dtype", "weight_dtype", "gpu_memory_utilization")
 
 
 def _flags(engine: str) -> dict[str, tuple[str, ...]]:
@@ -94,14 +94,15 @@ class ServeLaunch:
     kv_dtype: str | None = None   # bf16 / fp8 from --kv-cache-dtype, when given (not auto)
     weight_dtype: str | None = None   # fp8 from --quantization fp8 (online FP8 weights)
     memory_fraction: float | None = None   # --gpu-memory-utilization / --mem-fraction-static, when given
-    ep: int = 1   # SGLang --ep-size; vLLM --enable-expert-parallel: TP
+    ep: int = 1   # SGLang --ep-size; vLLM --enable-expert-parallel: TP x DP
+    dp: int | None = None   # vLLM --data-parallel-size, when given
     allow_long_context: bool = False   # the engine's long-context override variable is on
 
     def to_json(self) -> dict[str, Any]:
         return {
             "engine": self.engine, "model": self.model, "tp": self.tp, "pp": self.pp,
             "context": self.context, "kv_dtype": self.kv_dtype, "weight_dtype": self.weight_dtype,
-            "gpu_memory_utilization": self.memory_fraction, "ep": self.ep,
+            "gpu_memory_utilization": self.memory_fraction, "ep": self.ep, "dp": self.dp,
             "allow_long_context": self.allow_long_context,
             "partition": list(self.partition) if self.partition is not None else None,
             "provenance": {k: v.to_dict() for k, v in self.provenance.items()},
@@ -253,9 +254,9 @@ def _fraction(p: Provenance, flag: str) -> float:
     return value
 
 
-def _expert_parallel(cmd: Command, engine: str, first: int, got: dict[str, Provenance], tp: int) -> int:
+def _expert_parallel(cmd: Command, engine: str, first: int, got: dict[str, Provenance], ranks: int) -> int:
     """The expert-parallel size: the engine's size flag (SGLang ``--ep-size``), or its switch (vLLM
-    ``--enable-expert-parallel``: EP = TP for one server); 1 without either."""
+    ``--enable-expert-parallel``: EP = TP x DP, ``ranks``); 1 without either."""
     if "ep" in got:
         return _as_int(got["ep"], "the expert parallel size")
     switch = ENGINES[engine].ep_switch   # type: ignore[attr-defined]
@@ -263,8 +264,8 @@ def _expert_parallel(cmd: Command, engine: str, first: int, got: dict[str, Prove
     if found is None:
         return 1
     at = found[2]
-    got["ep"] = Provenance(str(tp), at.line, "command", at.file)
-    return tp
+    got["ep"] = Provenance(str(ranks), at.line, "command", at.file)
+    return ranks
 
 
 def _weight_dtype(p: Provenance, warnings: list[str]) -> str | None:
@@ -327,7 +328,8 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
         raise ServeLauncherError(f"{where(at.file, at.line)}: the model is missing or cannot be resolved ({flag})")
     tp = _as_int(got["tp"], "the tensor parallel size") if "tp" in got else 1
     pp = _as_int(got["pp"], "the pipeline parallel size") if "pp" in got else 1
-    ep = _expert_parallel(cmd, engine, first, got, tp)
+    dp = _as_int(got["dp"], "the data parallel size") if "dp" in got else None
+    ep = _expert_parallel(cmd, engine, first, got, tp * (dp or 1))
     warnings: list[str] = _unread(cmd, engine, first)
     context = (_as_int(got["context"], f"the context length ({' / '.join(_flags(engine)['context'])})", digits=8)
                if "context" in got else None)
@@ -349,4 +351,4 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
             raise ServeLauncherError(f"{where(part.file, part.line)}: {ENV_VARS_BY_ENGINE[engine]} is "
                                      f"{part.value!r}, not a comma list of whole numbers") from None
     return ServeLaunch(engine, model.value, tp, pp, sizes, got, tuple(warnings), work, context, kv_dtype,
-                       weight_dtype, fraction, ep, long_context is not None)
+                       weight_dtype, fraction, ep, dp, long_context is not None)

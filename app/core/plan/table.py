@@ -345,8 +345,8 @@ class Plan:
     conv_last: int | None = _f("int", None, "--conv-last", "conversion last-stage layers", "conversion", lo=1,
                                hi=MAX_LAYERS, metavar="L")
     # serving (vllm, sglang): the partition is ``split`` (the engine's PP_LAYER_PARTITION) --------
-    concurrency: int = _f("int", 1, "--concurrency", "sequences served at once (KV cache)", "serving", lo=1,
-                          hi=1 << 16)
+    concurrency: int = _f("int", 1, "--concurrency", "sequences served at once (KV cache), by each data-parallel "
+                          "rank where the server has several", "serving", lo=1, hi=1 << 16)
     kv_dtype: str = _f("choice", "bf16", "--kv-dtype",
                        "KV cache dtype (fp8: the engine's FP8 cache, vLLM's fp8_ds_mla layout for MLA)", "serving",
                        choices=KV_DTYPES)

@@ -277,3 +277,37 @@ def test_expert_parallelism_keeps_each_gpus_expert_bytes_and_is_each_engines_own
     back = import_launcher("python -m sglang.launch_server --model-path m --tp 8 --expert-parallel-size 4\n", glm,
                            Plan(model="glm-5.2"))
     assert back.plan.ep == 4 and not back.warnings
+
+
+def test_vllms_data_parallel_ranks_spread_the_experts_and_count_the_gpus():
+    """vLLM's DeepSeek recipe, ``--data-parallel-size 8 --enable-expert-parallel`` at TP 1: 8 GPUs,
+    EP = TP x DP = 8. Only the routed experts (X bytes) depend on EP, so per GPU
+    (ep1 - ep8) / (ep1 - ep2) = (7X/8) / (X/2) = 7/4, whatever else a GPU holds."""
+    ds = load_preset("deepseek-v3")
+
+    def rank0(dp, ep):
+        ev = evaluate(Plan(model="deepseek-v3", engine="vllm", tp=1, dp=dp, ep=ep, weight_dtype="fp8"), ds)
+        assert not ev.problems and not [r for r in ev.verdict.blocking if r.code == "ep_not_tp"], (dp, ep)
+        return ev, ev.serving_memory["ranks"][0]["weights_bytes"]
+
+    _, full = rank0(None, 1)
+    _, two = rank0(2, 2)
+    ev, eight = rank0(8, 8)
+    assert abs((full - eight) / (full - two) - 7 / 4) < 1e-6
+    assert ev.engine.gpu_line(ev.plan, ev.check) == "TP 1 × PP 1 × DP 8 = 8 GPUs (one vLLM server)"
+    back = import_launcher("vllm serve deepseek-ai/DeepSeek-V3 --data-parallel-size 8 --enable-expert-parallel\n", ds,
+                           Plan(model="deepseek-v3"))
+    assert (back.plan.tp, back.plan.dp, back.plan.ep) == (1, 8, 8) and not back.warnings
+    wrong = evaluate(Plan(model="deepseek-v3", engine="vllm", tp=2, dp=4, ep=2), ds)
+    assert [r.message for r in wrong.verdict.blocking if r.code == "ep_not_tp"] == [
+        "vLLM has no expert-parallel size: --enable-expert-parallel makes it TP x DP = 2 x 4 = 8, so ep=2 cannot "
+        "be served; set ep to 1 or 8"]
+
+
+def test_sglangs_data_parallel_attention_is_named_not_modelled():
+    """SGLang's --dp with --enable-dp-attention runs data-parallel attention inside the TP ranks (the
+    GPUs stay TP x PP); the memory model does not split attention that way, and says so."""
+    got = import_launcher("python3 -m sglang.launch_server --model-path m --tp 8 --dp 8 --enable-dp-attention\n",
+                          load_preset("glm-5.2"), Plan(model="glm-5.2"))
+    assert got.plan.dp is None and got.plan.tp == 8
+    assert [w.split(" (")[0] for w in got.warnings] == ["--dp 8", "--enable-dp-attention"]
