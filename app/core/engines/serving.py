@@ -515,8 +515,8 @@ class ServingEngine(Engine):
     context_flag: ClassVar[str]
     #: the variable that lets a stated context exceed the model's maximum (the plan's ``allow_long_context``)
     long_context_env: ClassVar[str]
-    #: a switch that turns expert parallelism on at ``ep = tp`` (vLLM ``--enable-expert-parallel``), where
-    #: the engine has no expert-parallel size of its own (the plan's ``ep``)
+    #: a switch that turns expert parallelism on at ``ep = tp x dp`` (vLLM ``--enable-expert-parallel``),
+    #: where the engine has no expert-parallel size of its own (the plan's ``ep``)
     ep_switch: ClassVar[str | None] = None
 
     # the engine's own rules (its module's functions)

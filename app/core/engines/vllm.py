@@ -98,7 +98,7 @@ KV_DTYPE_FLAG = "--kv-cache-dtype"
 #: another method is not a plan setting (a launcher warning)
 QUANTIZATION_FLAG = "--quantization"
 #: expert parallelism: vLLM has no size of its own - ``--enable-expert-parallel`` makes it TP x DP
-#: (``vllm/config/parallel.py``), so with one server (DP 1) the plan's ``ep`` is 1 or TP
+#: (``vllm/config/parallel.py``), so the plan's ``ep`` is 1 or TP x DP (``ep_reason``)
 EP_SWITCH = "--enable-expert-parallel"
 #: data-parallel ranks of one server (the plan's ``dp``): each holds the whole model over TP x PP, its
 #: own requests and KV cache; with expert parallelism the experts are spread over TP x DP

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.core.engines import engine_for, flag_vocabulary
+from app.core.engines import ENGINES, engine_for, flag_vocabulary
 from app.core.engines.base import Engine, engine_options
 from app.core.launcher.engine import SERVING_WORDS, EngineGuess, training_engine
 from app.core.launcher.kubernetes import read_spec
@@ -161,10 +161,8 @@ def import_launcher(text: str | bytes, cfg: ModelConfig, base: Plan, *, path: st
 def _config_loader(path: str | None, files: Mapping[str, str | bytes] | None) -> Any:
     """Where a MaxText launch's config file is read from: the pasted files, or the disk as MaxText
     would (from where it runs; the CLI also tries beside the launcher); none for a pasted script."""
-    if files:
-        return files_loader({posixpath.normpath(k.replace("\\", "/")): v for k, v in files.items()})
-    if path is None:
-        return None
+    if files or path is None:
+        return _loader(None, files, "")[0]
     disk, here = disk_loader(), os.path.dirname(os.path.abspath(path))
     return lambda p: disk(p) or (disk(os.path.join(here, p)) if not os.path.isabs(p) else None)
 
@@ -172,7 +170,7 @@ def _config_loader(path: str | None, files: Mapping[str, str | bytes] | None) ->
 def _maxtext_import(launch: MaxTextLaunch, cfg: ModelConfig, base: Plan, keep_engine: bool,
                     work: int) -> LauncherImport:
     """A MaxText launch's keys as the plan (``-1`` of a derived key: unset, MaxText derives it)."""
-    engine = engine_for(Plan(engine=launch.engine))
+    engine = ENGINES[launch.engine]
     warnings = list(launch.warnings)
     if keep_engine and base.engine != engine.name:
         warnings.append(f"the script launches MaxText (at {where(*launch.line)}); checked as {base.engine}, the "

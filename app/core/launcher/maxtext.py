@@ -17,9 +17,10 @@ command may also sit in ``xpk workload create --command "..."``. ``model_name=..
 MaxText's model file (the model's shape; MaxText's own model files set no pipeline key): said in
 a warning, the plan keeps its model.
 
-Fails closed (:class:`MaxTextLauncherError`): more than one MaxText command, a key whose value the
-reader cannot know, a value that is not a whole number, a key set on the command line and in the
-environment, a config file that cannot be read.
+Fails closed (:class:`MaxTextLauncherError`): more than one MaxText command, a MaxText command kept
+in a variable the reader cannot know completely, a key whose value it cannot know, a word it cannot
+know at all (it may hold keys), a value that is not a whole number, a key set on the command line
+and in the environment, a config file that cannot be read or parsed.
 """
 
 from __future__ import annotations
@@ -172,6 +173,8 @@ def _config_keys(path: str, keys: frozenset[str], loader: Loader | None, at: tup
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise MaxTextLauncherError(f"{path}: not YAML MaxText can read ({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise MaxTextLauncherError(f"{path}: nested too deeply to read") from None
     if not isinstance(data, dict):
         raise MaxTextLauncherError(f"{path}: a MaxText config is a mapping of keys, got {type(data).__name__}")
     parent = data.get(BASE_CONFIG_KEY)

@@ -7,7 +7,7 @@ Per GPU of pipeline rank ``p`` (every GPU of a rank's TP group holds the same am
   split ``tp`` ways inside each expert (vLLM / SGLang without expert parallelism), or with expert
   parallelism ``ep`` ways by expert and ``tp // ep`` ways inside each (SGLang's ``moe_tp_size =
   tp_size // moe_ep_size``, ``python/sglang/srt/distributed/parallel_state.py``; vLLM's expert
-  parallelism has ``ep = tp``: whole experts). Rank 0 adds the embedding, the
+  parallelism has ``ep = tp x dp``: whole experts). Rank 0 adds the embedding, the
   last rank lm_head and the final norm, and the MTP draft layer where it is served (the last rank;
   counted with one embedding copy, as ``stage_params`` does for Megatron; whether the engines'
   draft shares the target's embedding tensor is not confirmed here). Bytes per parameter:
