@@ -531,9 +531,9 @@ class ServingEngine(Engine):
                    ep: int = 1, dp: int = 1) -> list[str]:
         raise NotImplementedError
 
-    def ep_reason(self, plan: Plan) -> Reason | None:
-        """The engine's refusal of the plan's expert-parallel size (none by default)."""
-        return None
+    def parallel_reasons(self, cfg: ModelConfig, plan: Plan) -> list[Reason]:
+        """The engine's start-up refusals of the plan's parallel sizes (none by default)."""
+        return []
 
     def mtp_with_pp(self, build: date | None) -> str:
         """What the engine says about serving the MTP draft with PP > 1."""
@@ -617,9 +617,7 @@ class ServingEngine(Engine):
             return out
         if reason is not None:
             (out.warnings if plan.allow_long_context else out.blocking).append(reason)
-        ep = self.ep_reason(plan)
-        if ep is not None:
-            out.blocking.append(ep)
+        out.blocking += self.parallel_reasons(cfg, plan)
         out.serving_memory = serving_memory(cfg, check.plan, check.roles, settings).to_json()
         out.blocking += serving_memory_reasons(out.serving_memory)
         return out

@@ -98,7 +98,7 @@ KV_DTYPE_FLAG = "--kv-cache-dtype"
 #: another method is not a plan setting (a launcher warning)
 QUANTIZATION_FLAG = "--quantization"
 #: expert parallelism: vLLM has no size of its own - ``--enable-expert-parallel`` makes it TP x DP
-#: (``vllm/config/parallel.py``), so the plan's ``ep`` is 1 or TP x DP (``ep_reason``)
+#: (``vllm/config/parallel.py``), so the plan's ``ep`` is 1 or TP x DP (``parallel_reasons``)
 EP_SWITCH = "--enable-expert-parallel"
 #: data-parallel ranks of one server (the plan's ``dp``): each holds the whole model over TP x PP, its
 #: own requests and KV cache; with expert parallelism the experts are spread over TP x DP
@@ -187,15 +187,22 @@ def max_context(cfg: ModelConfig) -> MaxContext | None:
     return MaxContext(int(n), how, default)
 
 
-def ep_reason(plan: Plan) -> Reason | None:
-    """vLLM's expert-parallel size is TP x DP when ``--enable-expert-parallel`` is given, else 1: no
-    other ``ep`` can be served."""
+def parallel_reasons(cfg: ModelConfig, plan: Plan) -> list[Reason]:
+    """vLLM's start-up checks of the parallel sizes (``ModelConfig.verify_with_parallel_config``,
+    ``vllm/config/model.py`` @ 0052a5b8): the attention heads must divide over TP; and its
+    expert-parallel size is TP x DP when ``--enable-expert-parallel`` is given, else 1, so no other
+    ``ep`` can be served."""
+    out = []
+    heads = cfg.num_attention_heads
+    if heads % plan.tp:
+        out.append(Reason(ENGINE, "heads_tp", f"Total number of attention heads ({heads}) must be divisible by "
+                          f"tensor parallel size ({plan.tp}). (vLLM's own check: pick a TP dividing {heads})", "tp"))
     ranks = plan.tp * (plan.dp or 1)
-    if plan.ep in (1, ranks):
-        return None
-    return Reason(ENGINE, "ep_not_tp", f"vLLM has no expert-parallel size: {EP_SWITCH} makes it TP x DP = "
-                  f"{plan.tp} x {plan.dp or 1} = {ranks}, so ep={plan.ep} cannot be served; set ep to 1 or {ranks}",
-                  "ep")
+    if plan.ep not in (1, ranks):
+        out.append(Reason(ENGINE, "ep_not_tp", f"vLLM has no expert-parallel size: {EP_SWITCH} makes it TP x DP = "
+                          f"{plan.tp} x {plan.dp or 1} = {ranks}, so ep={plan.ep} cannot be served; set ep to 1 or "
+                          f"{ranks}", "ep"))
+    return out
 
 
 def long_context_set(value: str) -> bool:
@@ -255,8 +262,8 @@ class VllmEngine(ServingEngine):
     def max_context(self, cfg: ModelConfig) -> MaxContext | None:
         return max_context(cfg)
 
-    def ep_reason(self, plan: Plan) -> Reason | None:
-        return ep_reason(plan)
+    def parallel_reasons(self, cfg: ModelConfig, plan: Plan) -> list[Reason]:
+        return parallel_reasons(cfg, plan)
 
     def long_context_set(self, value: str) -> bool | None:
         return long_context_set(value)

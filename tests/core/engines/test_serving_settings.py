@@ -311,3 +311,20 @@ def test_sglangs_data_parallel_attention_is_named_not_modelled():
                           load_preset("glm-5.2"), Plan(model="glm-5.2"))
     assert got.plan.dp is None and got.plan.tp == 8
     assert [w.split(" (")[0] for w in got.warnings] == ["--dp 8", "--enable-dp-attention"]
+
+
+@pytest.mark.parametrize(("preset", "tp", "refused"), [
+    ("glm-5.2", 3, True), ("glm-5.2", 8, False), ("qwen3-30b-a3b", 16, False), ("qwen3-30b-a3b", 6, True),
+    ("llama-3.1-8b", 32, False), ("llama-3.1-8b", 12, True),
+])
+def test_vllm_refuses_a_tp_that_does_not_divide_the_attention_heads(preset, tp, refused):
+    """vLLM's verify_with_parallel_config: num_attention_heads % tensor_parallel_size must be 0 (GLM-5.2
+    64 heads, Qwen3-30B-A3B 32, Llama 3.1 8B 32); its KV heads may be fewer than TP (replicated)."""
+    cfg = load_preset(preset)
+    ev = evaluate(Plan(model=preset, engine="vllm", tp=tp, pp=1), cfg)
+    got = [r for r in ev.verdict.blocking if r.code == "heads_tp"]
+    assert bool(got) is refused
+    if refused:
+        assert got[0].field == "tp" and got[0].message.startswith(
+            f"Total number of attention heads ({cfg.num_attention_heads}) must be divisible by tensor parallel size "
+            f"({tp}).")
