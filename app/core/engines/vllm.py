@@ -189,16 +189,20 @@ def max_context(cfg: ModelConfig) -> MaxContext | None:
 
 def parallel_reasons(cfg: ModelConfig, plan: Plan) -> list[Reason]:
     """vLLM's start-up checks of the parallel sizes (``ModelConfig.verify_with_parallel_config``,
-    ``vllm/config/model.py`` @ 0052a5b8): the attention heads must divide over TP; and its
-    expert-parallel size is TP x DP when ``--enable-expert-parallel`` is given, else 1, so no other
-    ``ep`` can be served."""
+    ``vllm/config/model.py`` @ 0052a5b8): the attention heads must divide over TP; expert
+    parallelism needs routed experts (``_verify_with_expert_parallelism``); and its expert-parallel
+    size is TP x DP when ``--enable-expert-parallel`` is given, else 1, so no other ``ep`` can be
+    served."""
     out = []
     heads = cfg.num_attention_heads
     if heads % plan.tp:
         out.append(Reason(ENGINE, "heads_tp", f"Total number of attention heads ({heads}) must be divisible by "
                           f"tensor parallel size ({plan.tp}). (vLLM's own check: pick a TP dividing {heads})", "tp"))
     ranks = plan.tp * (plan.dp or 1)
-    if plan.ep not in (1, ranks):
+    if plan.ep > 1 and not cfg.n_routed_experts:
+        out.append(Reason(ENGINE, "ep_without_experts", "Number of experts in the model must be greater than 0 when "
+                          f"expert parallelism is enabled. ({cfg.id} is dense: set ep to 1)", "ep"))
+    elif plan.ep not in (1, ranks):
         out.append(Reason(ENGINE, "ep_not_tp", f"vLLM has no expert-parallel size: {EP_SWITCH} makes it TP x DP = "
                           f"{plan.tp} x {plan.dp or 1} = {ranks}, so ep={plan.ep} cannot be served; set ep to 1 or "
                           f"{ranks}", "ep"))

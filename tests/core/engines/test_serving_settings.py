@@ -328,3 +328,9 @@ def test_vllm_refuses_a_tp_that_does_not_divide_the_attention_heads(preset, tp, 
         assert got[0].field == "tp" and got[0].message.startswith(
             f"Total number of attention heads ({cfg.num_attention_heads}) must be divisible by tensor parallel size "
             f"({tp}).")
+
+
+def test_vllm_refuses_expert_parallelism_of_a_dense_model():
+    cfg = load_preset("llama-3.1-8b")
+    ev = evaluate(Plan(model="llama-3.1-8b", engine="vllm", tp=2, pp=1, ep=2), cfg)
+    assert [(r.code, r.field) for r in ev.verdict.blocking if r.kind == "vllm"] == [("ep_without_experts", "ep")]
