@@ -44,6 +44,8 @@ from app.core.engines.base import LaunchSyntax, MaxContext
 from app.core.engines.rules import RuleChange, ShareBehaviour
 from app.core.engines.serving import ServingEngine, config_number, rope_entries
 from app.core.model.config import ModelConfig
+from app.core.plan import Plan
+from app.core.verdict import Reason
 
 ENGINE = "sglang"
 ENV_VAR = "SGLANG_PP_LAYER_PARTITION"
@@ -175,6 +177,18 @@ def max_context(cfg: ModelConfig) -> MaxContext | None:
     return MaxContext(int(factor * n), how)
 
 
+def parallel_reasons(cfg: ModelConfig, plan: Plan) -> list[Reason]:
+    """SGLang's attention splits its heads over the TP ranks (without data-parallel attention
+    ``attn_tp_size`` = TP) and asserts it can: ``assert num_heads % attn_tp_size == 0`` in
+    ``python/sglang/srt/models/deepseek_v2.py`` (``DeepseekV2AttentionMLA``), ``total_num_heads %
+    tp_size == 0`` in its GQA models' attention - an ``AssertionError`` while the model loads."""
+    heads = cfg.num_attention_heads
+    if heads % plan.tp == 0:
+        return []
+    return [Reason(ENGINE, "heads_tp", f"SGLang's attention asserts num_heads % attn_tp_size == 0 while the model loads: "
+                   f"{heads} heads do not divide over TP {plan.tp} (pick a TP dividing {heads})", "tp")]
+
+
 def long_context_set(value: str) -> bool | None:
     """``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`` (an ``EnvBool``): ``true`` / ``1`` / ``yes`` / ``y``
     on, ``false`` / ``0`` / ``no`` / ``n`` off (any case); another value is none (SGLang warns and
@@ -260,6 +274,9 @@ class SglangEngine(ServingEngine):
 
     def max_context(self, cfg: ModelConfig) -> MaxContext | None:
         return max_context(cfg)
+
+    def parallel_reasons(self, cfg: ModelConfig, plan: Plan) -> list[Reason]:
+        return parallel_reasons(cfg, plan)
 
     def long_context_set(self, value: str) -> bool | None:
         return long_context_set(value)

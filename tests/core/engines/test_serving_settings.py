@@ -317,17 +317,23 @@ def test_sglangs_data_parallel_attention_is_named_not_modelled():
     ("glm-5.2", 3, True), ("glm-5.2", 8, False), ("qwen3-30b-a3b", 16, False), ("qwen3-30b-a3b", 6, True),
     ("llama-3.1-8b", 32, False), ("llama-3.1-8b", 12, True),
 ])
-def test_vllm_refuses_a_tp_that_does_not_divide_the_attention_heads(preset, tp, refused):
+def test_a_tp_that_does_not_divide_the_attention_heads_is_refused(preset, tp, refused):
     """vLLM's verify_with_parallel_config: num_attention_heads % tensor_parallel_size must be 0 (GLM-5.2
-    64 heads, Qwen3-30B-A3B 32, Llama 3.1 8B 32); its KV heads may be fewer than TP (replicated)."""
+    64 heads, Qwen3-30B-A3B 32, Llama 3.1 8B 32); its KV heads may be fewer than TP (replicated).
+    SGLang's attention asserts the same while the model loads."""
     cfg = load_preset(preset)
-    ev = evaluate(Plan(model=preset, engine="vllm", tp=tp, pp=1), cfg)
-    got = [r for r in ev.verdict.blocking if r.code == "heads_tp"]
-    assert bool(got) is refused
+    for engine in ("vllm", "sglang"):
+        ev = evaluate(Plan(model=preset, engine=engine, tp=tp, pp=1), cfg)
+        got = [r for r in ev.verdict.blocking if r.code == "heads_tp"]
+        assert bool(got) is refused, engine
+        if refused:
+            assert (got[0].kind, got[0].field) == (engine, "tp")
+            assert f"({cfg.num_attention_heads})" in got[0].message or f"{cfg.num_attention_heads} heads" in \
+                got[0].message
     if refused:
-        assert got[0].field == "tp" and got[0].message.startswith(
-            f"Total number of attention heads ({cfg.num_attention_heads}) must be divisible by tensor parallel size "
-            f"({tp}).")
+        vllm = evaluate(Plan(model=preset, engine="vllm", tp=tp, pp=1), cfg).verdict.blocking
+        assert any(r.message.startswith(f"Total number of attention heads ({cfg.num_attention_heads}) must be "
+                                        f"divisible by tensor parallel size ({tp}).") for r in vllm)
 
 
 def test_vllm_refuses_expert_parallelism_of_a_dense_model():
