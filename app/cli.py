@@ -182,7 +182,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         plan = plan_from_cli(args, args.model)
         return _emit(args, inference_report(plan, cfg, context=plan.context, batch=plan.concurrency,
                                             kv_dtype=plan.kv_dtype, weight_dtype=plan.weight_dtype,
-                                            dp_attention=args.dp_attention, include_mtp=args.include_mtp))
+                                            dp_attention=args.whole_model_dp_attention, include_mtp=args.include_mtp))
     from app.core.reports import memory_report
 
     plan, extra = _plan(args, cfg)
@@ -347,7 +347,8 @@ def _add_memory(sub: Any, help: str) -> None:
                              "--concurrency with --kv-dtype / --weight-dtype.")
     g = p.add_argument_group("inference (--inference)")
     g.add_argument("--inference", action="store_true", help="serving memory of the whole model: weights + KV cache")
-    g.add_argument("--dp-attention", action="store_true")
+    g.add_argument("--dp-attention", action="store_true", dest="whole_model_dp_attention",
+                   help="the attention replicated on every GPU of the TP group (data-parallel attention at DP = TP)")
     g.add_argument("--include-mtp", action="store_true", help="serve the MTP layer (its KV and weights)")
     _fmt(p)
 

@@ -235,8 +235,8 @@ def inference_report(plan: Plan, cfg: ModelConfig, *, context: int | None, batch
     On a serving engine (vLLM, SGLang) that question is the plan's own: the answer is
     :func:`memory_report`'s - weights + KV cache per pipeline rank at the engine's usable capacity,
     the memory ``isplan check`` judges - so the two commands never disagree on one plan (issue 16:
-    one verdict per plan). Only ``--dp-attention`` / ``--include-mtp``, which that per-rank model
-    does not hold, keep the whole-model figure."""
+    one verdict per plan). Only ``--dp-attention`` (attention replicated on every GPU; a plan's own
+    ``--enable-dp-attention`` is the per-rank model's) and ``--include-mtp`` keep the whole-model figure."""
     from app.core.model.memory import inference_memory
     from app.core.model.serving_memory import WeightFormatError, served_weight_dtype
 

@@ -70,6 +70,16 @@ def test_memory_inference_kv_per_token():
     assert body["kv"]["bytes_per_token"] == 78 * 1152 + 21 * 132 == 92_628
 
 
+def test_memory_inference_dp_attention_is_the_whole_model_figure_and_not_the_plans_setting():
+    """``memory --inference --dp-attention`` (attention replicated on every GPU) is its own option for
+    any engine; the plan's SGLang ``--enable-dp-attention`` is another setting (not a Megatron one)."""
+    on = json.loads(isplan("memory", "glm-5.2", "--inference", "--tp", "8", "--dp-attention", "--format", "json").stdout)
+    off = json.loads(isplan("memory", "glm-5.2", "--inference", "--tp", "8", "--format", "json").stdout)
+    assert on["dp_attention"] is True and on["weights_bytes_per_gpu"] > off["weights_bytes_per_gpu"]
+    p = isplan("memory", "glm-5.2", "--inference", "--tp", "8", "--enable-dp-attention")
+    assert p.returncode == 2 and "--enable-dp-attention does not apply to engine megatron" in p.stderr
+
+
 def test_memory_bad_parallel_input_exits_2():
     p = isplan("memory", "glm-5.2", "--pp", "2", "--last", "40", "--tp", "0")
     assert p.returncode == 2 and "tp" in p.stderr and "Traceback" not in p.stderr

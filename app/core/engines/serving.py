@@ -337,7 +337,7 @@ def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int
                      model: str | None = None, context: int | None = None,
                      kv_dtype: str | None = None, allow_long_context: bool = False,
                      weight_dtype: str | None = None, memory_fraction: float | None = None,
-                     ep: int = 1, dp: int = 1) -> dict[str, str]:
+                     ep: int = 1, dp: int = 1, dp_attention: bool = False) -> dict[str, str]:
     """The environment line and serve command for ``sizes``, every value ``shlex.quote``-d.
 
     ``model`` defaults to the config's upstream repository (else its id). ``context`` (stated by
@@ -346,7 +346,8 @@ def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int
     sets the engine's override variable (:attr:`ServingEngine.long_context_env`) on the env line;
     a stated ``weight_dtype`` of ``fp8`` for a BF16 checkpoint is ``--quantization fp8`` (an FP8
     checkpoint is loaded as FP8 without it); a stated ``memory_fraction`` is the engine's share flag
-    and ``ep`` > 1 its expert parallelism, ``dp`` > 1 its data-parallel ranks (where it has them).
+    and ``ep`` > 1 its expert parallelism, ``dp`` > 1 its data-parallel ranks (where it has them,
+    with ``dp_attention`` SGLang's data-parallel attention, the plan's ``enable_dp_attention``).
     """
     mod = engine_module(engine)
     _check_size(pp, "--pp", MAX_PP)
@@ -359,7 +360,8 @@ def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int
     quantization = "fp8" if weight_dtype == "fp8" and cfg.checkpoint_weight_dtype == "bf16" else None
     command = " ".join(shlex.quote(a) for a in mod.serve_args(name, tp, pp, context=context, kv_dtype=kv_dtype,
                                                                 indexer=cfg.has_indexer, quantization=quantization,
-                                                                memory_fraction=memory_fraction, ep=ep, dp=dp))
+                                                                memory_fraction=memory_fraction, ep=ep, dp=dp,
+                                                                dp_attention=dp_attention))
     return {
         "env_var": mod.env_var,
         "env_value": value,
@@ -518,6 +520,8 @@ class ServingEngine(Engine):
     #: a switch that turns expert parallelism on at ``ep = tp x dp`` (vLLM ``--enable-expert-parallel``),
     #: where the engine has no expert-parallel size of its own (the plan's ``ep``)
     ep_switch: ClassVar[str | None] = None
+    #: the engine's switches that set a boolean plan field (SGLang ``--enable-dp-attention``)
+    switches: ClassVar[dict[str, str]] = {}
 
     # the engine's own rules (its module's functions)
     def default_partition(self, num_layers: int, pp: int, build: date | None = None) -> list[int]:
@@ -528,8 +532,17 @@ class ServingEngine(Engine):
 
     def serve_args(self, model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
                    indexer: bool = False, quantization: str | None = None, memory_fraction: float | None = None,
-                   ep: int = 1, dp: int = 1) -> list[str]:
+                   ep: int = 1, dp: int = 1, dp_attention: bool = False) -> list[str]:
         raise NotImplementedError
+
+    def replicas(self, plan: Plan) -> int:
+        """Data-parallel ranks that each take TP x PP GPUs of their own (the engine's ``dp``, where
+        its fields have one)."""
+        return (plan.dp or 1) if "dp" in self.fields else 1
+
+    def attention_dp(self, plan: Plan) -> int:
+        """Data-parallel attention ranks inside the TP ranks (1: none)."""
+        return 1
 
     def parallel_reasons(self, cfg: ModelConfig, plan: Plan) -> list[Reason]:
         """The engine's start-up refusals of the plan's parallel sizes (none by default)."""
@@ -586,7 +599,7 @@ class ServingEngine(Engine):
         data-parallel ranks, where the engine has them: vLLM ``--data-parallel-size``)."""
         if check is None or not check.plan.stages:
             return None
-        pp, dp = check.plan.pp, (plan.dp or 1) if "dp" in self.fields else 1
+        pp, dp = check.plan.pp, self.replicas(plan)
         n = plan.tp * pp * dp
         ranks = f" × DP {dp}" if dp > 1 else ""
         return f"TP {plan.tp} × PP {pp}{ranks} = {n} GPU{'' if n == 1 else 's'} (one {self.label} server)"
@@ -599,7 +612,7 @@ class ServingEngine(Engine):
 
         gpu = resolve_gpu(plan.gpu, int(plan.gpu_memory_gb * 1e9) if plan.gpu_memory_gb else None)
         return ServingMemorySettings(tp=plan.tp, ep=plan.ep, weight_dtype=served_weight_dtype(cfg, plan.weight_dtype),
-                                     kv_dtype=plan.kv_dtype, gpu_memory_utilization=(
+                                     kv_dtype=plan.kv_dtype, attn_dp=self.attention_dp(plan), gpu_memory_utilization=(
                                          DEFAULT_MEMORY_FRACTION if plan.gpu_memory_utilization is None
                                          else plan.gpu_memory_utilization),
                                      context=self.context(cfg, plan), concurrency=plan.concurrency,
@@ -629,7 +642,7 @@ class ServingEngine(Engine):
         out = export_partition(cfg, self.name, check.plan.pp, check.plan.sizes, tp=plan.tp, context=plan.context,
                                kv_dtype=plan.kv_dtype, allow_long_context=plan.allow_long_context,
                                weight_dtype=plan.weight_dtype, memory_fraction=plan.gpu_memory_utilization,
-                               ep=plan.ep, dp=plan.dp or 1)
+                               ep=plan.ep, dp=plan.dp or 1, dp_attention=plan.enable_dp_attention)
         return {"serve": out["script"].rstrip(), "serve_env": out["env_line"], "serve_command": out["command"]}
 
     def best_layouts(self, cfg: ModelConfig, plan: Plan, *, objective: str = "memory", top: int = 1) -> list[Plan]:

@@ -42,7 +42,7 @@ from typing import ClassVar
 
 from app.core.engines.base import LaunchSyntax, MaxContext
 from app.core.engines.rules import RuleChange, ShareBehaviour
-from app.core.engines.serving import ServingEngine, config_number, rope_entries
+from app.core.engines.serving import SERVING_FIELDS, ServingEngine, config_number, rope_entries
 from app.core.model.config import ModelConfig
 from app.core.plan import Plan
 from app.core.verdict import Reason
@@ -129,6 +129,11 @@ QUANTIZATION_FLAG = "--quantization"
 #: ``--ep-size`` / ``--expert-parallel-size``: the MoE's expert-parallel size (the plan's ``ep``); each expert
 #: is then split ``tp // ep`` ways (``moe_tp_size``, ``python/sglang/srt/distributed/parallel_state.py``)
 EP_SIZE_FLAG = "--ep-size"
+#: ``--dp-size``: data-parallel ranks - replicas of TP x PP GPUs each, or with ``--enable-dp-attention``
+#: attention ranks inside the TP ranks (``attn_tp_size = tp_size // dp_size``; the plan's ``dp`` and
+#: ``enable_dp_attention``)
+DP_FLAG = "--dp-size"
+DP_ATTENTION_SWITCH = "--enable-dp-attention"
 #: the share of each GPU the server takes for weights and KV cache (the plan's ``gpu_memory_utilization``)
 MEMORY_FRACTION_FLAG = "--mem-fraction-static"
 #: ``--kv-cache-dtype`` values -> the plan's ``kv_dtype`` (``auto``: the model's dtype, read as the
@@ -137,11 +142,9 @@ MEMORY_FRACTION_FLAG = "--mem-fraction-static"
 KV_CACHE_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
 #: settings no plan field carries: (flag, takes a value, what the memory verdict assumes)
 UNREAD_FLAGS = (
-    ("--dp-size", True, "one server (DP 1)"),
-    ("--data-parallel-size", True, "one server (DP 1)"),
-    ("--dp", True, "one server (DP 1)"),
-    ("--enable-dp-attention", False, "attention split over all TP ranks (no data-parallel attention)"),
     ("--chunked-prefill-size", True, "8192 tokens per batch for the top-k buffer"),
+    ("--enable-dp-lm-head", False, "lm_head split over all TP ranks"),
+    ("--moe-dense-tp-size", True, "the dense MLP split over all TP ranks"),
 )
 
 
@@ -178,15 +181,20 @@ def max_context(cfg: ModelConfig) -> MaxContext | None:
 
 
 def parallel_reasons(cfg: ModelConfig, plan: Plan) -> list[Reason]:
-    """SGLang's attention splits its heads over the TP ranks (without data-parallel attention
-    ``attn_tp_size`` = TP) and asserts it can: ``assert num_heads % attn_tp_size == 0`` in
+    """SGLang's attention splits its heads over ``attn_tp_size`` ranks (TP, or TP / DP with
+    data-parallel attention) and asserts it can: ``assert num_heads % attn_tp_size == 0`` in
     ``python/sglang/srt/models/deepseek_v2.py`` (``DeepseekV2AttentionMLA``), ``total_num_heads %
     tp_size == 0`` in its GQA models' attention - an ``AssertionError`` while the model loads."""
     heads = cfg.num_attention_heads
-    if heads % plan.tp == 0:
+    dp = (plan.dp or 1) if plan.enable_dp_attention else 1
+    if plan.tp % dp:   # the memory settings name it (AttentionSplitError)
         return []
+    attn_tp = plan.tp // dp
+    if heads % attn_tp == 0:
+        return []
+    over = f"TP {plan.tp}" if dp == 1 else f"attention TP {attn_tp} (TP {plan.tp} / DP {dp})"
     return [Reason(ENGINE, "heads_tp", f"SGLang's attention asserts num_heads % attn_tp_size == 0 while the model loads: "
-                   f"{heads} heads do not divide over TP {plan.tp} (pick a TP dividing {heads})", "tp")]
+                   f"{heads} heads do not divide over {over} (pick a TP dividing {heads})", "tp")]
 
 
 def long_context_set(value: str) -> bool | None:
@@ -199,7 +207,7 @@ def long_context_set(value: str) -> bool | None:
 
 def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
                indexer: bool = False, quantization: str | None = None, memory_fraction: float | None = None,
-               ep: int = 1, dp: int = 1) -> list[str]:
+               ep: int = 1, dp: int = 1, dp_attention: bool = False) -> list[str]:
     """``python -m sglang.launch_server --model-path MODEL --tp-size TP --pp-size PP``, with
     ``--context-length`` when a context is stated, ``--kv-cache-dtype fp8_e4m3`` for an FP8 KV
     cache, ``--quantization fp8``, ``--mem-fraction-static`` and ``--ep-size`` where the plan states
@@ -217,6 +225,8 @@ def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_d
         args += [MEMORY_FRACTION_FLAG, f"{memory_fraction:g}"]
     if ep > 1:
         args += [EP_SIZE_FLAG, str(ep)]
+    if dp > 1:
+        args += [DP_FLAG, str(dp)] + ([DP_ATTENTION_SWITCH] if dp_attention else [])
     if kv_dtype == "fp8":
         args += [KV_DTYPE_FLAG, "fp8_e4m3"]
     return args
@@ -246,7 +256,10 @@ class SglangEngine(ServingEngine):
     flags: ClassVar[dict[str, str]] = {TP_FLAG: "tp", "--tp": "tp", "--tensor-parallel-size": "tp", PP_FLAG: "pp", "--pp": "pp",
              "--pipeline-parallel-size": "pp", ENV_VAR: "split", CONTEXT_FLAG: "context", KV_DTYPE_FLAG: "kv_dtype",
              QUANTIZATION_FLAG: "weight_dtype", MEMORY_FRACTION_FLAG: "gpu_memory_utilization",
-             EP_SIZE_FLAG: "ep", "--expert-parallel-size": "ep"}
+             EP_SIZE_FLAG: "ep", "--expert-parallel-size": "ep", DP_FLAG: "dp", "--dp": "dp",
+             "--data-parallel-size": "dp"}
+    switches: ClassVar[dict[str, str]] = {DP_ATTENTION_SWITCH: "enable_dp_attention"}
+    fields = SERVING_FIELDS | {"dp", "enable_dp_attention"}
     kv_cache_dtypes = KV_CACHE_DTYPES
     kv_auto = "the model's dtype"
     context_flag = CONTEXT_FLAG
@@ -265,9 +278,10 @@ class SglangEngine(ServingEngine):
 
     def serve_args(self, model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
                    indexer: bool = False, quantization: str | None = None, memory_fraction: float | None = None,
-                   ep: int = 1, dp: int = 1) -> list[str]:
+                   ep: int = 1, dp: int = 1, dp_attention: bool = False) -> list[str]:
         return serve_args(model, tp, pp, context=context, kv_dtype=kv_dtype, indexer=indexer,
-                          quantization=quantization, memory_fraction=memory_fraction, ep=ep)
+                          quantization=quantization, memory_fraction=memory_fraction, ep=ep, dp=dp,
+                          dp_attention=dp_attention)
 
     def mtp_with_pp(self, build: date | None) -> str:
         return mtp_with_pp(build)
@@ -277,6 +291,13 @@ class SglangEngine(ServingEngine):
 
     def parallel_reasons(self, cfg: ModelConfig, plan: Plan) -> list[Reason]:
         return parallel_reasons(cfg, plan)
+
+    def replicas(self, plan: Plan) -> int:
+        """``--dp-size`` ranks are replicas of TP x PP GPUs, except as data-parallel attention."""
+        return 1 if plan.enable_dp_attention else (plan.dp or 1)
+
+    def attention_dp(self, plan: Plan) -> int:
+        return (plan.dp or 1) if plan.enable_dp_attention else 1
 
     def long_context_set(self, value: str) -> bool | None:
         return long_context_set(value)

@@ -119,7 +119,7 @@ UNREAD_FLAGS = (
 
 def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
                indexer: bool = False, quantization: str | None = None, memory_fraction: float | None = None,
-               ep: int = 1, dp: int = 1) -> list[str]:
+               ep: int = 1, dp: int = 1, dp_attention: bool = False) -> list[str]:
     """``vllm serve MODEL --tensor-parallel-size TP --pipeline-parallel-size PP``, with
     ``--max-model-len`` when a context is stated and ``--kv-cache-dtype`` (``fp8``; ``bfloat16``
     for a DSA model, whose ``auto`` may be FP8 - for another model ``bfloat16`` is refused, its
@@ -256,7 +256,7 @@ class VllmEngine(ServingEngine):
 
     def serve_args(self, model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
                    indexer: bool = False, quantization: str | None = None, memory_fraction: float | None = None,
-                   ep: int = 1, dp: int = 1) -> list[str]:
+                   ep: int = 1, dp: int = 1, dp_attention: bool = False) -> list[str]:
         return serve_args(model, tp, pp, context=context, kv_dtype=kv_dtype, indexer=indexer,
                           quantization=quantization, memory_fraction=memory_fraction, ep=ep, dp=dp)
 

@@ -117,6 +117,8 @@ def import_serve_launcher(text: str | bytes, base: Plan, *, path: str | None = N
                    gpu_memory_utilization=(base.gpu_memory_utilization if launch.memory_fraction is None
                                            else launch.memory_fraction),
                    allow_long_context=launch.allow_long_context)
+    switched: dict[str, Any] = dict(launch.switched)
+    plan = replace(plan, **switched)
     at = launch.provenance["engine"]
     guess = EngineGuess(launch.engine, f"`{at.value}` serve command", at.file, at.line)
     values = {k: {"value": v.value, "file": v.file, "line": v.line} for k, v in launch.provenance.items()}

@@ -16,7 +16,8 @@ and ``--kv-cache-dtype`` (the engine's values mapped to bf16 / fp8; ``auto`` kee
 with a warning); ``--flag value`` and ``--flag=value``; the last occurrence wins (argparse). The
 ``--quantization fp8`` is the plan's ``weight_dtype`` (another method is a warning); SGLang's
 ``--ep-size`` / ``--expert-parallel-size`` and vLLM's ``--enable-expert-parallel`` (EP = TP x DP)
-its ``ep``, vLLM's ``--data-parallel-size`` its ``dp``; vLLM's
+its ``ep``, vLLM's ``--data-parallel-size`` and SGLang's ``--dp-size`` its ``dp`` (SGLang's
+``--enable-dp-attention``: ``enable_dp_attention``); vLLM's
 ``--gpu-memory-utilization`` and SGLang's ``--mem-fraction-static`` its ``gpu_memory_utilization``. The
 engine's override of the model's maximum context (``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` /
 ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN``, read as the engine reads its value) is the plan's
@@ -97,12 +98,15 @@ class ServeLaunch:
     ep: int = 1   # SGLang --ep-size; vLLM --enable-expert-parallel: TP x DP
     dp: int | None = None   # vLLM --data-parallel-size, when given
     allow_long_context: bool = False   # the engine's long-context override variable is on
+    #: the boolean plan field of each of the engine's switches: whether the command gives it (SGLang enable_dp_attention)
+    switched: dict[str, bool] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "engine": self.engine, "model": self.model, "tp": self.tp, "pp": self.pp,
             "context": self.context, "kv_dtype": self.kv_dtype, "weight_dtype": self.weight_dtype,
             "gpu_memory_utilization": self.memory_fraction, "ep": self.ep, "dp": self.dp,
+            **self.switched,
             "allow_long_context": self.allow_long_context,
             "partition": list(self.partition) if self.partition is not None else None,
             "provenance": {k: v.to_dict() for k, v in self.provenance.items()},
@@ -254,6 +258,18 @@ def _fraction(p: Provenance, flag: str) -> float:
     return value
 
 
+def _switches(cmd: Command, engine: str, first: int, got: dict[str, Provenance]) -> dict[str, bool]:
+    """The boolean plan field of each of the engine's switches (``ServingEngine.switches``): on
+    when the command gives it (kept with its line), else off (the engine's default)."""
+    out = {}
+    for switch, name in ENGINES[engine].switches.items():   # type: ignore[attr-defined]
+        found = _flag(cmd.argv[first:], (switch,))
+        out[name] = found is not None
+        if found is not None:
+            got[name] = Provenance("1", found[2].line, "command", found[2].file)
+    return out
+
+
 def _expert_parallel(cmd: Command, engine: str, first: int, got: dict[str, Provenance], ranks: int) -> int:
     """The expert-parallel size: the engine's size flag (SGLang ``--ep-size``), or its switch (vLLM
     ``--enable-expert-parallel``: EP = TP x DP, ``ranks``); 1 without either."""
@@ -329,6 +345,7 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
     tp = _as_int(got["tp"], "the tensor parallel size") if "tp" in got else 1
     pp = _as_int(got["pp"], "the pipeline parallel size") if "pp" in got else 1
     dp = _as_int(got["dp"], "the data parallel size") if "dp" in got else None
+    switched = _switches(cmd, engine, first, got)
     ep = _expert_parallel(cmd, engine, first, got, tp * (dp or 1))
     warnings: list[str] = _unread(cmd, engine, first)
     context = (_as_int(got["context"], f"the context length ({' / '.join(_flags(engine)['context'])})", digits=8)
@@ -351,4 +368,4 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
             raise ServeLauncherError(f"{where(part.file, part.line)}: {ENV_VARS_BY_ENGINE[engine]} is "
                                      f"{part.value!r}, not a comma list of whole numbers") from None
     return ServeLaunch(engine, model.value, tp, pp, sizes, got, tuple(warnings), work, context, kv_dtype,
-                       weight_dtype, fraction, ep, dp, long_context is not None)
+                       weight_dtype, fraction, ep, dp, long_context is not None, switched)

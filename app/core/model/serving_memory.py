@@ -44,7 +44,7 @@ from typing import Any
 
 from app.core.layout.stages import Stage, StagePlan
 from app.core.model.config import ModelConfig
-from app.core.model.parameters import stage_params
+from app.core.model.parameters import shapes, stage_params
 from app.core.model.roles import RoleMap
 
 #: the plan's KV dtypes (``app.core.plan.KV_DTYPES``); ``fp8_ds_mla`` is vLLM's name of the FP8 layout of
@@ -61,6 +61,12 @@ class ServingMemoryError(ValueError):
     field that fixes it, where it is not the context)."""
 
     field = "context"
+
+
+class AttentionSplitError(ServingMemoryError):
+    """Data-parallel attention ranks that do not divide the TP ranks."""
+
+    field = "dp"
 
 
 class WeightFormatError(ServingMemoryError):
@@ -95,12 +101,18 @@ class ServingMemorySettings:
     capacity_gib: float | None = None
     gpu_memory_utilization: float = 0.9
     indexer_cache_on_all_layers: bool = False
+    #: data-parallel attention ranks inside the TP ranks (SGLang ``--enable-dp-attention``): the
+    #: attention is split ``tp // attn_dp`` ways and the embedding is whole on each GPU; 1: none
+    attn_dp: int = 1
 
     def validate(self) -> ServingMemorySettings:
-        for name in ("tp", "ep", "context", "concurrency", "max_batched_tokens"):
+        for name in ("tp", "ep", "context", "concurrency", "max_batched_tokens", "attn_dp"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ServingMemoryError(f"--{name.replace('_', '-')} must be a whole number >= 1, got {value!r}")
+        if self.tp % self.attn_dp:
+            raise AttentionSplitError(f"data-parallel attention splits the {self.tp} TP ranks into {self.attn_dp} "
+                                      "groups: dp must divide tp")
         if self.context * self.concurrency > MAX_TOKENS:
             raise ServingMemoryError(f"--context x --concurrency = {self.context * self.concurrency:,} tokens is absurd")
         if self.weight_dtype not in WEIGHT_BYTES:
@@ -168,18 +180,32 @@ def _stage_bytes(cfg: ModelConfig, roles: RoleMap, stage: Stage, s: ServingMemor
     """(weights, KV latent, indexer cache, indexer-owning layers) per GPU of one stage."""
     etp = max(1, s.tp // s.ep)
     params = stage_params(cfg, roles, [stage], tp=s.tp, ep=s.ep, etp=etp)
-    weights = params.per_gpu * WEIGHT_BYTES[s.weight_dtype]
     tokens = s.context * s.concurrency
     mixers = [roles.role(n).mixer for n in stage.layers]
     kv_layers = mixers.count("attention") + stage.mtp_layers
+    attn_tp = s.tp // s.attn_dp
+    per_gpu = params.per_gpu + (_attention_dp_extra(cfg, stage, kv_layers, s.tp, attn_tp) if s.attn_dp > 1 else 0)
+    weights = per_gpu * WEIGHT_BYTES[s.weight_dtype]
     owners = sum(1 for n in stage.layers if roles.role(n).has_indexer)
     owners += stage.mtp_layers if cfg.has_indexer else 0
     index_layers = kv_layers if s.indexer_cache_on_all_layers and cfg.has_indexer else owners
-    latent = kv_layers * latent_bytes_per_token(cfg, s.kv_dtype, tp=s.tp) * tokens
+    latent = kv_layers * latent_bytes_per_token(cfg, s.kv_dtype, tp=attn_tp) * tokens
     if cfg.mamba is not None:
         latent += round(mixers.count("mamba") * cfg.mamba.state_bytes(s.tp) * s.concurrency)
     index = index_layers * indexer_key_bytes_per_token(cfg) * tokens
     return weights, latent, index, index_layers
+
+
+def _attention_dp_extra(cfg: ModelConfig, stage: Stage, attention_layers: int, tp: int, attn_tp: int) -> int:
+    """What data-parallel attention adds per GPU to the TP-split parameters: each attention layer's
+    TP-split projections over ``attn_tp`` instead of ``tp`` ranks (``DeepseekV2AttentionMLA``:
+    ``num_local_heads = num_heads // attn_tp_size``), and the embedding whole on every GPU
+    (``VocabParallelEmbedding(..., enable_tp=not is_dp_attention_enabled())`` in SGLang's models)."""
+    sh = shapes(cfg)
+    extra = attention_layers * (-(-sh.attn_sharded // attn_tp) - -(-sh.attn_sharded // tp))
+    if stage.embedding:
+        extra += sh.embedding - -(-sh.embedding // tp)
+    return extra
 
 
 def rank_memory(cfg: ModelConfig, roles: RoleMap, stage: Stage, settings: ServingMemorySettings) -> RankMemory:

@@ -359,6 +359,10 @@ class Plan:
                                               "the fraction of each GPU the server takes for weights and KV cache "
                                               "(vLLM --gpu-memory-utilization, SGLang --mem-fraction-static; default "
                                               "0.9)", "serving", lo=0.05, hi=1, default_text="0.9")
+    enable_dp_attention: bool = _f("bool", False, "--enable-dp-attention",
+                            "SGLang's data-parallel attention (--enable-dp-attention): the dp ranks split the "
+                            "attention inside the TP ranks (attention TP = TP / DP, the embedding whole on each GPU, "
+                            "each rank its own sequences); the GPUs stay TP x PP", "serving")
     allow_long_context: bool = _f("bool", False, "--allow-long-context",
                                   "serve a context above the model's maximum: the engine's override variable "
                                   "(vLLM VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLang "

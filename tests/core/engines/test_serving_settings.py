@@ -304,13 +304,35 @@ def test_vllms_data_parallel_ranks_spread_the_experts_and_count_the_gpus():
         "be served; set ep to 1 or 8"]
 
 
-def test_sglangs_data_parallel_attention_is_named_not_modelled():
-    """SGLang's --dp with --enable-dp-attention runs data-parallel attention inside the TP ranks (the
-    GPUs stay TP x PP); the memory model does not split attention that way, and says so."""
+def test_sglangs_data_parallel_attention_splits_the_attention_inside_the_tp_ranks():
+    """``--tp 8 --dp 8 --enable-dp-attention`` on GLM-5.2: 8 GPUs; each holds the attention
+    projections whole (attention TP = 8 / 8 = 1) and the embedding whole, the rest as at TP 8. The
+    attention part is checked against the whole-model serving weights of ``isplan memory
+    --inference --dp-attention`` (memory.serving_weights, another implementation), the embedding
+    part by hand (vocab x hidden x 7/8 of BF16 bytes); MLA's latent KV cache is not split by TP
+    either way."""
+    from app.core.model.memory import serving_weights
+
+    glm = load_preset("glm-5.2")
     got = import_launcher("python3 -m sglang.launch_server --model-path m --tp 8 --dp 8 --enable-dp-attention\n",
-                          load_preset("glm-5.2"), Plan(model="glm-5.2"))
-    assert got.plan.dp is None and got.plan.tp == 8
-    assert [w.split(" (")[0] for w in got.warnings] == ["--dp 8", "--enable-dp-attention"]
+                          glm, Plan(model="glm-5.2"))
+    assert (got.plan.tp, got.plan.dp, got.plan.enable_dp_attention) == (8, 8, True) and not got.warnings
+    on = evaluate(got.plan, glm)
+    off = evaluate(replace(got.plan, enable_dp_attention=False, dp=None), glm)
+    assert on.engine.gpu_line(on.plan, on.check) == "TP 8 × PP 1 = 8 GPUs (one SGLang server)"
+    assert "--dp-size 8 --enable-dp-attention" in on.engine.exports(glm, on.plan, on.check, on.judgement)["serve_command"]
+    r_on, r_off = on.serving_memory["ranks"][0], off.serving_memory["ranks"][0]
+    assert not on.plan.mtp_layers   # no MTP draft served: the 78 decoder layers' attention
+    attention = (serving_weights(glm, on.check.roles, tp=8, ep=1, dp_attention=True, weight_dtype="bf16", n_mtp=0)[2]
+                 - serving_weights(glm, on.check.roles, tp=8, ep=1, dp_attention=False, weight_dtype="bf16", n_mtp=0)[2])
+    embedding = 2 * (glm.vocab_size * glm.hidden_size - glm.vocab_size * glm.hidden_size // 8)
+    assert r_on["weights_bytes"] - r_off["weights_bytes"] == attention + embedding
+    assert r_on["kv_latent_bytes"] == r_off["kv_latent_bytes"]
+    replicas = evaluate(replace(got.plan, enable_dp_attention=False), glm)   # --dp-size alone: 8 replicas of TP 8
+    assert replicas.engine.gpu_line(replicas.plan, replicas.check) == "TP 8 × PP 1 × DP 8 = 64 GPUs (one SGLang server)"
+    assert replicas.serving_memory["ranks"][0]["weights_bytes"] == r_off["weights_bytes"]
+    odd = evaluate(replace(got.plan, dp=3), glm)
+    assert [p.field for p in odd.problems] == ["dp"]
 
 
 @pytest.mark.parametrize(("preset", "tp", "refused"), [

@@ -41,25 +41,27 @@ LLAMA70 = load_model("llama-3.1-70b")
        context=st.sampled_from([None, 4096, 131072, 200_000]), kv_dtype=st.sampled_from(["bf16", "fp8"]),
        long_context=st.booleans(), weight_dtype=st.sampled_from([None, "bf16", "fp8"]),
        fraction=st.sampled_from([None, 0.8, 0.95, 1.0]), expert=st.sampled_from(["none", "half", "tp"]),
-       replicas=st.sampled_from([None, 2, 4]), data=st.data())
+       replicas=st.sampled_from([None, 2, 4]), attention=st.booleans(), data=st.data())
 def test_a_served_plan_exports_and_imports_back_to_itself(engine, cfg, tp, pp, context, kv_dtype, long_context,
-                                                          weight_dtype, fraction, expert, replicas, data):
+                                                          weight_dtype, fraction, expert, replicas, attention, data):
     """Differential: any serving plan the page or the CLI exports (a partition, TP, a stated context,
     the KV cache dtype, the long-context override, the weights' dtype as served, the GPU share, expert
     and data parallelism) is the same plan when
     its serve script is imported again, as a script or as one line - the memory the
     verdict judged is the memory the command asks for. vLLM names BF16 only for a DSA model (whose
     ``auto`` may be FP8); for another model, and for SGLang, BF16 is the engine's ``auto``."""
-    # vLLM's data-parallel ranks, and its expert parallelism TP x DP; SGLang's --ep-size any divisor of TP
-    dp = replicas if engine == "vllm" else None
-    ranks = tp * (dp or 1)
+    # vLLM's data-parallel ranks, and its expert parallelism TP x DP; SGLang's --ep-size any divisor of TP,
+    # its --dp-size replicas or data-parallel attention
+    dp = replicas
+    dp_attention = engine == "sglang" and attention and dp is not None
+    ranks = tp * (dp or 1) if engine == "vllm" else tp
     ep = {"none": 1, "tp": ranks, "half": tp // 2 if engine == "sglang" and tp > 1 else ranks}[expert]
     n = cfg.num_hidden_layers
     cuts = sorted(data.draw(st.sets(st.integers(1, n - 1), min_size=pp - 1, max_size=pp - 1)))
     sizes = tuple(b - a for a, b in zip([0, *cuts], [*cuts, n]))
     e = export_partition(cfg, engine, pp, sizes, tp=tp, model="org/model", context=context, kv_dtype=kv_dtype,
                          allow_long_context=long_context, weight_dtype=weight_dtype, memory_fraction=fraction,
-                         ep=ep, dp=dp or 1)
+                         ep=ep, dp=dp or 1, dp_attention=dp_attention)
     base = Plan(model=cfg.id)
     for text in (e["script"], f"{e['env_line']} {e['command']}\n"):
         got = import_launcher(text, cfg, base).plan
@@ -69,7 +71,7 @@ def test_a_served_plan_exports_and_imports_back_to_itself(engine, cfg, tp, pp, c
         assert got.allow_long_context is long_context
         assert served_weight_dtype(cfg, got.weight_dtype) == served_weight_dtype(cfg, weight_dtype)
         assert got.gpu_memory_utilization == fraction
-        assert (got.ep, got.dp) == (ep, dp)
+        assert (got.ep, got.dp, got.enable_dp_attention) == (ep, dp, dp_attention)
     flags = e["command"].split()
     named_bf16 = "bfloat16" in flags
     assert named_bf16 == (engine == "vllm" and kv_dtype == "bf16" and cfg.has_indexer)
@@ -89,9 +91,8 @@ def test_memory_settings_of_a_launch_are_read_or_named():
     sg = import_launcher("python -m sglang.launch_server --model-path m --context-length 32768 "
                          "--kv-cache-dtype auto --mem-fraction-static 0.8 --dp-size 2\n", GLM52, Plan(model="glm-5.2"))
     assert (sg.plan.engine, sg.plan.context, sg.plan.kv_dtype) == ("sglang", 32768, "bf16")
-    assert sg.plan.gpu_memory_utilization == 0.8
-    assert any(w.startswith("--kv-cache-dtype auto") for w in sg.warnings)
-    assert any(w.startswith("--dp-size 2") for w in sg.warnings)
+    assert (sg.plan.gpu_memory_utilization, sg.plan.dp, sg.plan.enable_dp_attention) == (0.8, 2, False)
+    assert [w.split(" (")[0] for w in sg.warnings] == ["--kv-cache-dtype auto"]
     for bad in ("1.5", "0", "most"):
         with pytest.raises(Exception, match="--gpu-memory-utilization is '" + bad):
             import_launcher(f"vllm serve m --gpu-memory-utilization {bad}\n", GLM52, Plan(model="glm-5.2"))
