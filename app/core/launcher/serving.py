@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.engines import ENGINES
+from app.core.engines.serving import engine_module
 from app.core.launcher.engine import serve_start
 from app.core.launcher.reader import launch_commands
 from app.core.launcher.results import Arg, Command, EnvValue, LauncherParse
@@ -212,12 +213,12 @@ def _long_context(engine: str, env: dict[str, Provenance], k8s: dict[str, Proven
     """The engine's override of the model's maximum context (``ServingEngine.long_context_env``)
     when the launch switches it on; a value the engine reads as neither on nor off is said (the
     engine keeps its default, off)."""
-    e = ENGINES[engine]
-    var = e.long_context_env   # type: ignore[attr-defined]
+    e = engine_module(engine)
+    var = e.long_context_env
     found = _variable(var, engine, "its default (off)", env, k8s, shell, warnings)
     if found is None:
         return None
-    on = e.long_context_set(found.value)   # type: ignore[attr-defined]
+    on = e.long_context_set(found.value)
     if on is None:
         warnings.append(f"{var}={found.value!r} ({where(found.file, found.line)}) is neither on nor off for "
                         f"{engine}, which keeps its default (off)")
@@ -233,10 +234,10 @@ def _as_int(p: Provenance, name: str, digits: int = 6) -> int:
 def _kv_dtype(p: Provenance, engine: str, warnings: list[str]) -> str | None:
     """The plan's ``kv_dtype`` for the engine's ``--kv-cache-dtype`` value; ``auto`` is none (the
     plan keeps its own, said); a value the memory model does not cover is refused."""
-    known = ENGINES[engine].kv_cache_dtypes   # type: ignore[attr-defined]
+    known = engine_module(engine).kv_cache_dtypes
     value = p.value.strip()
     if value == "auto":
-        auto = ENGINES[engine].kv_auto   # type: ignore[attr-defined]
+        auto = engine_module(engine).kv_auto
         warnings.append(f"--kv-cache-dtype auto ({where(p.file, p.line)}) is {auto}; the memory verdict uses the "
                         "plan's kv_dtype - set it to what the server runs")
         return None
@@ -262,7 +263,7 @@ def _switches(cmd: Command, engine: str, first: int, got: dict[str, Provenance])
     """The boolean plan field of each of the engine's switches (``ServingEngine.switches``): on
     when the command gives it (kept with its line), else off (the engine's default)."""
     out = {}
-    for switch, name in ENGINES[engine].switches.items():   # type: ignore[attr-defined]
+    for switch, name in engine_module(engine).switches.items():
         found = _flag(cmd.argv[first:], (switch,))
         out[name] = found is not None
         if found is not None:
@@ -275,7 +276,7 @@ def _expert_parallel(cmd: Command, engine: str, first: int, got: dict[str, Prove
     ``--enable-expert-parallel``: EP = TP x DP, ``ranks``); 1 without either."""
     if "ep" in got:
         return _as_int(got["ep"], "the expert parallel size")
-    switch = ENGINES[engine].ep_switch   # type: ignore[attr-defined]
+    switch = engine_module(engine).ep_switch
     found = _flag(cmd.argv[first:], (switch,)) if switch else None
     if found is None:
         return 1
