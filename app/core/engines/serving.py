@@ -337,7 +337,7 @@ def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int
                      model: str | None = None, context: int | None = None,
                      kv_dtype: str | None = None, allow_long_context: bool = False,
                      weight_dtype: str | None = None, memory_fraction: float | None = None,
-                     ep: int = 1, dp: int = 1, dp_attention: bool = False) -> dict[str, str]:
+                     ep: int = 1, dp: int = 1, dp_attention: bool = False, mtp: bool = False) -> dict[str, str]:
     """The environment line and serve command for ``sizes``, every value ``shlex.quote``-d.
 
     ``model`` defaults to the config's upstream repository (else its id). ``context`` (stated by
@@ -347,7 +347,8 @@ def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int
     a stated ``weight_dtype`` of ``fp8`` for a BF16 checkpoint is ``--quantization fp8`` (an FP8
     checkpoint is loaded as FP8 without it); a stated ``memory_fraction`` is the engine's share flag
     and ``ep`` > 1 its expert parallelism, ``dp`` > 1 its data-parallel ranks (where it has them,
-    with ``dp_attention`` SGLang's data-parallel attention, the plan's ``enable_dp_attention``).
+    with ``dp_attention`` SGLang's data-parallel attention, the plan's ``enable_dp_attention``), and
+    ``mtp`` the speculative decoding that drafts with the checkpoint's MTP layers.
     """
     mod = engine_module(engine)
     _check_size(pp, "--pp", MAX_PP)
@@ -361,7 +362,7 @@ def export_partition(cfg: ModelConfig, engine: str, pp: int, sizes: Sequence[int
     command = " ".join(shlex.quote(a) for a in mod.serve_args(name, tp, pp, context=context, kv_dtype=kv_dtype,
                                                                 indexer=cfg.has_indexer, quantization=quantization,
                                                                 memory_fraction=memory_fraction, ep=ep, dp=dp,
-                                                                dp_attention=dp_attention))
+                                                                dp_attention=dp_attention, mtp=mtp))
     return {
         "env_var": mod.env_var,
         "env_value": value,
@@ -522,6 +523,8 @@ class ServingEngine(Engine):
     ep_switch: ClassVar[str | None] = None
     #: the engine's switches that set a boolean plan field (SGLang ``--enable-dp-attention``)
     switches: ClassVar[dict[str, str]] = {}
+    #: the flags of the engine's speculative decoding (read by :meth:`launch_mtp`)
+    speculative_flags: ClassVar[tuple[str, ...]] = ()
 
     # the engine's own rules (its module's functions)
     def default_partition(self, num_layers: int, pp: int, build: date | None = None) -> list[int]:
@@ -532,8 +535,14 @@ class ServingEngine(Engine):
 
     def serve_args(self, model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
                    indexer: bool = False, quantization: str | None = None, memory_fraction: float | None = None,
-                   ep: int = 1, dp: int = 1, dp_attention: bool = False) -> list[str]:
+                   ep: int = 1, dp: int = 1, dp_attention: bool = False, mtp: bool = False) -> list[str]:
         raise NotImplementedError
+
+    def launch_mtp(self, values: dict[str, str]) -> tuple[bool, str | None]:
+        """Whether a serve command's speculative-decoding flags (``values``: flag -> value) run the
+        checkpoint's own MTP layers as the draft, and a note when they run something the memory
+        model does not hold (another draft model, n-gram)."""
+        return False, None
 
     def replicas(self, plan: Plan) -> int:
         """Data-parallel ranks that each take TP x PP GPUs of their own (the engine's ``dp``, where
@@ -642,7 +651,8 @@ class ServingEngine(Engine):
         out = export_partition(cfg, self.name, check.plan.pp, check.plan.sizes, tp=plan.tp, context=plan.context,
                                kv_dtype=plan.kv_dtype, allow_long_context=plan.allow_long_context,
                                weight_dtype=plan.weight_dtype, memory_fraction=plan.gpu_memory_utilization,
-                               ep=plan.ep, dp=plan.dp or 1, dp_attention=plan.enable_dp_attention)
+                               ep=plan.ep, dp=plan.dp or 1, dp_attention=plan.enable_dp_attention,
+                               mtp=bool(plan.mtp_layers) and cfg.num_nextn_predict_layers > 0)
         return {"serve": out["script"].rstrip(), "serve_env": out["env_line"], "serve_command": out["command"]}
 
     def best_layouts(self, cfg: ModelConfig, plan: Plan, *, objective: str = "memory", top: int = 1) -> list[Plan]:

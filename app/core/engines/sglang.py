@@ -133,6 +133,12 @@ EP_SIZE_FLAG = "--ep-size"
 #: attention ranks inside the TP ranks (``attn_tp_size = tp_size // dp_size``; the plan's ``dp`` and
 #: ``enable_dp_attention``)
 DP_FLAG = "--dp-size"
+#: speculative decoding: ``EAGLE`` / ``NEXTN`` without ``--speculative-draft-model-path`` draft with the
+#: checkpoint's own MTP (NextN) layers (the plan's ``mtp_layers``); another algorithm or a draft model
+#: runs a draft the memory model does not hold
+SPECULATIVE_FLAG = "--speculative-algorithm"
+DRAFT_MODEL_FLAG = "--speculative-draft-model-path"
+MTP_ALGORITHMS = ("EAGLE", "NEXTN")
 DP_ATTENTION_SWITCH = "--enable-dp-attention"
 #: the share of each GPU the server takes for weights and KV cache (the plan's ``gpu_memory_utilization``)
 MEMORY_FRACTION_FLAG = "--mem-fraction-static"
@@ -197,6 +203,19 @@ def parallel_reasons(cfg: ModelConfig, plan: Plan) -> list[Reason]:
                    f"{heads} heads do not divide over {over} (pick a TP dividing {heads})", "tp")]
 
 
+def launch_mtp(values: dict[str, str]) -> tuple[bool, str | None]:
+    """``--speculative-algorithm EAGLE`` / ``NEXTN`` with no draft model path: the checkpoint's MTP
+    layers draft; another algorithm or a draft model is said."""
+    algo = values.get(SPECULATIVE_FLAG)
+    if algo is None:
+        return False, None
+    if algo.upper() in MTP_ALGORITHMS and DRAFT_MODEL_FLAG not in values:
+        return True, None
+    draft = f" with {DRAFT_MODEL_FLAG} {values[DRAFT_MODEL_FLAG]}" if DRAFT_MODEL_FLAG in values else ""
+    return False, (f"{SPECULATIVE_FLAG} {algo}{draft} is not a plan setting: its draft is not the checkpoint's MTP "
+                   "layers and is not in the memory verdict")
+
+
 def long_context_set(value: str) -> bool | None:
     """``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`` (an ``EnvBool``): ``true`` / ``1`` / ``yes`` / ``y``
     on, ``false`` / ``0`` / ``no`` / ``n`` off (any case); another value is none (SGLang warns and
@@ -207,7 +226,7 @@ def long_context_set(value: str) -> bool | None:
 
 def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
                indexer: bool = False, quantization: str | None = None, memory_fraction: float | None = None,
-               ep: int = 1, dp: int = 1, dp_attention: bool = False) -> list[str]:
+               ep: int = 1, dp: int = 1, dp_attention: bool = False, mtp: bool = False) -> list[str]:
     """``python -m sglang.launch_server --model-path MODEL --tp-size TP --pp-size PP``, with
     ``--context-length`` when a context is stated, ``--kv-cache-dtype fp8_e4m3`` for an FP8 KV
     cache, ``--quantization fp8``, ``--mem-fraction-static`` and ``--ep-size`` where the plan states
@@ -227,6 +246,8 @@ def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_d
         args += [EP_SIZE_FLAG, str(ep)]
     if dp > 1:
         args += [DP_FLAG, str(dp)] + ([DP_ATTENTION_SWITCH] if dp_attention else [])
+    if mtp:
+        args += [SPECULATIVE_FLAG, "EAGLE"]
     if kv_dtype == "fp8":
         args += [KV_DTYPE_FLAG, "fp8_e4m3"]
     return args
@@ -259,6 +280,7 @@ class SglangEngine(ServingEngine):
              EP_SIZE_FLAG: "ep", "--expert-parallel-size": "ep", DP_FLAG: "dp", "--dp": "dp",
              "--data-parallel-size": "dp"}
     switches: ClassVar[dict[str, str]] = {DP_ATTENTION_SWITCH: "enable_dp_attention"}
+    speculative_flags = (SPECULATIVE_FLAG, DRAFT_MODEL_FLAG)
     fields = SERVING_FIELDS | {"dp", "enable_dp_attention"}
     kv_cache_dtypes = KV_CACHE_DTYPES
     kv_auto = "the model's dtype"
@@ -278,10 +300,10 @@ class SglangEngine(ServingEngine):
 
     def serve_args(self, model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
                    indexer: bool = False, quantization: str | None = None, memory_fraction: float | None = None,
-                   ep: int = 1, dp: int = 1, dp_attention: bool = False) -> list[str]:
+                   ep: int = 1, dp: int = 1, dp_attention: bool = False, mtp: bool = False) -> list[str]:
         return serve_args(model, tp, pp, context=context, kv_dtype=kv_dtype, indexer=indexer,
                           quantization=quantization, memory_fraction=memory_fraction, ep=ep, dp=dp,
-                          dp_attention=dp_attention)
+                          dp_attention=dp_attention, mtp=mtp)
 
     def mtp_with_pp(self, build: date | None) -> str:
         return mtp_with_pp(build)
@@ -291,6 +313,9 @@ class SglangEngine(ServingEngine):
 
     def parallel_reasons(self, cfg: ModelConfig, plan: Plan) -> list[Reason]:
         return parallel_reasons(cfg, plan)
+
+    def launch_mtp(self, values: dict[str, str]) -> tuple[bool, str | None]:
+        return launch_mtp(values)
 
     def replicas(self, plan: Plan) -> int:
         """``--dp-size`` ranks are replicas of TP x PP GPUs, except as data-parallel attention."""

@@ -33,6 +33,7 @@ Read from vllm-project/vllm (never copied; re-implemented from the rule):
 
 from __future__ import annotations
 
+import json
 from datetime import date
 from typing import ClassVar
 
@@ -103,6 +104,12 @@ EP_SWITCH = "--enable-expert-parallel"
 #: data-parallel ranks of one server (the plan's ``dp``): each holds the whole model over TP x PP, its
 #: own requests and KV cache; with expert parallelism the experts are spread over TP x DP
 DP_FLAG = "--data-parallel-size"
+#: speculative decoding (``vllm/config/speculative.py``): a JSON object whose ``method`` names the draft;
+#: these methods draft with the checkpoint's own MTP layers (the plan's ``mtp_layers``), any other
+#: (``eagle``, ``ngram``, a draft ``model`` ...) runs a draft the memory model does not hold
+SPECULATIVE_FLAG = "--speculative-config"
+MTP_METHODS = ("mtp", "deepseek_mtp", "glm4_moe_mtp", "ernie_mtp", "qwen3_next_mtp", "longcat_flash_mtp",
+               "pangu_ultra_moe_mtp", "mimo_mtp")
 #: the share of each GPU the server takes for weights and KV cache (the plan's ``gpu_memory_utilization``)
 MEMORY_FRACTION_FLAG = "--gpu-memory-utilization"
 #: ``--kv-cache-dtype`` values (``vllm/config/cache.py`` ``CacheDType`` @ c1d86421) -> the plan's
@@ -119,7 +126,7 @@ UNREAD_FLAGS = (
 
 def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
                indexer: bool = False, quantization: str | None = None, memory_fraction: float | None = None,
-               ep: int = 1, dp: int = 1, dp_attention: bool = False) -> list[str]:
+               ep: int = 1, dp: int = 1, dp_attention: bool = False, mtp: bool = False) -> list[str]:
     """``vllm serve MODEL --tensor-parallel-size TP --pipeline-parallel-size PP``, with
     ``--max-model-len`` when a context is stated and ``--kv-cache-dtype`` (``fp8``; ``bfloat16``
     for a DSA model, whose ``auto`` may be FP8 - for another model ``bfloat16`` is refused, its
@@ -137,6 +144,8 @@ def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_d
         args += [DP_FLAG, str(dp)]
     if ep > 1:
         args.append(EP_SWITCH)
+    if mtp:
+        args += [SPECULATIVE_FLAG, json.dumps({"method": "mtp", "num_speculative_tokens": 1}, separators=(",", ":"))]
     if kv_dtype == "fp8" or (kv_dtype == "bf16" and indexer):
         args += [KV_DTYPE_FLAG, "fp8" if kv_dtype == "fp8" else "bfloat16"]
     return args
@@ -209,6 +218,23 @@ def parallel_reasons(cfg: ModelConfig, plan: Plan) -> list[Reason]:
     return out
 
 
+def launch_mtp(values: dict[str, str]) -> tuple[bool, str | None]:
+    """``--speculative-config '{"method": "mtp", ...}'``: the checkpoint's MTP layers draft
+    (:data:`MTP_METHODS`); another method, or a value that is not a JSON object, is said."""
+    text = values.get(SPECULATIVE_FLAG)
+    if text is None:
+        return False, None
+    try:
+        spec = json.loads(text)
+    except ValueError:
+        spec = None
+    method = spec.get("method") if isinstance(spec, dict) else None
+    if method in MTP_METHODS:
+        return True, None
+    return False, (f"{SPECULATIVE_FLAG} {text[:80]} is not a plan setting unless its method is one of "
+                   f"{', '.join(MTP_METHODS)} (the checkpoint's MTP layers): its draft is not in the memory verdict")
+
+
 def long_context_set(value: str) -> bool:
     """``VLLM_ALLOW_LONG_MAX_MODEL_LEN``: on for ``1`` / ``true`` (any case, spaces stripped), off otherwise."""
     return value.strip().lower() in ("1", "true")
@@ -242,6 +268,7 @@ class VllmEngine(ServingEngine):
     context_flag = CONTEXT_FLAG
     long_context_env = LONG_CONTEXT_ENV
     ep_switch = EP_SWITCH
+    speculative_flags = (SPECULATIVE_FLAG,)
     fields = SERVING_FIELDS | {"dp"}
     #: ``vllm serve MODEL`` (``vllm/entrypoints/cli/serve.py`` @ 78265ccd) or the OpenAI server module
     launch: ClassVar[LaunchSyntax] = LaunchSyntax(
@@ -256,9 +283,9 @@ class VllmEngine(ServingEngine):
 
     def serve_args(self, model: str, tp: int, pp: int, *, context: int | None = None, kv_dtype: str | None = None,
                    indexer: bool = False, quantization: str | None = None, memory_fraction: float | None = None,
-                   ep: int = 1, dp: int = 1, dp_attention: bool = False) -> list[str]:
+                   ep: int = 1, dp: int = 1, dp_attention: bool = False, mtp: bool = False) -> list[str]:
         return serve_args(model, tp, pp, context=context, kv_dtype=kv_dtype, indexer=indexer,
-                          quantization=quantization, memory_fraction=memory_fraction, ep=ep, dp=dp)
+                          quantization=quantization, memory_fraction=memory_fraction, ep=ep, dp=dp, mtp=mtp)
 
     def mtp_with_pp(self, build: date | None) -> str:
         return mtp_with_pp(build)
@@ -268,6 +295,9 @@ class VllmEngine(ServingEngine):
 
     def parallel_reasons(self, cfg: ModelConfig, plan: Plan) -> list[Reason]:
         return parallel_reasons(cfg, plan)
+
+    def launch_mtp(self, values: dict[str, str]) -> tuple[bool, str | None]:
+        return launch_mtp(values)
 
     def long_context_set(self, value: str) -> bool | None:
         return long_context_set(value)

@@ -116,7 +116,7 @@ def import_serve_launcher(text: str | bytes, base: Plan, *, path: str | None = N
                    weight_dtype=base.weight_dtype if launch.weight_dtype is None else launch.weight_dtype,
                    gpu_memory_utilization=(base.gpu_memory_utilization if launch.memory_fraction is None
                                            else launch.memory_fraction),
-                   allow_long_context=launch.allow_long_context)
+                   allow_long_context=launch.allow_long_context, mtp_layers=1 if launch.mtp else None)
     switched: dict[str, Any] = dict(launch.switched)
     plan = replace(plan, **switched)
     at = launch.provenance["engine"]

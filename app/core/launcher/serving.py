@@ -17,7 +17,10 @@ with a warning); ``--flag value`` and ``--flag=value``; the last occurrence wins
 ``--quantization fp8`` is the plan's ``weight_dtype`` (another method is a warning); SGLang's
 ``--ep-size`` / ``--expert-parallel-size`` and vLLM's ``--enable-expert-parallel`` (EP = TP x DP)
 its ``ep``, vLLM's ``--data-parallel-size`` and SGLang's ``--dp-size`` its ``dp`` (SGLang's
-``--enable-dp-attention``: ``enable_dp_attention``); vLLM's
+``--enable-dp-attention``: ``enable_dp_attention``); speculative decoding that drafts with the
+checkpoint's MTP layers (vLLM ``--speculative-config`` with an MTP method, SGLang
+``--speculative-algorithm EAGLE`` / ``NEXTN`` without a draft model) its ``mtp_layers``, another
+draft a warning; vLLM's
 ``--gpu-memory-utilization`` and SGLang's ``--mem-fraction-static`` its ``gpu_memory_utilization``. The
 engine's override of the model's maximum context (``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` /
 ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN``, read as the engine reads its value) is the plan's
@@ -101,13 +104,14 @@ class ServeLaunch:
     allow_long_context: bool = False   # the engine's long-context override variable is on
     #: the boolean plan field of each of the engine's switches: whether the command gives it (SGLang enable_dp_attention)
     switched: dict[str, bool] = field(default_factory=dict)
+    mtp: bool = False   # speculative decoding drafts with the checkpoint's MTP layers
 
     def to_json(self) -> dict[str, Any]:
         return {
             "engine": self.engine, "model": self.model, "tp": self.tp, "pp": self.pp,
             "context": self.context, "kv_dtype": self.kv_dtype, "weight_dtype": self.weight_dtype,
             "gpu_memory_utilization": self.memory_fraction, "ep": self.ep, "dp": self.dp,
-            **self.switched,
+            **self.switched, "mtp": self.mtp,
             "allow_long_context": self.allow_long_context,
             "partition": list(self.partition) if self.partition is not None else None,
             "provenance": {k: v.to_dict() for k, v in self.provenance.items()},
@@ -271,6 +275,30 @@ def _switches(cmd: Command, engine: str, first: int, got: dict[str, Provenance])
     return out
 
 
+def _speculative(cmd: Command, engine: str, first: int, got: dict[str, Provenance], warnings: list[str]) -> bool:
+    """Whether the command's speculative decoding drafts with the checkpoint's MTP layers (the
+    engine's ``launch_mtp`` on its ``speculative_flags``); a draft the memory model does not hold is
+    said, a value the reader cannot know refused."""
+    e = engine_module(engine)
+    values: dict[str, str] = {}
+    at: Arg | None = None
+    for flag in e.speculative_flags:
+        found = _flag(cmd.argv[first:], (flag,))
+        if found is None or found[1] is None:
+            continue
+        value = found[1]
+        if value.reason is not None:
+            raise ServeLauncherError(f"{where(value.file, value.line)}: {flag} {value.raw} cannot be resolved "
+                                     f"{_UNRESOLVED}")
+        values[flag], at = value.text, at or found[2]
+    mtp, note = e.launch_mtp(values)
+    if at is not None and note is not None:
+        warnings.append(f"{note} ({where(at.file, at.line)})")
+    if at is not None and mtp:
+        got["mtp_layers"] = Provenance("1", at.line, "command", at.file)
+    return mtp
+
+
 def _expert_parallel(cmd: Command, engine: str, first: int, got: dict[str, Provenance], ranks: int) -> int:
     """The expert-parallel size: the engine's size flag (SGLang ``--ep-size``), or its switch (vLLM
     ``--enable-expert-parallel``: EP = TP x DP, ``ranks``); 1 without either."""
@@ -349,6 +377,7 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
     switched = _switches(cmd, engine, first, got)
     ep = _expert_parallel(cmd, engine, first, got, tp * (dp or 1))
     warnings: list[str] = _unread(cmd, engine, first)
+    mtp = _speculative(cmd, engine, first, got, warnings)
     context = (_as_int(got["context"], f"the context length ({' / '.join(_flags(engine)['context'])})", digits=8)
                if "context" in got else None)
     kv_dtype = _kv_dtype(got["kv_dtype"], engine, warnings) if "kv_dtype" in got else None
@@ -369,4 +398,4 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
             raise ServeLauncherError(f"{where(part.file, part.line)}: {ENV_VARS_BY_ENGINE[engine]} is "
                                      f"{part.value!r}, not a comma list of whole numbers") from None
     return ServeLaunch(engine, model.value, tp, pp, sizes, got, tuple(warnings), work, context, kv_dtype,
-                       weight_dtype, fraction, ep, dp, long_context is not None, switched)
+                       weight_dtype, fraction, ep, dp, long_context is not None, switched, mtp)

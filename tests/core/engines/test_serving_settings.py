@@ -362,3 +362,30 @@ def test_vllm_refuses_expert_parallelism_of_a_dense_model():
     cfg = load_preset("llama-3.1-8b")
     ev = evaluate(Plan(model="llama-3.1-8b", engine="vllm", tp=2, pp=1, ep=2), cfg)
     assert [(r.code, r.field) for r in ev.verdict.blocking if r.kind == "vllm"] == [("ep_without_experts", "ep")]
+
+
+@pytest.mark.parametrize(("command", "mtp", "warned"), [
+    ("vllm serve m -tp 8 --speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 3}'", True, False),
+    ("vllm serve m -tp 8 --speculative-config '{\"method\": \"deepseek_mtp\"}'", True, False),
+    ("vllm serve m -tp 8 --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'", False, True),
+    ("vllm serve m -tp 8 --speculative-config '{\"method\": \"eagle\", \"model\": \"x/eagle\"}'", False, True),
+    ("vllm serve m -tp 8", False, False),
+    ("python3 -m sglang.launch_server --model-path m --tp 8 --speculative-algorithm EAGLE "
+     "--speculative-num-steps 3", True, False),
+    ("python3 -m sglang.launch_server --model-path m --tp 8 --speculative-algorithm NEXTN", True, False),
+    ("python3 -m sglang.launch_server --model-path m --tp 8 --speculative-algorithm EAGLE3 "
+     "--speculative-draft-model-path x/eagle3", False, True),
+    ("python3 -m sglang.launch_server --model-path m --tp 8 --speculative-algorithm NGRAM", False, True),
+])
+def test_speculative_decoding_with_the_mtp_layers_serves_the_mtp_draft(command, mtp, warned):
+    """A serve command whose speculative decoding drafts with the checkpoint's own MTP layers holds the
+    MTP draft (the plan's mtp_layers: weights and KV on the last rank); another draft is named."""
+    glm = load_preset("glm-5.2")
+    got = import_launcher(command + "\n", glm, Plan(model="glm-5.2"))
+    assert got.plan.mtp_layers == (1 if mtp else None)
+    assert any("speculative" in w for w in got.warnings) is warned
+    if mtp:
+        with_draft = evaluate(replace(got.plan, pp=1), glm).serving_memory["ranks"][0]
+        without = evaluate(replace(got.plan, pp=1, mtp_layers=None), glm).serving_memory["ranks"][0]
+        assert with_draft["weights_bytes"] > without["weights_bytes"]
+        assert with_draft["kv_latent_bytes"] > without["kv_latent_bytes"]

@@ -41,9 +41,10 @@ LLAMA70 = load_model("llama-3.1-70b")
        context=st.sampled_from([None, 4096, 131072, 200_000]), kv_dtype=st.sampled_from(["bf16", "fp8"]),
        long_context=st.booleans(), weight_dtype=st.sampled_from([None, "bf16", "fp8"]),
        fraction=st.sampled_from([None, 0.8, 0.95, 1.0]), expert=st.sampled_from(["none", "half", "tp"]),
-       replicas=st.sampled_from([None, 2, 4]), attention=st.booleans(), data=st.data())
+       replicas=st.sampled_from([None, 2, 4]), attention=st.booleans(), mtp=st.booleans(), data=st.data())
 def test_a_served_plan_exports_and_imports_back_to_itself(engine, cfg, tp, pp, context, kv_dtype, long_context,
-                                                          weight_dtype, fraction, expert, replicas, attention, data):
+                                                          weight_dtype, fraction, expert, replicas, attention, mtp,
+                                                          data):
     """Differential: any serving plan the page or the CLI exports (a partition, TP, a stated context,
     the KV cache dtype, the long-context override, the weights' dtype as served, the GPU share, expert
     and data parallelism) is the same plan when
@@ -61,7 +62,7 @@ def test_a_served_plan_exports_and_imports_back_to_itself(engine, cfg, tp, pp, c
     sizes = tuple(b - a for a, b in zip([0, *cuts], [*cuts, n]))
     e = export_partition(cfg, engine, pp, sizes, tp=tp, model="org/model", context=context, kv_dtype=kv_dtype,
                          allow_long_context=long_context, weight_dtype=weight_dtype, memory_fraction=fraction,
-                         ep=ep, dp=dp or 1, dp_attention=dp_attention)
+                         ep=ep, dp=dp or 1, dp_attention=dp_attention, mtp=mtp)
     base = Plan(model=cfg.id)
     for text in (e["script"], f"{e['env_line']} {e['command']}\n"):
         got = import_launcher(text, cfg, base).plan
@@ -72,6 +73,7 @@ def test_a_served_plan_exports_and_imports_back_to_itself(engine, cfg, tp, pp, c
         assert served_weight_dtype(cfg, got.weight_dtype) == served_weight_dtype(cfg, weight_dtype)
         assert got.gpu_memory_utilization == fraction
         assert (got.ep, got.dp, got.enable_dp_attention) == (ep, dp, dp_attention)
+        assert got.mtp_layers == (1 if mtp else None)   # the MTP draft: speculative decoding with the MTP layers
     flags = e["command"].split()
     named_bf16 = "bfloat16" in flags
     assert named_bf16 == (engine == "vllm" and kv_dtype == "bf16" and cfg.has_indexer)
