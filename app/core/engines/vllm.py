@@ -104,12 +104,11 @@ EP_SWITCH = "--enable-expert-parallel"
 #: data-parallel ranks of one server (the plan's ``dp``): each holds the whole model over TP x PP, its
 #: own requests and KV cache; with expert parallelism the experts are spread over TP x DP
 DP_FLAG = "--data-parallel-size"
-#: speculative decoding (``vllm/config/speculative.py``): a JSON object whose ``method`` names the draft;
-#: these methods draft with the checkpoint's own MTP layers (the plan's ``mtp_layers``), any other
-#: (``eagle``, ``ngram``, a draft ``model`` ...) runs a draft the memory model does not hold
+#: speculative decoding (``vllm/config/speculative.py``): a JSON object whose ``method`` names the draft.
+#: Its ``MTPModelTypes`` - ``mtp`` and one ``<model>_mtp`` per model family, a list that grows with
+#: every release - draft with the checkpoint's own MTP layers (the plan's ``mtp_layers``); any other
+#: method (``eagle``, ``eagle3``, ``ngram``, ``draft_model`` ...) runs a draft the memory model does not hold
 SPECULATIVE_FLAG = "--speculative-config"
-MTP_METHODS = ("mtp", "deepseek_mtp", "glm4_moe_mtp", "ernie_mtp", "qwen3_next_mtp", "longcat_flash_mtp",
-               "pangu_ultra_moe_mtp", "mimo_mtp")
 #: the share of each GPU the server takes for weights and KV cache (the plan's ``gpu_memory_utilization``)
 MEMORY_FRACTION_FLAG = "--gpu-memory-utilization"
 #: ``--kv-cache-dtype`` values (``vllm/config/cache.py`` ``CacheDType`` @ c1d86421) -> the plan's
@@ -219,8 +218,8 @@ def parallel_reasons(cfg: ModelConfig, plan: Plan) -> list[Reason]:
 
 
 def launch_mtp(values: dict[str, str]) -> tuple[bool, str | None]:
-    """``--speculative-config '{"method": "mtp", ...}'``: the checkpoint's MTP layers draft
-    (:data:`MTP_METHODS`); another method, or a value that is not a JSON object, is said."""
+    """``--speculative-config '{"method": "mtp", ...}'``: the checkpoint's MTP layers draft (``mtp``
+    or a ``<model>_mtp`` method); another method, or a value that is not a JSON object, is said."""
     text = values.get(SPECULATIVE_FLAG)
     if text is None:
         return False, None
@@ -229,10 +228,10 @@ def launch_mtp(values: dict[str, str]) -> tuple[bool, str | None]:
     except ValueError:
         spec = None
     method = spec.get("method") if isinstance(spec, dict) else None
-    if method in MTP_METHODS:
+    if isinstance(method, str) and (method == "mtp" or method.endswith("_mtp")):
         return True, None
-    return False, (f"{SPECULATIVE_FLAG} {text[:80]} is not a plan setting unless its method is one of "
-                   f"{', '.join(MTP_METHODS)} (the checkpoint's MTP layers): its draft is not in the memory verdict")
+    return False, (f"{SPECULATIVE_FLAG} {text[:80]} is not a plan setting unless its method is mtp or a <model>_mtp "
+                   "one (the checkpoint's MTP layers): its draft is not in the memory verdict")
 
 
 def long_context_set(value: str) -> bool:
