@@ -162,7 +162,7 @@ from app.core.content_cache import remember
 from app.core.layout.stages import Stage, StagePlan
 from app.core.model.config import ModelConfig
 from app.core.model.parallelism import DTYPE_BYTES, ParallelConfig, resolve_gpu
-from app.core.model.parameters import per_rank_params, shapes, stage_params
+from app.core.model.parameters import per_rank_params, serving_expert_tp, shapes, stage_params
 from app.core.model.roles import RoleMap, derive_roles
 
 GB = 10**9
@@ -1178,14 +1178,15 @@ def serving_weights(cfg: ModelConfig, roles: RoleMap, *, tp: int, ep: int, dp_at
 
     One pipeline stage over all decoder layers (+ ``n_mtp`` MTP layers), split with
     :func:`parameters.stage_params`; routed experts are whole experts over EP (ETP 1) when
-    ``ep > 1``, TP-sharded when ``ep == 1``. ``dp_attention`` replicates the attention weights
+    ``ep > 1`` and ``ep`` >= TP, each split ``tp // ep`` ways below that, TP-sharded when
+    ``ep == 1`` (:func:`parameters.serving_expert_tp`). ``dp_attention`` replicates the attention weights
     (MLA up/out projections) on every GPU. ``weight_dtype="fp8"`` stores every decoder linear
     weight (attention, indexer, FFN, experts, MTP eh_proj) in 1 B and keeps embedding, lm_head,
     norms and router in BF16 (one embedding copy: the MTP layer shares it); block scales
     (< 0.1 %) are ignored."""
     whole = Stage(0, 0, 0, 1, cfg.num_hidden_layers, cfg.num_hidden_layers, embedding=True, loss=True,
                   mtp_layers=n_mtp)   # the whole model on one GPU group (no pipeline)
-    sp = stage_params(cfg, roles, [whole], tp=tp, ep=ep, etp=1 if ep > 1 else tp)
+    sp = stage_params(cfg, roles, [whole], tp=tp, ep=ep, etp=serving_expert_tp(tp, ep))
     sh = shapes(cfg)
     n_attn = cfg.num_hidden_layers + n_mtp
     dense = sp.dense_per_gpu
@@ -1295,7 +1296,7 @@ def inference_memory(cfg: ModelConfig, *, tp: int = 1, ep: int = 1, dp_attention
                                             kv["mamba_bytes_per_sequence"])
     return {
         "gpu": g.to_dict(),
-        "tp": tp, "ep": ep, "etp": 1 if ep > 1 else tp, "dp_attention": dp_attention,
+        "tp": tp, "ep": ep, "etp": serving_expert_tp(tp, ep), "dp_attention": dp_attention,
         "weight_dtype": weight_dtype, "kv_dtype": kv_dtype, "include_mtp": include_mtp,
         "params_per_gpu": {"dense": dense, "expert": expert, "total": dense + expert},
         "weights_bytes_per_gpu": int(weights),

@@ -277,6 +277,14 @@ class StageParams:
         return self.dense_per_gpu + self.expert_per_gpu
 
 
+def serving_expert_tp(tp: int, ep: int) -> int:
+    """How many ways a serving engine splits each routed expert: TP without expert parallelism,
+    else ``tp // ep`` (at least 1) - SGLang's ``moe_tp_size = tp_size // moe_ep_size``
+    (``python/sglang/srt/distributed/parallel_state.py``); vLLM's expert parallelism (EP = TP x DP)
+    holds whole experts."""
+    return max(1, tp // ep)
+
+
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 

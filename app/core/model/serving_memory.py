@@ -44,7 +44,7 @@ from typing import Any
 
 from app.core.layout.stages import Stage, StagePlan
 from app.core.model.config import ModelConfig
-from app.core.model.parameters import shapes, stage_params
+from app.core.model.parameters import serving_expert_tp, shapes, stage_params
 from app.core.model.roles import RoleMap
 
 #: the plan's KV dtypes (``app.core.plan.KV_DTYPES``); ``fp8_ds_mla`` is vLLM's name of the FP8 layout of
@@ -178,8 +178,7 @@ class RankMemory:
 
 def _stage_bytes(cfg: ModelConfig, roles: RoleMap, stage: Stage, s: ServingMemorySettings) -> tuple[int, int, int, int]:
     """(weights, KV latent, indexer cache, indexer-owning layers) per GPU of one stage."""
-    etp = max(1, s.tp // s.ep)
-    params = stage_params(cfg, roles, [stage], tp=s.tp, ep=s.ep, etp=etp)
+    params = stage_params(cfg, roles, [stage], tp=s.tp, ep=s.ep, etp=serving_expert_tp(s.tp, s.ep))
     tokens = s.context * s.concurrency
     mixers = [roles.role(n).mixer for n in stage.layers]
     kv_layers = mixers.count("attention") + stage.mtp_layers

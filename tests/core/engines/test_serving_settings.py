@@ -389,3 +389,13 @@ def test_speculative_decoding_with_the_mtp_layers_serves_the_mtp_draft(command, 
         without = evaluate(replace(got.plan, pp=1, mtp_layers=None), glm).serving_memory["ranks"][0]
         assert with_draft["weights_bytes"] > without["weights_bytes"]
         assert with_draft["kv_latent_bytes"] > without["kv_latent_bytes"]
+
+
+def test_the_inference_command_splits_experts_as_the_serving_verdict_does():
+    """``isplan memory --inference`` and the per-rank serving memory share one rule for the experts
+    (parameters.serving_expert_tp): GLM-5.2 at TP 8 holds the same weights per GPU for EP 1, 2, 4, 8."""
+    from app.core.model.memory import inference_memory
+
+    glm = load_preset("glm-5.2")
+    got = {ep: inference_memory(glm, tp=8, ep=ep, context=4096)["weights_bytes_per_gpu"] for ep in (1, 2, 4, 8)}
+    assert len(set(got.values())) == 1, got
