@@ -15,10 +15,10 @@ plan. Nothing outside ``app/core/engines/`` branches on an engine's name: it ask
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib.resources import files
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from app.core.engines.rules import ShareBehaviour
 from app.core.layout.boundary import BoundaryReport, Violation
@@ -90,6 +90,20 @@ class LaunchSyntax:
         """Words that mark a command as this engine's launch (programs and module roots)."""
         return tuple(dict.fromkeys([p for p, _ in self.programs] + [m.split(".")[0] for m in self.modules]
                                    + [s.split("/")[0] for s in self.scripts]))
+
+
+C = TypeVar("C", bound="LayoutCheck")
+
+
+def with_caller_parts(check: C, extra_errors: tuple[PlanError, ...], extra_warnings: tuple[str, ...],
+                      extra: dict[str, Any] | None) -> C:
+    """A check (a frozen dataclass with ``errors``, ``warnings`` and ``extra``) with what the caller
+    adds (:meth:`Engine.check`): its errors and warnings first (a launcher's refusals and notes), its
+    ``extra`` in the JSON (the launcher import's report)."""
+    done: Any = check
+    if extra_errors or extra_warnings:
+        done = replace(done, errors=tuple(extra_errors) + done.errors, warnings=tuple(extra_warnings) + done.warnings)
+    return replace(done, extra=extra) if extra else done
 
 
 class LayoutCheck:

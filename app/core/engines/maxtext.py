@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from typing import Any
 
-from app.core.engines.base import Engine, LaunchSyntax, LayoutCheck
+from app.core.engines.base import Engine, LaunchSyntax, LayoutCheck, with_caller_parts
 from app.core.engines.rules import EngineInputError, ShareBehaviour
 from app.core.layout.boundary import BoundaryReport, validate_boundaries
 from app.core.layout.stages import PipelineSpec, PlanError, Stage, StagePlan
@@ -381,11 +381,8 @@ class MaxTextEngine(Engine):
 
     def check(self, cfg: ModelConfig, plan: Plan, *, extra_errors: tuple[PlanError, ...] = (),
               extra_warnings: tuple[str, ...] = (), extra: dict[str, Any] | None = None) -> MaxTextCheck:
-        check = maxtext_check(cfg, self.pipeline(plan), plan.pattern)
-        if extra_errors or extra_warnings:
-            check = replace(check, errors=tuple(extra_errors) + check.errors,
-                            warnings=tuple(extra_warnings) + check.warnings)
-        return replace(check, extra=extra) if extra else check
+        return with_caller_parts(maxtext_check(cfg, self.pipeline(plan), plan.pattern), extra_errors, extra_warnings,
+                                 extra)
 
     def profile(self, cfg: ModelConfig, plan: Plan) -> Plan:
         """The valid pipeline with the most stages (up to 8), then the fewest repeats, then the most

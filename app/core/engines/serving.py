@@ -25,7 +25,7 @@ from datetime import date
 from functools import lru_cache
 from typing import Any, ClassVar
 
-from app.core.engines.base import Engine, Judgement, LayoutCheck, MaxContext
+from app.core.engines.base import Engine, Judgement, LayoutCheck, MaxContext, with_caller_parts
 from app.core.engines.rules import (
     EngineInputError,
     ShareBehaviour,
@@ -485,6 +485,18 @@ def rope_entries(text: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
     return [{**e, "rope_type": e.get("rope_type", e.get("type", "default"))} for e in entries], nested
 
 
+def stated_flags(context: tuple[str, int | None], quantization: tuple[str, str | None],
+                 memory_fraction: tuple[str, float | None]) -> list[str]:
+    """The serve command's words for the settings both engines spell as ``FLAG VALUE`` and name only
+    when the plan states them: the context, ``--quantization`` and the GPU share (each ``(the
+    engine's flag, the value or None)``)."""
+    out: list[str] = []
+    for flag, value in (context, quantization, memory_fraction):
+        if value is not None:
+            out += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    return out
+
+
 def config_number(text: dict[str, Any], key: str, where: str = "config.json") -> float | None:
     """``text[key]`` as a positive number (``None`` when absent); ``ValueError`` naming the key otherwise."""
     value = text.get(key)
@@ -598,10 +610,7 @@ class ServingEngine(Engine):
         pp, partition = self._partition(plan)
         check = serving_check(cfg, self.name, pp, partition, tp=plan.tp, mtp=bool(plan.mtp_layers),
                               version=plan.engine_version)
-        if extra_errors or extra_warnings:
-            check = replace(check, errors=tuple(extra_errors) + check.errors,
-                            warnings=tuple(extra_warnings) + check.warnings)
-        return replace(check, extra=extra) if extra else check
+        return with_caller_parts(check, extra_errors, extra_warnings, extra)
 
     def gpu_line(self, plan: Plan, check: LayoutCheck | None) -> str | None:
         """One server: ``--tensor-parallel-size`` x the pipeline ranks of its partition (x its

@@ -39,7 +39,7 @@ from typing import ClassVar
 
 from app.core.engines.base import LaunchSyntax, MaxContext
 from app.core.engines.rules import RuleChange, ShareBehaviour
-from app.core.engines.serving import SERVING_FIELDS, ServingEngine, config_number, rope_entries
+from app.core.engines.serving import SERVING_FIELDS, ServingEngine, config_number, rope_entries, stated_flags
 from app.core.model.config import ModelConfig
 from app.core.plan import Plan
 from app.core.verdict import Reason
@@ -133,12 +133,8 @@ def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_d
     ``--enable-expert-parallel`` where the plan states them, so the command runs the settings the
     memory verdict judged."""
     args = ["vllm", "serve", model, TP_FLAG, str(tp), PP_FLAG, str(pp)]
-    if context is not None:
-        args += [CONTEXT_FLAG, str(context)]
-    if quantization is not None:
-        args += [QUANTIZATION_FLAG, quantization]
-    if memory_fraction is not None:
-        args += [MEMORY_FRACTION_FLAG, f"{memory_fraction:g}"]
+    args += stated_flags((CONTEXT_FLAG, context), (QUANTIZATION_FLAG, quantization),
+                         (MEMORY_FRACTION_FLAG, memory_fraction))
     if dp > 1:
         args += [DP_FLAG, str(dp)]
     if ep > 1:
