@@ -47,6 +47,9 @@ class Efficiency:
     net: float = 0.8
     a2a_nvlink: float = 0.8
     a2a_net: float = 0.85
+    #: (forward, backward) share of ``attn_fwd`` / ``attn_bwd`` a flash kernel keeps at head
+    #: dimension 64 (:func:`app.core.time.ops.head_dim_factor`); 1 where no measurement is stated
+    attn_head64: tuple[float, float] = (1.0, 1.0)
     lat_nvlink: float = 10e-6
     lat_net: float = 25e-6
     #: the attention core as Megatron's unfused ``DotProductAttention`` (batched GEMMs over the whole
@@ -92,6 +95,14 @@ _HOST_OP = 7.5e-05  # refitted with ops.HOST_EXPERT_LAUNCH (issue 18, ninth roun
 _BW_GEMM, _BWU_GEMM, _BW_GROUPED, _BW_FP4 = 0.5963, 0.6815, 0.4622, 0.5195
 _HOPPER_GEMM, _HOPPER_A2A_NET = 0.7185, 0.5110
 _AMPERE_GEMM = 0.81
+#: Flash attention at head dimension 64 on Blackwell: cuDNN 9.19's training SDPA benchmark on GB200
+#: (NVIDIA/cudnn-frontend ``benchmark/sdpa_benchmark_training/results/gb200_919_only_cudnn``
+#: @ afa9f7c0 / df73764a, BF16, 32k tokens) runs GPT-OSS's shape (64 / 8 heads of 64, a 1,024-key
+#: window) at 632 / 660 TFLOP/s forward / backward and Llama 3.1's (heads of 128, causal) at 1,720 /
+#: 1,473; with the window's partly empty blocks counted (x 1.12, ``ops.window_tile_factor``) the
+#: 64-wide heads keep 0.41 / 0.50 of the 128-wide ones' rate. Blackwell Ultra is taken to scale alike
+#: (no 64-wide causal measurement of it is published there). Hopper and Ampere: none stated.
+_BW_HEAD64 = (0.41, 0.50)
 
 CONSTANTS: dict[str, Efficiency] = {
     # Ampere: every measured A100 Megatron run (Narayanan et al. 2021, Korthikanti et al. 2022) predates
@@ -102,13 +113,14 @@ CONSTANTS: dict[str, Efficiency] = {
                          host_op=_HOST_OP, a2a_net=_HOPPER_A2A_NET),
     "blackwell": Efficiency("blackwell", gemm={"bf16": _BW_GEMM, "fp8": _BW_GEMM, "fp4": _BW_FP4},
                             gemm_grouped={"bf16": _BW_GROUPED, "fp8": _BW_GROUPED}, attn_fwd=0.60,
-                            attn_bwd=0.45, host_op=_HOST_OP),
+                            attn_bwd=0.45, attn_head64=_BW_HEAD64, host_op=_HOST_OP),
     # Blackwell Ultra doubles the SFU (MUFU.EX2) throughput that bounds the softmax of attention on
     # Blackwell (NVIDIA, "Making Softmax More Efficient with NVIDIA Blackwell Ultra"; verda GB300 table:
     # 10.7 vs 5 TeraExponentials/s); FlashAttention-4 reports the exponentials taking 25-60 % longer
     # than the matmuls on B200: stated as 1.25 x Blackwell's attention efficiency.
     "blackwell_ultra": Efficiency("blackwell_ultra", gemm={"bf16": _BWU_GEMM, "fp8": _BWU_GEMM, "fp4": _BW_FP4},
-                                  gemm_grouped={"bf16": _BW_GROUPED, "fp8": _BW_GROUPED}, attn_fwd=0.75, attn_bwd=0.5625, host_op=_HOST_OP),
+                                  gemm_grouped={"bf16": _BW_GROUPED, "fp8": _BW_GROUPED}, attn_fwd=0.75, attn_bwd=0.5625,
+                                  attn_head64=_BW_HEAD64, host_op=_HOST_OP),
     # no calibration row: Hopper's fractions (stated, unvalidated)
     "cdna3": Efficiency("cdna3", gemm={"bf16": _HOPPER_GEMM, "fp8": _HOPPER_GEMM}, attn_fwd=0.45, attn_bwd=0.35,
                         host_op=_HOST_OP),

@@ -180,8 +180,8 @@ class StepTime:
 FAMILY_CAVEATS = {
     "gpt_oss": "GPT-OSS was fitted on nothing: against Megatron-Bridge's 31 published GPT-OSS-120B runs "
                "(docs/performance-summary*.md @ 067f987d; python -m bench steptime, each with its container's "
-               "recipe settings) this model predicts 15-76 % more tokens/s/GPU in BF16 on B200 / B300 / GB200 / "
-               "GB300, 25-33 % more on H100 and 17-96 % more in MXFP8 on GB200 / GB300 / B300; read it as optimistic",
+               "recipe settings) this model predicts 13-72 % more tokens/s/GPU in BF16 on B200 / B300 / GB200 / "
+               "GB300, 25-32 % more on H100 and 12-86 % more in MXFP8 on GB200 / GB300 / B300; read it as optimistic",
     "nemotron_h": "hybrid Mamba models were fitted on nothing: the Mamba-2 scan's kernels are timed from their FLOPs "
                   "(at the attention fractions) and bytes, not from a measurement; against Megatron-Bridge's 20 "
                   "published Nemotron 3 Nano runs (docs/performance-summary*.md @ 067f987d; python -m bench steptime) "

@@ -80,6 +80,40 @@ FA_BWD_FLOPS = 2.5  # flash-attention backward / forward kernel FLOPs (5 GEMMs v
 #: utilization), and with FP8 reaching close to 1.2 PFLOPs/s" (Shah et al. 2024, arXiv 2407.08608,
 #: abstract): 1.2 / 1.979 = 0.61 against 0.75, i.e. 0.81 x the BF16 fraction, on the FP8 peak.
 FP8_ATTN_FRACTION = (1.2 / 1.979) / (0.740 / 0.989)
+#: Rows and columns of a flash-attention tile: the kernels compute the score matrix in whole
+#: ``128 x 128`` blocks of queries and keys (cuDNN's and FlashAttention-3 / -4's tiles for head
+#: dimensions up to 128), skipping only the blocks a mask leaves empty.
+ATTN_TILE = 128
+
+
+def window_tile_factor(seq_length: int, window: int, tile: int = ATTN_TILE) -> float:
+    """How much more a flash kernel computes per useful pair under a sliding ``window`` than under
+    full causal attention (whose efficiency the constants state). A query block ``i`` of ``tile``
+    rows reaches back ``window - 1`` keys before its first row, so it touches ``min(i, c) + 1`` key
+    blocks, ``c = ceil((window - 1) / tile)``; causal attention touches ``i + 1``. The computed
+    ``blocks x tile^2`` over the useful pairs (:func:`app.core.model.flops.window_pairs`), as a ratio
+    of the two: 1 without a window, about 2 for a 128-key window at any length (two blocks for 128
+    useful keys per query), 1.12 for 1,024 keys."""
+    from app.core.model.flops import causal_pairs, window_pairs
+
+    n = -(-seq_length // tile)
+    c = -(-(window - 1) // tile) if window else n
+    if not window or n <= c + 1:
+        return 1.0
+    windowed = c * (c + 1) // 2 + (n - c) * (c + 1)
+    causal = n * (n + 1) // 2
+    return (windowed / window_pairs(seq_length, window)) / (causal / causal_pairs(seq_length))
+
+
+def head_dim_factor(eff: Efficiency, head_dim: int) -> tuple[float, float]:
+    """(forward, backward) share of the stated attention efficiency a head dimension keeps:
+    :attr:`Efficiency.attn_head64` at 64 and below, 1 from 128 (MLA's 192 / 128 too), linear in
+    between. The softmax's work per score does not shrink with the head, the matmuls' does."""
+    if not head_dim or head_dim >= 128:
+        return 1.0, 1.0
+    w = max(0.0, (head_dim - 64) / 64)
+    f64, b64 = eff.attn_head64
+    return f64 + (1 - f64) * w, b64 + (1 - b64) * w
 
 
 @dataclass(frozen=True)
@@ -444,8 +478,10 @@ def unfused_attention_seconds(ctx: OpContext, attn_flops: float) -> tuple[float,
 def _add_attention(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
     """Flash attention ``F / (rate * a_fwd)`` forward and ``2.5 F / (rate * a_bwd)`` backward, ``F``
     the layer's ``sparse_attention`` FLOPs over TP x CP, ``rate`` the BF16 peak (FP8 attention: the
-    FP8 peak x :data:`FP8_ATTN_FRACTION`); the DSA indexer's scoring ``I`` (over CP: duplicated over
-    TP) at the BF16 peak forward, and backward ``2 I`` over the selected top-k pairs' share only."""
+    FP8 peak x :data:`FP8_ATTN_FRACTION`), a sliding window's partly empty blocks counted
+    (:func:`window_tile_factor`) and a head below 128 at its share (:func:`head_dim_factor`); the DSA
+    indexer's scoring ``I`` (over CP: duplicated over TP) at the BF16 peak forward, and backward
+    ``2 I`` over the selected top-k pairs' share only."""
     if role.mixer != "attention":
         return
     cfg, s, eff, hw = ctx.cfg, ctx.s, ctx.eff, ctx.hw
@@ -456,8 +492,10 @@ def _add_attention(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
     if eff.attn_unfused and not s.fp8_attention and not cfg.has_indexer:  # DSA's sparse kernel has no unfused twin
         lc.attn_fwd, lc.attn_bwd = unfused_attention_seconds(ctx, attn_flops)
     else:
-        lc.attn_fwd = attn_flops / (rate * eff.attn_fwd)
-        lc.attn_bwd = FA_BWD_FLOPS * attn_flops / (rate * eff.attn_bwd)
+        fh, bh = head_dim_factor(eff, cfg.head_dim)
+        tiles = window_tile_factor(s.seq_length, role.window)
+        lc.attn_fwd = tiles * attn_flops / (rate * eff.attn_fwd * fh)
+        lc.attn_bwd = tiles * FA_BWD_FLOPS * attn_flops / (rate * eff.attn_bwd * bh)
     lc.flops_fwd += attn_flops
     idx = (terms["indexer_scoring"] + terms["indexer_weighting"]) / s.cp
     if idx:

@@ -192,3 +192,25 @@ def test_the_shipped_accuracy_is_what_the_model_predicts_now() -> None:
 
     dev, test = development_rows()
     assert json.loads(ACCURACY.read_text()) == accuracy_table(evaluate(dev + test))
+
+
+def test_the_gpt_oss_caveat_quotes_todays_errors() -> None:
+    """The note every GPT-OSS step time carries (``FAMILY_CAVEATS``) gives the ranges of today's
+    errors on its 31 published runs: BF16 on Blackwell, H100, MXFP8 - each its rounded lowest and
+    highest per cent."""
+    import math
+
+    from app.core.time.model import FAMILY_CAVEATS
+    from bench.steptime import development_rows, evaluate
+
+    dev, test = development_rows()
+    rows = evaluate([r for r in dev + test if r["model"] == "GPT-OSS-120B.json"])
+    assert len(rows) == 31
+    groups: dict[str, list[float]] = {"bf16": [], "h100": [], "mxfp8": []}
+    for r in rows:
+        key = "h100" if r["gpu"] == "h100-80gb" else r["precision"]
+        groups[key].append(100 * r["err"])
+    caveat = FAMILY_CAVEATS["gpt_oss"]
+    for key, errs in groups.items():
+        lo, hi = math.floor(min(errs) + 0.5), math.floor(max(errs) + 0.5)
+        assert f"{lo}-{hi} % more" in caveat, (key, lo, hi)

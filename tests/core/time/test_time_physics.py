@@ -253,3 +253,74 @@ def test_a100_attention_is_megatrons_unfused_core_attention() -> None:
     assert flash.attn_fwd == pytest.approx(causal / (312e12 * 0.55), rel=1e-9)
     assert flash.attn_fwd < lc.attn_fwd / 5
     assert not CONSTANTS["hopper"].attn_unfused and not CONSTANTS["blackwell"].attn_unfused
+
+
+# --------------------------------------------------------------------------- flash attention's blocks and heads
+
+
+def _blocks_by_enumeration(seq: int, window: int, tile: int = 128) -> int:
+    """Blocks of ``tile x tile`` (query block, key block) of the score matrix holding at least one
+    pair a query may attend (key <= query, and query - key < window when windowed): a block does
+    when its first key is at most its last query and its last key lies within the window of its
+    first query."""
+    n = -(-seq // tile)
+    count = 0
+    for qb in range(n):
+        q_first, q_last = qb * tile, min(seq, (qb + 1) * tile) - 1
+        for kb in range(n):
+            k_first, k_last = kb * tile, min(seq, (kb + 1) * tile) - 1
+            if k_first <= q_last and (not window or k_last > q_first - window):
+                count += 1
+    return count
+
+
+@pytest.mark.parametrize(("seq", "window"), [(4096, 128), (4096, 1024), (8192, 200), (32768, 1024), (1000, 64),
+                                             (4096, 4096), (4096, 0)])
+def test_a_windowed_kernel_computes_whole_blocks(seq: int, window: int) -> None:
+    """The window's block count, by testing every block of the score matrix against the mask, over
+    its useful pairs (sum of min(t, W)), relative to the same ratio for full causal attention."""
+    from app.core.time.ops import window_tile_factor
+
+    pairs = sum(min(t, window) if window else t for t in range(1, seq + 1))
+    causal = seq * (seq + 1) // 2
+    expected = (_blocks_by_enumeration(seq, window) / pairs) / (_blocks_by_enumeration(seq, 0) / causal)
+    assert window_tile_factor(seq, window) == pytest.approx(expected, rel=1e-12)
+
+
+def test_heads_below_128_keep_the_stated_share_of_the_attention_rate() -> None:
+    """cuDNN's GB200 benchmark: 64-wide heads at 0.41 / 0.50 of the 128-wide rate (forward /
+    backward), linear up to 128, none on Hopper (no measurement stated)."""
+    from app.core.time.ops import head_dim_factor
+
+    bw, hopper = CONSTANTS["blackwell"], CONSTANTS["hopper"]
+    assert head_dim_factor(bw, 64) == (0.41, 0.50)
+    assert head_dim_factor(bw, 32) == (0.41, 0.50)
+    assert head_dim_factor(bw, 96) == pytest.approx((0.705, 0.75))
+    assert head_dim_factor(bw, 128) == head_dim_factor(bw, 0) == (1.0, 1.0)  # 0: MLA, no single head dim
+    assert head_dim_factor(hopper, 64) == (1.0, 1.0)
+    assert CONSTANTS["blackwell_ultra"].attn_head64 == bw.attn_head64
+
+
+def test_gpt_oss_attention_on_b200_by_hand() -> None:
+    """GPT-OSS-120B (64 heads of 64, sliding layers of 128 keys) at s = 4096, micro-batch 1, TP 1 on
+    B200 (BF16 peak 2.25 PFLOP/s, flash attention at 0.60 / 0.45): a full layer's core is
+    4 * 64 * 64 * 4096 * 4097 / 2 FLOPs forward at 0.60 * 0.41 of the peak, backward 2.5 x at
+    0.45 * 0.50; a sliding layer's 4 * 64 * 64 * (128 * 129 / 2 + 3968 * 128) FLOPs, each block of
+    128 x 128 computed: 32 query blocks touch 1 + 31 * 2 = 63 key blocks against causal's 528."""
+    cfg = load_model(str(CONFIGS / "GPT-OSS-120B.json"))
+    roles = derive_roles(cfg, role_rule("megatron"))
+    sliding, full = roles.role(1), roles.role(2)
+    assert (sliding.window, full.window, cfg.head_dim) == (128, 0, 64)
+    s = TimeSettings(tp=1, ep=1, dp=1, mbs=1, global_batch=1, seq_length=4096, precision="bf16")
+    ctx = _ctx(cfg, s, "b200-180gb")
+    peak = 2.25e15
+    assert get_hardware("b200-180gb").peak_flops("bf16") == peak
+    f_full = 4 * 64 * 64 * 4096 * 4097 / 2
+    lc = layer_cost(ctx, full)
+    assert lc.attn_fwd == pytest.approx(f_full / (peak * 0.60 * 0.41), rel=1e-9)
+    assert lc.attn_bwd == pytest.approx(2.5 * f_full / (peak * 0.45 * 0.50), rel=1e-9)
+    pairs = 128 * 129 / 2 + (4096 - 128) * 128
+    blocks = (63 / pairs) / (528 / (4096 * 4097 / 2))
+    lw = layer_cost(ctx, sliding)
+    assert lw.attn_fwd == pytest.approx(blocks * 4 * 64 * 64 * pairs / (peak * 0.60 * 0.41), rel=1e-9)
+    assert blocks == pytest.approx(1.94, abs=0.01)
