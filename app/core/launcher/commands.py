@@ -4,7 +4,8 @@ Every statement is read once, in text order (``if`` / ``case`` branches, loop an
 all count; ``then``, ``do``, ``{`` ... at the start of a command are skipped). ``|``, ``;``, ``&&``,
 ``(`` ... only separate commands; redirection targets are skipped. A command is an assignment, a
 declaration (``export`` / ``declare`` ...), ``source`` / ``.``, ``printf -v``, ``unset``, or an
-invocation: the trainer invocation (a ``*.py`` word or ``torchrun`` / ``python`` / ...) keeps its
+invocation: the trainer invocation (a ``*.py`` word or ``torchrun`` / ``python`` / ..., in a command
+that runs it - not ``pkill -9 python``, :data:`_BY_NAME`) keeps its
 final, ordered flag list - its literal flags plus those of every ``${ARR[@]}`` / ``$VAR`` it
 expands, in command-line order (argparse: the last occurrence wins); a command naming vLLM or
 SGLang keeps its whole expanded argv and the variables assigned for it (:class:`Command`).
@@ -27,6 +28,10 @@ from app.core.launcher.words import NAME_RE
 #: A word that makes a command the trainer invocation: a Python entry point or a launcher of one.
 TRAINERS = frozenset({"torchrun", "python", "python3", "deepspeed", "accelerate"})
 _PRINTERS = frozenset({"echo", "printf", "cat", "logger", ":"})   # commands that only print their words
+#: commands that find or signal a program by its name without running it: ``pkill -9 python`` after
+#: the run (THUDM/slime ``examples/on_policy_distillation/run-qwen3-8B-opd-megatron.sh`` @ 624b824a ends
+#: so) is not a trainer invocation, and must not take the trainer line's place
+_BY_NAME = frozenset({"pkill", "pgrep", "killall", "pidof", "kill", "which", "whereis", "type", "hash"})
 _DECLARE = frozenset({"export", "readonly", "local", "declare", "typeset"})
 _RESERVED = frozenset({"if", "then", "elif", "else", "fi", "while", "until", "do", "done", "esac",
                        "{", "}", "!", "time"})   # skipped at the start of a command
@@ -124,7 +129,8 @@ class CommandRules(ShellState):
                 if not self.spend(SPLICE_COST * len(occs)):
                     break
                 placed += [(pos, o) for o in occs]
-        if words and words[0][0] not in _PRINTERS and any(is_trainer_word(raw) for raw, _ in words):
+        head = posixpath.basename(words[0][0].strip("\"'")) if words else ""
+        if words and head not in _PRINTERS | _BY_NAME and any(is_trainer_word(raw) for raw, _ in words):
             self.trainer = (self.file, self.line(words[0][1]))
             self.final = [o for _, o in sorted(placed, key=lambda t: t[0])]
             # the whole argv (unknown flags too), unless the reading is already over its budget:

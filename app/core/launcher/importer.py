@@ -251,6 +251,22 @@ def option_warnings(given: dict[str, tuple[str, Arg]], engine: Engine) -> list[s
     return out
 
 
+def _not_a_training_run(parsed: LauncherParse) -> str:
+    """Why a script whose Python command is neither a known training entry point nor sets a plan flag
+    is refused: ``python tools/preprocess_data.py ...``, a checkpoint converter, an evaluation - a
+    verdict on it would be the default plan's, not the job's."""
+    program = parsed.program or "its Python command"
+    at = where(*parsed.trainer) if parsed.trainer else "the script"
+    entries: dict[tuple[str, ...], str] = {}   # one label per set of entry points (hf builds Megatron's)
+    for e in ENGINES.values():
+        if e.workflow == "training" and e.launch.entry_points:
+            entries.setdefault(e.launch.entry_points, e.label)
+    known = ", ".join(f"{label}'s {' / '.join(points)}" for points, label in entries.items())
+    return (f"{program} ({at}) is not a training entry point isplan knows ({known}) and sets none of the plan's "
+            "flags (--tensor-model-parallel-size, --pipeline-model-parallel-size, --num-layers ...): nothing "
+            "in the script says what would be trained; give the training run's launcher")
+
+
 def _training_import(parsed: LauncherParse, cfg: ModelConfig, base: Plan, path: str | None,
                      keep_engine: bool) -> LauncherImport:
     req = launcher_request(parsed, cfg)
@@ -265,6 +281,9 @@ def _training_import(parsed: LauncherParse, cfg: ModelConfig, base: Plan, path: 
     # a launcher is a real job: its parallelism, GPU count and memory join the verdict
     chosen = engine_for(engine)
     given = trainer_values(parsed)
+    vocabulary = flag_vocabulary()
+    if guess.engine is None and not any(f in vocabulary for f in (*parsed.values, *parsed.switches)):
+        raise LauncherImportError(_not_a_training_run(parsed))
     warnings += untimed_warnings(parsed, chosen.launch.untimed_flags) + option_warnings(given, chosen)
     plan, problems = plan_from_flags(parsed.values, parsed.switches,
                                      replace(base, engine=engine, mode="flags", parallel=True),

@@ -59,6 +59,18 @@ def test_a_slime_launcher_imported_on_megatron_becomes_slime():
     assert "--actor-num-gpus-per-node is a slime-only flag" in imported.report["engine"]["reason"]
 
 
+@pytest.mark.parametrize("after", ["pkill -9 python", "pkill -9 sglang\nray stop --force\npkill -9 python\n",
+                                   "/usr/bin/killall python3", "which python", "pgrep -f train.py"])
+def test_a_command_naming_python_after_the_run_does_not_take_the_trainer_lines_place(after):
+    """slime's ``examples/on_policy_distillation/run-qwen3-8B-opd-megatron.sh`` (624b824a) ends with
+    ``pkill -9 python``: bash runs ``train.py`` first and only then kills what is left, so the trainer
+    line stays line 9 and its flags the plan's (before, the ``pkill`` line became the trainer, the
+    engine fell back to Megatron and the trainer line's flags were lost)."""
+    imported = import_launcher(SLIME + after + "\n", GLM, Plan(model="glm-5.2", engine="megatron"))
+    assert imported.report["engine"]["name"] == "slime" and imported.report["engine"]["line"] == 9
+    assert (imported.plan.engine, imported.plan.tp, imported.plan.pp, imported.plan.gpus) == ("slime", 4, 8, 256)
+
+
 def test_an_engine_given_explicitly_is_kept_with_a_warning():
     imported = import_launcher(SLIME, GLM, Plan(model="glm-5.2", engine="megatron"), keep_engine=True)
     assert imported.plan.engine == "megatron"

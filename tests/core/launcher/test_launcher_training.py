@@ -186,6 +186,28 @@ def test_unreadable_launchers_fail_closed(text, words):
         parse_launcher(text, strict=True)
 
 
+@pytest.mark.parametrize("script", [
+    # NVIDIA/Megatron-LM examples/academic_paper_scripts/detxoify_lm/annotations/preprocess.sh (d98e8a64), in shape
+    "python3 tools/preprocess_data.py --input x.jsonl --output-prefix x --tokenizer-type GPT2BPETokenizer --workers 8\n",
+    # examples/multimodal/combine_lm_vision_checkpoints.sh, in shape: a checkpoint merge, no model flag
+    "python examples/multimodal/combine_state_dicts.py --input a b --prefixes language_model vision_model --output c\n",
+    "python3 eval.py --task mmlu\n",
+])
+def test_a_python_command_that_is_no_training_run_is_refused(script):
+    """Neither a known training entry point nor any plan flag: nothing says what would be trained, so
+    no verdict (before, each became the default plan's verdict)."""
+    from app.core.launcher import import_launcher
+    from app.core.launcher.importer import LauncherImportError
+    from app.core.model.config import load_preset
+    from app.core.plan import Plan
+
+    with pytest.raises(LauncherImportError, match=r"is not a training entry point isplan knows .* sets none of"):
+        import_launcher(script, load_preset("glm-5.2"), Plan(model="glm-5.2"))
+    # an unknown entry point that sets a plan flag is read (a wrapper of Megatron's pretrain)
+    custom = "torchrun --nproc-per-node 8 my_trainer.py --tensor-model-parallel-size 4\n"
+    assert import_launcher(custom, load_preset("glm-5.2"), Plan(model="glm-5.2")).plan.tp == 4
+
+
 def test_dev_null_and_a_directory_fail_closed(tmp_path):
     with pytest.raises(LauncherError, match="empty"):
         read_launcher("/dev/null")
