@@ -72,6 +72,14 @@ class LaunchSyntax:
     model_flags: tuple[str, ...] = ()
     positional_model: bool = False
     partition_env: str | None = None
+    #: container images whose entrypoint is the engine's serve program: ``docker run ... IMAGE MODEL
+    #: --flags`` passes everything after the image to it (matched without registry, tag or digest)
+    images: tuple[str, ...] = ()
+    #: the serve command line is parsed as vLLM's ``FlexibleArgumentParser`` parses it: ``_`` in an
+    #: option's name reads as ``-``, and ``--json-arg.key value`` builds that JSON option
+    flexible_args: bool = False
+    #: an option naming a YAML file of further options (``--config``), which the reader cannot see
+    config_flag: str | None = None
     #: the engine's flags that change how fast a step runs but that no plan field carries:
     #: ``(flag, takes a value, what the step time assumes instead)``. A launcher that sets one is
     #: imported with a warning naming it, so the time's answer never silently disagrees with the script.

@@ -286,7 +286,8 @@ class SglangEngine(ServingEngine):
     #: @ c6f80cf9)
     launch: ClassVar[LaunchSyntax] = LaunchSyntax(
         programs=(("sglang", "serve"),), modules=("sglang.launch_server",), model_flags=("--model-path", "--model"),
-        partition_env=ENV_VAR, unread_flags=UNREAD_FLAGS)
+        partition_env=ENV_VAR, unread_flags=UNREAD_FLAGS,
+        config_flag="--config")   # prepare_server_args merges a YAML --config (ConfigArgumentMerger)
 
     def default_partition(self, num_layers: int, pp: int, build: date | None = None) -> list[int]:
         return default_partition(num_layers, pp, build)

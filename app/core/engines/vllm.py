@@ -256,7 +256,8 @@ class VllmEngine(ServingEngine):
     reads_indexer_types = READS_INDEXER_TYPES
     flags: ClassVar[dict[str, str]] = {TP_FLAG: "tp", "-tp": "tp", PP_FLAG: "pp", "-pp": "pp", ENV_VAR: "split",
                                        CONTEXT_FLAG: "context", KV_DTYPE_FLAG: "kv_dtype",
-                                       QUANTIZATION_FLAG: "weight_dtype", MEMORY_FRACTION_FLAG: "gpu_memory_utilization",
+                                       QUANTIZATION_FLAG: "weight_dtype", "-q": "weight_dtype",
+                                       MEMORY_FRACTION_FLAG: "gpu_memory_utilization",
                                        DP_FLAG: "dp", "-dp": "dp"}
     kv_cache_dtypes = KV_CACHE_DTYPES
     kv_auto = "the model's dtype (FP8 for DeepSeek-V3.2-style DSA models, vllm/config/cache.py @ c1d86421)"
@@ -265,10 +266,15 @@ class VllmEngine(ServingEngine):
     ep_switch = EP_SWITCH
     speculative_flags = (SPECULATIVE_FLAG,)
     fields = SERVING_FIELDS | {"dp"}
-    #: ``vllm serve MODEL`` (``vllm/entrypoints/cli/serve.py`` @ 78265ccd) or the OpenAI server module
+    #: ``vllm serve MODEL`` (``vllm/entrypoints/cli/serve.py`` @ 78265ccd) or the OpenAI server module;
+    #: the ``vllm/vllm-openai`` image's entrypoint is ``vllm serve`` (``docker/Dockerfile`` @ dead20ba:
+    #: ``FROM vllm-openai-base AS vllm-openai``, ``ENTRYPOINT ["vllm", "serve"]``); the command line is
+    #: read by ``FlexibleArgumentParser`` (``vllm/utils/argparse_utils.py`` @ c836a6fe: underscores,
+    #: dotted JSON options, ``--config FILE``)
     launch: ClassVar[LaunchSyntax] = LaunchSyntax(
         programs=(("vllm", "serve"),), modules=("vllm.entrypoints.openai.api_server",), model_flags=("--model",),
-        positional_model=True, partition_env=ENV_VAR, unread_flags=UNREAD_FLAGS)
+        positional_model=True, partition_env=ENV_VAR, unread_flags=UNREAD_FLAGS, images=("vllm/vllm-openai",),
+        flexible_args=True, config_flag="--config")
 
     def default_partition(self, num_layers: int, pp: int, build: date | None = None) -> list[int]:
         return default_partition(num_layers, pp, build)

@@ -26,6 +26,10 @@ _SERVING = [e for e in ENGINES.values() if e.workflow == "serving"]
 #: ``python -m`` module -> engine, (program, subcommand) -> engine: from every serving engine's launch syntax
 SERVE_MODULES = {m: e.name for e in _SERVING for m in e.launch.modules}
 SERVE_PROGRAMS = {p: e.name for e in _SERVING for p in e.launch.programs}
+#: container image -> engine, for the images whose entrypoint is the engine's serve program
+SERVE_IMAGES = {i: e.name for e in _SERVING for i in e.launch.images}
+#: programs whose ``run`` starts a container from an image
+CONTAINER_PROGRAMS = frozenset({"docker", "podman", "nvidia-docker"})
 #: words that make a command a serving launch (a serve program or the root of a serve module)
 SERVING_WORDS = tuple(dict.fromkeys(w for e in _SERVING for w in e.launch.names))
 #: words that make the reader keep a command's whole argv: a serve launch, or a trainer started as a
@@ -50,9 +54,30 @@ class EngineGuess:
         return {"name": self.engine, "reason": self.reason, "file": self.file, "line": self.line}
 
 
+def image_name(word: str) -> str:
+    """A container image reference without its registry host, tag and digest
+    (``docker.io/vllm/vllm-openai:v0.11.0`` -> ``vllm/vllm-openai``)."""
+    ref = word.split("@", 1)[0]
+    head, slash, last = ref.rpartition("/")
+    ref = head + slash + last.split(":", 1)[0]
+    parts = ref.split("/")
+    if len(parts) > 2 or (len(parts) == 2 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost")):
+        parts = parts[1:]
+    return "/".join(parts)
+
+
+def _container_run(words: list[str]) -> bool:
+    """Whether ``words`` (the command before an image word) start a container with the image's own
+    entrypoint: ``docker`` / ``podman`` ... ``run``, no ``--entrypoint``."""
+    start = next((k for k, w in enumerate(words) if posixpath.basename(w) in CONTAINER_PROGRAMS), None)
+    return (start is not None and "run" in words[start + 1:]
+            and not any(w == "--entrypoint" or w.startswith("--entrypoint=") for w in words))
+
+
 def serve_start(words: list[str]) -> tuple[int, str, int] | None:
     """(index of the program word, engine, index of its first argument) of a serve command in
-    ``words``, or None."""
+    ``words``, or None. A container run of an engine's image (:data:`SERVE_IMAGES`) starts at the
+    image: what follows it is the serve program's arguments."""
     for k, w in enumerate(words):
         base = posixpath.basename(w)
         nxt = words[k + 1] if k + 1 < len(words) else ""
@@ -60,6 +85,8 @@ def serve_start(words: list[str]) -> tuple[int, str, int] | None:
             return k, SERVE_PROGRAMS[(base, nxt)], k + 2
         if _PYTHON.fullmatch(base) and nxt == "-m" and k + 2 < len(words) and words[k + 2] in SERVE_MODULES:
             return k, SERVE_MODULES[words[k + 2]], k + 3
+        if "/" in w and image_name(w) in SERVE_IMAGES and _container_run(words[:k]):
+            return k, SERVE_IMAGES[image_name(w)], k + 1
     return None
 
 

@@ -29,14 +29,22 @@ Missing TP / PP mean the engines' default 1. A flag that changes what a rank hol
 plan field carries (the engine's ``LaunchSyntax.unread_flags``: memory utilisation, quantization,
 expert or data parallelism ...) is a warning naming it and what the verdict assumes instead.
 
+A container run of an engine's image whose entrypoint is its serve program (``docker run ...
+vllm/vllm-openai:TAG MODEL --flags``: ``LaunchSyntax.images``) is that serve command. vLLM's command
+line is read as its ``FlexibleArgumentParser`` reads it (:func:`flexible_args`: ``--tensor_parallel_size``,
+``--speculative-config.method mtp``); ``-q`` is its ``--quantization``.
+
 Fails closed (:class:`ServeLauncherError`, naming the field and line): no serve command, more
 than one, an unknown or non-integer TP/PP/model/partition value, anything the reader cannot read
-completely (an unterminated quote, a sourced file it cannot read), two different partition values.
+completely (an unterminated quote, a sourced file it cannot read), two different partition values,
+an options file (``--config FILE``, both engines), and ``vllm serve`` again after the vLLM image
+(``vllm serve vllm serve ...``, which vLLM refuses).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -44,7 +52,7 @@ from typing import Any
 
 from app.core.engines import ENGINES
 from app.core.engines.serving import engine_module
-from app.core.launcher.engine import serve_start
+from app.core.launcher.engine import SERVE_IMAGES, image_name, serve_start
 from app.core.launcher.reader import launch_commands
 from app.core.launcher.results import Arg, Command, EnvValue, LauncherParse
 from app.core.launcher.state import Loader
@@ -161,11 +169,16 @@ def _flag(args: tuple[Arg, ...], names: tuple[str, ...]) -> tuple[str, Arg | Non
     return found
 
 
+def _at_image(cmd: Command, first: int) -> bool:
+    """Whether the serve arguments start right after an engine's container image (:data:`SERVE_IMAGES`)."""
+    return image_name(cmd.argv[first - 1].text) in SERVE_IMAGES
+
+
 def _read(cmd: Command, engine: str, first: int) -> dict[str, Provenance]:
     args = cmd.argv[first:]
     got: dict[str, Provenance] = {"engine": Provenance(engine, cmd.argv[first - 1].line, "command", cmd.file)}
-    if ENGINES[engine].launch.positional_model and cmd.argv[first - 1].text == "serve" and args \
-            and not args[0].text.startswith("-"):
+    if ENGINES[engine].launch.positional_model and (cmd.argv[first - 1].text == "serve" or _at_image(cmd, first)) \
+            and args and not args[0].text.startswith("-"):
         got["model"] = Provenance(args[0].text, args[0].line, "command", args[0].file, args[0].reason)
     for key, names in _flags(engine).items():
         found = _flag(args, names)
@@ -340,6 +353,100 @@ def _unread(cmd: Command, engine: str, first: int) -> list[str]:
     return out
 
 
+def _nested(keys: list[str], value: Any) -> Any:
+    for key in reversed(keys):
+        value = {key: value}
+    return value
+
+
+def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
+    for k, v in update.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        elif isinstance(v, list) and isinstance(into.get(k), list):
+            into[k] += v
+        else:
+            into[k] = v
+
+
+def _dotted_value(args: tuple[Arg, ...], k: int, key: str, eq: str, value: str) -> tuple[Arg, bool]:
+    """The value of the dotted option at ``args[k]`` (after its ``=``, else the next word) and
+    whether it took the next word."""
+    a = args[k]
+    if eq:
+        return Arg(value, a.reason, a.raw, a.file, a.line), False
+    if k + 1 >= len(args):
+        raise ServeLauncherError(f"{where(a.file, a.line)}: {key} has no value")
+    return args[k + 1], True
+
+
+def flexible_args(args: tuple[Arg, ...]) -> tuple[Arg, ...]:
+    """A command line as vLLM's ``FlexibleArgumentParser.parse_args`` rewrites it before argparse
+    (``vllm/utils/argparse_utils.py`` @ c836a6fe): in an option's name, before its first ``.``,
+    ``_`` reads as ``-`` (``--tensor_parallel_size 8``); ``--json-arg.key value`` /
+    ``--json-arg.key=value`` (a value JSON when it parses, else text; ``key+`` appends comma
+    items to a list) are merged per option into one JSON object, appended at the end as
+    ``--json-arg '{...}'`` - so they win over the option given whole."""
+    out: list[Arg] = []
+    merged: dict[str, tuple[dict[str, Any], Arg]] = {}
+    skip = False
+    for k, a in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        text = a.text
+        if a.reason is None and text.startswith("--"):
+            name, eq, value = text.partition("=")
+            head, dot, rest = name[2:].partition(".")
+            text = "--" + head.replace("_", "-") + dot + rest + eq + value
+        name, eq, value = text.partition("=")
+        if a.reason is not None or not text.startswith("--") or "." not in name:
+            out.append(Arg(text, a.reason, a.raw, a.file, a.line))
+            continue
+        found, skip = _dotted_value(args, k, name, eq, value)
+        if found.reason is not None:
+            raise ServeLauncherError(f"{where(found.file, found.line)}: {name} {found.raw} cannot be resolved "
+                                     f"{_UNRESOLVED}")
+        key, *keys = name.removesuffix("+").split(".")
+        item: Any
+        if name.endswith("+"):
+            item = found.text.split(",")
+        else:
+            try:
+                item = json.loads(found.text)
+            except ValueError:
+                item = found.text
+        _merge(merged.setdefault(key, ({}, a))[0], _nested(keys, item))
+    for key, (obj, at) in merged.items():
+        text = json.dumps(obj)
+        out += [Arg(key, None, key, at.file, at.line), Arg(text, None, text, at.file, at.line)]
+    return tuple(out)
+
+
+def _serve_args(cmd: Command, engine: str, start: int, first: int) -> Command:
+    """The serve command as the engine reads it (:func:`flexible_args` for vLLM); refused: the serve
+    program again after an image whose entrypoint already is it, and an options file
+    (``--config FILE``: its settings are not in the text)."""
+    syntax = ENGINES[engine].launch
+    args = flexible_args(cmd.argv[first:]) if syntax.flexible_args else cmd.argv[first:]
+    at = cmd.argv[start]
+    if _at_image(cmd, first) and serve_start([a.text for a in args]) is not None:
+        program = " ".join(syntax.programs[0]) if syntax.programs else engine
+        raise ServeLauncherError(
+            f"{where(at.file, at.line)}: the {image_name(at.text)} image's entrypoint is already `{program}` "
+            f"({ENGINES[engine].label}'s docker/Dockerfile), so `{program}` again after the image runs "
+            f"`{program} {program} ...`, which {ENGINES[engine].label} refuses (unrecognized arguments): put the "
+            "model and its flags right after the image")
+    config = _flag(args, (syntax.config_flag,)) if syntax.config_flag else None
+    if config is not None:
+        flag, value, where_at = config
+        shown = f"{flag} {value.raw}" if value is not None else flag
+        raise ServeLauncherError(
+            f"{where(where_at.file, where_at.line)}: {shown}: {ENGINES[engine].label} reads further options from "
+            "that YAML file, which is not in the text; put its settings on the command line")
+    return Command(cmd.argv[:first] + args, cmd.env, cmd.file, cmd.line)
+
+
 def is_serving_launch(parsed: LauncherParse) -> bool:
     """Whether the read script launches vLLM or SGLang (a command naming one with a serve start)."""
     return any(serve_start([a.text for a in c.argv]) is not None for c in parsed.commands)
@@ -363,6 +470,7 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
         lines = ", ".join(str(c.argv[s[0]].line) for c, s in found)
         raise ServeLauncherError(f"{len(found)} serve commands (lines {lines}); paste one launch at a time")
     cmd, (start, engine, first) = found[0]
+    cmd = _serve_args(cmd, engine, start, first)
     got = _read(cmd, engine, first)
     model = got.get("model")
     if model is None or model.reason is not None:

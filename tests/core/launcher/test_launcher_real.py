@@ -128,15 +128,33 @@ def test_megatron_gpt3_175b_shape():
 
 
 def test_vllm_docker_run_shape():
+    """vLLM's recipes run the ``vllm/vllm-openai`` image with the model and flags after it: the image's
+    entrypoint is ``vllm serve`` (vllm-project/vllm ``docker/Dockerfile`` @ dead20ba)."""
     script = ("#!/bin/bash\nMODEL=zai-org/GLM-5.2\n"
               "docker run --gpus all --ipc=host -p 8000:8000 \\\n"
               "  -e VLLM_PP_LAYER_PARTITION=18,20,20,20 \\\n"
-              "  vllm/vllm-openai:latest \\\n"
-              "  vllm serve $MODEL --tensor-parallel-size 8 --pipeline-parallel-size 4 --max-model-len 131072\n")
+              "  -v ~/.cache/huggingface:/root/.cache/huggingface \\\n"
+              "  docker.io/vllm/vllm-openai:v0.11.0 \\\n"
+              "  $MODEL --tensor-parallel-size 8 --pipeline-parallel-size 4 --max-model-len 131072\n")
     got = import_launcher(script, load_preset("glm-5.2"), Plan(model="glm-5.2"))
     assert (got.plan.engine, got.plan.tp, got.plan.pp, got.plan.split) == ("vllm", 8, 4, (18, 20, 20, 20))
+    assert got.report["serve"]["model"] == "zai-org/GLM-5.2"
     assert got.report["serve"]["provenance"]["partition"]["how"] == "docker_env"
     assert got.report["serve"]["provenance"]["partition"]["line"] == 4
+
+
+def test_vllm_serve_again_after_the_image_is_refused_as_vllm_refuses_it():
+    """``IMAGE vllm serve MODEL`` runs ``vllm serve vllm serve MODEL``: vLLM takes ``vllm`` for the
+    model and stops on the rest (unrecognized arguments); an ``--entrypoint`` of one's own is
+    another command, which is not read as the image's."""
+    from app.core.launcher.importer import LauncherImportError
+
+    doubled = "docker run --gpus all vllm/vllm-openai:latest vllm serve zai-org/GLM-5.2 --tensor-parallel-size 8\n"
+    with pytest.raises(LauncherImportError, match=r"entrypoint is already `vllm serve`.*unrecognized arguments"):
+        import_launcher(doubled, load_preset("glm-5.2"), Plan(model="glm-5.2"))
+    own = "docker run --entrypoint /bin/bash vllm/vllm-openai:latest -c 'sleep 1'\n"
+    with pytest.raises(LauncherImportError):
+        import_launcher(own, load_preset("glm-5.2"), Plan(model="glm-5.2"))
 
 
 def test_sglang_kubernetes_deployment_shape():

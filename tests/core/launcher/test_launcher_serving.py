@@ -203,6 +203,10 @@ def test_defaults_and_other_engines_variable():
     ("vllm serve 'm --tensor-parallel-size 2\n", "line 1: unterminated '"),
     ("python -m sglang.launch_server --tp-size 2\n", "--model-path"),
     ("args: not-a-list\n", "args must be a list"),
+    ("vllm serve m -tp 8 --config serve.yaml\n", "line 1: --config serve.yaml: vLLM reads further options from"),
+    ("python -m sglang.launch_server --model-path m --config=s.yaml\n", "--config s.yaml: SGLang reads further"),
+    ("vllm serve m --speculative-config.method\n", "--speculative-config.method has no value"),
+    ("vllm serve m --speculative-config.method $METHOD\n", r"--speculative-config.method \$METHOD cannot be resolved"),
 ])
 def test_fails_closed(text, match):
     with pytest.raises(ServeLauncherError, match=match):
@@ -241,3 +245,18 @@ def test_the_launched_partition_is_the_plan_the_evaluation_judges():
     ev = evaluate(default.plan, GLM52)
     assert default.plan.engine == "sglang" and ev.check.partition_source == "default"
     assert [s.num_layers for s in ev.stage_plan.stages] == [39, 39]
+
+
+def test_vllm_reads_its_command_line_as_its_flexible_parser_does():
+    """vLLM's ``FlexibleArgumentParser`` (vllm/utils/argparse_utils.py @ c836a6fe): ``_`` in an option's
+    name is ``-``; ``--json-arg.key value`` builds the JSON option (recipes write
+    ``--speculative-config.method mtp``), merged per option and placed last, so it wins over the
+    option given whole; ``-q`` is ``--quantization`` (vllm/engine/arg_utils.py @ 99d7eb5d)."""
+    got = parse_serve_launcher("vllm serve m --tensor_parallel_size 4 --pipeline_parallel_size=2 -q fp8 "
+                               "--speculative-config.method mtp --speculative_config.num_speculative_tokens=1\n")
+    assert (got.tp, got.pp, got.weight_dtype, got.mtp) == (4, 2, "fp8", True)
+    assert got.provenance["mtp_layers"].line == 1
+    whole_then_dotted = parse_serve_launcher(
+        "vllm serve m --speculative-config.method ngram --speculative-config '{\"method\": \"mtp\"}'\n")
+    assert not whole_then_dotted.mtp   # the dotted value is appended last: ngram wins
+    assert any("ngram" in w for w in whole_then_dotted.warnings)
