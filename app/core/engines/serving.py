@@ -530,6 +530,9 @@ class ServingEngine(Engine):
     context_flag: ClassVar[str]
     #: the variable that lets a stated context exceed the model's maximum (the plan's ``allow_long_context``)
     long_context_env: ClassVar[str]
+    #: suffixes the context flag's value may carry, with their multiplier, where every build of the
+    #: engine reads them alike (vLLM ``128k``); another suffix is refused (launcher import)
+    context_suffixes: ClassVar[dict[str, int]] = {}
     #: a switch that turns expert parallelism on at ``ep = tp x dp`` (vLLM ``--enable-expert-parallel``),
     #: where the engine has no expert-parallel size of its own (the plan's ``ep``)
     ep_switch: ClassVar[str | None] = None

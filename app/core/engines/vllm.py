@@ -263,6 +263,11 @@ class VllmEngine(ServingEngine):
     kv_auto = "the model's dtype (FP8 for DeepSeek-V3.2-style DSA models, vllm/config/cache.py @ c1d86421)"
     context_flag = CONTEXT_FLAG
     long_context_env = LONG_CONTEXT_ENV
+    #: ``--max-model-len`` is a ``human_readable_int``: a lowercase ``k`` is 1,000 in every build read
+    #: (``vllm/engine/arg_utils.py`` @ 001999d2 and 99d7eb5d, ``vllm/utils/argparse_utils.py`` @ c836a6fe,
+    #: and the later SI / IEC variant); ``K``, ``M``, ``m``, ``G`` ... changed meaning (``1M`` is 2^20
+    #: before the SI variant, 10^6 in it; ``1m`` is refused there), so they are not read
+    context_suffixes: ClassVar[dict[str, int]] = {"k": 1000}
     ep_switch = EP_SWITCH
     speculative_flags = (SPECULATIVE_FLAG,)
     fields = SERVING_FIELDS | {"dp"}

@@ -11,7 +11,8 @@ spec's ``env:`` list.
 Flags read: vLLM ``--tensor-parallel-size`` / ``-tp``, ``--pipeline-parallel-size`` / ``-pp``,
 the model as ``vllm serve MODEL`` or ``--model``; SGLang ``--tp-size`` / ``--tp`` /
 ``--tensor-parallel-size``, ``--pp-size`` / ``--pp`` / ``--pipeline-parallel-size``,
-``--model-path`` / ``--model``; the context (vLLM ``--max-model-len``, SGLang ``--context-length``)
+``--model-path`` / ``--model``; the context (vLLM ``--max-model-len``, ``128k`` = 128,000 in every vLLM
+build; SGLang ``--context-length``)
 and ``--kv-cache-dtype`` (the engine's values mapped to bf16 / fp8; ``auto`` keeps the plan's
 with a warning); ``--flag value`` and ``--flag=value``; the last occurrence wins (argparse). The
 ``--quantization fp8`` is the plan's ``weight_dtype`` (another method is a warning); SGLang's
@@ -246,6 +247,25 @@ def _as_int(p: Provenance, name: str, digits: int = 6) -> int:
     if not re.fullmatch(rf"\s*[0-9]{{1,{digits}}}\s*", p.value) or int(p.value) < 1:
         raise ServeLauncherError(f"{where(p.file, p.line)}: {name} is {p.value!r}; it must be a whole number >= 1")
     return int(p.value)
+
+
+def _context(p: Provenance, engine: str) -> int:
+    """The context flag's value: a whole number, or one with a suffix every build of the engine reads
+    alike (:attr:`ServingEngine.context_suffixes`: vLLM's ``128k`` is 128,000)."""
+    name = f"the context length ({' / '.join(_flags(engine)['context'])})"
+    suffixes = engine_module(engine).context_suffixes
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)([A-Za-z]+)\s*", p.value) if suffixes else None
+    if m is None:
+        return _as_int(p, name, digits=8)
+    number, suffix = m.groups()
+    if suffix not in suffixes:
+        raise ServeLauncherError(f"{where(p.file, p.line)}: {name} is {p.value!r}: the suffix {suffix!r} means "
+                                 f"different numbers in different {ENGINES[engine].label} builds; write the number "
+                                 f"or use {' / '.join(suffixes)}")
+    value = int(float(number) * suffixes[suffix])
+    if not 1 <= value < 10**8:
+        raise ServeLauncherError(f"{where(p.file, p.line)}: {name} is {p.value!r}; it must be a whole number >= 1")
+    return value
 
 
 def _kv_dtype(p: Provenance, engine: str, warnings: list[str]) -> str | None:
@@ -486,8 +506,7 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
     ep = _expert_parallel(cmd, engine, first, got, tp * (dp or 1))
     warnings: list[str] = _unread(cmd, engine, first)
     mtp = _speculative(cmd, engine, first, got, warnings)
-    context = (_as_int(got["context"], f"the context length ({' / '.join(_flags(engine)['context'])})", digits=8)
-               if "context" in got else None)
+    context = _context(got["context"], engine) if "context" in got else None
     kv_dtype = _kv_dtype(got["kv_dtype"], engine, warnings) if "kv_dtype" in got else None
     weight_dtype = _weight_dtype(got["weight_dtype"], warnings) if "weight_dtype" in got else None
     fraction = (_fraction(got["gpu_memory_utilization"], _flags(engine)["gpu_memory_utilization"][0])

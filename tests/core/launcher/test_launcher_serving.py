@@ -100,8 +100,14 @@ def test_memory_settings_of_a_launch_are_read_or_named():
             import_launcher(f"vllm serve m --gpu-memory-utilization {bad}\n", GLM52, Plan(model="glm-5.2"))
     with pytest.raises(Exception, match="--kv-cache-dtype 'int8'"):
         import_launcher("vllm serve m --kv-cache-dtype int8\n", GLM52, Plan(model="glm-5.2"))
-    with pytest.raises(Exception, match="context length"):
-        import_launcher("vllm serve m --max-model-len 128k\n", GLM52, Plan(model="glm-5.2"))
+    # vLLM's human_readable_int: a lowercase k is 1,000 in every build; 1M was 2^20, then 10^6
+    for text, tokens in (("128k", 128_000), ("25.6k", 25_600), ("131072", 131_072)):
+        assert parse_serve_launcher(f"vllm serve m --max-model-len {text}\n").context == tokens
+    for text in ("1M", "16K", "1m"):
+        with pytest.raises(ServeLauncherError, match=f"'{text}': the suffix .* means different numbers"):
+            parse_serve_launcher(f"vllm serve m --max-model-len {text}\n")
+    with pytest.raises(ServeLauncherError, match=r"context length .* is '128k'; it must be a whole number"):
+        parse_serve_launcher("python -m sglang.launch_server --model-path m --context-length 128k\n")
 
 
 def test_script_with_variables_continuations_and_comments():
