@@ -14,7 +14,7 @@ plan. Nothing outside ``app/core/engines/`` branches on an engine's name: it ask
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib.resources import files
@@ -78,8 +78,11 @@ class LaunchSyntax:
     #: the serve command line is parsed as vLLM's ``FlexibleArgumentParser`` parses it: ``_`` in an
     #: option's name reads as ``-``, and ``--json-arg.key value`` builds that JSON option
     flexible_args: bool = False
-    #: an option naming a YAML file of further options (``--config``), which the reader cannot see
+    #: an option naming a YAML file of further options (``--config``)
     config_flag: str | None = None
+    #: the engine's reading of that file - ``(text, path) -> the options it adds`` (raises
+    #: ``ValueError`` naming what the engine refuses); ``None``: not read here, so refused
+    config_reader: Callable[[str, str], list[str]] | None = None
     #: the engine's flags that change how fast a step runs but that no plan field carries:
     #: ``(flag, takes a value, what the step time assumes instead)``. A launcher that sets one is
     #: imported with a warning naming it, so the time's answer never silently disagrees with the script.

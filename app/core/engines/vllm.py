@@ -146,6 +146,35 @@ def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_d
     return args
 
 
+def config_file_args(text: str, path: str) -> list[str]:
+    """The options ``vllm serve --config FILE`` adds: ``FlexibleArgumentParser.load_config_file``
+    (``vllm/utils/argparse_utils.py`` @ c836a6fe) reads a ``.yaml`` / ``.yml`` file holding one flat
+    mapping - ``key: true`` is ``--key``, ``false`` nothing, a list ``--key item ...``, anything else
+    ``--key value``. A nested mapping (which vLLM passes on as Python text, not JSON) is not read."""
+    import yaml
+
+    if path.rsplit(".", 1)[-1] not in ("yaml", "yml"):
+        raise ValueError(f"vLLM reads a config file only as YAML (.yaml / .yml), not {path}")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not YAML vLLM can read ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not one mapping of options")
+    out: list[str] = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            raise ValueError(f"{key} in {path} is a mapping, which vLLM passes on as Python text (not JSON); "
+                             "give that option on the command line")
+        if isinstance(value, bool):
+            out += [f"--{key}"] if value else []
+        elif isinstance(value, list):
+            out += [f"--{key}", *map(str, value)] if value else []
+        else:
+            out += [f"--{key}", str(value)]
+    return out
+
+
 #: ``_get_and_verify_max_len`` (``vllm/config/model.py`` @ 0052a5b8): the config keys of a maximum
 #: length, the smallest of those present taken
 MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
@@ -279,7 +308,7 @@ class VllmEngine(ServingEngine):
     launch: ClassVar[LaunchSyntax] = LaunchSyntax(
         programs=(("vllm", "serve"),), modules=("vllm.entrypoints.openai.api_server",), model_flags=("--model",),
         positional_model=True, partition_env=ENV_VAR, unread_flags=UNREAD_FLAGS, images=("vllm/vllm-openai",),
-        flexible_args=True, config_flag="--config")
+        flexible_args=True, config_flag="--config", config_reader=config_file_args)
 
     def default_partition(self, num_layers: int, pp: int, build: date | None = None) -> list[int]:
         return default_partition(num_layers, pp, build)

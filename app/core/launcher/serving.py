@@ -38,7 +38,8 @@ line is read as its ``FlexibleArgumentParser`` reads it (:func:`flexible_args`: 
 Fails closed (:class:`ServeLauncherError`, naming the field and line): no serve command, more
 than one, an unknown or non-integer TP/PP/model/partition value, anything the reader cannot read
 completely (an unterminated quote, a sourced file it cannot read), two different partition values,
-an options file (``--config FILE``, both engines), and ``vllm serve`` again after the vLLM image
+an options file it cannot read (vLLM's ``--config FILE`` is read, pasted or beside the launcher:
+:func:`_with_config`; SGLang's is refused), and ``vllm serve`` again after the vLLM image
 (``vllm serve vllm serve ...``, which vLLM refuses).
 """
 
@@ -443,12 +444,61 @@ def flexible_args(args: tuple[Arg, ...]) -> tuple[Arg, ...]:
     return tuple(out)
 
 
-def _serve_args(cmd: Command, engine: str, start: int, first: int) -> Command:
-    """The serve command as the engine reads it (:func:`flexible_args` for vLLM); refused: the serve
-    program again after an image whose entrypoint already is it, and an options file
-    (``--config FILE``: its settings are not in the text)."""
+def _with_config(args: tuple[Arg, ...], engine: str, positional: bool, loader: Loader | None) -> tuple[Arg, ...]:
+    """``args`` with the options of its ``--config FILE`` in place, as vLLM pulls them in
+    (``FlexibleArgumentParser._pull_args_from_config`` @ c836a6fe): after a positional model, before
+    every other option, so the command line wins; the file read by the engine's ``config_reader``
+    through ``loader`` (pasted, or beside the launcher). Refused: a file it cannot read, an engine
+    whose reading is not implemented here (SGLang), two ``--config`` (vLLM asserts one)."""
     syntax = ENGINES[engine].launch
-    args = flexible_args(cmd.argv[first:]) if syntax.flexible_args else cmd.argv[first:]
+    label = ENGINES[engine].label
+    flag = str(syntax.config_flag)
+    places = [k for k, a in enumerate(args) if a.text == flag or a.text.startswith(flag + "=")]
+    if not places:
+        return args
+    k = places[0]
+    a = args[k]
+    value = (Arg(a.text.partition("=")[2], a.reason, a.raw, a.file, a.line) if "=" in a.text
+             else args[k + 1] if k + 1 < len(args) else None)
+    if len(places) > 1 or value is None or value.reason is not None:
+        why = ("is given twice (vLLM asserts one)" if len(places) > 1 else "has no value" if value is None
+               else f"{value.raw} cannot be resolved {_UNRESOLVED}")
+        raise ServeLauncherError(f"{where(a.file, a.line)}: {flag} {why}")
+    path = value.text if posixpath.isabs(value.text) else posixpath.normpath(   # beside the launcher, as `source`
+        posixpath.join(posixpath.dirname(a.file) or ".", value.text))
+    text = loader(path) if loader is not None and syntax.config_reader is not None else None
+    if text is None or syntax.config_reader is None:
+        raise ServeLauncherError(
+            f"{where(a.file, a.line)}: {flag} {value.text}: {label} reads further options from that YAML file, "
+            + ("which is not in the text; paste it beside the launcher" if syntax.config_reader is not None
+               else "which isplan does not read for it; put its settings on the command line"))
+    try:
+        words = syntax.config_reader(text, value.text)
+    except ValueError as exc:
+        raise ServeLauncherError(f"{where(a.file, a.line)}: {flag} {value.text}: {str(exc).splitlines()[0]}") from None
+    lines = text.splitlines()
+    from_file: list[Arg] = []
+    line = 0
+    for w in words:   # an option at its key's line, its values at the same line
+        if w.startswith("--"):
+            line = next((n for n, row in enumerate(lines, 1) if row.lstrip().startswith(w[2:] + ":")), 0)
+        from_file.append(Arg(w, None, w, path, line))
+    rest = args[:k] + args[k + (1 if "=" in a.text else 2):]
+    if positional and rest and not rest[0].text.startswith("-"):
+        return rest[:1] + tuple(from_file) + rest[1:]
+    return tuple(from_file) + rest
+
+
+def _serve_args(cmd: Command, engine: str, start: int, first: int, loader: Loader | None) -> Command:
+    """The serve command as the engine reads it: its ``--config`` file's options in place
+    (:func:`_with_config`), then :func:`flexible_args` for vLLM; refused: the serve program again
+    after an image whose entrypoint already is it."""
+    syntax = ENGINES[engine].launch
+    args = cmd.argv[first:]
+    if syntax.config_flag:
+        positional = syntax.positional_model and (cmd.argv[first - 1].text == "serve" or _at_image(cmd, first))
+        args = _with_config(args, engine, positional, loader)
+    args = flexible_args(args) if syntax.flexible_args else args
     at = cmd.argv[start]
     if _at_image(cmd, first) and serve_start([a.text for a in args]) is not None:
         program = " ".join(syntax.programs[0]) if syntax.programs else engine
@@ -457,13 +507,6 @@ def _serve_args(cmd: Command, engine: str, start: int, first: int) -> Command:
             f"({ENGINES[engine].label}'s docker/Dockerfile), so `{program}` again after the image runs "
             f"`{program} {program} ...`, which {ENGINES[engine].label} refuses (unrecognized arguments): put the "
             "model and its flags right after the image")
-    config = _flag(args, (syntax.config_flag,)) if syntax.config_flag else None
-    if config is not None:
-        flag, value, where_at = config
-        shown = f"{flag} {value.raw}" if value is not None else flag
-        raise ServeLauncherError(
-            f"{where(where_at.file, where_at.line)}: {shown}: {ENGINES[engine].label} reads further options from "
-            "that YAML file, which is not in the text; put its settings on the command line")
     return Command(cmd.argv[:first] + args, cmd.env, cmd.file, cmd.line)
 
 
@@ -490,7 +533,7 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
         lines = ", ".join(str(c.argv[s[0]].line) for c, s in found)
         raise ServeLauncherError(f"{len(found)} serve commands (lines {lines}); paste one launch at a time")
     cmd, (start, engine, first) = found[0]
-    cmd = _serve_args(cmd, engine, start, first)
+    cmd = _serve_args(cmd, engine, start, first, loader)
     got = _read(cmd, engine, first)
     model = got.get("model")
     if model is None or model.reason is not None:

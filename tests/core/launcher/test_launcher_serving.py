@@ -266,3 +266,49 @@ def test_vllm_reads_its_command_line_as_its_flexible_parser_does():
         "vllm serve m --speculative-config.method ngram --speculative-config '{\"method\": \"mtp\"}'\n")
     assert not whole_then_dotted.mtp   # the dotted value is appended last: ngram wins
     assert any("ngram" in w for w in whole_then_dotted.warnings)
+
+
+SERVE_YAML = """\
+# vLLM serve options
+tensor_parallel_size: 4
+pipeline-parallel-size: 2
+enable-expert-parallel: true
+enforce-eager: false
+max-model-len: 65536
+"""
+
+
+def test_a_vllm_config_file_is_read_as_vllm_pulls_it_in(tmp_path):
+    """``vllm serve MODEL --config FILE`` (vllm/utils/argparse_utils.py @ c836a6fe): the file's flat
+    mapping becomes options placed after the model and before the rest of the command line, so
+    the command line wins (``-tp 8`` over the file's 4); ``true`` is a switch, ``false`` nothing; a
+    relative path is beside the launcher; pasted or from disk alike."""
+    launch = "vllm serve zai-org/GLM-5.2 --config serve.yaml -tp 8\n"
+    pasted = import_launcher(launch, GLM52, Plan(model="glm-5.2"), files={"serve.yaml": SERVE_YAML})
+    (tmp_path / "serve.yaml").write_text(SERVE_YAML)
+    (tmp_path / "run.sh").write_text(launch)
+    on_disk = import_launcher(launch, GLM52, Plan(model="glm-5.2"), path=str(tmp_path / "run.sh"))
+    for got in (pasted, on_disk):
+        assert (got.plan.tp, got.plan.pp, got.plan.ep, got.plan.context) == (8, 2, 8, 65536)
+        values = got.report["values"]
+        assert (values["pp"]["line"], values["ep"]["line"], values["context"]["line"]) == (3, 4, 6)
+        assert values["pp"]["file"].endswith("serve.yaml") and values["tp"]["line"] == 1
+    # the file alone, the model in it (--model), no model on the command line
+    alone = import_launcher("vllm serve --config c.yml\n", GLM52, Plan(model="glm-5.2"),
+                            files={"c.yml": "model: zai-org/GLM-5.2\ntensor-parallel-size: 2\n"})
+    assert (alone.plan.tp, alone.report["serve"]["model"]) == (2, "zai-org/GLM-5.2")
+
+
+@pytest.mark.parametrize(("files", "match"), [
+    ({}, "serve.yaml: vLLM reads further options from that YAML file, which is not in the text"),
+    ({"serve.yaml": "- a\n- b\n"}, "is not one mapping of options"),
+    ({"serve.yaml": "speculative-config:\n  method: mtp\n"}, "speculative-config in serve.yaml is a mapping"),
+    ({"serve.yaml": "tp: [\n"}, "--config serve.yaml: not YAML vLLM can read"),
+])
+def test_a_vllm_config_file_that_cannot_be_read_is_refused(files, match):
+    with pytest.raises(Exception, match=match):
+        import_launcher("vllm serve m --config serve.yaml\n", GLM52, Plan(model="glm-5.2"), files=files)
+    with pytest.raises(ServeLauncherError, match="given twice"):
+        parse_serve_launcher("vllm serve m --config a.yaml --config b.yaml\n")
+    with pytest.raises(ServeLauncherError, match="only as YAML"):
+        parse_serve_launcher("vllm serve m --config a.json\n", loader=lambda p: "{}")
