@@ -37,6 +37,7 @@ Read from sgl-project/sglang and its issue tracker (rules re-implemented, never 
 
 from __future__ import annotations
 
+import json
 from datetime import date
 from typing import ClassVar
 
@@ -152,6 +153,42 @@ UNREAD_FLAGS = (
     ("--enable-dp-lm-head", False, "lm_head split over all TP ranks"),
     ("--moe-dense-tp-size", True, "the dense MLP split over all TP ranks"),
 )
+
+
+def config_file_args(text: str, path: str) -> list[str]:
+    """The options ``--config FILE`` adds: ``prepare_server_args`` merges it with
+    ``ConfigArgumentMerger`` (``python/sglang/srt/utils/server_args_config_parser.py`` @ 7ef0fc26): a
+    ``.yaml`` / ``.yml`` file (empty: nothing) holding one mapping - ``true`` on a switch is the switch,
+    ``false`` nothing (the switches this reader reads are ``store_true``), a list ``--key item ...``, a
+    mapping ``--key`` its JSON, anything else ``--key value``. A key written with ``_`` is passed as
+    written; one that names an option read here only with ``-`` is refused (SGLang's parser names
+    its options with dashes)."""
+    import yaml
+
+    if path.rsplit(".", 1)[-1].lower() not in ("yaml", "yml"):
+        raise ValueError(f"SGLang reads a config file only as YAML (.yaml / .yml), not {path}")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not YAML SGLang can read ({str(exc).splitlines()[0]})") from None
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a mapping of options at its root (SGLang's words)")
+    out: list[str] = []
+    read = set(SglangEngine.flags) | set(SglangEngine.switches)
+    for key, value in data.items():
+        if "_" in str(key) and f"--{str(key).replace('_', '-')}" in read:
+            raise ValueError(f"{key} in {path}: SGLang's option is --{str(key).replace('_', '-')}; write the key "
+                             "with dashes")
+        if isinstance(value, bool):
+            out += [f"--{key}"] if value else []
+        elif isinstance(value, list):
+            out += [f"--{key}", *map(str, value)] if value else []
+        elif isinstance(value, dict):
+            out += [f"--{key}", json.dumps(value)]
+        else:
+            out += [f"--{key}", str(value)]
+    return out
 
 
 #: ``get_context_length`` (``python/sglang/srt/utils/hf_transformers_utils.py`` @ 002fc100): the config
@@ -286,8 +323,7 @@ class SglangEngine(ServingEngine):
     #: @ c6f80cf9)
     launch: ClassVar[LaunchSyntax] = LaunchSyntax(
         programs=(("sglang", "serve"),), modules=("sglang.launch_server",), model_flags=("--model-path", "--model"),
-        partition_env=ENV_VAR, unread_flags=UNREAD_FLAGS,
-        config_flag="--config")   # prepare_server_args merges a YAML --config (ConfigArgumentMerger)
+        partition_env=ENV_VAR, unread_flags=UNREAD_FLAGS, config_flag="--config", config_reader=config_file_args)
 
     def default_partition(self, num_layers: int, pp: int, build: date | None = None) -> list[int]:
         return default_partition(num_layers, pp, build)

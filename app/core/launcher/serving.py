@@ -38,8 +38,8 @@ line is read as its ``FlexibleArgumentParser`` reads it (:func:`flexible_args`: 
 Fails closed (:class:`ServeLauncherError`, naming the field and line): no serve command, more
 than one, an unknown or non-integer TP/PP/model/partition value, anything the reader cannot read
 completely (an unterminated quote, a sourced file it cannot read), two different partition values,
-an options file it cannot read (vLLM's ``--config FILE`` is read, pasted or beside the launcher:
-:func:`_with_config`; SGLang's is refused), and ``vllm serve`` again after the vLLM image
+an options file it cannot read (``--config FILE`` is read as each engine merges it, pasted or beside
+the launcher: :func:`_with_config`), and ``vllm serve`` again after the vLLM image
 (``vllm serve vllm serve ...``, which vLLM refuses).
 """
 
@@ -444,24 +444,30 @@ def flexible_args(args: tuple[Arg, ...]) -> tuple[Arg, ...]:
     return tuple(out)
 
 
-def _with_config(args: tuple[Arg, ...], engine: str, positional: bool, loader: Loader | None) -> tuple[Arg, ...]:
-    """``args`` with the options of its ``--config FILE`` in place, as vLLM pulls them in
-    (``FlexibleArgumentParser._pull_args_from_config`` @ c836a6fe): after a positional model, before
-    every other option, so the command line wins; the file read by the engine's ``config_reader``
-    through ``loader`` (pasted, or beside the launcher). Refused: a file it cannot read, an engine
-    whose reading is not implemented here (SGLang), two ``--config`` (vLLM asserts one)."""
+def _with_config(args: tuple[Arg, ...], engine: str, positional: bool, loader: Loader | None,
+                 warnings: list[str]) -> tuple[Arg, ...]:
+    """``args`` with the options of its ``--config FILE`` in place, as the engines pull them in
+    (vLLM ``FlexibleArgumentParser._pull_args_from_config`` @ c836a6fe, SGLang
+    ``ConfigArgumentMerger.merge_config_with_args`` @ 7ef0fc26): after a positional model (vLLM),
+    before every other option, so the command line wins; the file read by the engine's
+    ``config_reader`` through ``loader`` (pasted, or beside the launcher). Both look for the word
+    ``--config`` only: ``--config=FILE`` is an option their parsers take and ignore (said). Refused:
+    a file it cannot read, two ``--config`` (both engines refuse them)."""
     syntax = ENGINES[engine].launch
     label = ENGINES[engine].label
     flag = str(syntax.config_flag)
-    places = [k for k, a in enumerate(args) if a.text == flag or a.text.startswith(flag + "=")]
+    for a in args:
+        if a.text.startswith(flag + "="):
+            warnings.append(f"{a.text} ({where(a.file, a.line)}): {label} pulls options from a file only after "
+                            f"`{flag} FILE` (two words), so it does not read this one")
+    places = [k for k, a in enumerate(args) if a.text == flag]
     if not places:
         return args
     k = places[0]
     a = args[k]
-    value = (Arg(a.text.partition("=")[2], a.reason, a.raw, a.file, a.line) if "=" in a.text
-             else args[k + 1] if k + 1 < len(args) else None)
+    value = args[k + 1] if k + 1 < len(args) else None
     if len(places) > 1 or value is None or value.reason is not None:
-        why = ("is given twice (vLLM asserts one)" if len(places) > 1 else "has no value" if value is None
+        why = (f"is given twice ({label} takes one)" if len(places) > 1 else "has no value" if value is None
                else f"{value.raw} cannot be resolved {_UNRESOLVED}")
         raise ServeLauncherError(f"{where(a.file, a.line)}: {flag} {why}")
     path = value.text if posixpath.isabs(value.text) else posixpath.normpath(   # beside the launcher, as `source`
@@ -483,13 +489,14 @@ def _with_config(args: tuple[Arg, ...], engine: str, positional: bool, loader: L
         if w.startswith("--"):
             line = next((n for n, row in enumerate(lines, 1) if row.lstrip().startswith(w[2:] + ":")), 0)
         from_file.append(Arg(w, None, w, path, line))
-    rest = args[:k] + args[k + (1 if "=" in a.text else 2):]
+    rest = args[:k] + args[k + 2:]
     if positional and rest and not rest[0].text.startswith("-"):
         return rest[:1] + tuple(from_file) + rest[1:]
     return tuple(from_file) + rest
 
 
-def _serve_args(cmd: Command, engine: str, start: int, first: int, loader: Loader | None) -> Command:
+def _serve_args(cmd: Command, engine: str, start: int, first: int, loader: Loader | None,
+                warnings: list[str]) -> Command:
     """The serve command as the engine reads it: its ``--config`` file's options in place
     (:func:`_with_config`), then :func:`flexible_args` for vLLM; refused: the serve program again
     after an image whose entrypoint already is it."""
@@ -497,7 +504,7 @@ def _serve_args(cmd: Command, engine: str, start: int, first: int, loader: Loade
     args = cmd.argv[first:]
     if syntax.config_flag:
         positional = syntax.positional_model and (cmd.argv[first - 1].text == "serve" or _at_image(cmd, first))
-        args = _with_config(args, engine, positional, loader)
+        args = _with_config(args, engine, positional, loader, warnings)
     args = flexible_args(args) if syntax.flexible_args else args
     at = cmd.argv[start]
     if _at_image(cmd, first) and serve_start([a.text for a in args]) is not None:
@@ -533,7 +540,8 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
         lines = ", ".join(str(c.argv[s[0]].line) for c, s in found)
         raise ServeLauncherError(f"{len(found)} serve commands (lines {lines}); paste one launch at a time")
     cmd, (start, engine, first) = found[0]
-    cmd = _serve_args(cmd, engine, start, first, loader)
+    read_notes: list[str] = []
+    cmd = _serve_args(cmd, engine, start, first, loader, read_notes)
     got = _read(cmd, engine, first)
     model = got.get("model")
     if model is None or model.reason is not None:
@@ -547,7 +555,7 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
     dp = _as_int(got["dp"], "the data parallel size") if "dp" in got else None
     switched = _switches(cmd, engine, first, got)
     ep = _expert_parallel(cmd, engine, first, got, tp * (dp or 1))
-    warnings: list[str] = _unread(cmd, engine, first)
+    warnings: list[str] = read_notes + _unread(cmd, engine, first)
     mtp = _speculative(cmd, engine, first, got, warnings)
     context = _context(got["context"], engine) if "context" in got else None
     kv_dtype = _kv_dtype(got["kv_dtype"], engine, warnings) if "kv_dtype" in got else None

@@ -210,7 +210,7 @@ def test_defaults_and_other_engines_variable():
     ("python -m sglang.launch_server --tp-size 2\n", "--model-path"),
     ("args: not-a-list\n", "args must be a list"),
     ("vllm serve m -tp 8 --config serve.yaml\n", "line 1: --config serve.yaml: vLLM reads further options from"),
-    ("python -m sglang.launch_server --model-path m --config=s.yaml\n", "--config s.yaml: SGLang reads further"),
+    ("python -m sglang.launch_server --model-path m --config s.yaml\n", "--config s.yaml: SGLang reads further"),
     ("vllm serve m --speculative-config.method\n", "--speculative-config.method has no value"),
     ("vllm serve m --speculative-config.method $METHOD\n", r"--speculative-config.method \$METHOD cannot be resolved"),
 ])
@@ -312,3 +312,28 @@ def test_a_vllm_config_file_that_cannot_be_read_is_refused(files, match):
         parse_serve_launcher("vllm serve m --config a.yaml --config b.yaml\n")
     with pytest.raises(ServeLauncherError, match="only as YAML"):
         parse_serve_launcher("vllm serve m --config a.json\n", loader=lambda p: "{}")
+
+
+def test_an_sglang_config_file_is_merged_first_as_sglang_merges_it():
+    """SGLang's ``ConfigArgumentMerger`` (server_args_config_parser.py @ 7ef0fc26) puts the file's
+    options before the whole command line (the command line wins); a switch set ``true`` is the
+    switch; a key spelled with ``_`` for an option read here is refused (its options have dashes)."""
+    yaml_text = "tp-size: 4\npp-size: 2\nenable-dp-attention: true\ndp-size: 2\ncontext-length: 32768\n"
+    got = import_launcher("python -m sglang.launch_server --config s.yaml --model-path m --tp 8\n", GLM52,
+                          Plan(model="glm-5.2"), files={"s.yaml": yaml_text})
+    assert (got.plan.tp, got.plan.pp, got.plan.dp, got.plan.enable_dp_attention, got.plan.context) == (
+        8, 2, 2, True, 32768)
+    assert got.report["values"]["pp"]["line"] == 2 and got.report["values"]["tp"]["line"] == 1
+    with pytest.raises(Exception, match="SGLang's option is --tp-size; write the key with dashes"):
+        import_launcher("python -m sglang.launch_server --model-path m --config s.yaml\n", GLM52,
+                        Plan(model="glm-5.2"), files={"s.yaml": "tp_size: 4\n"})
+
+
+def test_a_config_option_joined_with_equals_is_not_pulled_in():
+    """Both engines pull a file in only after the word ``--config``; ``--config=FILE`` is an option
+    their parsers take and leave unread, so its file's settings do not apply (said)."""
+    for line in ("vllm serve m -tp 2 --config=serve.yaml\n",
+                 "python -m sglang.launch_server --model-path m --tp 2 --config=serve.yaml\n"):
+        got = parse_serve_launcher(line, loader=lambda p: "tensor-parallel-size: 8\ntp-size: 8\n")
+        assert got.tp == 2
+        assert any("--config=serve.yaml" in w and "does not read this one" in w for w in got.warnings)
