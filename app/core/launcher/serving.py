@@ -451,7 +451,8 @@ def _with_config(args: tuple[Arg, ...], engine: str, positional: bool, loader: L
     ``ConfigArgumentMerger.merge_config_with_args`` @ 7ef0fc26): after a positional model (vLLM),
     before every other option, so the command line wins; the file read by the engine's
     ``config_reader`` through ``loader`` (pasted, or beside the launcher). Both look for the word
-    ``--config`` only: ``--config=FILE`` is an option their parsers take and ignore (said). Refused:
+    ``--config`` only: ``--config=FILE`` is not pulled in (said; what their parsers make of it is not read
+here). Refused:
     a file it cannot read, two ``--config`` (both engines refuse them)."""
     syntax = ENGINES[engine].launch
     label = ENGINES[engine].label

@@ -330,8 +330,9 @@ def test_an_sglang_config_file_is_merged_first_as_sglang_merges_it():
 
 
 def test_a_config_option_joined_with_equals_is_not_pulled_in():
-    """Both engines pull a file in only after the word ``--config``; ``--config=FILE`` is an option
-    their parsers take and leave unread, so its file's settings do not apply (said)."""
+    """Both engines pull a file in only after the word ``--config`` (vLLM ``"--config" in args``,
+    SGLang ``arg == "--config"``); ``--config=FILE`` is not pulled in, so its file's settings do not
+    apply (said)."""
     for line in ("vllm serve m -tp 2 --config=serve.yaml\n",
                  "python -m sglang.launch_server --model-path m --tp 2 --config=serve.yaml\n"):
         got = parse_serve_launcher(line, loader=lambda p: "tensor-parallel-size: 8\ntp-size: 8\n")
