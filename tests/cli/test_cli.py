@@ -338,7 +338,7 @@ def test_launcher_unresolved_pipeline_flag_exits_2_naming_it():
 
 def test_launcher_num_layers_mismatch_is_a_blocking_model_reason():
     p = isplan("check", "glm-5.2", "--launcher", "-", "--format", "json",
-               stdin=SLIME_GLM52 + "\npython x.py --num-layers 61\n")
+               stdin="EXTRA=(--num-layers 61)\n" + SLIME_GLM52.replace("train_async.py", "train_async.py ${EXTRA[@]}"))
     assert p.returncode == 1
     reasons = json.loads(p.stdout)["verdict"]["blocking"]
     assert {"kind": "model", "code": "num_layers_mismatch", "field": "num_layers",

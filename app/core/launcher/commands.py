@@ -137,6 +137,7 @@ class CommandRules(ShellState):
             # such a script fails closed, and expanding it again would only spend time
             self.trainer_argv = self.argv(words) if TOO_COMPLEX not in self.notes else []
             self.program = next((raw.strip("\"'") for raw, _ in words if raw.strip("\"'").endswith(".py")), None)
+            self.runs.append((*self.trainer, self.program, frozenset((o.flag, o.value) for o in self.final)))
         if words and self.names_a_launch(words):
             env = {}
             for item in prefix:

@@ -26,6 +26,7 @@ Fails closed: a script that cannot be read, or whose pipeline flags cannot be re
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import posixpath
 from collections.abc import Mapping
@@ -251,6 +252,16 @@ def option_warnings(given: dict[str, tuple[str, Arg]], engine: Engine) -> list[s
     return out
 
 
+def training_runs(parsed: LauncherParse) -> list[tuple[str, int, str | None, frozenset[tuple[str, str | None]]]]:
+    """The script's trainer invocations that launch training: a known entry point, or a line
+    setting a plan flag (a helper such as ``python tools/convert.py --input x`` is none)."""
+    vocabulary = flag_vocabulary()
+    points = [p for e in ENGINES.values() if e.workflow == "training" for p in e.launch.entry_points]
+    return [run for run in parsed.runs
+            if (run[2] and any(fnmatch.fnmatchcase(posixpath.basename(run[2]), p) for p in points))
+            or any(flag in vocabulary for flag, _ in run[3])]
+
+
 def _not_a_training_run(parsed: LauncherParse) -> str:
     """Why a script whose Python command is neither a known training entry point nor sets a plan flag
     is refused: ``python tools/preprocess_data.py ...``, a checkpoint converter, an evaluation - a
@@ -284,6 +295,11 @@ def _training_import(parsed: LauncherParse, cfg: ModelConfig, base: Plan, path: 
     vocabulary = flag_vocabulary()
     if guess.engine is None and not any(f in vocabulary for f in (*parsed.values, *parsed.switches)):
         raise LauncherImportError(_not_a_training_run(parsed))
+    runs = training_runs(parsed)
+    if len({(posixpath.basename(p or ""), flags) for _, _, p, flags in runs}) > 1:   # the same launch twice is one
+        lines = ", ".join(f"{where(f, n)} ({p or 'a Python command'})" for f, n, p, _ in runs)
+        raise LauncherImportError(f"{len(runs)} training commands ({lines}): each is a run of its own (or a branch "
+                                  "only one of which runs), and their flags would mix; give one launch at a time")
     warnings += untimed_warnings(parsed, chosen.launch.untimed_flags) + option_warnings(given, chosen)
     plan, problems = plan_from_flags(parsed.values, parsed.switches,
                                      replace(base, engine=engine, mode="flags", parallel=True),

@@ -59,4 +59,5 @@ class Interpreter(CommandRules, SourceRules, PrintfRules, ArrayRules, VariableRu
             commands=tuple(self.commands),
             environment=dict(self.origins),
             work=self.spent,
+            runs=tuple(self.runs),
         )

@@ -91,6 +91,9 @@ class LauncherParse:
     commands: tuple[Command, ...] = ()          # commands naming vLLM / SGLang / MaxText, with their argv
     environment: dict[str, EnvValue] = field(default_factory=dict)   # variables with where and how set
     work: int = 0                               # work units the reading charged (the cost estimate's bound)
+    #: every trainer invocation read, in text order: (file, line, entry point as written, its line's
+    #: flags with their values)
+    runs: tuple[tuple[str, int, str | None, frozenset[tuple[str, str | None]]], ...] = ()
 
     def ordered_occurrences(self) -> list[FlagOccurrence]:
         """Occurrences in the order argparse would see them (the trainer line's flags last)."""

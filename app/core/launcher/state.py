@@ -37,6 +37,9 @@ class ShellState:
         self.missing: list[str] = []
         self.fatal: list[str] = []
         self.trainer: tuple[str, int] | None = None
+        #: every trainer invocation read: (file, line, entry point as written, the flags on its line
+        #: with their values)
+        self.runs: list[tuple[str, int, str | None, frozenset[tuple[str, str | None]]]] = []
         self.program: str | None = None
         self.final: list[FlagOccurrence] | None = None
         self.trainer_argv: list[Arg] | None = None   # the trainer command's argv, as bash passes it

@@ -208,6 +208,30 @@ def test_a_python_command_that_is_no_training_run_is_refused(script):
     assert import_launcher(custom, load_preset("glm-5.2"), Plan(model="glm-5.2")).plan.tp == 4
 
 
+def test_two_different_training_runs_in_one_script_are_refused():
+    """Bash runs both commands (or one branch of an ``if``): their flags would mix into a plan no run
+    uses. The same launch twice (Megatron-LM ``examples/mimo/scripts/run_vlm_train.sh``'s debug and
+    normal branches) is one; a helper command setting no plan flag does not count."""
+    from app.core.launcher import import_launcher
+    from app.core.launcher.importer import LauncherImportError
+    from app.core.model.config import load_preset
+    from app.core.plan import Plan
+
+    glm = load_preset("glm-5.2")
+    two = ("torchrun pretrain_gpt.py --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2\n"
+           "torchrun pretrain_gpt.py --tensor-model-parallel-size 4\n")
+    with pytest.raises(LauncherImportError, match=r"2 training commands \(line 1 \(pretrain_gpt.py\), line 2"):
+        import_launcher(two, glm, Plan(model="glm-5.2"))
+    branches = ("A=(--tensor-model-parallel-size 4 --pipeline-model-parallel-size 2)\n"
+                "if [ \"$DEBUG\" = 1 ]; then\n  debugpy-run -m torch.distributed.run -- pretrain_gpt.py ${A[@]}\n"
+                "else\n  torchrun pretrain_gpt.py ${A[@]}\nfi\n")
+    plan = import_launcher(branches, glm, Plan(model="glm-5.2")).plan
+    assert (plan.tp, plan.pp) == (4, 2)
+    helper = ("python tools/checkpoint/convert.py --input a --output b\n"
+              "torchrun pretrain_gpt.py --tensor-model-parallel-size 8\n")
+    assert import_launcher(helper, glm, Plan(model="glm-5.2")).plan.tp == 8
+
+
 def test_dev_null_and_a_directory_fail_closed(tmp_path):
     with pytest.raises(LauncherError, match="empty"):
         read_launcher("/dev/null")
