@@ -182,3 +182,39 @@ spec:
     assert (got.plan.engine, got.plan.tp, got.plan.pp, got.plan.split) == ("sglang", 8, 4, (22, 20, 20, 16))
     assert got.report["serve"]["provenance"]["partition"] == {"value": "22,20,20,16", "line": 13, "how": "k8s_env",
                                                               "file": ""}
+
+
+MEGATRON_REPO = Path(os.environ.get("ISPLAN_MEGATRON_REPO", "/work/.mirror/NVIDIA+Megatron-LM/repo"))
+MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
+
+
+def test_megatron_lms_own_example_scripts_are_read_or_refused_by_name(tmp_path):
+    """Every shell script under NVIDIA/Megatron-LM ``examples/`` (at the commit cited, with the files
+    they source beside them) is a plan or a named refusal - never a crash; its training launches
+    read their flags (``examples/gpt3/train_gpt3_175b_distributed.sh``: TP 8, PP 16;
+    ``examples/mixtral/train_mixtral_8x7b_distributed.sh``: PP 4, EP 8), and a script whose Python
+    command trains nothing is refused (``tools/preprocess_data.py``)."""
+    if not MEGATRON_REPO.exists():
+        pytest.skip(f"no NVIDIA/Megatron-LM snapshot at {MEGATRON_REPO}")
+    archive = subprocess.run(["git", "--git-dir", str(MEGATRON_REPO), "archive", MEGATRON_COMMIT, "examples"],
+                             capture_output=True, timeout=120)
+    if archive.returncode != 0:
+        pytest.skip(f"examples/ at {MEGATRON_COMMIT[:8]} is not in the snapshot")
+    subprocess.run(["tar", "x", "-C", str(tmp_path)], input=archive.stdout, check=True, timeout=120)
+    scripts = sorted((tmp_path / "examples").rglob("*.sh"))
+    assert len(scripts) > 100
+    got: dict[str, Plan | str] = {}
+    for script in scripts:
+        name = str(script.relative_to(tmp_path))
+        try:
+            got[name] = import_launcher(script.read_text(), load_preset("llama-3.1-70b"), Plan(model="llama-3.1-70b"),
+                                        path=str(script)).plan
+        except ValueError as exc:   # LauncherImportError: a refusal names what it could not read
+            assert str(exc), name
+            got[name] = str(exc)
+    gpt3 = got["examples/gpt3/train_gpt3_175b_distributed.sh"]
+    mixtral = got["examples/mixtral/train_mixtral_8x7b_distributed.sh"]
+    assert isinstance(gpt3, Plan) and (gpt3.engine, gpt3.tp, gpt3.pp) == ("megatron", 8, 16)
+    assert isinstance(mixtral, Plan) and (mixtral.pp, mixtral.ep) == (4, 8)
+    assert "is not a training entry point" in str(got["examples/academic_paper_scripts/detxoify_lm/annotations/preprocess.sh"])
+    assert sum(isinstance(v, Plan) for v in got.values()) >= 30
