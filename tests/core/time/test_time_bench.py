@@ -214,3 +214,27 @@ def test_the_gpt_oss_caveat_quotes_todays_errors() -> None:
     for key, errs in groups.items():
         lo, hi = math.floor(min(errs) + 0.5), math.floor(max(errs) + 0.5)
         assert f"{lo}-{hi} % more" in caveat, (key, lo, hi)
+
+
+def test_the_hybrid_caveat_quotes_todays_errors() -> None:
+    """The Nemotron-H note (``FAMILY_CAVEATS["nemotron_h"]``) gives today's error ranges: Nano in
+    MXFP8 on Blackwell and in FP8 on H100; Super per Blackwell system."""
+    import math
+
+    from app.core.time.model import FAMILY_CAVEATS
+    from bench.steptime import development_rows, evaluate
+
+    def span(errs: list[float], signed: bool) -> str:
+        lo, hi = (math.floor(100 * e + 0.5) for e in (min(errs), max(errs)))
+        return f"{lo:+d} to {hi:+d}".replace("+-", "-") if signed else f"{lo}-{hi}"
+
+    dev, test = development_rows()
+    rows = evaluate([r for r in dev + test if r["model"].startswith("Nemotron-3-")])
+    caveat = FAMILY_CAVEATS["nemotron_h"].replace("+", "")
+    nano = [r for r in rows if r["model"].startswith("Nemotron-3-Nano")]
+    assert f"{span([r['err'] for r in nano if r['gpu'] != 'h100-80gb'], False)} % more tokens/s/GPU in MXFP8" in caveat
+    assert f"{span([r['err'] for r in nano if r['gpu'] == 'h100-80gb'], False)} % more in FP8 on H100" in caveat
+    for gpu, shown in (("gb200-186gb", "GB200"), ("gb300-288gb", "GB300"), ("b200-180gb", "B200"),
+                       ("b300-288gb", "B300")):
+        errs = [r["err"] for r in rows if r["model"].startswith("Nemotron-3-Super") and r["gpu"] == gpu]
+        assert f"{span(errs, True).replace('+', '')} % on {shown}" in caveat, (gpu, span(errs, True))
