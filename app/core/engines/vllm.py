@@ -120,6 +120,12 @@ UNREAD_FLAGS = (
     ("--max-num-batched-tokens", True, "8192 tokens per batch for the top-k buffer"),
     ("--cpu-offload-gb", True, "no weights offloaded to the host"),
     ("--kv-cache-memory-bytes", True, "the KV cache sized by --gpu-memory-utilization"),
+    # context parallelism (arg_utils @ 99d7eb5d: -dcp; later builds -pcp) spreads a sequence's cached
+    # tokens over the ranks of the TP group; how DSA's indexer cache follows is not read here
+    *((flag, True, "the KV and indexer caches of every token on each TP rank (not 1/DCP of them): an upper bound")
+      for flag in ("--decode-context-parallel-size", "-dcp")),
+    *((flag, True, "the KV and indexer caches of every token on each TP rank (not 1/PCP of them): an upper bound")
+      for flag in ("--prefill-context-parallel-size", "-pcp")),
 )
 
 

@@ -338,3 +338,14 @@ def test_a_config_option_joined_with_equals_is_not_pulled_in():
         got = parse_serve_launcher(line, loader=lambda p: "tensor-parallel-size: 8\ntp-size: 8\n")
         assert got.tp == 2
         assert any("--config=serve.yaml" in w and "does not read this one" in w for w in got.warnings)
+
+
+@pytest.mark.parametrize("flag", ["--decode-context-parallel-size 8", "-dcp 8", "--decode_context_parallel_size=8",
+                                  "-pcp 2"])
+def test_vllm_context_parallelism_is_said_not_silently_dropped(flag):
+    """Decode / prefill context parallelism spreads a sequence's cached tokens over the TP group;
+    no plan field carries it, so the import says the caches are judged whole per TP rank."""
+    got = parse_serve_launcher(f"vllm serve m -tp 8 {flag}\n")
+    assert got.tp == 8
+    assert [w.split(" (")[0].split()[0] for w in got.warnings if "an upper bound" in w] == [
+        flag.split()[0].split("=")[0].replace("_", "-")]
