@@ -152,6 +152,13 @@ UNREAD_FLAGS = (
     ("--chunked-prefill-size", True, "8192 tokens per batch for the top-k buffer"),
     ("--enable-dp-lm-head", False, "lm_head split over all TP ranks"),
     ("--moe-dense-tp-size", True, "the dense MLP split over all TP ranks"),
+    # attention context parallelism: attn_tp_size = tp_size // dp_size // attn_cp_size
+    # (python/sglang/srt/layers/dp_attention.py, compute_dp_attention_world_info; commit not read);
+    # DeepSeek-V3.2-style prefill context parallelism may switch DP attention and EP on
+    *((flag, True, "attention split over all TP ranks (not TP / CP)")
+      for flag in ("--attention-context-parallel-size", "--attn-cp-size")),
+    *((flag, False, "none of what its in-seq-split mode switches on (DP attention, EP = TP)")
+      for flag in ("--enable-dsa-prefill-context-parallel", "--enable-nsa-prefill-context-parallel")),
 )
 
 

@@ -349,3 +349,12 @@ def test_vllm_context_parallelism_is_said_not_silently_dropped(flag):
     assert got.tp == 8
     assert [w.split(" (")[0].split()[0] for w in got.warnings if "an upper bound" in w] == [
         flag.split()[0].split("=")[0].replace("_", "-")]
+
+
+@pytest.mark.parametrize("flag", ["--attn-cp-size 2", "--attention-context-parallel-size 2",
+                                  "--enable-nsa-prefill-context-parallel", "--enable-dsa-prefill-context-parallel"])
+def test_sglang_context_parallelism_is_said_not_silently_dropped(flag):
+    """SGLang's attention context parallelism narrows the attention TP (tp // dp // cp) and its
+    DSA prefill context parallelism may switch DP attention on; no plan field carries either."""
+    got = parse_serve_launcher(f"python -m sglang.launch_server --model-path m --tp 8 {flag}\n")
+    assert [w.split(" (")[0] for w in got.warnings if "not a plan setting" in w] == [flag]
