@@ -497,6 +497,55 @@ def stated_flags(context: tuple[str, int | None], quantization: tuple[str, str |
     return out
 
 
+#: values a serve config file may hold, counted with every alias expanded (a few lines of YAML
+#: aliases can stand for billions of values, which turning them into options would write out)
+MAX_CONFIG_VALUES = 10_000
+
+
+def _count(value: Any, budget: list[int]) -> None:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ValueError(f"it holds more than {MAX_CONFIG_VALUES:,} values (aliases expanded)")
+    for item in value.values() if isinstance(value, dict) else value if isinstance(value, list) else ():
+        _count(item, budget)
+
+
+def config_options(text: str, path: str, label: str, nested: Any, *, empty_ok: bool) -> list[str]:
+    """The options a serve engine's ``--config FILE`` adds, by the rule both engines share: a
+    ``.yaml`` / ``.yml`` file holding one mapping; ``key: true`` is ``--key``, ``false`` nothing, a
+    list ``--key item ...``, another value ``--key value``. ``nested(key, mapping)`` gives a mapping
+    value's options (or raises); ``empty_ok``: an empty file adds nothing (else it is refused).
+    Raises ``ValueError`` naming what the engine would refuse or what is not read here."""
+    import yaml
+
+    if path.rsplit(".", 1)[-1].lower() not in ("yaml", "yml"):
+        raise ValueError(f"{label} reads a config file only as YAML (.yaml / .yml), not {path}")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not YAML {label} can read ({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise ValueError("nested too deeply to read") from None
+    data = {} if data is None and empty_ok else data
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not one mapping of options")
+    try:
+        _count(data, [MAX_CONFIG_VALUES])
+    except RecursionError:
+        raise ValueError("nested too deeply to read") from None
+    out: list[str] = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out += nested(key, value)
+        elif isinstance(value, bool):
+            out += [f"--{key}"] if value else []
+        elif isinstance(value, list):
+            out += [f"--{key}", *map(str, value)] if value else []
+        else:
+            out += [f"--{key}", str(value)]
+    return out
+
+
 def config_number(text: dict[str, Any], key: str, where: str = "config.json") -> float | None:
     """``text[key]`` as a positive number (``None`` when absent); ``ValueError`` naming the key otherwise."""
     value = text.get(key)

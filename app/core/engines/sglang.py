@@ -43,7 +43,14 @@ from typing import ClassVar
 
 from app.core.engines.base import LaunchSyntax, MaxContext
 from app.core.engines.rules import RuleChange, ShareBehaviour
-from app.core.engines.serving import SERVING_FIELDS, ServingEngine, config_number, rope_entries, stated_flags
+from app.core.engines.serving import (
+    SERVING_FIELDS,
+    ServingEngine,
+    config_number,
+    config_options,
+    rope_entries,
+    stated_flags,
+)
 from app.core.model.config import ModelConfig
 from app.core.plan import Plan
 from app.core.verdict import Reason
@@ -165,37 +172,23 @@ UNREAD_FLAGS = (
 def config_file_args(text: str, path: str) -> list[str]:
     """The options ``--config FILE`` adds: ``prepare_server_args`` merges it with
     ``ConfigArgumentMerger`` (``python/sglang/srt/utils/server_args_config_parser.py`` @ 7ef0fc26): a
-    ``.yaml`` / ``.yml`` file (empty: nothing) holding one mapping - ``true`` on a switch is the switch,
-    ``false`` nothing (the switches this reader reads are ``store_true``), a list ``--key item ...``, a
-    mapping ``--key`` its JSON, anything else ``--key value``. A key written with ``_`` is passed as
-    written; one that names an option read here only with ``-`` is refused (SGLang's parser names
-    its options with dashes)."""
+    ``.yaml`` / ``.yml`` file (empty: nothing) holding one mapping
+    (:func:`~app.core.engines.serving.config_options`; ``true`` on a switch is the switch - the
+    switches read here are ``store_true`` - and a mapping ``--key`` its JSON). A key written with
+    ``_`` is passed as written; one that names an option read here only with ``-`` is refused
+    (SGLang's parser names its options with dashes)."""
     import yaml
 
-    if path.rsplit(".", 1)[-1].lower() not in ("yaml", "yml"):
-        raise ValueError(f"SGLang reads a config file only as YAML (.yaml / .yml), not {path}")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ValueError(f"not YAML SGLang can read ({str(exc).splitlines()[0]})") from None
-    data = {} if data is None else data
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a mapping of options at its root (SGLang's words)")
-    out: list[str] = []
     read = set(SglangEngine.flags) | set(SglangEngine.switches)
-    for key, value in data.items():
+    try:
+        keys = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError):
+        keys = None   # config_options says why
+    for key in keys if isinstance(keys, dict) else ():
         if "_" in str(key) and f"--{str(key).replace('_', '-')}" in read:
             raise ValueError(f"{key} in {path}: SGLang's option is --{str(key).replace('_', '-')}; write the key "
                              "with dashes")
-        if isinstance(value, bool):
-            out += [f"--{key}"] if value else []
-        elif isinstance(value, list):
-            out += [f"--{key}", *map(str, value)] if value else []
-        elif isinstance(value, dict):
-            out += [f"--{key}", json.dumps(value)]
-        else:
-            out += [f"--{key}", str(value)]
-    return out
+    return config_options(text, path, "SGLang", lambda key, value: [f"--{key}", json.dumps(value)], empty_ok=True)
 
 
 #: ``get_context_length`` (``python/sglang/srt/utils/hf_transformers_utils.py`` @ 002fc100): the config

@@ -35,11 +35,18 @@ from __future__ import annotations
 
 import json
 from datetime import date
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from app.core.engines.base import LaunchSyntax, MaxContext
 from app.core.engines.rules import RuleChange, ShareBehaviour
-from app.core.engines.serving import SERVING_FIELDS, ServingEngine, config_number, rope_entries, stated_flags
+from app.core.engines.serving import (
+    SERVING_FIELDS,
+    ServingEngine,
+    config_number,
+    config_options,
+    rope_entries,
+    stated_flags,
+)
 from app.core.model.config import ModelConfig
 from app.core.plan import Plan
 from app.core.verdict import Reason
@@ -155,30 +162,14 @@ def serve_args(model: str, tp: int, pp: int, *, context: int | None = None, kv_d
 def config_file_args(text: str, path: str) -> list[str]:
     """The options ``vllm serve --config FILE`` adds: ``FlexibleArgumentParser.load_config_file``
     (``vllm/utils/argparse_utils.py`` @ c836a6fe) reads a ``.yaml`` / ``.yml`` file holding one flat
-    mapping - ``key: true`` is ``--key``, ``false`` nothing, a list ``--key item ...``, anything else
-    ``--key value``. A nested mapping (which vLLM passes on as Python text, not JSON) is not read."""
-    import yaml
+    mapping (:func:`~app.core.engines.serving.config_options`). A nested mapping (which vLLM passes
+    on as Python text, not JSON) is not read."""
 
-    if path.rsplit(".", 1)[-1] not in ("yaml", "yml"):
-        raise ValueError(f"vLLM reads a config file only as YAML (.yaml / .yml), not {path}")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ValueError(f"not YAML vLLM can read ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} is not one mapping of options")
-    out: list[str] = []
-    for key, value in data.items():
-        if isinstance(value, dict):
-            raise ValueError(f"{key} in {path} is a mapping, which vLLM passes on as Python text (not JSON); "
-                             "give that option on the command line")
-        if isinstance(value, bool):
-            out += [f"--{key}"] if value else []
-        elif isinstance(value, list):
-            out += [f"--{key}", *map(str, value)] if value else []
-        else:
-            out += [f"--{key}", str(value)]
-    return out
+    def nested(key: str, value: dict[str, Any]) -> list[str]:
+        raise ValueError(f"{key} in {path} is a mapping, which vLLM passes on as Python text (not JSON); "
+                         "give that option on the command line")
+
+    return config_options(text, path, "vLLM", nested, empty_ok=False)
 
 
 #: ``_get_and_verify_max_len`` (``vllm/config/model.py`` @ 0052a5b8): the config keys of a maximum

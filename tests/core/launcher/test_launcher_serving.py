@@ -358,3 +358,14 @@ def test_sglang_context_parallelism_is_said_not_silently_dropped(flag):
     DSA prefill context parallelism may switch DP attention on; no plan field carries either."""
     got = parse_serve_launcher(f"python -m sglang.launch_server --model-path m --tp 8 {flag}\n")
     assert [w.split(" (")[0] for w in got.warnings if "not a plan setting" in w] == [flag]
+
+
+def test_a_config_file_of_aliases_is_refused_before_it_is_written_out():
+    """A few lines of YAML aliases stand for billions of values; turning them into options would
+    write them all out, so a config file holding more than 10,000 (aliases expanded) is refused."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{k}: &a{k} [{', '.join([f'*a{k - 1}'] * 10)}]" for k in range(1, 9)]
+    bomb = "\n".join(lines) + "\n"
+    for launch in ("vllm serve m --config c.yaml\n", "python -m sglang.launch_server --model-path m --config c.yaml\n"):
+        with pytest.raises(ServeLauncherError, match="more than 10,000 values"):
+            parse_serve_launcher(launch, loader=lambda p: bomb)
