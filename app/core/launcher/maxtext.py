@@ -181,6 +181,8 @@ def _config_keys(path: str, keys: frozenset[str], loader: Loader | None, at: tup
     out = _config_keys(posixpath.join(posixpath.dirname(path), str(parent)), keys, loader, at, depth + 1) \
         if parent is not None else {}
     for key in keys & set(data):
+        if isinstance(data[key], (list, dict)):   # str() of aliased lists can be billions of characters
+            raise MaxTextLauncherError(f"{path}: {key} is a {type(data[key]).__name__}, not a whole number")
         out[key] = _whole(key, KeyValue(str(data[key]), path, 0, "config"))
     return out
 

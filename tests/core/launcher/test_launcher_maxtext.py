@@ -100,7 +100,10 @@ def test_what_maxtext_refuses_or_the_reader_cannot_know():
         _import("python3 -m maxtext.trainers.pre_train.train base.yml\npython3 -m MaxText.train base.yml\n")
     with pytest.raises(LauncherImportError, match="ici_pipeline_parallelism"):
         _import("python3 -m maxtext.trainers.pre_train.train base.yml ici_pipeline_parallelism=-1\n")
-    for text, said in (("a: [1\n", "not YAML MaxText can read"), ("[" * 100_000 + "]" * 100_000, "nested too deeply")):
+    aliases = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"a{k}: &a{k} [{', '.join([f'*a{k - 1}'] * 10)}]\n" for k in range(1, 9))
+    for text, said in (("a: [1\n", "not YAML MaxText can read"), ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+                       (aliases + "ici_pipeline_parallelism: *a8\n", "ici_pipeline_parallelism is a list, not a whole")):
         with pytest.raises(LauncherImportError, match=said):
             _import("python3 -m maxtext.trainers.pre_train.train c.yml\n", files={"c.yml": text}, main="r.sh")
     # words the reader cannot know may hold keys: refused, never read as "no pipeline"
