@@ -178,6 +178,8 @@ def _config_keys(path: str, keys: frozenset[str], loader: Loader | None, at: tup
     if not isinstance(data, dict):
         raise MaxTextLauncherError(f"{path}: a MaxText config is a mapping of keys, got {type(data).__name__}")
     parent = data.get(BASE_CONFIG_KEY)
+    if parent is not None and not isinstance(parent, str):
+        raise MaxTextLauncherError(f"{path}: {BASE_CONFIG_KEY} is a {type(parent).__name__}, not a file name")
     out = _config_keys(posixpath.join(posixpath.dirname(path), str(parent)), keys, loader, at, depth + 1) \
         if parent is not None else {}
     for key in keys & set(data):

@@ -103,7 +103,8 @@ def test_what_maxtext_refuses_or_the_reader_cannot_know():
     aliases = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"a{k}: &a{k} [{', '.join([f'*a{k - 1}'] * 10)}]\n" for k in range(1, 9))
     for text, said in (("a: [1\n", "not YAML MaxText can read"), ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
-                       (aliases + "ici_pipeline_parallelism: *a8\n", "ici_pipeline_parallelism is a list, not a whole")):
+                       (aliases + "ici_pipeline_parallelism: *a8\n", "ici_pipeline_parallelism is a list, not a whole"),
+                       (aliases + "base_config: *a8\n", "base_config is a list, not a file name")):
         with pytest.raises(LauncherImportError, match=said):
             _import("python3 -m maxtext.trainers.pre_train.train c.yml\n", files={"c.yml": text}, main="r.sh")
     # words the reader cannot know may hold keys: refused, never read as "no pipeline"
