@@ -29,6 +29,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import posixpath
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -47,7 +48,7 @@ from app.core.launcher.reader import (
     read_launcher_files,
 )
 from app.core.launcher.results import Arg, LauncherParse
-from app.core.launcher.serving import ServeLauncherError, is_serving_launch, parse_serve_launcher
+from app.core.launcher.serving import ServeLaunch, ServeLauncherError, is_serving_launch, parse_serve_launcher
 from app.core.launcher.source import disk_loader, files_loader
 from app.core.launcher.state import Loader
 from app.core.launcher.text import TOO_COMPLEX, LauncherError, decode, where
@@ -98,16 +99,38 @@ def _loader(path: str | None, files: Mapping[str, str | bytes] | None, main: str
     return None, ""
 
 
+#: words in a checkpoint's name that say how it stores its weights (``zai-org/GLM-5-FP8``)
+QUANTIZED_NAME = re.compile(r"(?i)(?:^|[-_./])(fp8|fp4|nvfp4|mxfp4|mxfp8|awq|gptq|int4|int8|w4a16|w8a8)(?:$|[-_./])")
+
+
+def _checkpoint_note(launch: ServeLaunch, cfg: ModelConfig | None) -> str | None:
+    """A launch of a checkpoint whose name says it is quantized, judged on a config whose weights
+    are BF16 (no ``quantization_config``) with no ``--quantization``: the memory verdict would be the
+    BF16 checkpoint's - said, with the fix (the checkpoint's own config.json, or the weight dtype)."""
+    found = QUANTIZED_NAME.search(launch.model)
+    if found is None or cfg is None or cfg.weight_format is not None or launch.weight_dtype is not None:
+        return None
+    at = launch.provenance["model"]
+    return (f"{launch.model} ({where(at.file, at.line)}): its name says {found.group(1).upper()} weights, but the "
+            f"plan's config ({cfg.id}) stores BF16 weights (no quantization_config), so the memory verdict is the BF16 "
+            f"checkpoint's - judge that checkpoint's config.json, or set {TABLE['weight_dtype'].cli}")
+
+
 def import_serve_launcher(text: str | bytes, base: Plan, *, path: str | None = None,
                           files: Mapping[str, str | bytes] | None = None, main: str = "launcher.sh",
-                          keep_engine: bool = False, parsed: LauncherParse | None = None) -> LauncherImport:
+                          keep_engine: bool = False, parsed: LauncherParse | None = None,
+                          cfg: ModelConfig | None = None) -> LauncherImport:
     """A ``vllm serve`` / ``sglang`` launch: engine, TP, PP and the ``*_PP_LAYER_PARTITION``
-    partition (as ``split``) become the plan."""
+    partition (as ``split``) become the plan; ``cfg``: the config it is judged on (a quantized
+    checkpoint's name beside BF16 weights is said)."""
     loader, name = _loader(path, files, main)
     try:
         launch = parse_serve_launcher(text, name=name, loader=loader, parsed=parsed)
     except ServeLauncherError as exc:
         raise LauncherImportError(str(exc)) from None
+    note = _checkpoint_note(launch, cfg)
+    if note is not None:
+        launch = replace(launch, warnings=(*launch.warnings, note))
     engine = base.engine if keep_engine else launch.engine
     plan = replace(base, engine=engine, tp=launch.tp, pp=launch.pp, ep=launch.ep,
                    dp=launch.dp, parallel=True,
@@ -144,10 +167,10 @@ def import_launcher(text: str | bytes, cfg: ModelConfig, base: Plan, *, path: st
             launch = parse_maxtext_launch(launch_commands(body, name, loader, None), _config_loader(path, files))
             if launch is not None:
                 return _maxtext_import(launch, cfg, base, keep_engine, 0)
-            return import_serve_launcher(text, base, **kwargs)
+            return import_serve_launcher(text, base, cfg=cfg, **kwargs)
         parsed, body, name = _read(text, path, files, main)
         if is_serving_launch(parsed):
-            return import_serve_launcher(text, base, parsed=parsed, **kwargs)
+            return import_serve_launcher(text, base, parsed=parsed, cfg=cfg, **kwargs)
         if parsed.missing or parsed.fatal:
             fail_closed(parsed, body, name)
         launch = parse_maxtext_launch(launch_commands(body, name, None, parsed), _config_loader(path, files))

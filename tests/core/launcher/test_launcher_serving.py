@@ -369,3 +369,17 @@ def test_a_config_file_of_aliases_is_refused_before_it_is_written_out():
     for launch in ("vllm serve m --config c.yaml\n", "python -m sglang.launch_server --model-path m --config c.yaml\n"):
         with pytest.raises(ServeLauncherError, match="more than 10,000 values"):
             parse_serve_launcher(launch, loader=lambda p: bomb)
+
+
+def test_a_quantized_checkpoints_name_beside_bf16_weights_is_said():
+    """SGLang's GLM-5 recipe serves ``zai-org/GLM-5-FP8``; judged on a config without a
+    quantization_config the weights are BF16 - the import says so (no verdict changes on a name);
+    a name without such a word, or a launch that states ``--quantization``, says nothing."""
+    launch = "python3 -m sglang.launch_server --model-path {} --tp-size 8\n"
+    said = import_launcher(launch.format("zai-org/GLM-5-FP8"), GLM52, Plan(model="glm-5.2"))
+    assert said.plan.weight_dtype is None
+    assert any("zai-org/GLM-5-FP8 (line 1): its name says FP8 weights" in w and "--weight-dtype" in w
+               for w in said.warnings)
+    for model, extra in (("zai-org/GLM-5", ""), ("zai-org/GLM-5-FP8", " --quantization fp8"), ("my-fp8x", "")):
+        quiet = import_launcher(launch.format(model).strip() + extra + "\n", GLM52, Plan(model="glm-5.2"))
+        assert not any("its name says" in w for w in quiet.warnings), model
