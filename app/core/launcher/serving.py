@@ -451,9 +451,8 @@ def _with_config(args: tuple[Arg, ...], engine: str, positional: bool, loader: L
     ``ConfigArgumentMerger.merge_config_with_args`` @ 7ef0fc26): after a positional model (vLLM),
     before every other option, so the command line wins; the file read by the engine's
     ``config_reader`` through ``loader`` (pasted, or beside the launcher). Both look for the word
-    ``--config`` only: ``--config=FILE`` is not pulled in (said; what their parsers make of it is not read
-here). Refused:
-    a file it cannot read, two ``--config`` (both engines refuse them)."""
+    ``--config`` only: ``--config=FILE`` is not pulled in (said; what their parsers make of it is
+    not read here). Refused: a file it cannot read, two ``--config`` (both engines refuse them)."""
     syntax = ENGINES[engine].launch
     label = ENGINES[engine].label
     flag = str(syntax.config_flag)
@@ -508,7 +507,8 @@ def _serve_args(cmd: Command, engine: str, start: int, first: int, loader: Loade
         args = _with_config(args, engine, positional, loader, warnings)
     args = flexible_args(args) if syntax.flexible_args else args
     at = cmd.argv[start]
-    if _at_image(cmd, first) and serve_start([a.text for a in args]) is not None:
+    again = serve_start([a.text for a in args]) if _at_image(cmd, first) else None
+    if again is not None and again[0] == 0:
         program = " ".join(syntax.programs[0]) if syntax.programs else engine
         raise ServeLauncherError(
             f"{where(at.file, at.line)}: the {image_name(at.text)} image's entrypoint is already `{program}` "
