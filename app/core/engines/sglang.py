@@ -159,6 +159,9 @@ UNREAD_FLAGS = (
     ("--chunked-prefill-size", True, "8192 tokens per batch for the top-k buffer"),
     ("--enable-dp-lm-head", False, "lm_head split over all TP ranks"),
     ("--moe-dense-tp-size", True, "the dense MLP split over all TP ranks"),
+    # expert-parallel load balancing's redundant experts add expert copies over the EP ranks
+    ("--ep-num-redundant-experts", True, "no redundant experts (their copies add expert weights on every EP "
+                                         "rank): a lower bound"),
     # attention context parallelism: attn_tp_size = tp_size // dp_size // attn_cp_size
     # (python/sglang/srt/layers/dp_attention.py, compute_dp_attention_world_info; commit not read);
     # DeepSeek-V3.2-style prefill context parallelism may switch DP attention and EP on

@@ -383,3 +383,14 @@ def test_a_quantized_checkpoints_name_beside_bf16_weights_is_said():
     for model, extra in (("zai-org/GLM-5", ""), ("zai-org/GLM-5-FP8", " --quantization fp8"), ("my-fp8x", "")):
         quiet = import_launcher(launch.format(model).strip() + extra + "\n", GLM52, Plan(model="glm-5.2"))
         assert not any("its name says" in w for w in quiet.warnings), model
+
+
+@pytest.mark.parametrize("launch", ["vllm serve m -tp 8 --enable-expert-parallel --enable-eplb",
+                                    "vllm serve m -tp 8 --enable-expert-parallel --num-redundant-experts 32",
+                                    "vllm serve m -tp 8 --eplb-config.num_redundant_experts 32",
+                                    "python -m sglang.launch_server --model-path m --tp 8 --ep-num-redundant-experts 32"])
+def test_redundant_experts_are_said_as_a_lower_bound(launch):
+    """EPLB's redundant expert copies add expert weights on every EP rank; no plan field carries
+    them, so the memory verdict is a lower bound - said, never silently dropped."""
+    got = parse_serve_launcher(launch + "\n")
+    assert any("redundant experts" in w and "a lower bound" in w for w in got.warnings), got.warnings
