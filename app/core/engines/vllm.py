@@ -127,10 +127,11 @@ UNREAD_FLAGS = (
     ("--max-num-batched-tokens", True, "8192 tokens per batch for the top-k buffer"),
     ("--cpu-offload-gb", True, "no weights offloaded to the host"),
     ("--kv-cache-memory-bytes", True, "the KV cache sized by --gpu-memory-utilization"),
-    # expert-parallel load balancing (arg_utils @ 99d7eb5d: --enable-eplb, --eplb-config, the deprecated
-    # --num-redundant-experts) adds redundant expert copies over the EP ranks: more expert weights a GPU
-    *((flag, takes, "no redundant experts (EPLB's copies add expert weights on every EP rank): a lower bound")
-      for flag, takes in (("--enable-eplb", False), ("--eplb-config", True), ("--num-redundant-experts", True))),
+    # expert-parallel load balancing's redundant experts (arg_utils @ 99d7eb5d: --eplb-config's
+    # num_redundant_experts, default 0, and the deprecated --num-redundant-experts) add expert copies
+    # over the EP ranks: more expert weights a GPU (--enable-eplb alone adds none)
+    *((flag, True, "no redundant experts (EPLB's copies add expert weights on every EP rank): a lower bound")
+      for flag in ("--eplb-config", "--num-redundant-experts")),
     # context parallelism (arg_utils @ 99d7eb5d: -dcp; later builds -pcp) spreads a sequence's cached
     # tokens over the ranks of the TP group; how DSA's indexer cache follows is not read here
     *((flag, True, "the KV and indexer caches of every token on each TP rank (not 1/DCP of them): an upper bound")

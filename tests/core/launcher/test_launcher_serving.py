@@ -385,8 +385,7 @@ def test_a_quantized_checkpoints_name_beside_bf16_weights_is_said():
         assert not any("its name says" in w for w in quiet.warnings), model
 
 
-@pytest.mark.parametrize("launch", ["vllm serve m -tp 8 --enable-expert-parallel --enable-eplb",
-                                    "vllm serve m -tp 8 --enable-expert-parallel --num-redundant-experts 32",
+@pytest.mark.parametrize("launch", ["vllm serve m -tp 8 --enable-expert-parallel --num-redundant-experts 32",
                                     "vllm serve m -tp 8 --eplb-config.num_redundant_experts 32",
                                     "python -m sglang.launch_server --model-path m --tp 8 --ep-num-redundant-experts 32"])
 def test_redundant_experts_are_said_as_a_lower_bound(launch):
@@ -394,3 +393,5 @@ def test_redundant_experts_are_said_as_a_lower_bound(launch):
     them, so the memory verdict is a lower bound - said, never silently dropped."""
     got = parse_serve_launcher(launch + "\n")
     assert any("redundant experts" in w and "a lower bound" in w for w in got.warnings), got.warnings
+    # --enable-eplb alone keeps vLLM's default of no redundant expert
+    assert not parse_serve_launcher("vllm serve m -tp 8 --enable-expert-parallel --enable-eplb\n").warnings
