@@ -87,6 +87,9 @@ class LaunchSyntax:
     #: ``(flag, takes a value, what the step time assumes instead)``. A launcher that sets one is
     #: imported with a warning naming it, so the time's answer never silently disagrees with the script.
     untimed_flags: tuple[tuple[str, bool, str], ...] = ()
+    #: options with which the engine takes its arguments from somewhere the launcher does not show:
+    #: ``(flag, the flags it needs beside it, why)``; a launch that sets one (with those) is refused
+    replacing_flags: tuple[tuple[str, tuple[str, ...], str], ...] = ()
     #: the engine's flags that change what its ranks hold in memory but that no plan field carries:
     #: ``(flag, takes a value, what the memory verdict assumes instead)``; a launcher that sets one
     #: is imported with a warning naming it

@@ -111,7 +111,7 @@ class SlimeEngine(MegatronEngine):
         entry_points=("train.py", "train_async.py"), entry_needs_array="PERF_ARGS",
         only_flags=("--actor-num-nodes", "--actor-num-gpus-per-node", "--hf-checkpoint", "--allgather-cp",
                     "--max-tokens-per-gpu"), untimed_flags=MegatronEngine.launch.untimed_flags,
-        unread_flags=MegatronEngine.launch.unread_flags)
+        unread_flags=MegatronEngine.launch.unread_flags, replacing_flags=MegatronEngine.launch.replacing_flags)
     source = "THUDM/slime @ 624b824a898ab0ec1fcb4d373004c7f3852bf515"
 
 

@@ -323,6 +323,10 @@ def _training_import(parsed: LauncherParse, cfg: ModelConfig, base: Plan, path: 
         lines = ", ".join(f"{where(f, n)} ({p or 'a Python command'})" for f, n, p, _ in runs)
         raise LauncherImportError(f"{len(runs)} training commands ({lines}): each is a run of its own (or a branch "
                                   "only one of which runs), and their flags would mix; give one launch at a time")
+    for flag, needs, reason in chosen.launch.replacing_flags:   # the trainer line's own flags (known or not)
+        if flag in given and all(n in given for n in needs):
+            at = given[flag][1]
+            raise LauncherImportError(f"{flag} ({where(at.file, at.line)}): {reason}")
     warnings += untimed_warnings(parsed, chosen.launch.untimed_flags) + option_warnings(given, chosen)
     plan, problems = plan_from_flags(parsed.values, parsed.switches,
                                      replace(base, engine=engine, mode="flags", parallel=True),

@@ -7,6 +7,7 @@ expanded on the ``ray job submit ... -- python3 train.py`` line)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -230,6 +231,34 @@ def test_two_different_training_runs_in_one_script_are_refused():
     helper = ("python tools/checkpoint/convert.py --input a --output b\n"
               "torchrun pretrain_gpt.py --tensor-model-parallel-size 8\n")
     assert import_launcher(helper, glm, Plan(model="glm-5.2")).plan.tp == 8
+
+
+@pytest.mark.parametrize(("flags", "refused"), [
+    ("--yaml-cfg cfg.yaml", "--yaml-cfg (line 1): Megatron replaces every command-line argument"),
+    ("--use-checkpoint-args --use-mp-args-from-checkpoint-args",
+     "--use-mp-args-from-checkpoint-args (line 1): with --use-checkpoint-args Megatron takes TP, PP, VPP and EP"),
+    ("--use-mp-args-from-checkpoint-args", None),   # without --use-checkpoint-args it changes nothing
+    ("--use-checkpoint-args", None),                # the shape from the checkpoint: a warning
+])
+def test_a_launch_whose_arguments_come_from_elsewhere_is_refused(flags, refused):
+    """Megatron-LM @ d98e8a64: ``--yaml-cfg`` replaces the whole namespace with its file's
+    (``parse_args``); ``--use-mp-args-from-checkpoint-args`` with ``--use-checkpoint-args`` forces the
+    parallel sizes from the checkpoint (``load_args_from_checkpoint``): the command line does not say
+    what would run, so no verdict; ``--use-checkpoint-args`` alone takes the model's shape from the
+    checkpoint, said (the verdict compares the config given)."""
+    from app.core.launcher import import_launcher
+    from app.core.launcher.importer import LauncherImportError
+    from app.core.model.config import load_preset
+    from app.core.plan import Plan
+
+    script = f"torchrun pretrain_gpt.py --tensor-model-parallel-size 2 {flags}\n"
+    if refused:
+        with pytest.raises(LauncherImportError, match=re.escape(refused)):
+            import_launcher(script, load_preset("glm-5.2"), Plan(model="glm-5.2"))
+        return
+    got = import_launcher(script, load_preset("glm-5.2"), Plan(model="glm-5.2"))
+    assert got.plan.tp == 2
+    assert any(w.startswith("--use-checkpoint-args") for w in got.warnings) == ("--use-checkpoint-args" in flags)
 
 
 def test_dev_null_and_a_directory_fail_closed(tmp_path):

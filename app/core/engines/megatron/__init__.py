@@ -249,6 +249,20 @@ MEMORY_UNREAD_FLAGS: tuple[tuple[str, bool, str], ...] = (
     ("--use-torch-fsdp2", False, "Megatron's own data parallelism (weights and gradients not sharded by FSDP)"),
     ("--use-megatron-fsdp", False, "Megatron's own data parallelism (weights and gradients not sharded by FSDP)"),
     ("--num-distributed-optimizer-instances", True, "one distributed-optimizer instance over the whole DP group"),
+    ("--use-checkpoint-args", False, "the model shape of the config given (Megatron takes the layer count, widths, "
+                                     "experts ... from the checkpoint's saved arguments, over the command line's)"),
+)
+#: Megatron-LM @ d98e8a64: ``parse_args`` replaces the whole namespace with ``--yaml-cfg``'s file
+#: (``args = load_yaml(args.yaml_cfg)``, megatron/training/arguments.py); with ``--use-checkpoint-args``,
+#: ``--use-mp-args-from-checkpoint-args`` forces TP, PP, VPP and EP from the checkpoint's saved arguments
+#: (``load_args_from_checkpoint``, megatron/training/checkpointing.py)
+REPLACING_FLAGS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("--yaml-cfg", (), "Megatron replaces every command-line argument with that YAML file's (megatron/training/"
+                       "arguments.py parse_args: args = load_yaml(args.yaml_cfg)), which isplan does not read"),
+    ("--use-mp-args-from-checkpoint-args", ("--use-checkpoint-args",),
+     "with --use-checkpoint-args Megatron takes TP, PP, VPP and EP from the checkpoint's saved arguments "
+     "(megatron/training/checkpointing.py load_args_from_checkpoint), which isplan cannot read; state them on "
+     "the command line instead"),
 )
 
 
@@ -273,7 +287,7 @@ class MegatronEngine(Engine):
     max_time_events: ClassVar[int] = MAX_LIVE_EVENTS
     #: Megatron-LM's entry points are ``pretrain_*.py`` at the repository's root (``pretrain_gpt.py``, ...)
     launch: ClassVar[LaunchSyntax] = LaunchSyntax(entry_points=("pretrain_*.py",), untimed_flags=untimed_flags(),
-                                                  unread_flags=MEMORY_UNREAD_FLAGS,
+                                                  unread_flags=MEMORY_UNREAD_FLAGS, replacing_flags=REPLACING_FLAGS,
                                                   options_file="megatron_arguments.txt")
 
     def overrides(self, plan: Plan) -> tuple[int | None, int | None]:
