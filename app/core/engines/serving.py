@@ -510,12 +510,14 @@ def _count(value: Any, budget: list[int]) -> None:
         _count(item, budget)
 
 
-def config_options(text: str, path: str, label: str, nested: Any, *, empty_ok: bool) -> list[str]:
+def config_options(text: str, path: str, label: str, nested: Any, *, empty_ok: bool,
+                   check_key: Any = None) -> list[str]:
     """The options a serve engine's ``--config FILE`` adds, by the rule both engines share: a
     ``.yaml`` / ``.yml`` file holding one mapping; ``key: true`` is ``--key``, ``false`` nothing, a
     list ``--key item ...``, another value ``--key value``. ``nested(key, mapping)`` gives a mapping
-    value's options (or raises); ``empty_ok``: an empty file adds nothing (else it is refused).
-    Raises ``ValueError`` naming what the engine would refuse or what is not read here."""
+    value's options (or raises); ``check_key(key)`` may refuse a key (raises); ``empty_ok``: an empty
+    file adds nothing (else it is refused). Raises ``ValueError`` naming what the engine would refuse
+    or what is not read here."""
     import yaml
 
     if path.rsplit(".", 1)[-1].lower() not in ("yaml", "yml"):
@@ -535,6 +537,8 @@ def config_options(text: str, path: str, label: str, nested: Any, *, empty_ok: b
         raise ValueError("nested too deeply to read") from None
     out: list[str] = []
     for key, value in data.items():
+        if check_key is not None:
+            check_key(key)
         if isinstance(value, dict):
             out += nested(key, value)
         elif isinstance(value, bool):

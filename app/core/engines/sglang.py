@@ -180,18 +180,15 @@ def config_file_args(text: str, path: str) -> list[str]:
     switches read here are ``store_true`` - and a mapping ``--key`` its JSON). A key written with
     ``_`` is passed as written; one that names an option read here only with ``-`` is refused
     (SGLang's parser names its options with dashes)."""
-    import yaml
-
     read = set(SglangEngine.flags) | set(SglangEngine.switches)
-    try:
-        keys = yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError):
-        keys = None   # config_options says why
-    for key in keys if isinstance(keys, dict) else ():
+
+    def dashes(key: object) -> None:
         if "_" in str(key) and f"--{str(key).replace('_', '-')}" in read:
             raise ValueError(f"{key} in {path}: SGLang's option is --{str(key).replace('_', '-')}; write the key "
                              "with dashes")
-    return config_options(text, path, "SGLang", lambda key, value: [f"--{key}", json.dumps(value)], empty_ok=True)
+
+    return config_options(text, path, "SGLang", lambda key, value: [f"--{key}", json.dumps(value)], empty_ok=True,
+                          check_key=dashes)
 
 
 #: ``get_context_length`` (``python/sglang/srt/utils/hf_transformers_utils.py`` @ 002fc100): the config

@@ -106,11 +106,18 @@ def module_start(words: list[str]) -> tuple[int, str, int] | None:
     return None
 
 
+def entry_point_engines(program: str | None) -> list[Any]:
+    """The engines whose training entry points (``LaunchSyntax.entry_points``) name ``program``
+    (as written: its base name is matched)."""
+    name = posixpath.basename(program or "")
+    return [e for e in ENGINES.values() if any(fnmatch.fnmatchcase(name, p) for p in e.launch.entry_points)]
+
+
 def training_engine(parsed: LauncherParse) -> EngineGuess:
     """Megatron, slime or None for a training launcher (see the module docstring)."""
     file, line = parsed.trainer or ("", 0)
     program = posixpath.basename(parsed.program or "")
-    entries = [e for e in ENGINES.values() if any(fnmatch.fnmatchcase(program, p) for p in e.launch.entry_points)]
+    entries = entry_point_engines(program)
     for e in entries:
         if e.launch.entry_needs_array is None:
             return EngineGuess(e.name, f"{program} is a {e.label} entry point", file, line)

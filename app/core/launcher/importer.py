@@ -26,7 +26,6 @@ Fails closed: a script that cannot be read, or whose pipeline flags cannot be re
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import posixpath
 import re
@@ -36,7 +35,7 @@ from typing import Any
 
 from app.core.engines import ENGINES, engine_for, flag_vocabulary
 from app.core.engines.base import Engine, engine_options
-from app.core.launcher.engine import SERVING_WORDS, EngineGuess, training_engine
+from app.core.launcher.engine import SERVING_WORDS, EngineGuess, entry_point_engines, training_engine
 from app.core.launcher.kubernetes import read_spec
 from app.core.launcher.maxtext import MaxTextLaunch, parse_maxtext_launch
 from app.core.launcher.reader import (
@@ -275,14 +274,13 @@ def option_warnings(given: dict[str, tuple[str, Arg]], engine: Engine) -> list[s
     return out
 
 
-def training_runs(parsed: LauncherParse) -> list[tuple[str, int, str | None, frozenset[tuple[str, str | None]]]]:
+def training_runs(parsed: LauncherParse, vocabulary: Mapping[str, str]
+                  ) -> list[tuple[str, int, str | None, frozenset[tuple[str, str | None]]]]:
     """The script's trainer invocations that launch training: a known entry point, or a line
-    setting a plan flag (a helper such as ``python tools/convert.py --input x`` is none)."""
-    vocabulary = flag_vocabulary()
-    points = [p for e in ENGINES.values() if e.workflow == "training" for p in e.launch.entry_points]
+    setting a flag of ``vocabulary`` (the plan's; a helper such as ``python tools/convert.py
+    --input x`` is none)."""
     return [run for run in parsed.runs
-            if (run[2] and any(fnmatch.fnmatchcase(posixpath.basename(run[2]), p) for p in points))
-            or any(flag in vocabulary for flag, _ in run[3])]
+            if entry_point_engines(run[2]) or any(flag in vocabulary for flag, _ in run[3])]
 
 
 def _not_a_training_run(parsed: LauncherParse) -> str:
@@ -318,7 +316,7 @@ def _training_import(parsed: LauncherParse, cfg: ModelConfig, base: Plan, path: 
     vocabulary = flag_vocabulary()
     if guess.engine is None and not any(f in vocabulary for f in (*parsed.values, *parsed.switches)):
         raise LauncherImportError(_not_a_training_run(parsed))
-    runs = training_runs(parsed)
+    runs = training_runs(parsed, vocabulary)
     if len({(posixpath.basename(p or ""), flags) for _, _, p, flags in runs}) > 1:   # the same launch twice is one
         lines = ", ".join(f"{where(f, n)} ({p or 'a Python command'})" for f, n, p, _ in runs)
         raise LauncherImportError(f"{len(runs)} training commands ({lines}): each is a run of its own (or a branch "
