@@ -88,6 +88,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -285,6 +286,9 @@ class ModelConfig:
     expert_bias: bool = False  # GPT-OSS: biases on every expert's gate/up (2i) and down (H) projections
     router_weight_bias: bool = False  # GPT-OSS: a trained router bias (E), unlike DeepSeek's correction bias
     attention_sinks: bool = False  # GPT-OSS: one learned sink logit per attention head
+    activation_clamp: float = 0.0  # GPT-OSS ``swiglu_limit``: the gated activation's inputs clamped (0: none)
+    #: YaRN's attention factor (Megatron's "concentration factor" on RoPE's cos / sin; 1: none)
+    rope_attention_factor: float = 1.0
     layer_windows: tuple[int, ...] | None = None  # per decoder layer: sliding-window size (0: full causal)
     norms_per_layer: int = 2  # norms in a decoder layer (Gemma 2: 4, a post-norm after attention and MLP too)
     #: per decoder layer: "attention" | "mamba" | "none" (a hybrid model's MoE / MLP block); None: all attention
@@ -718,6 +722,9 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
                                                              and _bool_field(raw, "use_qk_norm", False)),
         "moe_router_bias": model_type in _ROUTER_BIAS_TYPES,
         "attention_sinks": model_type == "gpt_oss",  # GptOssAttention.sinks: one logit per head
+        # GptOssExperts clamps gate (above) and up (both sides) at swiglu_limit (GptOssConfig: 7.0)
+        "activation_clamp": _positive_float(raw, "swiglu_limit", 7.0) if model_type == "gpt_oss" else 0.0,
+        "rope_attention_factor": yarn_attention_factor(raw),
         "activation": _activation(raw),
         "norms_per_layer": 4 if model_type in _FOUR_NORM_TYPES else 2,
         "layer_windows": _layer_windows(raw, model_type, n),
@@ -933,6 +940,38 @@ def _wrapped_text(raw: dict[str, Any]) -> dict[str, Any]:
                           f"not read (it reads {', '.join(GQA_MODEL_TYPES)})", "text_config")
     tie = {"tie_word_embeddings": raw["tie_word_embeddings"]} if "tie_word_embeddings" in raw else {}
     return {**defaults, **tie, **text, **fixed, "model_type": family}
+
+
+def _positive_float(raw: dict[str, Any], name: str, default: float) -> float:
+    """``raw[name]`` as a positive number (``default`` when omitted or null), refused naming the field."""
+    value = raw.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"{name} must be a positive number, got {json.dumps(value)[:40]}", name)
+    return float(value)
+
+
+def yarn_attention_factor(raw: dict[str, Any]) -> float:
+    """The factor YaRN multiplies RoPE's cos and sin by (1 without YaRN): ``rope_scaling`` (transformers 4)
+    or ``rope_parameters`` (5) of ``rope_type`` / ``type`` ``yarn`` with ``factor`` s > 1 gives
+    ``0.1 ln s + 1``, or ``mscale(s, mscale) / mscale(s, mscale_all_dim)`` when both are given - Megatron's
+    ``_yarn_get_concentration_factor`` (``megatron/core/models/common/embeddings/yarn_rotary_pos_embedding.py``
+    @ d98e8a64), which GPT-OSS's bridge feeds with neither (``yarn_mscale = None``: 1.3466 at s = 32)."""
+    scaling = raw.get("rope_scaling") or raw.get("rope_parameters")
+    if not isinstance(scaling, dict) or (scaling.get("rope_type") or scaling.get("type")) != "yarn":
+        return 1.0
+    factor = scaling.get("factor")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 1:
+        return 1.0
+
+    def mscale(m: float) -> float:
+        return 0.1 * m * math.log(factor) + 1.0
+
+    m, m_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
+    if isinstance(m, (int, float)) and isinstance(m_all, (int, float)) and not isinstance(m, bool):
+        return mscale(m) / mscale(m_all)
+    return mscale(1.0)
 
 
 def _activation(raw: dict[str, Any], default: str = "silu") -> str:

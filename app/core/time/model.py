@@ -64,8 +64,9 @@ from app.core.time.settings import TimeInputError, TimeSettings
 ADAM_BYTES_PER_PARAM = 30.0
 HOST_ADAM_BYTES_PER_PARAM = 32.0  # FP32 master, m, v and the FP32 gradient, read and written
 BREAKDOWN = ("compute", "recompute", "host", "tp", "cp", "ep", "pp", "bubble", "dp", "optimizer")
-_RECOMPUTE_PARTS = {"core_attn": ("core_attn",), "mlp": ("mlp",), "moe": ("moe", "moe_act", "shared_experts"),
-                    "moe_act": ("moe_act",), "mla_up_proj": ("mla_up_proj", "rope"), "layernorm": ("layernorm",),
+_RECOMPUTE_PARTS = {"core_attn": ("core_attn",), "mlp": ("mlp",),
+                    "moe": ("moe", "moe_act", "moe_act_clamp", "expert_bias", "shared_experts"),
+                    "moe_act": ("moe_act", "moe_act_clamp"), "mla_up_proj": ("mla_up_proj", "rope"), "layernorm": ("layernorm",),
                     "shared_experts": ("shared_experts",)}
 
 TERMS = (
@@ -180,8 +181,9 @@ class StepTime:
 FAMILY_CAVEATS = {
     "gpt_oss": "GPT-OSS was fitted on nothing: against Megatron-Bridge's 31 published GPT-OSS-120B runs "
                "(docs/performance-summary*.md @ 067f987d; python -m bench steptime, each with its container's "
-               "recipe settings) this model predicts 13-72 % more tokens/s/GPU in BF16 on B200 / B300 / GB200 / "
-               "GB300, 25-32 % more on H100 and 12-86 % more in MXFP8 on GB200 / GB300 / B300; read it as optimistic",
+               "recipe settings) this model's tokens/s/GPU are off by +3 to +58 % in BF16 on B200 / B300 / GB200 / "
+               "GB300, +2 to +9 % on H100 and -13 to +47 % in MXFP8 on GB200 / GB300 / B300 (Transformer Engine's "
+               "fused expert MLP, which the newer MXFP8 recipes switch on, is not modelled); read it as optimistic",
     "nemotron_h": "hybrid Mamba models were fitted on nothing: the Mamba-2 scan's kernels are timed from their FLOPs "
                   "(at the attention fractions) and bytes, not from a measurement; against Megatron-Bridge's 20 "
                   "published Nemotron 3 Nano runs (docs/performance-summary*.md @ 067f987d; python -m bench steptime) "

@@ -46,7 +46,10 @@ norms ``2 x 2H`` (Gemma 2's four ``4 x 2H``), two residual adds ``2 x 3H``, RoPE
 norms ``2 (rq + rkv)``, the activation (``3 x width`` gated, ``2 x`` GELU), the MoE router
 softmax / top-k ``4E`` and the fused permutation and un-permutation ``2 (topk + 1) H``, plus the
 quantisation of every GEMM input (``Precision.quant_bytes`` per element) and, on DSA layers, the
-FP32 indexer logits written and read for the top-k. Backward moves twice the forward's bytes.
+FP32 indexer logits written and read for the top-k. Backward moves twice the forward's bytes. The
+eager PyTorch ops Megatron runs unfused - RoPE under a YaRN attention factor, a clamped gated
+activation's clamps, the experts' FP32 ``fc2`` bias - move their own bytes each way
+(:data:`UNFUSED_ROPE_BYTES`) and are issued by the host one raw op each (:func:`_eager_host_ops`).
 Every GEMM is two kernels (quantise + GEMM) forward and three backward, every layer eight more
 elementwise kernels (twelve more with MoE).
 
@@ -296,7 +299,10 @@ def _elementwise(ctx: OpContext, role: LayerRole, gemms: list[Gemm]) -> dict[str
         d, g = cfg.head_dim, cfg.num_key_value_heads
         g_gpu = g / tp if g >= tp else 1
         out["mla_up_proj"] = 0.0
-        out["rope"] = 2 * (h / tp + g_gpu) * d * t * b
+        if cfg.rope_attention_factor == 1.0:
+            out["rope"] = 2 * (h / tp + g_gpu) * d * t * b
+        else:
+            out["rope_unfused"] = UNFUSED_ROPE_BYTES[0] * (h / tp + g_gpu) * d * t
     elif role.mixer == "attention":
         dr = cfg.qk_rope_head_dim
         out["rope"] = 2 * (h / tp * dr + dr) * t * b
@@ -307,6 +313,10 @@ def _elementwise(ctx: OpContext, role: LayerRole, gemms: list[Gemm]) -> dict[str
     elif role.ffn == "moe":
         E, topk, i = cfg.n_routed_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size
         out["moe_act"] = act * i * t_moe * topk * b
+        if cfg.activation_clamp:
+            out["moe_act_clamp"] = CLAMP_BYTES[0] * 2 * i * t_moe * topk
+        if cfg.expert_bias:
+            out["expert_bias"] = EXPERT_BIAS_BYTES[0] * (cfg.moe_latent_size or H) * t_moe * topk * s.etp_
         out["moe"] = (4 * E + 2 * topk * (cfg.moe_latent_size or H) + 2 * H) * t_moe * b
         if cfg.n_shared_experts:
             out["shared_experts"] = act * cfg.n_shared_experts * i / tp * t * b
@@ -355,9 +365,32 @@ def _gemm_host_ops(ctx: OpContext, g: Gemm) -> tuple[float, float]:
     return 1.0, 2.0
 
 
+def _eager_host_ops(ctx: OpContext, role: LayerRole) -> dict[str, tuple[float, float]]:
+    """(forward, backward) host operations of the eager PyTorch ops of :data:`UNFUSED_ROPE_BYTES` by
+    recompute part, each raw op :data:`HOST_EXPERT_LAUNCH` of an op (no module around it; the backward's
+    from the C++ autograd engine): the unfused RoPE's 12 forward ops per rotated tensor (cos, sin and
+    their scaling and casts, the two products, the negation, two ``cat`` s and the add; q and k) and 5
+    backward; the clamp's 5 forward (a ``chunk``, two clamps, a ``cat``, the offset's tensor) and 3
+    backward; the expert bias's 2 a local expert (product and sum) plus 4 forward (two ``split`` s, the
+    ``cat``, the cast) and 4 a local expert plus 2 backward."""
+    cfg, out = ctx.cfg, {}
+    if role.mixer == "attention" and cfg.attention == "gqa" and cfg.rope_attention_factor != 1.0:
+        out["rope_unfused"] = (2 * 12.0, 2 * 5.0)
+    if role.ffn == "moe":
+        local = cfg.n_routed_experts / ctx.s.ep
+        if cfg.activation_clamp:
+            out["moe_act_clamp"] = (5.0, 3.0)
+        if cfg.expert_bias:
+            out["expert_bias"] = (2 * local + 4, 4 * local + 2)
+    return {k: (f * HOST_EXPERT_LAUNCH, b * HOST_EXPERT_LAUNCH) for k, (f, b) in out.items()}
+
+
 def host_ops(ctx: OpContext, role: LayerRole, gemms: list[Gemm]) -> tuple[float, float]:
-    """(forward, backward) host-issued operations of one layer (:data:`HOST_LAYER_OPS`)."""
+    """(forward, backward) host-issued operations of one layer (:data:`HOST_LAYER_OPS`, the eager ops
+    of :func:`_eager_host_ops`)."""
     fwd, bwd = float(HOST_LAYER_OPS[0]), float(HOST_LAYER_OPS[1])
+    for f, b in _eager_host_ops(ctx, role).values():
+        fwd, bwd = fwd + f, bwd + b
     for g in gemms:
         f, b = _gemm_host_ops(ctx, g)
         fwd, bwd = fwd + f, bwd + b
@@ -390,6 +423,8 @@ def host_module_ops(ctx: OpContext, role: LayerRole, gemms: list[Gemm]) -> dict[
         out["moe_act"] = 1.0
         if "shared_experts" in out:
             out["shared_experts"] += 1
+    for part, (fwd, _) in _eager_host_ops(ctx, role).items():
+        out[part] = out.get(part, 0.0) + fwd
     return out
 
 
@@ -527,9 +562,31 @@ def _add_scan(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
     lc.modules["mamba"] = lc.modules.get("mamba", 0.0) + lc.attn_fwd
 
 
+#: Eager PyTorch ops Megatron runs unfused, (forward, backward) bytes per element they touch (each op
+#: reads its inputs and writes its output in full; a view moves nothing):
+#:
+#: * RoPE with a YaRN attention factor: TE's fused RoPE takes no ``mscale``, so ``apply_rotary_pos_emb``
+#:   falls back to ``_apply_rotary_pos_emb_bshd`` (``megatron/core/models/common/embeddings/rope_utils.py``
+#:   @ d98e8a64, since 987395813b): ``t * cos`` 4, ``_rotate_half``'s negation 2 and ``cat`` 4, ``* sin``
+#:   4, the add 6, the final ``cat`` with the empty pass-through 4 = 24 B forward; backward the two
+#:   products' gradients 4 + 4, the negation 2, the halves' ``cat`` 4, their sum 6 = 20 B (fused: 4 / 8).
+#: * the clamped gated activation (``activation_func_clamp_value``, GPT-OSS): ``weighted_bias_quick_geglu_impl``
+#:   (``megatron/core/fusions/fused_bias_geglu.py`` @ d98e8a64, since 2e29a5e1e3) clamps the two halves
+#:   of the ``fc1`` output and ``cat``s them before its fused kernel: 2 + 2 + 4 = 8 B per ``fc1`` element
+#:   forward; backward each clamp's gradient (gradient and input read, one written) 6 and the halves'
+#:   ``cat`` 4 = 10 B.
+#: * the routed experts' ``fc2`` bias (``add_bias_linear``, GPT-OSS): ``TEGroupedMLP._apply_bias``
+#:   (``megatron/core/transformer/moe/experts.py``, a329dd6da5 .. d98e8a64) adds ``bias * prob`` per
+#:   expert in FP32 (the BF16 bias times the FP32 router probabilities), ``cat``s the experts and casts
+#:   back to BF16: the product written 4, the sum 2 + 4 read and 4 written, the ``cat`` 4 + 4, the cast
+#:   4 + 2 = 28 B per output element; backward the cast's gradient to FP32 6, the input's back to BF16 6,
+#:   the bias and probability gradients (a product and a reduction each) 12 + 12 = 36 B.
+UNFUSED_ROPE_BYTES, CLAMP_BYTES, EXPERT_BIAS_BYTES = (24.0, 20.0), (8.0, 10.0), (28.0, 36.0)
 #: Backward bytes over forward bytes of the memory-bound work: twice, except the Mamba scan's
-#: kernels, whose backward also recomputes the conv and the chunk states (:mod:`app.core.model.hybrid`)
-BWD_BYTES = {"mamba": 3.0}
+#: kernels, whose backward also recomputes the conv and the chunk states (:mod:`app.core.model.hybrid`),
+#: and the eager ops above
+BWD_BYTES = {"mamba": 3.0, "rope_unfused": UNFUSED_ROPE_BYTES[1] / UNFUSED_ROPE_BYTES[0],
+             "moe_act_clamp": CLAMP_BYTES[1] / CLAMP_BYTES[0], "expert_bias": EXPERT_BIAS_BYTES[1] / EXPERT_BIAS_BYTES[0]}
 
 
 def _add_memory_and_host(ctx: OpContext, lc: LayerCost, role: LayerRole, gemms: list[Gemm]) -> None:

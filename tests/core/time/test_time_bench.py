@@ -197,7 +197,7 @@ def test_the_shipped_accuracy_is_what_the_model_predicts_now() -> None:
 def test_the_gpt_oss_caveat_quotes_todays_errors() -> None:
     """The note every GPT-OSS step time carries (``FAMILY_CAVEATS``) gives the ranges of today's
     errors on its 31 published runs: BF16 on Blackwell, H100, MXFP8 - each its rounded lowest and
-    highest per cent."""
+    highest signed per cent."""
     import math
 
     from app.core.time.model import FAMILY_CAVEATS
@@ -213,7 +213,7 @@ def test_the_gpt_oss_caveat_quotes_todays_errors() -> None:
     caveat = FAMILY_CAVEATS["gpt_oss"]
     for key, errs in groups.items():
         lo, hi = math.floor(min(errs) + 0.5), math.floor(max(errs) + 0.5)
-        assert f"{lo}-{hi} % more" in caveat, (key, lo, hi)
+        assert f"{lo:+d} to {hi:+d} %" in caveat, (key, lo, hi)
 
 
 def test_the_hybrid_caveat_quotes_todays_errors() -> None:

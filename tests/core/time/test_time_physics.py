@@ -6,6 +6,7 @@ and gradients reduced in BF16 by default."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -324,3 +325,118 @@ def test_gpt_oss_attention_on_b200_by_hand() -> None:
     lw = layer_cost(ctx, sliding)
     assert lw.attn_fwd == pytest.approx(blocks * 4 * 64 * 64 * pairs / (peak * 0.60 * 0.41), rel=1e-9)
     assert blocks == pytest.approx(1.94, abs=0.01)
+
+
+# --------------------------------------------------------------------------- eager ops Megatron leaves unfused
+
+
+def _traffic(ops: list[tuple[list[int], int]]) -> int:
+    """Bytes per element of a sequence of eager ops, each (bytes per element it reads, written)."""
+    return sum(sum(reads) + written for reads, written in ops)
+
+
+#: Megatron's eager code, op by op, as (bytes read per element, bytes written): the clamped GEGLU's
+#: input (``fused_bias_geglu.weighted_bias_quick_geglu_impl``), per element of the fc1 output, the two
+#: clamps touching half the elements each; the FC2 bias (``TEGroupedMLP._apply_bias``: BF16 output,
+#: FP32 ``bias * prob``), per output element; the unfused RoPE (``_apply_rotary_pos_emb_bshd``), per
+#: rotated element (the negation touches half).
+CLAMP_FWD = [([1], 1), ([1], 1), ([2], 2)]  # clamp gate half, clamp linear half, cat
+CLAMP_BWD = [([1, 1], 1), ([1, 1], 1), ([2], 2)]  # each clamp's grad (grad + input read), cat of the halves
+BIAS_FWD = [([], 4), ([2, 4], 4), ([4], 4), ([4], 2)]  # bias * prob, t + that, cat, .to(bf16)
+BIAS_BWD = [([2], 4), ([4], 2), ([4], 4), ([4], 0), ([4], 4), ([4], 0)]  # cast, input grad, bias grad, prob grad
+ROPE_FWD = [([2], 2), ([1], 1), ([2], 2), ([2], 2), ([2, 2], 2), ([2], 2)]  # *cos, -x2, cat, *sin, +, cat
+ROPE_BWD = [([2], 2), ([2], 2), ([1], 1), ([2], 2), ([2, 2], 2)]  # two products' grads, neg, cat, their sum
+
+
+def _gpt_oss_layer(eager: bool, gpu: str = "gb200-186gb", **kw):
+    cfg = load_model(CONFIGS / "GPT-OSS-120B.json")
+    if not eager:
+        cfg = replace(cfg, activation_clamp=0.0, expert_bias=False, rope_attention_factor=1.0)
+    s = TimeSettings(ep=64, dp=64, mbs=4, global_batch=1280, **kw)
+    ctx = _ctx(cfg, s, gpu)
+    role = next(r for r in derive_roles(cfg, role_rule("megatron")).layers if r.window == 0)
+    return cfg, ctx, layer_cost(ctx, role)
+
+
+def test_gpt_oss_eager_ops_move_the_bytes_megatrons_code_does() -> None:
+    """GPT-OSS on GB200 at micro-batch 4, EP 64: 16,384 tokens a micro-batch, 65,536 routed rows; the
+    clamp over the fc1 output (2 x 2,880 wide), the FC2 bias over the output (2,880), the unfused RoPE
+    over q and k (64 + 8 heads of 64) in place of the fused one's read and write (4 B forward, 8
+    backward). The layer's memory time grows by exactly those bytes over HBM x the memory share."""
+    cfg, ctx, eager = _gpt_oss_layer(True)
+    _, _, fused = _gpt_oss_layer(False)
+    tokens, rows = 4 * 4096, 4 * 4096 * 4
+    fc1, out, rotated = rows * 2 * 2880, rows * 2880, tokens * (64 + 8) * 64
+    fwd = fc1 * _traffic(CLAMP_FWD) + out * _traffic(BIAS_FWD) + rotated * (_traffic(ROPE_FWD) - 4)
+    bwd = fc1 * _traffic(CLAMP_BWD) + out * _traffic(BIAS_BWD) + rotated * (_traffic(ROPE_BWD) - 8)
+    rate = ctx.hw.hbm_bw * ctx.eff.mem
+    assert eager.fwd.memory - fused.fwd.memory == pytest.approx(fwd / rate)
+    assert eager.bwd.memory - fused.bwd.memory == pytest.approx(bwd / rate)
+    assert cfg.rope_attention_factor == pytest.approx(0.1 * math.log(32) + 1)  # YaRN, factor 32
+
+
+def test_the_clamp_is_recomputed_with_moe_act_and_the_bias_with_moe() -> None:
+    """Selective recompute of ``moe_act`` re-runs the clamp (it is inside ``bias_act_func``, which the
+    checkpoint wraps); the bias is added after FC2, so only recomputing the whole ``moe`` re-runs it."""
+    _, ctx, eager = _gpt_oss_layer(True)
+    rate = ctx.hw.hbm_bw * ctx.eff.mem
+    fc1, out = 4 * 4096 * 4 * 2 * 2880, 4 * 4096 * 4 * 2880
+    _, _, fused = _gpt_oss_layer(False)
+    exp = {"tp_f": 0.0, "ep_f": 0.0, "cp_f": 0.0}
+    act = TimeSettings(ep=64, dp=64, mbs=4, global_batch=1280, recompute="selective", recompute_modules=("moe_act",))
+    moe = replace(act, recompute_modules=("moe",))
+    assert (_recompute_seconds(eager, exp, act, False)[0] - _recompute_seconds(fused, exp, act, False)[0]
+            == pytest.approx(fc1 * _traffic(CLAMP_FWD) / rate))
+    assert (_recompute_seconds(eager, exp, moe, False)[0] - _recompute_seconds(fused, exp, moe, False)[0]
+            == pytest.approx((fc1 * _traffic(CLAMP_FWD) + out * _traffic(BIAS_FWD)) / rate))
+
+
+def test_the_eager_ops_are_issued_by_the_host_one_raw_op_each() -> None:
+    """Host: the bias's product and sum per local expert (EP 8: 16 of them) plus two splits, the cat
+    and the cast forward, 4 a local expert plus 2 backward; the clamp's 5 / 3; RoPE's 12 / 5 for each
+    of q and k - each a raw op, HOST_EXPERT_LAUNCH of a host op."""
+    from app.core.time.ops import HOST_EXPERT_LAUNCH
+
+    def layer(eager: bool):
+        cfg = load_model(CONFIGS / "GPT-OSS-120B.json")
+        if not eager:
+            cfg = replace(cfg, activation_clamp=0.0, expert_bias=False, rope_attention_factor=1.0)
+        ctx = _ctx(cfg, TimeSettings(pp=4, ep=8, dp=16, mbs=1, global_batch=1280), "h100-80gb")
+        return layer_cost(ctx, derive_roles(cfg, role_rule("megatron")).layers[1]), ctx
+
+    (eager, ctx), (fused, _) = layer(True), layer(False)
+    op = ctx.eff.host_op * HOST_EXPERT_LAUNCH
+    assert eager.host_fwd - fused.host_fwd == pytest.approx((2 * 16 + 4 + 5 + 2 * 12) * op)
+    assert eager.host_bwd - fused.host_bwd == pytest.approx((4 * 16 + 2 + 3 + 2 * 5) * op)
+
+
+def test_yarn_attention_factor_as_megatron_computes_it() -> None:
+    """Megatron's concentration factor: ``0.1 ln s + 1`` for factor ``s``; with mscale and mscale_all_dim
+    their ratio (equal ones: 1, TE's fused RoPE); 1 for Llama 3's own scaling, a factor of 1, or none."""
+    from app.core.model.config import yarn_attention_factor
+
+    assert yarn_attention_factor({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}) == pytest.approx(
+        0.1 * math.log(4) + 1)
+    assert yarn_attention_factor({"rope_parameters": {"type": "yarn", "factor": 40, "mscale": 1.0,
+                                                      "mscale_all_dim": 1.0}}) == 1.0
+    assert yarn_attention_factor({"rope_scaling": {"rope_type": "yarn", "factor": 40, "mscale": 1.0,
+                                                   "mscale_all_dim": 0.0}}) == pytest.approx(0.1 * math.log(40) + 1)
+    assert yarn_attention_factor({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}) == 1.0
+    assert yarn_attention_factor({"rope_scaling": {"rope_type": "yarn", "factor": 1.0}}) == 1.0
+    assert yarn_attention_factor({}) == 1.0
+
+
+def test_gpt_oss_swiglu_limit_is_read_and_checked() -> None:
+    import json
+
+    from app.core.model.config import ConfigError, config_from_dict
+
+    def parse_config(raw: dict) -> object:
+        return config_from_dict(raw, data=json.dumps(raw).encode(), id="t", source="t", provenance="t")
+
+    raw = json.loads((CONFIGS / "GPT-OSS-120B.json").read_text())
+    assert parse_config({**raw, "swiglu_limit": 10}).activation_clamp == 10.0
+    assert parse_config({k: v for k, v in raw.items() if k != "swiglu_limit"}).activation_clamp == 7.0
+    with pytest.raises(ConfigError, match="swiglu_limit"):
+        parse_config({**raw, "swiglu_limit": -1})
+    assert load_model(CONFIGS / "Llama-3.1-8B.json").activation_clamp == 0.0
