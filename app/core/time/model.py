@@ -187,7 +187,7 @@ FAMILY_CAVEATS = {
     "nemotron_h": "hybrid Mamba models were fitted on nothing: the Mamba-2 scan's kernels are timed from their FLOPs "
                   "(at the attention fractions) and bytes, not from a measurement; against Megatron-Bridge's 20 "
                   "published Nemotron 3 Nano runs (docs/performance-summary*.md @ 067f987d; python -m bench steptime) "
-                  "this model predicts 11-24 % more tokens/s/GPU in MXFP8 on B200 / B300 / GB200 / GB300 and 5-24 % "
+                  "this model predicts 9-22 % more tokens/s/GPU in MXFP8 on B200 / B300 / GB200 / GB300 and 5-24 % "
                   "more in FP8 on H100, and against its 30 Nemotron 3 Super runs (LatentMoE, two MTP depths) "
                   "-17 to -10 % on GB200, +11 to +26 % on GB300, +6 to +13 % on B200 and -6 to +8 % on B300 "
                   "(EP 8); read it as uncertain by system",

@@ -293,6 +293,8 @@ def _elementwise(ctx: OpContext, role: LayerRole, gemms: list[Gemm]) -> dict[str
     if role.mixer == "mamba":
         assert cfg.mamba is not None
         out["mamba"] = cfg.mamba.scan_bytes_per_token() / tp * t
+        if s.mbs > 1:  # the sequence-first layout is copied to batch-first and back (MAMBA_LAYOUT_BYTES)
+            out["mamba_layout"] = MAMBA_LAYOUT_BYTES * (cfg.mamba.in_proj_out + cfg.mamba.d_inner) / tp * t
     elif role.mixer == "attention" and hybrid:
         out["rope"] = 0.0  # Nemotron-H's attention carries no position embedding (module docstring)
     elif role.mixer == "attention" and cfg.attention == "gqa":
@@ -582,11 +584,19 @@ def _add_scan(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
 #:   4 + 2 = 28 B per output element; backward the cast's gradient to FP32 6, the input's back to BF16 6,
 #:   the bias and probability gradients (a product and a reduction each) 12 + 12 = 36 B.
 UNFUSED_ROPE_BYTES, CLAMP_BYTES, EXPERT_BIAS_BYTES = (24.0, 20.0), (8.0, 10.0), (28.0, 36.0)
+#: A Mamba layer's layout copies: ``MambaMixer._ssm_training`` (``megatron/core/ssm/mamba_mixer.py`` @
+#: d98e8a64) turns the ``in_proj`` output from Megatron's ``(seq, batch, d)`` into the kernel's
+#: ``(batch, seq, d)`` and the scan's output back with ``rearrange(...).contiguous()``, which copies
+#: (2 B read, 2 written per element) whenever the micro-batch holds more than one sequence (with one,
+#: the permuted tensor is already contiguous); backward the gradients are copied back the same way
+#: for the projections' GEMMs.
+MAMBA_LAYOUT_BYTES = 4.0
 #: Backward bytes over forward bytes of the memory-bound work: twice, except the Mamba scan's
 #: kernels, whose backward also recomputes the conv and the chunk states (:mod:`app.core.model.hybrid`),
 #: and the eager ops above
 BWD_BYTES = {"mamba": 3.0, "rope_unfused": UNFUSED_ROPE_BYTES[1] / UNFUSED_ROPE_BYTES[0],
-             "moe_act_clamp": CLAMP_BYTES[1] / CLAMP_BYTES[0], "expert_bias": EXPERT_BIAS_BYTES[1] / EXPERT_BIAS_BYTES[0]}
+             "moe_act_clamp": CLAMP_BYTES[1] / CLAMP_BYTES[0], "expert_bias": EXPERT_BIAS_BYTES[1] / EXPERT_BIAS_BYTES[0],
+             "mamba_layout": 1.0}
 
 
 def _add_memory_and_host(ctx: OpContext, lc: LayerCost, role: LayerRole, gemms: list[Gemm]) -> None:

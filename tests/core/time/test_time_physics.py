@@ -440,3 +440,20 @@ def test_gpt_oss_swiglu_limit_is_read_and_checked() -> None:
     with pytest.raises(ConfigError, match="swiglu_limit"):
         parse_config({**raw, "swiglu_limit": -1})
     assert load_model(CONFIGS / "Llama-3.1-8B.json").activation_clamp == 0.0
+
+
+def test_a_mamba_layer_copies_its_layout_only_for_several_sequences() -> None:
+    """Nemotron 3 Nano's Mamba mixer (64 heads of 64, 8 groups of state 128: ``in_proj`` writes
+    2 x 4,096 + 2 x 1,024 + 64 = 10,304 columns, the scan 4,096): at micro-batch 2 Megatron copies
+    both to batch-first and back, 2 B read and 2 written an element, the gradients again backward; at
+    micro-batch 1 the permuted tensor is already contiguous and nothing is copied."""
+    cfg = load_model(CONFIGS / "Nemotron-3-Nano-30B-A3B.json")
+    role = next(r for r in derive_roles(cfg, role_rule("megatron")).layers if r.mixer == "mamba")
+    assert cfg.mamba is not None and (cfg.mamba.heads, cfg.mamba.head_dim, cfg.mamba.groups, cfg.mamba.state) == (
+        64, 64, 8, 128)
+    tokens = 2 * 8192
+    copied = (10_304 + 4_096) * tokens * 4 / (get_hardware("gb200-186gb").hbm_bw * CONSTANTS["blackwell"].mem)
+    one = layer_cost(_ctx(cfg, TimeSettings(ep=8, dp=8, mbs=1, global_batch=512, seq_length=8192), "gb200-186gb"), role)
+    two = layer_cost(_ctx(cfg, TimeSettings(ep=8, dp=8, mbs=2, global_batch=512, seq_length=8192), "gb200-186gb"), role)
+    assert two.fwd.memory - 2 * one.fwd.memory == pytest.approx(copied)
+    assert two.bwd.memory - 2 * one.bwd.memory == pytest.approx(copied)
