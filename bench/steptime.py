@@ -324,8 +324,8 @@ def evaluate(rows: list[dict[str, Any]], constants: dict[str, Efficiency] | None
         except ValueError as exc:
             out.append({"id": row["id"], "model": row["model"], "error": str(exc), "measured": measured})
             continue
-        res = {"id": row["id"], "model": row["model"], "gpu": row["gpu"], "precision": row["precision"],
-               "measured": measured, "predicted": t["tokens_per_second_per_gpu"],
+        res = {"id": row["id"], "model": row["model"], "config_sha256": model_for(row["model"]).canonical_sha256,
+               "gpu": row["gpu"], "precision": row["precision"], "measured": measured, "predicted": t["tokens_per_second_per_gpu"],
                "err": t["tokens_per_second_per_gpu"] / measured - 1.0,
                "measured_tflops": row["measured"].get("model_tflops_per_gpu"),
                "predicted_tflops": t["model_tflops_per_gpu"], "step_seconds": t["step_seconds"],
@@ -410,21 +410,27 @@ def accuracy_table(results: list[dict[str, Any]]) -> dict[str, Any]:
     """The error of tokens/s/GPU through issue 18's flags (``issue_err``: what a user types) of the
     held-out ``results``, by GPU generation and precision (``"hopper/bf16"``), by generation and
     over all of them (``"all"``): :func:`_error_stats` of each group, and of each model's runs in it
-    (``models``, by the config's name without ``.json`` / ``.gpt2.json``)."""
+    (``models``, by the config's name without ``.json`` / ``.gpt2.json``), and each model's config by
+    its canonical SHA-256 (``configs``: a plan on the same config under another name or path is that
+    model's)."""
     groups: dict[str, list[float]] = {}
     models: dict[str, dict[str, list[float]]] = {}
+    configs: dict[str, str] = {}
     for r in results:
         if "issue_err" not in r:
             continue
         gen = get_hardware(r["gpu"]).generation
         name = r["model"].removesuffix(".json").removesuffix(".gpt2")
+        if "config_sha256" in r:
+            configs.setdefault(name, r["config_sha256"])
         for key in (f"{gen}/{r['precision']}", gen, "all"):
             groups.setdefault(key, []).append(r["issue_err"])
             models.setdefault(key, {}).setdefault(name, []).append(r["issue_err"])
     return {"source": "python -m bench steptime: the held-out published runs (development and locked test sets) "
                       "through issue 18's flags",
             "groups": {k: {**_error_stats(v), "models": {m: _error_stats(e) for m, e in sorted(models[k].items())}}
-                       for k, v in sorted(groups.items())}}
+                       for k, v in sorted(groups.items())},
+            "configs": dict(sorted(configs.items()))}
 
 
 def summary(results: list[dict[str, Any]]) -> dict[str, Any]:

@@ -30,15 +30,29 @@ def accuracy_table() -> dict[str, Any]:
     return table
 
 
-def accuracy_for(generation: str, precision: str, model: str | None = None) -> dict[str, Any] | None:
+def accuracy_for(generation: str, precision: str, model: str | None = None,
+                 config_sha256: str | None = None) -> dict[str, Any] | None:
     """:func:`_accuracy_for` (kept: every evaluation asks), as a fresh dict."""
-    found = _accuracy_for(generation, precision, model)
+    found = _accuracy_for(generation, precision, validated_name(model, config_sha256))
     return None if found is None else dict(found)
+
+
+def validated_name(model: str | None, config_sha256: str | None = None) -> str | None:
+    """The name the shipped table gives the plan's model: the validated config with the same content
+    (``config_sha256``, the canonical SHA-256 of its JSON: a preset or an uploaded / local copy under
+    any name), else ``model`` as given (a preset id or a config path: its file name without ``.json``
+    / ``.gpt2.json``)."""
+    named = {sha: name for name, sha in accuracy_table().get("configs", {}).items()}
+    if config_sha256 in named:
+        return named[config_sha256]
+    if model is None:
+        return None
+    return model.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".json").removesuffix(".gpt2")
 
 
 @lru_cache(maxsize=256)
 def _accuracy_for(generation: str, precision: str, model: str | None) -> dict[str, Any] | None:
-    """The held-out error that applies to a plan of ``model`` (a preset id or a config's name) on a
+    """The held-out error that applies to a plan of ``model`` (a name of :func:`validated_name`) on a
     GPU of ``generation`` in ``precision``: ``{runs, mean_abs_error, p90_abs_error, mean_error, scope,
     validated_here, this_model, text, short, source}`` of the narrowest group with :data:`MIN_RUNS`
     runs (module docstring; its models are named in ``text``, their errors are in the shipped table);

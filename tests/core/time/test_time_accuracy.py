@@ -67,3 +67,30 @@ def test_isplan_time_and_the_api_carry_it(capsys, client) -> None:
     page = client.get("/?model=glm-5.2&tp=4&split=14,8,8,8,8,8,8,16&ep=32&etp=1&cp=8&sp=1&gpu=h100-80gb"
                       "&precision=bf16").text
     assert 'id="time-accuracy"' in page and want["short"] in page
+
+
+def test_a_validated_config_under_another_name_hears_its_runs(tmp_path) -> None:
+    """The table names each validated model's config by the SHA-256 of its sorted, minified JSON, so
+    the same config under any file name (an upload's ``config.json``) or as a preset is that model;
+    a path of the validated file's own name matches by its name too."""
+    import hashlib
+    from pathlib import Path
+
+    from app.core.model.config import load_model
+    from app.core.time.accuracy import validated_name
+
+    source = Path(__file__).resolve().parents[3] / "bench" / "steptime_configs" / "GPT-OSS-120B.json"
+    raw = json.loads(source.read_text())
+    want = hashlib.sha256(json.dumps(raw, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert accuracy_table()["configs"]["GPT-OSS-120B"] == want
+    copy = tmp_path / "config.json"
+    copy.write_text(json.dumps(raw, indent=4))
+    cfg = load_model(str(copy))
+    mine = accuracy_for("blackwell", "bf16", cfg.id, cfg.canonical_sha256)
+    assert mine is not None and mine["this_model"] == accuracy_for("blackwell", "bf16", "GPT-OSS-120B")["this_model"]
+    assert mine["this_model"]["runs"] == _runs_on("blackwell", "bf16", "GPT-OSS-120B.json") > 0
+    assert validated_name("bench/steptime_configs/GPT-OSS-120B.json") == "GPT-OSS-120B"
+    preset = load_model("llama-3.1-405b")   # the preset is the validation config's bytes
+    assert validated_name(preset.id, preset.canonical_sha256) == "Llama-3.1-405B"
+    glm = load_model("glm-5.2")
+    assert validated_name(glm.id, glm.canonical_sha256) == "glm-5.2"   # no run: its own name, heard of none

@@ -169,10 +169,13 @@ def test_the_accuracy_table_groups_by_generation_and_precision() -> None:
     (four) by 16.25 %, 30 % and +6.25 %; each model's runs likewise. By hand."""
     from bench.steptime import accuracy_table
 
-    rows = [{"model": "A.json", "gpu": "h100-80gb", "precision": "bf16", "issue_err": e} for e in (0.10, -0.20, 0.30)]
-    rows += [{"model": "B", "gpu": "b200-180gb", "precision": "fp8", "issue_err": 0.05},
-             {"model": "C", "gpu": "h100-80gb", "precision": "bf16", "issue_error": "exit 2"}]
-    groups = accuracy_table(rows)["groups"]
+    rows = [{"model": "A.json", "config_sha256": "a" * 64, "gpu": "h100-80gb", "precision": "bf16", "issue_err": e}
+            for e in (0.10, -0.20, 0.30)]
+    rows += [{"model": "B", "config_sha256": "b" * 64, "gpu": "b200-180gb", "precision": "fp8", "issue_err": 0.05},
+             {"model": "C", "config_sha256": "c" * 64, "gpu": "h100-80gb", "precision": "bf16", "issue_error": "exit 2"}]
+    table = accuracy_table(rows)
+    assert table["configs"] == {"A": "a" * 64, "B": "b" * 64}   # each timed model's config, by its name
+    groups = table["groups"]
     assert set(groups) == {"hopper/bf16", "hopper", "blackwell/fp8", "blackwell", "all"}
     a = {"runs": 3, "mean_abs_error": 0.2, "p90_abs_error": 0.3, "mean_error": 0.0667}
     b = {"runs": 1, "mean_abs_error": 0.05, "p90_abs_error": 0.05, "mean_error": 0.05}

@@ -268,5 +268,5 @@ def plan_time(cfg: ModelConfig, plan: Plan, stages: StagePlan, roles: RoleMap, p
     body["assumed"] = notes
     body["settings"] = settings.to_dict()
     body["defaults"] = dict(UNSTATED_DEFAULTS)
-    body["accuracy"] = accuracy_for(hw.generation, settings.precision, cfg.id)
+    body["accuracy"] = accuracy_for(hw.generation, settings.precision, cfg.id, cfg.canonical_sha256)
     return body
