@@ -589,6 +589,10 @@ class ServingEngine(Engine):
     #: a switch that turns expert parallelism on at ``ep = tp x dp`` (vLLM ``--enable-expert-parallel``),
     #: where the engine has no expert-parallel size of its own (the plan's ``ep``)
     ep_switch: ClassVar[str | None] = None
+    #: what makes the expert-parallel size the TP size whatever the size flag says: switches, and a flag
+    #: with the values that do (SGLang's deprecated ``--enable-ep-moe`` and an all-to-all MoE backend)
+    ep_tp_switches: ClassVar[tuple[str, ...]] = ()
+    ep_tp_flag: ClassVar[tuple[str, frozenset[str]] | None] = None
     #: the engine's switches that set a boolean plan field (SGLang ``--enable-dp-attention``)
     switches: ClassVar[dict[str, str]] = {}
     #: the flags of the engine's speculative decoding (read by :meth:`launch_mtp`)

@@ -137,6 +137,14 @@ QUANTIZATION_FLAG = "--quantization"
 #: ``--ep-size`` / ``--expert-parallel-size``: the MoE's expert-parallel size (the plan's ``ep``); each expert
 #: is then split ``tp // ep`` ways (``moe_tp_size``, ``python/sglang/srt/distributed/parallel_state.py``)
 EP_SIZE_FLAG = "--ep-size"
+#: what sets ``ep_size = tp_size`` whatever ``--ep-size`` says (``python/sglang/srt/server_args.py``
+#: ``__post_init__``): the deprecated ``--enable-ep-moe`` (its first step) and ``--enable-deepep-moe``
+#: (``moe_a2a_backend = "deepep"``), and ``_handle_a2a_moe`` for the all-to-all MoE backends ``deepep``,
+#: ``mooncake``, ``ascend_fuseep``, ``flashinfer`` and ``mori`` (the stored 244 KB version; its other
+#: backends leave ``--ep-size`` as given)
+EP_TP_SWITCHES = ("--enable-ep-moe", "--enable-deepep-moe")
+A2A_BACKEND_FLAG = "--moe-a2a-backend"
+EP_TP_BACKENDS = frozenset(("deepep", "mooncake", "ascend_fuseep", "flashinfer", "mori"))
 #: ``--dp-size``: data-parallel ranks - replicas of TP x PP GPUs each, or with ``--enable-dp-attention``
 #: attention ranks inside the TP ranks (``attn_tp_size = tp_size // dp_size``; the plan's ``dp`` and
 #: ``enable_dp_attention``)
@@ -310,9 +318,11 @@ class SglangEngine(ServingEngine):
     flags: ClassVar[dict[str, str]] = {TP_FLAG: "tp", "--tp": "tp", "--tensor-parallel-size": "tp", PP_FLAG: "pp", "--pp": "pp",
              "--pipeline-parallel-size": "pp", ENV_VAR: "split", CONTEXT_FLAG: "context", KV_DTYPE_FLAG: "kv_dtype",
              QUANTIZATION_FLAG: "weight_dtype", MEMORY_FRACTION_FLAG: "gpu_memory_utilization",
-             EP_SIZE_FLAG: "ep", "--expert-parallel-size": "ep", DP_FLAG: "dp", "--dp": "dp",
+             EP_SIZE_FLAG: "ep", "--expert-parallel-size": "ep", "--ep": "ep", DP_FLAG: "dp", "--dp": "dp",
              "--data-parallel-size": "dp"}
     switches: ClassVar[dict[str, str]] = {DP_ATTENTION_SWITCH: "enable_dp_attention"}
+    ep_tp_switches = EP_TP_SWITCHES
+    ep_tp_flag = (A2A_BACKEND_FLAG, EP_TP_BACKENDS)
     speculative_flags = (SPECULATIVE_FLAG, DRAFT_MODEL_FLAG)
     fields = SERVING_FIELDS | {"dp", "enable_dp_attention"}
     kv_cache_dtypes = KV_CACHE_DTYPES

@@ -333,9 +333,43 @@ def _speculative(cmd: Command, engine: str, first: int, got: dict[str, Provenanc
     return mtp
 
 
-def _expert_parallel(cmd: Command, engine: str, first: int, got: dict[str, Provenance], ranks: int) -> int:
-    """The expert-parallel size: the engine's size flag (SGLang ``--ep-size``), or its switch (vLLM
-    ``--enable-expert-parallel``: EP = TP x DP, ``ranks``); 1 without either."""
+def _ep_is_tp(cmd: Command, engine: str, first: int) -> tuple[str, Arg] | None:
+    """What in the command makes the engine's expert-parallel size its TP size (``ep_tp_switches``,
+    ``ep_tp_flag``), as written, and where; None when nothing does."""
+    e, args = engine_module(engine), cmd.argv[first:]
+    found: tuple[str, Arg] | None = None
+    for switch in e.ep_tp_switches:
+        hit = _flag(args, (switch,))
+        if hit is not None:
+            found = (switch, hit[2])
+    if e.ep_tp_flag is not None:
+        flag, values = e.ep_tp_flag
+        hit = _flag(args, (flag,))
+        if hit is not None and hit[1] is not None:
+            if hit[1].reason is not None:
+                raise ServeLauncherError(f"{where(hit[1].file, hit[1].line)}: {flag} {hit[1].raw} cannot be resolved "
+                                         f"{_UNRESOLVED}")
+            if hit[1].text in values:
+                found = (f"{flag} {hit[1].text}", hit[2])
+    return found
+
+
+def _expert_parallel(cmd: Command, engine: str, first: int, got: dict[str, Provenance], tp: int, ranks: int,
+                     warnings: list[str]) -> int:
+    """The expert-parallel size: the TP size when the command makes it so (:func:`_ep_is_tp`: SGLang's
+    all-to-all MoE backends override ``--ep-size``, said when it differs), else the engine's size flag
+    (SGLang ``--ep-size``), or its switch (vLLM ``--enable-expert-parallel``: EP = TP x DP, ``ranks``);
+    1 without any."""
+    forced = _ep_is_tp(cmd, engine, first)
+    if forced is not None:
+        what, at = forced
+        given = got.get("ep")
+        if given is not None and given.value.strip() != str(tp):
+            warnings.append(f"{what} ({where(at.file, at.line)}) makes {ENGINES[engine].label}'s expert-parallel size "
+                            f"the TP size, {tp}; the expert parallel size {given.value.strip()} "
+                            f"({where(given.file, given.line)}) is overridden")
+        got["ep"] = Provenance(str(tp), at.line, "command", at.file)
+        return tp
     if "ep" in got:
         return _as_int(got["ep"], "the expert parallel size")
     switch = engine_module(engine).ep_switch
@@ -555,8 +589,8 @@ def parse_serve_launcher(text: str | bytes, *, name: str = "", loader: Loader | 
     pp = _as_int(got["pp"], "the pipeline parallel size") if "pp" in got else 1
     dp = _as_int(got["dp"], "the data parallel size") if "dp" in got else None
     switched = _switches(cmd, engine, first, got)
-    ep = _expert_parallel(cmd, engine, first, got, tp * (dp or 1))
     warnings: list[str] = read_notes + _unread(cmd, engine, first)
+    ep = _expert_parallel(cmd, engine, first, got, tp, tp * (dp or 1), warnings)
     mtp = _speculative(cmd, engine, first, got, warnings)
     context = _context(got["context"], engine) if "context" in got else None
     kv_dtype = _kv_dtype(got["kv_dtype"], engine, warnings) if "kv_dtype" in got else None

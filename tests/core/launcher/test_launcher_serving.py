@@ -395,3 +395,30 @@ def test_redundant_experts_are_said_as_a_lower_bound(launch):
     assert any("redundant experts" in w and "a lower bound" in w for w in got.warnings), got.warnings
     # --enable-eplb alone keeps vLLM's default of no redundant expert
     assert not parse_serve_launcher("vllm serve m -tp 8 --enable-expert-parallel --enable-eplb\n").warnings
+
+
+@pytest.mark.parametrize("extra", ["--enable-ep-moe", "--enable-deepep-moe", "--moe-a2a-backend deepep",
+                                   "--moe-a2a-backend=mooncake", "--moe-a2a-backend flashinfer",
+                                   "--moe-a2a-backend mori", "--moe-a2a-backend ascend_fuseep"])
+def test_sglang_backends_that_make_ep_the_tp_size(extra):
+    """SGLang's ServerArgs sets ``ep_size = tp_size`` for the deprecated ``--enable-ep-moe`` /
+    ``--enable-deepep-moe`` and in ``_handle_a2a_moe`` for the all-to-all MoE backends deepep,
+    mooncake, ascend_fuseep, flashinfer and mori, whatever ``--ep-size`` says: the launch is read so,
+    with the line, and an ``--ep-size`` it overrides is said."""
+    got = parse_serve_launcher(f"python -m sglang.launch_server --model-path m --tp 8 {extra}\n")
+    assert got.ep == 8 and got.provenance["ep"].line == 1 and not got.warnings
+    over = parse_serve_launcher(f"python -m sglang.launch_server --model-path m --tp 8 --ep-size 2 {extra}\n")
+    assert over.ep == 8
+    assert any("overridden" in w and "expert parallel size 2" in w for w in over.warnings), over.warnings
+    same = parse_serve_launcher(f"python -m sglang.launch_server --model-path m --tp 8 --ep-size 8 {extra}\n")
+    assert same.ep == 8 and not same.warnings
+
+
+def test_sglang_other_a2a_backends_keep_the_ep_size():
+    """A backend ``_handle_a2a_moe`` does not touch (``none``, ``nixl``) keeps ``--ep-size`` (or its newer
+    alias ``--ep``), 1 without it."""
+    assert parse_serve_launcher("python -m sglang.launch_server --model-path m --tp 8 --moe-a2a-backend none\n").ep == 1
+    assert parse_serve_launcher("python -m sglang.launch_server --model-path m --tp 8 --ep 4 "
+                                "--moe-a2a-backend nixl\n").ep == 4
+    with pytest.raises(ServeLauncherError, match=r"--moe-a2a-backend .* cannot be resolved"):
+        parse_serve_launcher("python -m sglang.launch_server --model-path m --tp 8 --moe-a2a-backend $(pick)\n")
