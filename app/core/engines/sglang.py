@@ -137,14 +137,16 @@ QUANTIZATION_FLAG = "--quantization"
 #: ``--ep-size`` / ``--expert-parallel-size``: the MoE's expert-parallel size (the plan's ``ep``); each expert
 #: is then split ``tp // ep`` ways (``moe_tp_size``, ``python/sglang/srt/distributed/parallel_state.py``)
 EP_SIZE_FLAG = "--ep-size"
-#: what sets ``ep_size = tp_size`` whatever ``--ep-size`` says (``python/sglang/srt/server_args.py``
-#: ``__post_init__``): the deprecated ``--enable-ep-moe`` (its first step) and ``--enable-deepep-moe``
-#: (``moe_a2a_backend = "deepep"``), and ``_handle_a2a_moe`` for the all-to-all MoE backends ``deepep``,
-#: ``mooncake``, ``ascend_fuseep``, ``flashinfer`` and ``mori`` (the stored 244 KB version; its other
-#: backends leave ``--ep-size`` as given)
+#: what sets ``ep_size = tp_size`` whatever ``--ep-size`` says: the all-to-all MoE backends that "force
+#: expert parallelism to span the TP group" (``_A2A_EP_SPANNING_BACKENDS`` and ``_a2a_ep_size`` in
+#: ``python/sglang/srt/arg_groups/overrides.py`` @ 003bbaf9; older builds did the same for deepep,
+#: mooncake, ascend_fuseep, flashinfer and mori in ``server_args.py`` ``_handle_a2a_moe``), and the
+#: deprecated ``--enable-ep-moe`` and ``--enable-deepep-moe`` (``ServerArgs.__post_init__``: the first
+#: sets ``ep_size = tp_size``, the second the ``deepep`` backend); ``none`` and ``ascend_tp`` keep it
 EP_TP_SWITCHES = ("--enable-ep-moe", "--enable-deepep-moe")
 A2A_BACKEND_FLAG = "--moe-a2a-backend"
-EP_TP_BACKENDS = frozenset(("deepep", "mooncake", "ascend_fuseep", "flashinfer", "mori"))
+EP_TP_BACKENDS = frozenset(("megamoe", "deepep", "deepep_v2", "mooncake", "nixl", "ascend_fuseep", "flashinfer",
+                            "flashinfer_megamoe", "mori", "pplx"))
 #: ``--dp-size``: data-parallel ranks - replicas of TP x PP GPUs each, or with ``--enable-dp-attention``
 #: attention ranks inside the TP ranks (``attn_tp_size = tp_size // dp_size``; the plan's ``dp`` and
 #: ``enable_dp_attention``)

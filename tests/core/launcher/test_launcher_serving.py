@@ -399,11 +399,12 @@ def test_redundant_experts_are_said_as_a_lower_bound(launch):
 
 @pytest.mark.parametrize("extra", ["--enable-ep-moe", "--enable-deepep-moe", "--moe-a2a-backend deepep",
                                    "--moe-a2a-backend=mooncake", "--moe-a2a-backend flashinfer",
-                                   "--moe-a2a-backend mori", "--moe-a2a-backend ascend_fuseep"])
+                                   "--moe-a2a-backend mori", "--moe-a2a-backend nixl", "--moe-a2a-backend pplx",
+                                   "--moe-a2a-backend deepep_v2", "--moe-a2a-backend megamoe"])
 def test_sglang_backends_that_make_ep_the_tp_size(extra):
-    """SGLang's ServerArgs sets ``ep_size = tp_size`` for the deprecated ``--enable-ep-moe`` /
-    ``--enable-deepep-moe`` and in ``_handle_a2a_moe`` for the all-to-all MoE backends deepep,
-    mooncake, ascend_fuseep, flashinfer and mori, whatever ``--ep-size`` says: the launch is read so,
+    """SGLang sets ``ep_size = tp_size`` for the all-to-all MoE backends that span the TP group
+    (``_A2A_EP_SPANNING_BACKENDS``, ``arg_groups/overrides.py`` @ 003bbaf9) and the deprecated
+    ``--enable-ep-moe`` / ``--enable-deepep-moe``, whatever ``--ep-size`` says: the launch is read so,
     with the line, and an ``--ep-size`` it overrides is said."""
     got = parse_serve_launcher(f"python -m sglang.launch_server --model-path m --tp 8 {extra}\n")
     assert got.ep == 8 and got.provenance["ep"].line == 1 and not got.warnings
@@ -415,10 +416,10 @@ def test_sglang_backends_that_make_ep_the_tp_size(extra):
 
 
 def test_sglang_other_a2a_backends_keep_the_ep_size():
-    """A backend ``_handle_a2a_moe`` does not touch (``none``, ``nixl``) keeps ``--ep-size`` (or its newer
-    alias ``--ep``), 1 without it."""
+    """A backend that does not span the TP group (``none``, ``ascend_tp``) keeps ``--ep-size`` (or its
+    newer alias ``--ep``), 1 without it."""
     assert parse_serve_launcher("python -m sglang.launch_server --model-path m --tp 8 --moe-a2a-backend none\n").ep == 1
     assert parse_serve_launcher("python -m sglang.launch_server --model-path m --tp 8 --ep 4 "
-                                "--moe-a2a-backend nixl\n").ep == 4
+                                "--moe-a2a-backend ascend_tp\n").ep == 4
     with pytest.raises(ServeLauncherError, match=r"--moe-a2a-backend .* cannot be resolved"):
         parse_serve_launcher("python -m sglang.launch_server --model-path m --tp 8 --moe-a2a-backend $(pick)\n")
