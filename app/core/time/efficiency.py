@@ -50,6 +50,10 @@ class Efficiency:
     #: (forward, backward) share of ``attn_fwd`` / ``attn_bwd`` a flash kernel keeps at head
     #: dimension 64 (:func:`app.core.time.ops.head_dim_factor`); 1 where no measurement is stated
     attn_head64: tuple[float, float] = (1.0, 1.0)
+    #: a GEMM kernel's output tile, (weight side, token side): the kernel computes whole tiles, so an
+    #: output dimension that is not a multiple of its side pays for the rest of the last tile
+    #: (:func:`app.core.time.ops.tile_factor`)
+    gemm_tile: tuple[int, int] = (128, 128)
     lat_nvlink: float = 10e-6
     lat_net: float = 25e-6
     #: the attention core as Megatron's unfused ``DotProductAttention`` (batched GEMMs over the whole
@@ -103,6 +107,13 @@ _AMPERE_GEMM = 0.81
 #: 64-wide heads keep 0.41 / 0.50 of the 128-wide ones' rate. Blackwell Ultra is taken to scale alike
 #: (no 64-wide causal measurement of it is published there). Hopper and Ampere: none stated.
 _BW_HEAD64 = (0.41, 0.50)
+#: GEMM output tiles. Blackwell: tcgen05 MMA tiles of 256 x 128 computed across 2 SMs, M x N
+#: (NVIDIA/cutlass ``examples/70_blackwell_gemm/70_blackwell_fp16_gemm.cu`` @ 389e4930,
+#: ``MmaTileShape_MNK = Shape<_256,_128,_64>``); Hopper and Ampere: 128 x 128
+#: (``examples/48_hopper_warp_specialized_gemm`` @ 18422531, ``TileShape = Shape<_128,_128,_32>``).
+#: Transformer Engine calls cuBLAS with M the weight's side (``m`` = the output features forward,
+#: the input features for the data and weight gradients) and N the tokens.
+_BW_TILE = (256, 128)
 
 CONSTANTS: dict[str, Efficiency] = {
     # Ampere: every measured A100 Megatron run (Narayanan et al. 2021, Korthikanti et al. 2022) predates
@@ -113,14 +124,14 @@ CONSTANTS: dict[str, Efficiency] = {
                          host_op=_HOST_OP, a2a_net=_HOPPER_A2A_NET),
     "blackwell": Efficiency("blackwell", gemm={"bf16": _BW_GEMM, "fp8": _BW_GEMM, "fp4": _BW_FP4},
                             gemm_grouped={"bf16": _BW_GROUPED, "fp8": _BW_GROUPED}, attn_fwd=0.60,
-                            attn_bwd=0.45, attn_head64=_BW_HEAD64, host_op=_HOST_OP),
+                            attn_bwd=0.45, attn_head64=_BW_HEAD64, host_op=_HOST_OP, gemm_tile=_BW_TILE),
     # Blackwell Ultra doubles the SFU (MUFU.EX2) throughput that bounds the softmax of attention on
     # Blackwell (NVIDIA, "Making Softmax More Efficient with NVIDIA Blackwell Ultra"; verda GB300 table:
     # 10.7 vs 5 TeraExponentials/s); FlashAttention-4 reports the exponentials taking 25-60 % longer
     # than the matmuls on B200: stated as 1.25 x Blackwell's attention efficiency.
     "blackwell_ultra": Efficiency("blackwell_ultra", gemm={"bf16": _BWU_GEMM, "fp8": _BWU_GEMM, "fp4": _BW_FP4},
                                   gemm_grouped={"bf16": _BW_GROUPED, "fp8": _BW_GROUPED}, attn_fwd=0.75, attn_bwd=0.5625,
-                                  attn_head64=_BW_HEAD64, host_op=_HOST_OP),
+                                  attn_head64=_BW_HEAD64, host_op=_HOST_OP, gemm_tile=_BW_TILE),
     # no calibration row: Hopper's fractions (stated, unvalidated)
     "cdna3": Efficiency("cdna3", gemm={"bf16": _HOPPER_GEMM, "fp8": _HOPPER_GEMM}, attn_fwd=0.45, attn_bwd=0.35,
                         host_op=_HOST_OP),

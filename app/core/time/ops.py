@@ -64,6 +64,7 @@ all-gather forward and a reduce-scatter backward (``allgather``, which DSA requi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from app.core.model.config import ModelConfig
@@ -204,15 +205,25 @@ class OpContext:
         return self.t / self.s.tp if self.s.tp > 1 else self.t
 
 
+def tile_factor(eff: Efficiency, weight_side: float, token_side: float) -> float:
+    """The work a GEMM kernel does over its useful work: it computes whole output tiles
+    (``Efficiency.gemm_tile``), so a side that is not a multiple of the tile's pays for the rest of
+    the last one - ``ceil(w / Tw) Tw / w x ceil(t / Tt) Tt / t`` (GPT-OSS's 2,880 features: 3,072 /
+    2,880 on Blackwell's 256-wide side)."""
+    tw, tt = eff.gemm_tile
+    return (math.ceil(weight_side / tw) * tw / weight_side) * (math.ceil(token_side / tt) * tt / token_side)
+
+
 def gemm_seconds(ctx: OpContext, m: float, n: float, k: float, *, low: bool, count: float = 1.0,
-                 out_bytes: float = ACT_BYTES, grouped: bool = False) -> float:
-    """One GEMM kernel (``count`` equal problems): tensor time at the ceiling plus operand traffic
-    plus the launch (:mod:`app.core.time.efficiency`)."""
+                 out_bytes: float = ACT_BYTES, grouped: bool = False, tile: tuple[float, float] | None = None) -> float:
+    """One GEMM kernel (``count`` equal problems): tensor time at the ceiling - of the whole tiles
+    its output ``tile = (weight side, token side)`` takes (:func:`tile_factor`) - plus operand
+    traffic plus the launch (:mod:`app.core.time.efficiency`)."""
     if m <= 0 or n <= 0 or k <= 0 or count <= 0:
         return 0.0
     dtype = ctx.prec.gemm_dtype if low else "bf16"
     in_b = ctx.prec.gemm_bytes if low else ACT_BYTES
-    flops = 2.0 * m * n * k * count
+    flops = 2.0 * m * n * k * count * (tile_factor(ctx.eff, *tile) if tile else 1.0)
     nbytes = ((m * k + k * n) * in_b + m * n * out_bytes) * count
     return (flops / (ctx.hw.peak_flops(dtype) * ctx.eff.gemm_ceiling(dtype, grouped))
             + nbytes / (ctx.hw.hbm_bw * ctx.eff.mem) + ctx.eff.kernel)
@@ -456,12 +467,13 @@ def _gemm_times(ctx: OpContext, g: Gemm) -> tuple[float, float, float]:
     s = ctx.s
     low, count, grouped = g.low_precision, g.count, g.grouped
     ring = s.tp if (s.tp_comm_overlap and s.tp > 1 and (g.name in UB_COLUMN or g.name in UB_ROW)) else 1
-    f = ring * gemm_seconds(ctx, g.m / ring, g.n, g.k, low=low, count=count, grouped=grouped)
-    wgrad = gemm_seconds(ctx, g.k, g.n, g.m, low=low, count=count, out_bytes=4, grouped=grouped)
+    f = ring * gemm_seconds(ctx, g.m / ring, g.n, g.k, low=low, count=count, grouped=grouped, tile=(g.n, g.m / ring))
+    wgrad = gemm_seconds(ctx, g.k, g.n, g.m, low=low, count=count, out_bytes=4, grouped=grouped, tile=(g.k, g.n))
     if g.module == "indexer":
         return f, wgrad, 0.0
     split = ring if g.name in UB_ROW else 1  # the row-parallel data gradient's all-gather: ring exchange
-    dgrad = split * gemm_seconds(ctx, g.m / split, g.k, g.n, low=low, count=count, grouped=grouped)
+    dgrad = split * gemm_seconds(ctx, g.m / split, g.k, g.n, low=low, count=count, grouped=grouped,
+                                 tile=(g.k, g.m / split))
     return f, wgrad, dgrad
 
 
@@ -712,9 +724,9 @@ def head_cost(ctx: OpContext, mtp_layers: int) -> LayerCost:
     v = padded_vocab(cfg.vocab_size, s.tp, s.vocab_divisible_by) / s.tp
     low = s.fp8_output_proj  # Megatron's TELMHeadColumnParallelLinear (--fp8-output-proj, MXFP8)
     for _ in range(1 + mtp_layers):
-        f = gemm_seconds(ctx, ctx.t, v, cfg.hidden_size, low=low)
-        b = (gemm_seconds(ctx, cfg.hidden_size, v, ctx.t, low=low, out_bytes=4)
-             + gemm_seconds(ctx, ctx.t, cfg.hidden_size, v, low=low))
+        f = gemm_seconds(ctx, ctx.t, v, cfg.hidden_size, low=low, tile=(v, ctx.t))
+        b = (gemm_seconds(ctx, cfg.hidden_size, v, ctx.t, low=low, out_bytes=4, tile=(cfg.hidden_size, v))
+             + gemm_seconds(ctx, ctx.t, cfg.hidden_size, v, low=low, tile=(cfg.hidden_size, ctx.t)))
         lc.fwd.gemm += f
         lc.bwd.gemm += b
         lc.flops_fwd += 2 * ctx.t * v * cfg.hidden_size

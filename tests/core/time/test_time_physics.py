@@ -457,3 +457,33 @@ def test_a_mamba_layer_copies_its_layout_only_for_several_sequences() -> None:
     two = layer_cost(_ctx(cfg, TimeSettings(ep=8, dp=8, mbs=2, global_batch=512, seq_length=8192), "gb200-186gb"), role)
     assert two.fwd.memory - 2 * one.fwd.memory == pytest.approx(copied)
     assert two.bwd.memory - 2 * one.bwd.memory == pytest.approx(copied)
+
+
+def test_a_gemm_pays_for_the_whole_tiles_of_its_output() -> None:
+    """GPT-OSS's attention output projection on B200 (16,384 tokens, 4,096 -> 2,880 features): the
+    Blackwell kernel's 256 x 128 output tiles (256 on the weight side, cuBLAS's M as Transformer
+    Engine calls it) cover 2,880 features with 12 tiles = 3,072 columns, so its tensor time is 3,072 /
+    2,880 of the useful FLOPs'; the data gradient (2,880 -> 4,096 features: 16 whole tiles) pays
+    nothing; the weight gradient (4,096 x 2,880) pays on the 128-wide side only where it does not
+    divide (2,880 = 22.5 x 128: 23 x 128 / 2,880). On H100 (128 x 128 tiles) the forward pays 23 x 128
+    / 2,880."""
+    from app.core.time.ops import Gemm, _gemm_times, tile_factor
+
+    cfg = load_model(CONFIGS / "GPT-OSS-120B.json")
+    s = TimeSettings(ep=64, dp=64, mbs=4, global_batch=1280, precision="bf16")
+    proj = Gemm("proj", 16384.0, 2880.0, 4096.0)
+
+    def tensor_seconds(gpu: str, m: float, n: float, k: float, factor: float) -> float:
+        hw = get_hardware(gpu)
+        eff = CONSTANTS[hw.generation]
+        flops = 2 * m * n * k * factor / (hw.peak_flops("bf16") * eff.gemm["bf16"])
+        return flops + ((m * k + k * n) * 2 + m * n * 2) / (hw.hbm_bw * eff.mem) + eff.kernel
+
+    ctx = _ctx(cfg, s, "b200-180gb")
+    f, _, dgrad = _gemm_times(ctx, proj)
+    assert f == pytest.approx(tensor_seconds("b200-180gb", 16384, 2880, 4096, 3072 / 2880))
+    assert dgrad == pytest.approx(tensor_seconds("b200-180gb", 16384, 4096, 2880, 1.0))
+    assert tile_factor(CONSTANTS["blackwell"], 4096, 2880) == pytest.approx(23 * 128 / 2880)
+    assert tile_factor(CONSTANTS["blackwell"], 4096, 4096) == 1.0
+    f_h100, _, _ = _gemm_times(_ctx(cfg, s, "h100-80gb"), proj)
+    assert f_h100 == pytest.approx(tensor_seconds("h100-80gb", 16384, 2880, 4096, 23 * 128 / 2880))
