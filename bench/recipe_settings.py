@@ -169,7 +169,11 @@ def settings_of(c: Any) -> dict[str, Any]:
     """The settings of one workload config the time model reads (module docstring)."""
     scope = getattr(c, "cuda_graph_scope", None) or []   # older releases lack some fields: their defaults
     scope = [scope] if isinstance(scope, str) else scope
-    full = getattr(c, "cuda_graph_impl", None) == "full_iteration" or "full_iteration" in scope
+    # ``cuda_graph_impl = "none"`` runs no graph whatever the scope says (``_set_cuda_graph_overrides``
+    # sets both; Megatron captures nothing under "none": Llama 3.1 405B's GB200 NVFP4 configs of
+    # v0.3.0-v0.4.2 name the full-iteration scope with impl "none")
+    impl = getattr(c, "cuda_graph_impl", None)
+    full = impl == "full_iteration" or (impl != "none" and "full_iteration" in scope)
     modules = getattr(c, "recompute_modules", None)
     return {"cuda_graph": "full_iteration" if full else "none",
             "ep_comm_overlap": bool(getattr(c, "moe_a2a_overlap", False)),

@@ -27,6 +27,10 @@ def test_full_iteration_graphs_are_the_impl_or_the_scope():
     assert settings_of(_config(cuda_graph_impl="full_iteration"))["cuda_graph"] == "full_iteration"
     assert settings_of(_config(cuda_graph_scope=["full_iteration"]))["cuda_graph"] == "full_iteration"
     assert settings_of(_config(cuda_graph_scope="full_iteration"))["cuda_graph"] == "full_iteration"
+    # impl "none" captures nothing whatever the scope (Llama 3 / 3.1 NVFP4 configs of v0.3.0-v0.4.2)
+    assert settings_of(_config(cuda_graph_impl="none", cuda_graph_scope="full_iteration"))["cuda_graph"] == "none"
+    assert settings_of(_config(cuda_graph_impl="local", cuda_graph_scope="full_iteration"))["cuda_graph"] == (
+        "full_iteration")
     partial = settings_of(_config(cuda_graph_impl="transformer_engine", cuda_graph_scope=["attn", "moe_router"]))
     assert partial["cuda_graph"] == "none"
     s = settings_of(_config(moe_a2a_overlap=True, fp8_dot_product_attention=True, recompute_modules=["moe_act"]))
