@@ -54,7 +54,8 @@ Every GEMM is two kernels (quantise + GEMM) forward and three backward, every la
 elementwise kernels (twelve more with MoE).
 
 Communication per layer (bytes per GPU, timed in :mod:`app.core.time.comm`): TP with SP two
-all-gathers and two reduce-scatters of the ``t x H`` BF16 activation forward and backward (an MoE
+all-gathers (of the quantized GEMM input, :func:`_add_communication`) and two reduce-scatters of
+the ``t x H`` BF16 activation forward and backward (an MoE
 layer with ETP = 1 only the attention's two), without SP two all-reduces; EP an all-to-all
 dispatch and combine of ``t_moe * topk * H`` BF16 forward and again backward (sent once per remote
 NVLink domain with the ``flex`` dispatcher, :func:`app.core.time.comm.all_to_all`); CP the key/value
@@ -634,8 +635,12 @@ def _add_memory_and_host(ctx: OpContext, lc: LayerCost, role: LayerRole, gemms: 
 
 def _add_communication(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
     """Raw seconds per direction (module docstring, "Communication per layer"): TP ``n`` collectives
-    of the ``t x H`` activation (SP: reduce-scatter / all-gather, ``n = 2`` + 2 for a dense MLP or
-    ETP > 1; else 2 all-reduces); EP dispatch + combine of ``t_moe * topk * H``; CP the K/V ring
+    of the ``t x H`` activation (SP: ``n = 2`` + 2 for a dense MLP or ETP > 1, half of them
+    reduce-scatters in BF16 and half all-gathers of a GEMM input, which Transformer Engine quantizes
+    before it gathers - ``module/linear.py`` @ d0067d0d: ``input_quantizer(inputmat)`` then
+    ``gather_along_first_dim(..., quantizer=...)``, which moves FP8, MXFP8 and NVFP4 data as such
+    (``distributed.py``), the gradient gathered for a row-parallel data gradient likewise - so they
+    carry ``Precision.gemm_bytes`` an element, block scales included; without SP 2 all-reduces); EP dispatch + combine of ``t_moe * topk * H``; CP the K/V ring
     ``(CP - 1)`` / ``2 (CP - 1)`` steps, or an all-gather and a reduce-scatter (``allgather``, DSA)."""
     from app.core.time import comm
 
@@ -645,7 +650,9 @@ def _add_communication(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
         mixer, ffn = role.mixer != "none", role.ffn == "dense" or (role.ffn == "moe" and s.etp_ > 1)
         if s.sp:
             n_coll = 2 * mixer + 2 * ffn
-            per = comm.reduce_scatter(gr["tp"], act, hw, eff)
+            # half the collectives gather a GEMM's input, quantized first (docstring)
+            gathered = ctx.t * cfg.hidden_size * ctx.prec.gemm_bytes
+            per = (comm.reduce_scatter(gr["tp"], act, hw, eff) + comm.all_gather(gr["tp"], gathered, hw, eff)) / 2
         else:
             n_coll, per = int(mixer) + int(role.ffn != "none"), comm.all_reduce(gr["tp"], act, hw, eff)
         lc.tp_fwd = lc.tp_bwd = n_coll * per

@@ -487,3 +487,19 @@ def test_a_gemm_pays_for_the_whole_tiles_of_its_output() -> None:
     assert tile_factor(CONSTANTS["blackwell"], 4096, 4096) == 1.0
     f_h100, _, _ = _gemm_times(_ctx(cfg, s, "h100-80gb"), proj)
     assert f_h100 == pytest.approx(tensor_seconds("h100-80gb", 16384, 2880, 4096, 23 * 128 / 2880))
+
+
+def test_sequence_parallel_gathers_move_the_quantized_gemm_input() -> None:
+    """Llama 3.1 70B at TP 4 with SP on GB200, 8,192 tokens: a layer's TP traffic forward is two
+    reduce-scatters of the BF16 activation (8,192 x 8,192 x 2 B) and two all-gathers of the GEMM
+    input, which Transformer Engine quantizes before gathering - 1 + 1/32 B an element in MXFP8, 0.5 +
+    1/16 in NVFP4, 2 in BF16 - each timed by the collective's own rule."""
+    cfg = load_model("llama-3.1-70b")
+    role = derive_roles(cfg, role_rule("megatron")).layers[0]
+    for precision, element in (("mxfp8", 1 + 1 / 32), ("nvfp4", 0.5 + 1 / 16), ("bf16", 2.0)):
+        s = TimeSettings(tp=4, pp=1, dp=1, mbs=1, global_batch=1, seq_length=8192, sp=True, precision=precision)
+        ctx = _ctx(cfg, s, "gb200-186gb")
+        act = 8192 * 8192
+        rs = comm.reduce_scatter(ctx.groups["tp"], act * 2, ctx.hw, ctx.eff)
+        ag = comm.all_gather(ctx.groups["tp"], act * element, ctx.hw, ctx.eff)
+        assert layer_cost(ctx, role).tp_fwd == pytest.approx(2 * rs + 2 * ag), precision
