@@ -169,9 +169,11 @@ def settings_of(c: Any) -> dict[str, Any]:
     """The settings of one workload config the time model reads (module docstring)."""
     scope = getattr(c, "cuda_graph_scope", None) or []   # older releases lack some fields: their defaults
     scope = [scope] if isinstance(scope, str) else scope
-    # ``cuda_graph_impl = "none"`` runs no graph whatever the scope says (``_set_cuda_graph_overrides``
-    # sets both; Megatron captures nothing under "none": Llama 3.1 405B's GB200 NVFP4 configs of
-    # v0.3.0-v0.4.2 name the full-iteration scope with impl "none")
+    # A "full_iteration" scope is a full-iteration graph, unless the config says impl "none": the
+    # only configs that name the scope with impl "none" (Llama 3 / 3.1 NVFP4, v0.3.0-v0.4.2) ran on a
+    # Megatron-Core from before its CUDA-graph refactor (NVIDIA/Megatron-LM e41b37002c, 2026-05-18),
+    # which captures nothing under impl "none"; the refactor migrates the scope to the full-iteration
+    # impl, and v0.6.0's ``_benchmark_common`` clears the scope when impl is "none" (perf_recipes/_common.py)
     impl = getattr(c, "cuda_graph_impl", None)
     full = impl == "full_iteration" or (impl != "none" and "full_iteration" in scope)
     modules = getattr(c, "recompute_modules", None)

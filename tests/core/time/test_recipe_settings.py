@@ -23,7 +23,9 @@ def _config(**kw):
 
 def test_full_iteration_graphs_are_the_impl_or_the_scope():
     """``cuda_graph_impl="full_iteration"``, or a scope naming ``full_iteration`` (Megatron promotes
-    it, perf_recipes/_common.py); partial graphs (``transformer_engine`` with scopes) are eager here."""
+    it, perf_recipes/_common.py) unless the impl is "none" (the Megatron-Core those configs ran on,
+    before its CUDA-graph refactor, captured nothing then); partial graphs (``transformer_engine``
+    with scopes) are eager here."""
     assert settings_of(_config(cuda_graph_impl="full_iteration"))["cuda_graph"] == "full_iteration"
     assert settings_of(_config(cuda_graph_scope=["full_iteration"]))["cuda_graph"] == "full_iteration"
     assert settings_of(_config(cuda_graph_scope="full_iteration"))["cuda_graph"] == "full_iteration"
