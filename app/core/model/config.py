@@ -969,7 +969,7 @@ def yarn_attention_factor(raw: dict[str, Any]) -> float:
         return 0.1 * m * math.log(factor) + 1.0
 
     m, m_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
-    if isinstance(m, (int, float)) and isinstance(m_all, (int, float)) and not isinstance(m, bool):
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (m, m_all)):
         return mscale(m) / mscale(m_all)
     return mscale(1.0)
 

@@ -640,8 +640,9 @@ def _add_communication(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
     before it gathers - ``module/linear.py`` @ d0067d0d: ``input_quantizer(inputmat)`` then
     ``gather_along_first_dim(..., quantizer=...)``, which moves FP8, MXFP8 and NVFP4 data as such
     (``distributed.py``), the gradient gathered for a row-parallel data gradient likewise - so they
-    carry ``Precision.gemm_bytes`` an element, block scales included; without SP 2 all-reduces); EP dispatch + combine of ``t_moe * topk * H``; CP the K/V ring
-    ``(CP - 1)`` / ``2 (CP - 1)`` steps, or an all-gather and a reduce-scatter (``allgather``, DSA)."""
+    carry ``Precision.gemm_bytes`` an element, block scales included; without SP 2 all-reduces); EP
+    dispatch + combine of ``t_moe * topk * H``; CP the K/V ring ``(CP - 1)`` / ``2 (CP - 1)`` steps,
+    or an all-gather and a reduce-scatter (``allgather``, DSA)."""
     from app.core.time import comm
 
     cfg, s, hw, eff, gr = ctx.cfg, ctx.s, ctx.hw, ctx.eff, ctx.groups
