@@ -968,9 +968,10 @@ def yarn_attention_factor(raw: dict[str, Any]) -> float:
     def mscale(m: float) -> float:
         return 0.1 * m * math.log(factor) + 1.0
 
-    m, m_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (m, m_all)):
-        return mscale(m) / mscale(m_all)
+    pair = [scaling.get("mscale"), scaling.get("mscale_all_dim")]
+    numbers = [float(v) for v in pair if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if len(numbers) == 2:
+        return mscale(numbers[0]) / mscale(numbers[1])
     return mscale(1.0)
 
 
