@@ -283,20 +283,36 @@ def training_runs(parsed: LauncherParse, vocabulary: Mapping[str, str]
             if entry_point_engines(run[2]) or any(flag in vocabulary for flag, _ in run[3])]
 
 
+def _known_entry_points() -> str:
+    """The training entry points isplan knows, by engine (one label per set: hf builds Megatron's)."""
+    entries: dict[tuple[str, ...], str] = {}
+    for e in ENGINES.values():
+        if e.workflow == "training" and e.launch.entry_points:
+            entries.setdefault(e.launch.entry_points, e.label)
+    return ", ".join(f"{label}'s {' / '.join(points)}" for points, label in entries.items())
+
+
 def _not_a_training_run(parsed: LauncherParse) -> str:
     """Why a script whose Python command is neither a known training entry point nor sets a plan flag
     is refused: ``python tools/preprocess_data.py ...``, a checkpoint converter, an evaluation - a
     verdict on it would be the default plan's, not the job's."""
     program = parsed.program or "its Python command"
     at = where(*parsed.trainer) if parsed.trainer else "the script"
-    entries: dict[tuple[str, ...], str] = {}   # one label per set of entry points (hf builds Megatron's)
-    for e in ENGINES.values():
-        if e.workflow == "training" and e.launch.entry_points:
-            entries.setdefault(e.launch.entry_points, e.label)
-    known = ", ".join(f"{label}'s {' / '.join(points)}" for points, label in entries.items())
-    return (f"{program} ({at}) is not a training entry point isplan knows ({known}) and sets none of the plan's "
-            "flags (--tensor-model-parallel-size, --pipeline-model-parallel-size, --num-layers ...): nothing "
-            "in the script says what would be trained; give the training run's launcher")
+    return (f"{program} ({at}) is not a training entry point isplan knows ({_known_entry_points()}) and sets none "
+            "of the plan's flags (--tensor-model-parallel-size, --pipeline-model-parallel-size, --num-layers ...): "
+            "nothing in the script says what would be trained; give the training run's launcher")
+
+
+def _unknown_entry_point(parsed: LauncherParse, engine: str) -> str:
+    """Said when a script's Python command sets plan flags but is no entry point isplan knows (a
+    project's own ``train.py``, Megatron-Bridge's MIMO examples, whose parallelism comes from
+    environment variables): its flags are read as ``engine``'s entry point reads them, and whatever
+    else it reads is not seen."""
+    program = parsed.program or "its Python command"
+    at = where(*parsed.trainer) if parsed.trainer else "the script"
+    return (f"{program} ({at}) is not a training entry point isplan knows ({_known_entry_points()}): its flags are "
+            f"read as {ENGINES[engine].label}'s entry point reads them, and what it sets otherwise (environment "
+            "variables, its own configuration) is not seen - check the plan's parallel sizes against what it runs")
 
 
 def _training_import(parsed: LauncherParse, cfg: ModelConfig, base: Plan, path: str | None,
@@ -316,6 +332,8 @@ def _training_import(parsed: LauncherParse, cfg: ModelConfig, base: Plan, path: 
     vocabulary = flag_vocabulary()
     if guess.engine is None and not any(f in vocabulary for f in (*parsed.values, *parsed.switches)):
         raise LauncherImportError(_not_a_training_run(parsed))
+    if guess.engine is None and parsed.program is not None and not entry_point_engines(parsed.program):
+        warnings.append(_unknown_entry_point(parsed, engine))
     runs = training_runs(parsed, vocabulary)
     if len({(posixpath.basename(p or ""), flags) for _, _, p, flags in runs}) > 1:   # the same launch twice is one
         lines = ", ".join(f"{where(f, n)} ({p or 'a Python command'})" for f, n, p, _ in runs)

@@ -204,9 +204,17 @@ def test_a_python_command_that_is_no_training_run_is_refused(script):
 
     with pytest.raises(LauncherImportError, match=r"is not a training entry point isplan knows .* sets none of"):
         import_launcher(script, load_preset("glm-5.2"), Plan(model="glm-5.2"))
-    # an unknown entry point that sets a plan flag is read (a wrapper of Megatron's pretrain)
+    # an unknown entry point that sets a plan flag is read (a wrapper of Megatron's pretrain), saying
+    # that what it reads otherwise (Megatron-Bridge's MIMO examples take their TP from environment
+    # variables) is not seen; a known entry point is read without that
     custom = "torchrun --nproc-per-node 8 my_trainer.py --tensor-model-parallel-size 4\n"
-    assert import_launcher(custom, load_preset("glm-5.2"), Plan(model="glm-5.2")).plan.tp == 4
+    got = import_launcher(custom, load_preset("glm-5.2"), Plan(model="glm-5.2"))
+    assert got.plan.tp == 4
+    assert any(w.startswith("my_trainer.py (line 1) is not a training entry point isplan knows")
+               and "is not seen" in w for w in got.warnings), got.warnings
+    known = "torchrun --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 4\n"
+    assert not any("entry point" in w for w in import_launcher(known, load_preset("glm-5.2"),
+                                                                Plan(model="glm-5.2")).warnings)
 
 
 def test_two_different_training_runs_in_one_script_are_refused():
