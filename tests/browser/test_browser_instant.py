@@ -516,6 +516,10 @@ def axe_findings(page: Page) -> list[str]:
     ("vpp", "/?split=13,26,13,26&vpp=2&tp=4"),
     ("about", "/about"),
     ("slime-kimi-k2", "/?model=kimi-k2&engine=slime&pp=4&tp=8&ep=32&dp=2"),
+    ("vllm", "/?model=glm-5.2&engine=vllm&tp=8&pp=4"),
+    ("hf", "/?model=glm-5.2&engine=hf&pp=4"),
+    ("time-gb200", "/?model=qwen3-235b-a22b&engine=megatron&pp=8&vpp=3&ep=32&dp=32&gpu=gb200-186gb&precision=mxfp8"
+                   "&global_batch=8192"),
 ])
 @pytest.mark.parametrize("width", [1440, 390])
 def test_axe_serious_and_critical(open_page, state, path, width):
