@@ -32,7 +32,10 @@ Mamba-2 mixer (``NemotronHMamba2Mixer``; Megatron ``megatron/core/ssm/mamba_mixe
   ``chunk_scan`` reads ``C B^T``, x, dt, dA, C, the states and z and writes the output and its
   pre-norm copy; the gated RMSNorm reads both and writes the normed output.
   The backward recomputes the conv and the states and forms every gradient: three times the
-  forward's bytes (the time model's other memory-bound work moves twice).
+  forward's bytes (the time model's other memory-bound work moves twice; a kernel-by-kernel count
+  of ``MambaSplitConv1dScanCombinedFn.backward`` @ e9594ce1, FP32 partial gradients included, gives
+  2.6-3x). The time model moves these bytes at a fitted share of the streaming bandwidth
+  (``app.core.time.efficiency.SSD_BANDWIDTH``).
 """
 
 from __future__ import annotations

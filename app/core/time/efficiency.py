@@ -54,6 +54,9 @@ class Efficiency:
     #: output dimension that is not a multiple of its side pays for the rest of the last tile
     #: (:func:`app.core.time.ops.tile_factor`)
     gemm_tile: tuple[int, int] = (128, 128)
+    #: the share of ``mem`` that a hybrid model's Mamba-2 kernels (mamba_ssm's Triton conv and SSD
+    #: chunk kernels) reach on the bytes they move: fitted (:data:`FITTED`, :data:`SSD_BANDWIDTH`)
+    ssd_bw: float = 1.0
     lat_nvlink: float = 10e-6
     lat_net: float = 25e-6
     #: the attention core as Megatron's unfused ``DotProductAttention`` (batched GEMMs over the whole
@@ -96,6 +99,16 @@ class Efficiency:
 #: / 32 over 400 Gb/s InfiniBand, timed with the ``flex`` dispatcher's one copy per remote node)
 #: reaches 0.51 of the NIC, not DeepEP's 0.85 on H800 (stated for the other generations).
 _HOST_OP = 7.5e-05  # refitted with ops.HOST_EXPERT_LAUNCH (issue 18, ninth round)
+#: Mamba-2's kernels run at 0.45 of a streaming kernel's bandwidth on the bytes they move
+#: (``hybrid.MambaDims.scan_bytes_per_token``, three times backward: a kernel-by-kernel recount of
+#: ``MambaSplitConv1dScanCombinedFn.backward`` in state-spaces/mamba ``mamba_ssm/ops/triton/ssd_combined.py``
+#: @ e9594ce1 - the conv and the states recomputed, ~14 kernels, FP32 partial gradients of B, C and
+#: C B^T - gives 2.6-3x). Fitted on the 20 Nemotron 3 Nano runs alone (a grid of 1 / 0.55 ... 0.35:
+#: mean |error| 12.9 -> 3.4 %, max 24 -> 8 %) and checked on the 30 Nemotron 3 Super runs, which it was
+#: not fitted on (12.7 -> 8.9 %); no kernel-level measurement of these kernels' bandwidth is published. Each
+#: tile of them does small matrix products, exponentials and a sequential chunk scan between its
+#: loads, so none streams at HBM speed. Every generation alike (one value for Hopper and Blackwell).
+SSD_BANDWIDTH = 0.45
 _BW_GEMM, _BWU_GEMM, _BW_GROUPED, _BW_FP4 = 0.5963, 0.6815, 0.4622, 0.5195
 _HOPPER_GEMM, _HOPPER_A2A_NET = 0.7185, 0.5110
 _AMPERE_GEMM = 0.81
@@ -119,22 +132,24 @@ CONSTANTS: dict[str, Efficiency] = {
     # Ampere: every measured A100 Megatron run (Narayanan et al. 2021, Korthikanti et al. 2022) predates
     # flash attention in Megatron and ran the unfused core attention (Efficiency.attn_unfused)
     "ampere": Efficiency("ampere", gemm={"bf16": _AMPERE_GEMM}, attn_fwd=0.55, attn_bwd=0.40, host_op=_HOST_OP,
-                         attn_unfused=True),
+                         attn_unfused=True, ssd_bw=SSD_BANDWIDTH),
     "hopper": Efficiency("hopper", gemm={"bf16": _HOPPER_GEMM, "fp8": _HOPPER_GEMM}, attn_fwd=0.60, attn_bwd=0.45,
-                         host_op=_HOST_OP, a2a_net=_HOPPER_A2A_NET),
+                         host_op=_HOST_OP, a2a_net=_HOPPER_A2A_NET, ssd_bw=SSD_BANDWIDTH),
     "blackwell": Efficiency("blackwell", gemm={"bf16": _BW_GEMM, "fp8": _BW_GEMM, "fp4": _BW_FP4},
                             gemm_grouped={"bf16": _BW_GROUPED, "fp8": _BW_GROUPED}, attn_fwd=0.60,
-                            attn_bwd=0.45, attn_head64=_BW_HEAD64, host_op=_HOST_OP, gemm_tile=_BW_TILE),
+                            attn_bwd=0.45, attn_head64=_BW_HEAD64, host_op=_HOST_OP, gemm_tile=_BW_TILE,
+                            ssd_bw=SSD_BANDWIDTH),
     # Blackwell Ultra doubles the SFU (MUFU.EX2) throughput that bounds the softmax of attention on
     # Blackwell (NVIDIA, "Making Softmax More Efficient with NVIDIA Blackwell Ultra"; verda GB300 table:
     # 10.7 vs 5 TeraExponentials/s); FlashAttention-4 reports the exponentials taking 25-60 % longer
     # than the matmuls on B200: stated as 1.25 x Blackwell's attention efficiency.
     "blackwell_ultra": Efficiency("blackwell_ultra", gemm={"bf16": _BWU_GEMM, "fp8": _BWU_GEMM, "fp4": _BW_FP4},
                                   gemm_grouped={"bf16": _BW_GROUPED, "fp8": _BW_GROUPED}, attn_fwd=0.75, attn_bwd=0.5625,
-                                  attn_head64=_BW_HEAD64, host_op=_HOST_OP, gemm_tile=_BW_TILE),
+                                  attn_head64=_BW_HEAD64, host_op=_HOST_OP, gemm_tile=_BW_TILE,
+                                  ssd_bw=SSD_BANDWIDTH),
     # no calibration row: Hopper's fractions (stated, unvalidated)
     "cdna3": Efficiency("cdna3", gemm={"bf16": _HOPPER_GEMM, "fp8": _HOPPER_GEMM}, attn_fwd=0.45, attn_bwd=0.35,
-                        host_op=_HOST_OP),
+                        host_op=_HOST_OP, ssd_bw=SSD_BANDWIDTH),
 }
 
 #: Which constants were fitted, on what (docs/MODELS.md "Step time" lists the rest with sources).
@@ -151,6 +166,8 @@ FITTED: dict[str, str] = {
     "host_op (every generation)": "calibration + development rows (--fit-dev; only micro-batch-1 MoE runs are "
                                   "host-bound); ninth round: 7.5e-05 with ops.HOST_EXPERT_LAUNCH 0.35 (a grid over "
                                   "both on the calibration and the 104 development rows' log error)",
+    "ssd_bw (every generation)": "the 20 Nemotron 3 Nano development rows (a grid 1, 0.55 ... 0.35; 0.45); the 30 "
+                                 "Nemotron 3 Super rows, not fitted on, check it (SSD_BANDWIDTH)",
 }
 
 

@@ -184,13 +184,13 @@ FAMILY_CAVEATS = {
                "recipe settings) this model's tokens/s/GPU are off by +0 to +56 % in BF16 on B200 / B300 / GB200 / "
                "GB300, +2 to +8 % on H100 and -15 to +44 % in MXFP8 on GB200 / GB300 / B300 (Transformer Engine's "
                "fused expert MLP, which the newer MXFP8 recipes switch on, is not modelled); read it as optimistic",
-    "nemotron_h": "hybrid Mamba models were fitted on nothing: the Mamba-2 scan's kernels are timed from their FLOPs "
-                  "(at the attention fractions) and bytes, not from a measurement; against Megatron-Bridge's 20 "
-                  "published Nemotron 3 Nano runs (docs/performance-summary*.md @ 067f987d; python -m bench steptime) "
-                  "this model predicts 7-19 % more tokens/s/GPU in MXFP8 on B200 / B300 / GB200 / GB300 and 4-24 % "
-                  "more in FP8 on H100, and against its 30 Nemotron 3 Super runs (LatentMoE, two MTP depths) "
-                  "-17 to -10 % on GB200, +10 to +26 % on GB300, +6 to +13 % on B200 and -6 to +8 % on B300 "
-                  "(EP 8); read it as uncertain by system",
+    "nemotron_h": "hybrid Mamba models: the Mamba-2 kernels are timed from their FLOPs and bytes, the bytes at a "
+                  "bandwidth fitted on Nemotron 3 Nano's runs (efficiency.SSD_BANDWIDTH); against Megatron-Bridge's "
+                  "20 published Nemotron 3 Nano runs (docs/performance-summary*.md @ 067f987d; python -m bench "
+                  "steptime) this model's tokens/s/GPU are off by -8 to +3 % in MXFP8 on B200 / B300 / GB200 / GB300 "
+                  "and -8 to +6 % in FP8 on H100, and against its 30 Nemotron 3 Super runs (LatentMoE, two MTP "
+                  "depths; not fitted on) by -18 to -13 % on GB200, -2 to +13 % on GB300, +2 to +5 % on B200 and "
+                  "-14 to +1 % on B300 (EP 8); read it as uncertain by system",
 }
 
 #: SMs the expert-parallel dispatch / combine kernels occupy while they run beside compute: Megatron-Bridge's

@@ -25,7 +25,8 @@ layer. The GEMMs of one layer, as (M, N, K) per GPU (Megatron-Core module shapes
   timed: the scan's FLOPs (``ssm_scan``, over TP) at the attention fractions of the BF16 peak, 2.5 x
   backward as flash attention's (the backward recomputes the chunk states and forms three
   gradients), plus the kernels' bytes over HBM (``MambaDims.scan_bytes_per_token``), three times
-  backward (it recomputes the conv and the states). A hybrid layer has one norm, one
+  backward (it recomputes the conv and the states), at ``Efficiency.ssd_bw`` of the rate a streaming
+  kernel reaches (fitted: ``efficiency.SSD_BANDWIDTH``). A hybrid layer has one norm, one
   residual add and one module; its attention applies no RoPE (Nemotron-H's attention layers carry
   no position embedding: ``NemotronHAttention`` rotates nothing, the Mamba layers give the order);
   its kernel gaps and host operations are counted as a whole layer's (:data:`HOST_LAYER_OPS`: more
@@ -614,13 +615,13 @@ BWD_BYTES = {"mamba": 3.0, "rope_unfused": UNFUSED_ROPE_BYTES[1] / UNFUSED_ROPE_
 
 def _add_memory_and_host(ctx: OpContext, lc: LayerCost, role: LayerRole, gemms: list[Gemm]) -> None:
     """Memory-bound work ``bytes / (HBM * m)`` forward, twice backward (the Mamba scan's three
-    times, :data:`BWD_BYTES`; :func:`_elementwise`); a
+    times, :data:`BWD_BYTES`, and its bytes at ``ssd_bw`` of that rate; :func:`_elementwise`); a
     gap of ``kernel`` per kernel (two per GEMM, eight more per layer, twelve more per MoE layer;
     twice as many backward); the host's issue time ``ops * host_op`` (:func:`host_ops`), none under
     a full-iteration CUDA graph."""
     eff = ctx.eff
     for key, nbytes in _elementwise(ctx, role, gemms).items():
-        sec = mem_seconds(ctx, nbytes)
+        sec = mem_seconds(ctx, nbytes) / (eff.ssd_bw if key == "mamba" else 1.0)
         lc.fwd.memory += sec
         lc.bwd.memory += BWD_BYTES.get(key, 2.0) * sec
         lc.modules[key] = lc.modules.get(key, 0.0) + sec

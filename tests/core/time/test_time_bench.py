@@ -235,8 +235,9 @@ def test_the_hybrid_caveat_quotes_todays_errors() -> None:
     rows = evaluate([r for r in dev + test if r["model"].startswith("Nemotron-3-")])
     caveat = FAMILY_CAVEATS["nemotron_h"].replace("+", "")
     nano = [r for r in rows if r["model"].startswith("Nemotron-3-Nano")]
-    assert f"{span([r['err'] for r in nano if r['gpu'] != 'h100-80gb'], False)} % more tokens/s/GPU in MXFP8" in caveat
-    assert f"{span([r['err'] for r in nano if r['gpu'] == 'h100-80gb'], False)} % more in FP8 on H100" in caveat
+    blackwell = span([r["err"] for r in nano if r["gpu"] != "h100-80gb"], True).replace("+", "")
+    assert f"off by {blackwell} % in MXFP8" in caveat, blackwell
+    assert f"{span([r['err'] for r in nano if r['gpu'] == 'h100-80gb'], True).replace('+', '')} % in FP8 on H100" in caveat
     for gpu, shown in (("gb200-186gb", "GB200"), ("gb300-288gb", "GB300"), ("b200-180gb", "B200"),
                        ("b300-288gb", "B300")):
         errs = [r["err"] for r in rows if r["model"].startswith("Nemotron-3-Super") and r["gpu"] == gpu]

@@ -459,6 +459,29 @@ def test_a_mamba_layer_copies_its_layout_only_for_several_sequences() -> None:
     assert two.bwd.memory - 2 * one.bwd.memory == pytest.approx(copied)
 
 
+def test_the_mamba_kernels_move_their_bytes_at_the_ssd_bandwidth() -> None:
+    """Nemotron 3 Nano's Mamba mixer at micro-batch 1 and 8,192 tokens on GB200: its kernels move,
+    by the kernel list of ``hybrid.py`` (d = 4,096, G N = 1,024, 64 heads, conv_dim 6,144, FP32 chunk
+    states 64 x 64 x 128 x 4 / 128 = 16,384 B and C B^T 8 x 128 x 4 = 4,096 B a token): the conv
+    4 x 6,144, sixteen d-wide BF16 passes (65,536), eight of G N (8,192), 26 B a head (1,664), the
+    states four times (65,536) and C B^T twice (8,192) = 173,696 B a token forward, three times that
+    backward; at 0.45 of a streaming kernel's bandwidth they take 1 / 0.45 of the time they would."""
+    from app.core.time.efficiency import SSD_BANDWIDTH
+
+    cfg = load_model(CONFIGS / "Nemotron-3-Nano-30B-A3B.json")
+    role = next(r for r in derive_roles(cfg, role_rule("megatron")).layers if r.mixer == "mamba")
+    s = TimeSettings(ep=8, dp=8, mbs=1, global_batch=512, seq_length=8192)
+    ctx = _ctx(cfg, s, "gb200-186gb")
+    streaming = replace(ctx, eff=replace(ctx.eff, ssd_bw=1.0))
+    hw, eff = get_hardware("gb200-186gb"), CONSTANTS["blackwell"]
+    scan = 173_696 * 8192 / (hw.hbm_bw * eff.mem)
+    assert SSD_BANDWIDTH == eff.ssd_bw == 0.45
+    fast, slow = layer_cost(streaming, role), layer_cost(ctx, role)
+    assert slow.fwd.memory - fast.fwd.memory == pytest.approx(scan * (1 / 0.45 - 1))
+    assert slow.bwd.memory - fast.bwd.memory == pytest.approx(3 * scan * (1 / 0.45 - 1))
+    assert slow.fwd.gemm == fast.fwd.gemm and slow.fwd.attention == fast.fwd.attention  # only the bytes slow down
+
+
 def test_a_gemm_pays_for_the_whole_tiles_of_its_output() -> None:
     """GPT-OSS's attention output projection on B200 (16,384 tokens, 4,096 -> 2,880 features): the
     Blackwell kernel's 256 x 128 output tiles (256 on the weight side, cuBLAS's M as Transformer
