@@ -359,3 +359,27 @@ def test_a_maxtext_launcher_imports_as_its_pipeline(client):
     for part in ("engine=maxtext", "ici_pipeline_parallelism=3", "layers_per_pipeline_stage=5"):
         assert part in loc, part
     assert "Launcher read: maxtext (a MaxText training command (config src/maxtext/configs/base.yml))" in unescape(r.text)
+
+
+@pytest.mark.parametrize("engine, query", [
+    ("megatron", "split=14,8,8,8,8,8,8,16&tp=4"),
+    ("vllm", "tp=8&pp=2"),
+])
+def test_a_custom_gpu_without_its_capacity_names_the_setting_to_give(client, engine, query):
+    """``gpu=custom`` needs ``gpu_memory_gb``: the API's 422, the page's field message and the CLI's
+    exit 2 all name that setting (it was a message about ``gpu_capacity_bytes`` on the ``tp`` field,
+    a name no form, flag or URL key has)."""
+    r = client.get(f"/api/v1/check?model=glm-5.2&engine={engine}&{query}&gpu=custom")
+    assert r.status_code == 422, r.text
+    (err,) = r.json()["errors"]
+    assert err["field"] == "gpu_memory_gb" and "--gpu-memory-gb" in err["message"], err
+    page = unescape(client.get(f"/?model=glm-5.2&engine={engine}&{query}&gpu=custom").text)
+    assert re.search(r'id="err-gpu_memory_gb" role="alert">[^<]*--gpu-memory-gb', page)
+    flags = [f"--{k.replace('_', '-')}" if k != "split" else "--split" for k, _ in parse_qsl(query)]
+    values = [v for _, v in parse_qsl(query)]
+    argv = [x for pair in zip(flags, values) for x in pair]
+    p = isplan("check", "glm-5.2", "--engine", engine, *argv, "--gpu", "custom")
+    assert p.returncode == 2 and "--gpu-memory-gb" in p.stderr, p.stderr
+    ok = client.get(f"/api/v1/check?model=glm-5.2&engine={engine}&{query}&gpu=custom&gpu_memory_gb=80")
+    assert ok.status_code in (200, 409), ok.text  # given, it is read: a verdict, not a 422
+    assert all(e.get("field") != "gpu_memory_gb" for e in ok.json().get("errors", []))

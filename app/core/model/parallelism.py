@@ -78,12 +78,19 @@ GPU_PRESETS: dict[str, GpuPreset] = {
 GPU_ALIASES = dict(HARDWARE_ALIASES)
 
 
+class GpuCapacityError(ValueError):
+    """``--gpu custom`` without its capacity: the plan's ``gpu_memory_gb`` is the setting to give."""
+
+    field = "gpu_memory_gb"
+
+
 def resolve_gpu(gpu: str, capacity_bytes: int | None = None) -> GpuPreset:
     """A preset by id (or short alias), or ``custom`` with ``capacity_bytes``."""
     key = GPU_ALIASES.get(gpu, gpu)
     if key == "custom":
         if capacity_bytes is None or capacity_bytes <= 0:
-            raise ValueError("gpu 'custom' needs gpu_capacity_bytes > 0 (bytes per GPU)")
+            raise GpuCapacityError("--gpu custom needs the GPU's capacity: give --gpu-memory-gb GB "
+                                   "(URL key gpu_memory_gb), e.g. 80")
         return GpuPreset("custom", f"custom ({capacity_bytes / 1e9:g} GB)", int(capacity_bytes))
     if key not in GPU_PRESETS:
         raise ValueError(f"unknown gpu {gpu!r}; use one of {', '.join(GPU_PRESETS)} or 'custom'")

@@ -370,7 +370,7 @@ class MegatronEngine(Engine):
         try:
             par = parallel_config(plan, stages, cfg)
         except ValueError as exc:
-            out.problems.append(FieldProblem("tp", f"parallel settings: {exc}"))
+            out.problems.append(FieldProblem(getattr(exc, "field", "tp"), f"parallel settings: {exc}"))
             return out
         out.parallel = par
         if not stages.stages:   # the placement refused: its errors are the verdict; time as the recipes place it
