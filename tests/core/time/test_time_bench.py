@@ -227,18 +227,18 @@ def test_the_hybrid_caveat_quotes_todays_errors() -> None:
     from app.core.time.model import FAMILY_CAVEATS
     from bench.steptime import development_rows, evaluate
 
-    def span(errs: list[float], signed: bool) -> str:
+    def span(errs: list[float]) -> str:
+        """``lo to hi`` in whole per cent, signs as the caveat is compared (its ``+`` dropped)."""
         lo, hi = (math.floor(100 * e + 0.5) for e in (min(errs), max(errs)))
-        return f"{lo:+d} to {hi:+d}".replace("+-", "-") if signed else f"{lo}-{hi}"
+        return f"{lo:d} to {hi:d}"
 
     dev, test = development_rows()
     rows = evaluate([r for r in dev + test if r["model"].startswith("Nemotron-3-")])
     caveat = FAMILY_CAVEATS["nemotron_h"].replace("+", "")
     nano = [r for r in rows if r["model"].startswith("Nemotron-3-Nano")]
-    blackwell = span([r["err"] for r in nano if r["gpu"] != "h100-80gb"], True).replace("+", "")
-    assert f"off by {blackwell} % in MXFP8" in caveat, blackwell
-    assert f"{span([r['err'] for r in nano if r['gpu'] == 'h100-80gb'], True).replace('+', '')} % in FP8 on H100" in caveat
+    assert f"off by {span([r['err'] for r in nano if r['gpu'] != 'h100-80gb'])} % in MXFP8" in caveat
+    assert f"{span([r['err'] for r in nano if r['gpu'] == 'h100-80gb'])} % in FP8 on H100" in caveat
     for gpu, shown in (("gb200-186gb", "GB200"), ("gb300-288gb", "GB300"), ("b200-180gb", "B200"),
                        ("b300-288gb", "B300")):
         errs = [r["err"] for r in rows if r["model"].startswith("Nemotron-3-Super") and r["gpu"] == gpu]
-        assert f"{span(errs, True).replace('+', '')} % on {shown}" in caveat, (gpu, span(errs, True))
+        assert f"{span(errs)} % on {shown}" in caveat, (gpu, span(errs))
