@@ -238,6 +238,33 @@ def test_deepseek_v2_routes_without_a_correction_bias():
     assert noaux.checkpoint_total == noaux.main_total + 26 * 64
 
 
+# config.json field values of zai-org/GLM-4.7-Flash (slime's scripts/models/glm4.7-30B-A3B.sh @ 624b824a
+# builds the same: 1 dense + 46 MoE layers, MLA q 768 / kv 512, heads of 192 + 64 / 256, 64 experts top-4)
+GLM47_FLASH = {"model_type": "glm4_moe_lite", "architectures": ["Glm4MoeLiteForCausalLM"], "hidden_size": 2048,
+               "intermediate_size": 10240, "moe_intermediate_size": 1536, "num_hidden_layers": 47,
+               "num_attention_heads": 20, "num_key_value_heads": 20, "q_lora_rank": 768, "kv_lora_rank": 512,
+               "qk_nope_head_dim": 192, "qk_rope_head_dim": 64, "v_head_dim": 256, "n_routed_experts": 64,
+               "n_shared_experts": 1, "num_experts_per_tok": 4, "first_k_dense_replace": 1, "n_group": 1,
+               "topk_group": 1, "num_nextn_predict_layers": 1, "routed_scaling_factor": 1.8, "norm_topk_prob": True,
+               "topk_method": "noaux_tc", "vocab_size": 154880, "tie_word_embeddings": False}
+
+
+def test_glm_4_7_flash_is_read_as_mla_moe():
+    """GLM-4.7-Flash (``glm4_moe_lite``: DeepSeek-V3's attention, GLM-4.5's MoE), by hand: attention
+    a layer q_a 2048·768 + 768 + q_b 768·20·256 + kv_a 2048·576 + 512 + kv_b 512·20·448 + o 20·256·2048
+    = 21,759,232 (x 47); two norms 4,096 a layer; the dense layer 3·2048·10,240 = 62,914,560; an MoE
+    layer 64 experts x 3·2048·1536 + the shared one + the router 64·2048 = 613,548,032 (x 46);
+    embedding and head 2 x 154,880·2048; the final norm 2,048: 29,943,390,976. The checkpoint adds
+    46 router biases of 64 and the MTP layer."""
+    cfg = load(GLM47_FLASH)
+    assert cfg.attention == "mla" and cfg.moe_router_bias and not cfg.has_indexer
+    r = count_parameters(cfg)
+    attention, moe_layer = 21_759_232, 64 * 3 * 2048 * 1536 + 3 * 2048 * 1536 + 64 * 2048
+    assert r.main_total == (47 * attention + 47 * 4096 + 3 * 2048 * 10240 + 46 * moe_layer
+                            + 2 * 154880 * 2048 + 2048) == 29_943_390_976
+    assert r.checkpoint_total - r.main_total - 46 * 64 == r.breakdown["mtp"] > 0
+
+
 # config.json field values of openai/gpt-oss-20b (layer_types: sliding and full alternate, sliding first)
 GPT_OSS_20B = {"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"], "hidden_size": 2880,
                "intermediate_size": 2880, "num_local_experts": 32, "num_experts_per_tok": 4, "num_hidden_layers": 24,
@@ -377,7 +404,7 @@ LLAMA4_SMALL = {"model_type": "llama4", "text_config": {
 
 
 @pytest.mark.parametrize("raw", [PHI3_MINI, GEMMA_7B, GEMMA2_9B, QWEN15_MOE, DEEPSEEK_V2_LITE, GPT_OSS_20B,
-                                 NEMOTRON4_15B, LLAMA4_SMALL],
+                                 NEMOTRON4_15B, LLAMA4_SMALL, GLM47_FLASH],
                          ids=lambda r: r["model_type"])
 def test_every_new_family_is_judged_and_timed(raw):
     """A Megatron plan of each family added in this round gets a verdict with memory, parallel
@@ -387,7 +414,8 @@ def test_every_new_family_is_judged_and_timed(raw):
 
     cfg = load(raw)
     experts = cfg.n_routed_experts
-    pp = 2 if cfg.num_hidden_layers % 2 == 0 else 3  # Megatron splits the layers evenly (DeepSeek-V2-Lite: 27)
+    # Megatron splits the layers evenly (DeepSeek-V2-Lite: 27; GLM-4.7-Flash: 47, one stage)
+    pp = next(p for p in (2, 3, 1) if cfg.num_hidden_layers % p == 0)
     query = {"model": cfg.id, "engine": "megatron", "pp": str(pp), "tp": "1", "dp": "4", "mbs": "1",
              "global_batch": "64", "seq_length": "4096", "gpu": "b200-180gb",
              **({"ep": "4"} if experts else {})}
