@@ -265,6 +265,34 @@ def test_glm_4_7_flash_is_read_as_mla_moe():
     assert r.checkpoint_total - r.main_total - 46 * 64 == r.breakdown["mtp"] > 0
 
 
+@pytest.mark.parametrize("field", ["n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+                                   "first_k_dense_replace"])
+def test_an_mla_moe_config_missing_part_of_its_moe_shape_is_refused_naming_it(field):
+    """transformers fills an omitted field from the config class (Glm4MoeLiteConfig: 64 experts, the
+    first layer dense; DeepseekV3Config: 256 and 3), so GLM-4.7-Flash without ``n_routed_experts`` is
+    still a 29.9B MoE to every engine; read as 0 it was a dense 4.6B model. Refused, naming the field;
+    ``mlp_layer_types`` states the dense layers as well as ``first_k_dense_replace`` does."""
+    raw = {k: v for k, v in GLM47_FLASH.items() if k != field}
+    with pytest.raises(ConfigError) as err:
+        load(raw)
+    assert err.value.field == field
+    if field == "first_k_dense_replace":
+        typed = load({**raw, "mlp_layer_types": ["dense"] + ["sparse"] * 46})
+        assert count_parameters(typed).main_total == 29_943_390_976
+
+
+def test_an_mla_config_of_another_type_without_experts_is_dense():
+    """A type isplan reads through its MLA fields alone (not a DeepSeek / GLM / Kimi class, whose
+    classes default to experts) that states no MoE field is a dense MLA model, as before."""
+    raw = {k: v for k, v in GLM47_FLASH.items() if k not in (
+        "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace")}
+    cfg = load({**raw, "model_type": "minicpm3", "architectures": ["MiniCPM3ForCausalLM"]})
+    assert cfg.n_routed_experts == 0 and cfg.attention == "mla"
+    with pytest.raises(ConfigError) as err:  # the same file as a DeepSeek-V3 class defaults to 256 experts
+        load({**raw, "model_type": "deepseek_v3"})
+    assert err.value.field == "n_routed_experts"
+
+
 # config.json field values of openai/gpt-oss-20b (layer_types: sliding and full alternate, sliding first)
 GPT_OSS_20B = {"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"], "hidden_size": 2880,
                "intermediate_size": 2880, "num_local_experts": 32, "num_experts_per_tok": 4, "num_hidden_layers": 24,
