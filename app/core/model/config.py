@@ -1278,6 +1278,8 @@ def _read_family(raw: dict[str, Any], dims: dict[str, Any]) -> dict[str, Any]:
     needs the four MLA sizes (the first missing one is named)."""
     model_type = dims["model_type"]
     if model_type in GQA_MODEL_TYPES:
+        if model_type == "glm4_moe":  # GLM-4.5 reads DeepSeek's MoE names, whose class defaults differ by version
+            _require_moe_shape(raw, model_type)
         return _gqa_fields(raw, model_type, dims["num_hidden_layers"], dims["hidden_size"],
                            dims["num_attention_heads"])
     missing = [f for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -1289,34 +1291,35 @@ def _read_family(raw: dict[str, Any], dims: dict[str, Any]) -> dict[str, Any]:
             f"(MLA types: {', '.join(MLA_MODEL_TYPES)})",
             missing[0] if model_type in MLA_MODEL_TYPES or model_type is None else "model_type",
         )
-    _require_mla_moe_shape(raw, model_type)
+    _require_moe_shape(raw, model_type)
     return {"moe_router_bias": _router_bias(raw, model_type)}
 
 
-#: MLA config classes whose routed-expert fields default to an MoE when a file omits them
-#: (transformers ``DeepseekV3Config`` - also Kimi-K2's - 256 experts, ``DeepseekV32Config``,
-#: ``GlmMoeDsaConfig``, ``DeepseekV2Config`` 64, ``Glm4MoeLiteConfig`` 64): the engines read such a file
-#: with its class's defaults, which differ by class.
-_MLA_MOE_CLASSES = (*MLA_MODEL_TYPES, "deepseek_v2", "glm4_moe_lite")
-_MLA_MOE_FIELDS = ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size")
+#: Config classes with DeepSeek's MoE names whose routed-expert fields default to an MoE when a file
+#: omits them (transformers ``DeepseekV3Config`` - also Kimi-K2's - 256 experts, ``DeepseekV32Config``,
+#: ``GlmMoeDsaConfig``, ``DeepseekV2Config`` 64, ``Glm4MoeLiteConfig`` 64, ``Glm4MoeConfig`` 128): the
+#: engines read such a file with its class's defaults, which differ by class and version.
+_MOE_DEFAULT_CLASSES = (*MLA_MODEL_TYPES, "deepseek_v2", "glm4_moe_lite", "glm4_moe")
+_MOE_FIELDS = ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size")
 
 
-def _require_mla_moe_shape(raw: dict[str, Any], model_type: str | None) -> None:
-    """An MLA model's MoE shape is read only when the file states it whole: its experts, experts per
-    token and expert width, and which leading layers are dense (``first_k_dense_replace``, or
-    ``mlp_layer_types``). A missing one is refused naming it, not read as 0: the engines would take its
-    config class's default (DeepSeek-V3's 256 experts and 3 dense layers, GLM-4.7-Flash's 64 and 1,
-    DeepSeek-V2's 64 and 0), and 0 experts would count a 671B model as a dense 10B one. A file of another
-    MLA type that states none of them is a dense MLA model."""
-    given = [f for f in _MLA_MOE_FIELDS if raw.get(f) is not None]
-    if not given and model_type not in _MLA_MOE_CLASSES:
+def _require_moe_shape(raw: dict[str, Any], model_type: str | None) -> None:
+    """A DeepSeek-named MoE shape (an MLA model's, GLM-4.5's) is read only when the file states it
+    whole: its experts, experts per token and expert width, and which leading layers are dense
+    (``first_k_dense_replace``, or ``mlp_layer_types``). A missing one is refused naming it, not read as
+    0: the engines would take its config class's default (DeepSeek-V3's 256 experts and 3 dense layers,
+    GLM-4.7-Flash's 64 and 1, DeepSeek-V2's 64 and 0), and 0 experts would count a 671B model as a
+    dense 10B one. A file of another MLA type that states none of them is a dense MLA model."""
+    given = [f for f in _MOE_FIELDS if raw.get(f) is not None]
+    if not given and model_type not in _MOE_DEFAULT_CLASSES:
         return
-    missing = [f for f in _MLA_MOE_FIELDS if raw.get(f) is None]
+    missing = [f for f in _MOE_FIELDS if raw.get(f) is None]
     if raw.get("first_k_dense_replace") is None and raw.get("mlp_layer_types") is None:
         missing.append("first_k_dense_replace")
     if missing:
-        raise ConfigError(f"{missing[0]} is missing: an MLA MoE config must state {', '.join(_MLA_MOE_FIELDS)} and "
-                          "first_k_dense_replace (or mlp_layer_types); the engines would read an omitted one as "
+        raise ConfigError(f"{missing[0]} is missing: an MoE config with DeepSeek's names must state "
+                          f"{', '.join(_MOE_FIELDS)} and first_k_dense_replace (or mlp_layer_types); the engines "
+                          "would read an omitted one as "
                           f"its config class's default{f' ({model_type})' if model_type else ''}, which isplan "
                           "does not guess", missing[0])
 

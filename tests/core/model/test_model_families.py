@@ -281,6 +281,19 @@ def test_an_mla_moe_config_missing_part_of_its_moe_shape_is_refused_naming_it(fi
         assert count_parameters(typed).main_total == 29_943_390_976
 
 
+def test_a_glm_4_5_config_missing_its_experts_is_refused():
+    """GLM-4.5 (``glm4_moe``) reads DeepSeek's MoE names too; ``Glm4MoeConfig`` fills an omitted
+    ``n_routed_experts`` with 128, so GLM-4.5-Air without it is still a ~107B MoE to the engines (read
+    as 0 it was a dense 12.4B model): refused, naming the field."""
+    air = {"model_type": "glm4_moe", "hidden_size": 4096, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+           "num_hidden_layers": 46, "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,
+           "vocab_size": 151552, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 1}
+    with pytest.raises(ConfigError) as err:
+        load(air)
+    assert err.value.field == "n_routed_experts"
+    assert count_parameters(load({**air, "n_routed_experts": 128})).main_total > 100e9  # stated, it is the MoE
+
+
 def test_an_mla_config_of_another_type_without_experts_is_dense():
     """A type isplan reads through its MLA fields alone (not a DeepSeek / GLM / Kimi class, whose
     classes default to experts) that states no MoE field is a dense MLA model, as before."""
