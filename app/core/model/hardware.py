@@ -232,6 +232,11 @@ OVERRIDABLE = ("bf16_flops", "fp8_flops", "fp4_flops", "hbm_bytes", "hbm_bw", "n
                "net_bw", "host_bw", "h2d_bw")
 
 
+#: The GPU generations the time model has constants for (``app.core.time.efficiency.CONSTANTS``): what a
+#: ``--gpu custom`` is timed as (``--gpu-generation``).
+GENERATIONS = ("ampere", "hopper", "blackwell", "blackwell_ultra", "cdna3")
+
+
 def gpu_ids() -> tuple[str, ...]:
     return tuple(CATALOGUE)
 
@@ -264,3 +269,38 @@ def with_overrides(hw: Hardware, *, network_gbps: float | None = None, **values:
     note = ", ".join(f"{k}={v:g}" for k, v in sorted(changes.items()))
     return replace(hw, **changes, label=f"{hw.label} (overridden: {note})",
                    sources={**hw.sources, "overrides": f"user-supplied: {note}"})
+
+
+class CustomGpuError(ValueError):
+    """A ``--gpu custom`` figure the time model needs is missing or wrong; ``field`` is the plan setting."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
+
+
+def custom_hardware(*, generation: str | None, capacity_bytes: int | None, bf16_flops: float | None,
+                    hbm_bw: float | None, nvlink_bw: float | None) -> Hardware:
+    """A GPU outside the catalogue (``--gpu custom``), as the time model needs it: its generation (the
+    achieved-efficiency constants it is timed with), capacity, dense BF16 peak, HBM and NVLink bandwidth
+    must be given - a ``ValueError`` names the first missing flag; FP8 / FP4 peaks are absent until given
+    (``--fp8-tflops`` / ``--fp4-tflops``, applied by :func:`with_overrides`), and the system is an HGX-like
+    node unless overridden: NVLink domain 8, 400 Gb/s per GPU to the network, the host as the H100's
+    (40 GB/s to its memory, 64 GB/s PCIe 5 to the GPU), SM count unknown (the EP overlap then takes none)."""
+    required = (("--gpu-generation", generation), ("--gpu-memory-gb", capacity_bytes),
+                ("--bf16-tflops", bf16_flops), ("--hbm-tbps", hbm_bw), ("--nvlink-gbs", nvlink_bw))
+    missing = [flag for flag, value in required if not value]
+    if missing:
+        raise CustomGpuError(f"--gpu custom is timed from its own figures: give {', '.join(missing)} (generation "
+                             f"one of {', '.join(GENERATIONS)}; or pick a catalogue GPU and override it)",
+                             missing[0].removeprefix("--").replace("-", "_"))
+    assert generation is not None and capacity_bytes and bf16_flops and hbm_bw and nvlink_bw
+    if generation not in GENERATIONS:
+        raise CustomGpuError(f"--gpu-generation must be one of {', '.join(GENERATIONS)}, got {generation!r}",
+                             "gpu_generation")
+    name = f"custom {generation} GPU ({capacity_bytes / 1e9:g} GB)"
+    return Hardware("custom", name, name, generation, bf16_flops=bf16_flops, fp8_flops=0.0, fp4_flops=0.0,
+                    hbm_bytes=int(capacity_bytes), hbm_bw=hbm_bw, nvlink_bw=nvlink_bw, nvlink_domain=8,
+                    net_bw=400 * GB / 8, host_bw=40e9, h2d_bw=64e9, sms=0,
+                    sources={"custom": "user-supplied: --gpu custom with --gpu-generation, --gpu-memory-gb, "
+                                       "--bf16-tflops, --hbm-tbps, --nvlink-gbs"})

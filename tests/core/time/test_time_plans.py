@@ -118,10 +118,63 @@ def test_the_answer_says_what_an_off_speed_switch_leaves_exposed():
             if any(n.startswith(word) for n in t["notes"])]
     assert told == expect and "ep" in expect
 
-def test_a_gpu_without_peak_rates_cannot_be_timed_exit_2_naming_gpu():
+def test_a_custom_gpu_without_its_figures_cannot_be_timed_exit_2_naming_the_first_missing():
     p = isplan("time", "glm-5.2", *PROFILE, "--gpu", "custom", "--gpu-memory-gb", "96", "--format", "json")
     assert p.returncode == 2
-    assert json.loads(p.stdout)["errors"][0]["field"] == "gpu"
+    (err,) = json.loads(p.stdout)["errors"]
+    assert err["field"] == "gpu_generation" and "--bf16-tflops, --hbm-tbps, --nvlink-gbs" in err["message"]
+
+
+H100_FIGURES = {"gpu_generation": "hopper", "gpu_memory_gb": 80, "bf16_tflops": 989, "fp8_tflops": 1979,
+                "hbm_tbps": 3.35, "nvlink_gbs": 450}  # the catalogue's h100-80gb (app/core/model/hardware.py)
+
+
+def _evaluated(**settings):
+    from app.core.plan import plan_from_query
+
+    query = {"model": "glm-5.2", "engine": "slime", "pp": "8", "first": "14", "last": "16", "tp": "4", "cp": "8",
+             "ep": "32", "etp": "1", "sp": "1", "global_batch": "128", "precision": "fp8",
+             **{k: str(v) for k, v in settings.items()}}
+    plan, problems = plan_from_query(query)
+    assert problems == []
+    return evaluate(plan, GLM52)
+
+
+def _timed(**settings) -> dict:
+    t = _evaluated(**settings).time
+    assert t is not None
+    return t
+
+
+def test_a_custom_gpu_given_the_h100s_figures_times_as_the_h100():
+    """``--gpu custom`` is timed from the figures given (issue 18 item 1's custom values): with the
+    catalogue H100's every step term is the H100's (an HGX-like node: domain 8, 400 Gb/s, the H100's
+    host links)."""
+    h100, custom = _timed(gpu="h100-80gb"), _timed(gpu="custom", **H100_FIGURES)
+    assert custom["step_seconds"] == h100["step_seconds"] and custom["breakdown"] == h100["breakdown"]
+
+
+@pytest.mark.parametrize("missing", ["gpu_generation", "gpu_memory_gb", "bf16_tflops", "hbm_tbps", "nvlink_gbs"])
+def test_a_custom_gpu_missing_one_figure_names_it(missing):
+    """The capacity is the memory verdict's too: without it the plan is a field problem there (no
+    time); each other figure is the time's own."""
+    ev = _evaluated(gpu="custom", **{k: v for k, v in H100_FIGURES.items() if k != missing})
+    if missing == "gpu_memory_gb":
+        assert ev.time is None and [p.field for p in ev.problems] == ["gpu_memory_gb"]
+    else:
+        assert ev.time is not None and "unavailable" in ev.time and ev.time["field"] == missing, ev.time
+
+
+def test_a_catalogue_gpus_figure_can_be_overridden():
+    """``--fp8-tflops`` twice the H100's: the FP8 GEMMs' tensor time halves, so the compute term falls
+    but by less than half (attention in BF16, memory-bound work and operand traffic stay); twice the HBM
+    bandwidth shortens the memory-bound work alone; MFU is taken against the overridden peak."""
+    base = _timed(gpu="h100-80gb")
+    faster = _timed(gpu="h100-80gb", fp8_tflops=2 * 1979)
+    wider = _timed(gpu="h100-80gb", hbm_tbps=2 * 3.35)
+    compute = [t["breakdown"]["compute"]["total"] for t in (base, faster, wider)]
+    assert compute[0] / 2 < compute[1] < compute[0] and compute[2] < compute[0]
+    assert faster["mfu"] == pytest.approx(faster["model_tflops_per_gpu"] / (2 * 1979), rel=1e-6)
 
 
 def test_objective_time_picks_the_fastest_simulated_layout_among_those_it_lists():

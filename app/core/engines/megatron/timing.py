@@ -160,10 +160,24 @@ def _graphs(impl: str, notes: list[str]) -> str:
 
 
 def hardware_of(plan: Plan) -> Any:
-    """The plan's GPU from the catalogue, with its ``--nvlink-domain`` / ``--network-gbps`` overrides."""
-    from app.core.model.hardware import get_hardware, with_overrides
+    """The plan's GPU: the catalogue's, or ``--gpu custom`` built from its own figures
+    (:func:`app.core.model.hardware.custom_hardware`), with every value the plan overrides (peaks in
+    TFLOP/s, HBM in TB/s, NVLink in GB/s each direction, the network in Gb/s, the NVLink domain)."""
+    from app.core.model.hardware import custom_hardware, get_hardware, with_overrides
 
-    return with_overrides(get_hardware(plan.gpu), network_gbps=plan.network_gbps, nvlink_domain=plan.nvlink_domain)
+    def scaled(value: float | None, unit: float) -> float | None:
+        return None if value is None else value * unit
+
+    if plan.gpu == "custom":
+        base = custom_hardware(generation=plan.gpu_generation, bf16_flops=scaled(plan.bf16_tflops, 1e12),
+                               capacity_bytes=int(plan.gpu_memory_gb * 1e9) if plan.gpu_memory_gb else None,
+                               hbm_bw=scaled(plan.hbm_tbps, 1e12), nvlink_bw=scaled(plan.nvlink_gbs, 1e9))
+    else:
+        base = get_hardware(plan.gpu)
+    return with_overrides(base, network_gbps=plan.network_gbps, nvlink_domain=plan.nvlink_domain,
+                          bf16_flops=scaled(plan.bf16_tflops, 1e12), fp8_flops=scaled(plan.fp8_tflops, 1e12),
+                          fp4_flops=scaled(plan.fp4_tflops, 1e12), hbm_bw=scaled(plan.hbm_tbps, 1e12),
+                          nvlink_bw=scaled(plan.nvlink_gbs, 1e9))
 
 
 def time_layer_costs(cfg: ModelConfig, plan: Plan, roles: RoleMap) -> Any:
@@ -250,7 +264,7 @@ def plan_time(cfg: ModelConfig, plan: Plan, stages: StagePlan, roles: RoleMap, p
     try:
         hw = hardware_of(plan)
     except ValueError as exc:
-        return {"unavailable": f"no step time for --gpu {plan.gpu}: {exc}", "field": "gpu"}
+        return {"unavailable": f"no step time for --gpu {plan.gpu}: {exc}", "field": getattr(exc, "field", "gpu")}
     settings, notes = time_settings(plan, stages, par)
     events = 2 * len(stages.stages) * max(1, settings.gbs // (settings.mbs * settings.dp))
     if events > max_events:
