@@ -325,25 +325,25 @@ class Plan:
                                    lo=1, hi=MAX_GPUS)
     network_gbps: float | None = _f("float", None, "--network-gbps",
                                     "network bandwidth per GPU in Gb/s (default: the GPU's system)", "time", lo=1,
-                                    hi=100_000)
+                                    hi=100_000, metavar="GBIT_S")
     gpu_generation: str | None = _f("choice", None, "--gpu-generation",
                                     "the generation a --gpu custom is timed as (its achieved-efficiency constants)",
                                     "time", choices=GENERATIONS)
     bf16_tflops: float | None = _f("float", None, "--bf16-tflops",
                                    "dense BF16 tensor peak per GPU in TFLOP/s (default: the catalogue's; needed "
-                                   "for --gpu custom)", "time", lo=1, hi=1_000_000)
+                                   "for --gpu custom)", "time", lo=1, hi=1_000_000, metavar="TFLOPS")
     fp8_tflops: float | None = _f("float", None, "--fp8-tflops",
                                   "dense FP8 tensor peak per GPU in TFLOP/s (default: the catalogue's; none for "
-                                  "--gpu custom until given)", "time", lo=1, hi=1_000_000)
+                                  "--gpu custom until given)", "time", lo=1, hi=1_000_000, metavar="TFLOPS")
     fp4_tflops: float | None = _f("float", None, "--fp4-tflops",
                                   "dense FP4 tensor peak per GPU in TFLOP/s (default: the catalogue's; none for "
-                                  "--gpu custom until given)", "time", lo=1, hi=1_000_000)
+                                  "--gpu custom until given)", "time", lo=1, hi=1_000_000, metavar="TFLOPS")
     hbm_tbps: float | None = _f("float", None, "--hbm-tbps",
                                 "HBM bandwidth per GPU in TB/s (default: the catalogue's; needed for --gpu custom)",
-                                "time", lo=0.01, hi=10_000)
+                                "time", lo=0.01, hi=10_000, metavar="TB_S")
     nvlink_gbs: float | None = _f("float", None, "--nvlink-gbs",
                                   "NVLink (xGMI) bandwidth per GPU in GB/s, each direction (H100: 450; default: the "
-                                  "catalogue's; needed for --gpu custom)", "time", lo=1, hi=1_000_000)
+                                  "catalogue's; needed for --gpu custom)", "time", lo=1, hi=1_000_000, metavar="GB_S")
     # FLOPs -----------------------------------------------------------------------------
     context: int | None = _f("int", None, "--context",
                              "context length (tokens per sequence): per-token FLOPs and the serving KV cache "
