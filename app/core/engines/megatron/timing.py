@@ -168,16 +168,16 @@ def hardware_of(plan: Plan) -> Any:
     def scaled(value: float | None, unit: float) -> float | None:
         return None if value is None else value * unit
 
-    if plan.gpu == "custom":
-        base = custom_hardware(generation=plan.gpu_generation, bf16_flops=scaled(plan.bf16_tflops, 1e12),
-                               capacity_bytes=int(plan.gpu_memory_gb * 1e9) if plan.gpu_memory_gb else None,
-                               hbm_bw=scaled(plan.hbm_tbps, 1e12), nvlink_bw=scaled(plan.nvlink_gbs, 1e9))
+    own = {"bf16_flops": scaled(plan.bf16_tflops, 1e12), "hbm_bw": scaled(plan.hbm_tbps, 1e12),
+           "nvlink_bw": scaled(plan.nvlink_gbs, 1e9)}
+    if plan.gpu == "custom":   # built from these figures: they are its own, not overrides
+        base = custom_hardware(generation=plan.gpu_generation, **own,
+                               capacity_bytes=int(plan.gpu_memory_gb * 1e9) if plan.gpu_memory_gb else None)
+        own = {}
     else:
         base = get_hardware(plan.gpu)
-    return with_overrides(base, network_gbps=plan.network_gbps, nvlink_domain=plan.nvlink_domain,
-                          bf16_flops=scaled(plan.bf16_tflops, 1e12), fp8_flops=scaled(plan.fp8_tflops, 1e12),
-                          fp4_flops=scaled(plan.fp4_tflops, 1e12), hbm_bw=scaled(plan.hbm_tbps, 1e12),
-                          nvlink_bw=scaled(plan.nvlink_gbs, 1e9))
+    return with_overrides(base, network_gbps=plan.network_gbps, nvlink_domain=plan.nvlink_domain, **own,
+                          fp8_flops=scaled(plan.fp8_tflops, 1e12), fp4_flops=scaled(plan.fp4_tflops, 1e12))
 
 
 def time_layer_costs(cfg: ModelConfig, plan: Plan, roles: RoleMap) -> Any:
