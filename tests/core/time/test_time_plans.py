@@ -152,6 +152,10 @@ def test_a_custom_gpu_given_the_h100s_figures_times_as_the_h100():
     host links)."""
     h100, custom = _timed(gpu="h100-80gb"), _timed(gpu="custom", **H100_FIGURES)
     assert custom["step_seconds"] == h100["step_seconds"] and custom["breakdown"] == h100["breakdown"]
+    # it says the published runs quoted for its generation were not on it
+    assert [a for a in custom["assumed"] if a not in h100["assumed"]] == [
+        "--gpu custom timed as a hopper GPU from the figures given (the hopper constants; the published runs "
+        "quoted below were on catalogue GPUs, not this one)"]
 
 
 @pytest.mark.parametrize("missing", ["gpu_generation", "gpu_memory_gb", "bf16_tflops", "hbm_tbps", "nvlink_gbs"])
@@ -175,6 +179,8 @@ def test_a_catalogue_gpus_figure_can_be_overridden():
     compute = [t["breakdown"]["compute"]["total"] for t in (base, faster, wider)]
     assert compute[0] / 2 < compute[1] < compute[0] and compute[2] < compute[0]
     assert faster["mfu"] == pytest.approx(faster["model_tflops_per_gpu"] / (2 * 1979), rel=1e-6)
+    assert "h100-80gb's figures replaced (--fp8-tflops)" in " ".join(faster["assumed"])
+    assert "replaced" not in " ".join(base["assumed"])
 
 
 def test_objective_time_picks_the_fastest_simulated_layout_among_those_it_lists():

@@ -180,6 +180,25 @@ def hardware_of(plan: Plan) -> Any:
                           fp8_flops=scaled(plan.fp8_tflops, 1e12), fp4_flops=scaled(plan.fp4_tflops, 1e12))
 
 
+#: the plan settings that replace a catalogue GPU's figures (:func:`hardware_of`)
+HARDWARE_FIGURES = ("bf16_tflops", "fp8_tflops", "fp4_tflops", "hbm_tbps", "nvlink_gbs", "network_gbps",
+                    "nvlink_domain")
+
+
+def _hardware_notes(plan: Plan, hw: Any) -> list[str]:
+    """What the step time assumed of a GPU the plan describes itself: a custom one is timed with its
+    generation's achieved-efficiency constants, and the published runs quoted for that generation were
+    not on it; overridden figures likewise leave the quoted runs' GPU behind."""
+    given = [n for n in HARDWARE_FIGURES if getattr(plan, n) is not None]
+    if plan.gpu == "custom":
+        return [f"--gpu custom timed as a {hw.generation} GPU from the figures given (the {hw.generation} "
+                "constants; the published runs quoted below were on catalogue GPUs, not this one)"]
+    if given:
+        return [f"{plan.gpu}'s figures replaced ({', '.join('--' + n.replace('_', '-') for n in given)}): the "
+                "published runs quoted below ran on the catalogue's figures"]
+    return []
+
+
 def time_layer_costs(cfg: ModelConfig, plan: Plan, roles: RoleMap) -> Any:
     """Per-layer forward + backward seconds of one micro-batch under the plan's settings (the
     optimiser's ``--objective time``): what one layer adds to its stage, the embedding on the first
@@ -279,7 +298,7 @@ def plan_time(cfg: ModelConfig, plan: Plan, stages: StagePlan, roles: RoleMap, p
         return {"unavailable": f"no step time: {exc}", "field": exc.field}
     body = result.to_json(timeline=timeline)
     body["notes"] = [*body.get("notes", []), *speed_switch_notes(plan, body)]
-    body["assumed"] = notes
+    body["assumed"] = [*notes, *_hardware_notes(plan, hw)]
     body["settings"] = settings.to_dict()
     body["defaults"] = dict(UNSTATED_DEFAULTS)
     body["accuracy"] = accuracy_for(hw.generation, settings.precision, cfg.id, cfg.canonical_sha256)
