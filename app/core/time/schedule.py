@@ -371,8 +371,29 @@ def _shifted(times: list[float], lo: int, hi: int, period: int, lam: float) -> b
     return all(times[k] - times[k - period] == lam for k in range(lo, hi))
 
 
+#: Cycles of the steady state tried, in periods: uniform stages with sends on PP ranks repeat every
+#: PP micro-batches, not every one (two ranks: ends alternately 0.032 and 0.030 s apart).
+CYCLES = tuple(range(1, 65))
+
+
+def _steady(end: list[float], free: list[float], k: int, w: int, period: int, lo: int,
+            cycles: Sequence[int]) -> tuple[float, float, int] | None:
+    """``(lam, lam0, c)`` when the window ``[k - w, k)`` repeats the one ``c`` periods earlier
+    shifted by ``lam`` (``lam0`` with free sends), for the smallest ``c`` of ``cycles`` whose
+    earlier window lies in the repeating part from ``lo``; None when none does yet."""
+    for c in cycles:
+        p = c * period
+        if k - w - p < lo:
+            break
+        lam, lam0 = end[k - 1] - end[k - 1 - p], free[k - 1] - free[k - 1 - p]
+        if _shifted(end, k - w, k, p, lam) and _shifted(free, k - w, k, p, lam0):
+            return lam, lam0, c
+    return None
+
+
 def run_ends(g: StepGraph, durations: Sequence[float], sends: Sequence[float], *,
-             exact: bool = True) -> tuple[list[float], list[float]]:
+             exact: bool = True, steady: list[tuple[float, float, int]] | None = None,
+             cycles: Sequence[int] = (1,)) -> tuple[list[float], list[float]]:
     """:func:`run_graph` without a ``ready``, keeping only the ends (with the sends, and free): the
     live evaluation's pass (no timeline). Durations and sends on :func:`exact_grid`'s grid. In the
     steady state (:attr:`StepGraph.repeating`), once the last :attr:`StepGraph.lookback` steps
@@ -382,17 +403,25 @@ def run_ends(g: StepGraph, durations: Sequence[float], sends: Sequence[float], *
     (``end + j * lam``) and resumes there. Every step :func:`simulate` reads afterwards
     (:attr:`StepGraph.read_after`) lies after the jump, so the ends it reads are those of the
     whole pass, exactly (the grid makes every sum exact). ``exact=False`` (values off the grid:
-    :func:`exact_grid` declined) runs every step. A step's start, when needed, is :func:`start_of`."""
-    n, period, w = len(g.steps), g.period, g.lookback
+    :func:`exact_grid` declined) runs every step. A step's start, when needed, is :func:`start_of`.
+    The steady state may repeat every ``c`` periods of ``cycles`` (the live evaluation tries 1, which
+    costs nothing when it fails; a long schedule :data:`CYCLES`), ``lam`` then being per ``c``.
+    ``steady``: gets ``(lam, lam0, c)`` appended when the steady state was found (:func:`simulate`
+    extends a long schedule by it)."""
+    n, w = len(g.steps), g.lookback
     lo, hi = g.repeating
     end = [0.0] * (n + 1)
     free = end.copy()
     k, check = 0, lo + w   # the first window [check - w, check) inside the repeating part
-    while exact and check + period <= hi:
+    while exact and check + g.period <= hi:
         _advance(g.steps, k, check, end, free, durations, sends)
         k = check
-        lam, lam0 = end[k - 1] - end[k - 1 - period], free[k - 1] - free[k - 1 - period]
-        if _shifted(end, k - w, k, period, lam) and _shifted(free, k - w, k, period, lam0):
+        found = _steady(end, free, k, w, g.period, lo, cycles)
+        if found is not None:
+            lam, lam0, cycle = found
+            if steady is not None:
+                steady.append((lam, lam0, cycle))
+            period = cycle * g.period
             stop = min(hi, next((q for q in g.read_after if q >= k), n))
             j = (stop - k) // period
             shift = j * period
@@ -402,7 +431,7 @@ def run_ends(g: StepGraph, durations: Sequence[float], sends: Sequence[float], *
                     free[i + shift] = free[i] + j * lam0
                 k += shift
             break
-        check += period
+        check += g.period
     _advance(g.steps, k, n, end, free, durations, sends)
     return end, free
 
@@ -446,10 +475,12 @@ def simulate(pp: int, vpp: int, num_microbatches: int, fwd: Sequence[float], bwd
     timeline (the makespan, busy and end times only). ``free_sends``: also the makespan with free
     sends (:attr:`Schedule.free_makespan`, from the same pass of :func:`run_graph`)."""
     m = num_microbatches
-    one_stage = pp == vpp == 1 and not record and ready is None   # no graph needed (:func:`_one_stage`)
-    g = None if one_stage else step_graph(pp, vpp, m, group)
-    if one_stage:
-        _check(1, 1, m, group)
+    live = not record and ready is None
+    one_stage = live and pp == vpp == 1   # no graph needed (:func:`_one_stage`)
+    deferred = live and (one_stage or m > LONG_SCHEDULE)   # perhaps no graph of m (:func:`_long_schedule`)
+    g = None if deferred else step_graph(pp, vpp, m, group)
+    if deferred:
+        _check(pp, vpp, m, group)
     n_stages = pp * vpp
     f_t, b_t = _per_stage(fwd, n_stages, "fwd"), _per_stage(bwd, n_stages, "bwd")
     sf, sb = _per_stage(send_fwd, n_stages, "send_fwd"), _per_stage(send_bwd, n_stages, "send_bwd")
@@ -458,7 +489,11 @@ def simulate(pp: int, vpp: int, num_microbatches: int, fwd: Sequence[float], bwd
     exact = exact_grid(m, durations, sends, wait or [])
     if one_stage and exact:
         return _one_stage(m, *durations)
-    if g is None:   # one stage off the grid: the pass, step by step
+    if exact and deferred and not one_stage:
+        long = _long_schedule(pp, vpp, m, group, durations, sends, free_sends)
+        if long is not None:
+            return long
+    if g is None:   # off the grid, or no steady state found: the whole pass, step by step
         g = step_graph(pp, vpp, m, group)
     n = len(g.prev)
     if record or wait is not None:
@@ -477,6 +512,58 @@ def simulate(pp: int, vpp: int, num_microbatches: int, fwd: Sequence[float], bwd
     makespan = max(compute_end) if compute_end else 0.0
     free_makespan = max((end_free[k] for k in g.last_step), default=0.0) if free_sends else makespan
     return Schedule(pp, vpp, m, makespan, busy, compute_end, last_b, *cols, free_makespan=free_makespan)
+
+
+#: Above this many micro-batches the live pass times the schedule through a shorter one of the same
+#: shape (:func:`_long_schedule`).
+LONG_SCHEDULE = 512
+
+
+def _long_schedule(pp: int, vpp: int, m: int, group: int | None, durations: list[float], sends: list[float],
+                   free_sends: bool) -> Schedule | None:
+    """:func:`simulate`'s live pass of ``m`` > :data:`LONG_SCHEDULE` micro-batches without its
+    ``2 m PP VPP``-step graph: ``j`` periods fewer (``m_s = m - j G`` micro-batches, ``G`` a period's:
+    the group when interleaved, else 1, so the last group and the drain are the same) are simulated on
+    the same grid, and once :func:`run_ends` finds their steady state (each later step ends ``lam``
+    after the step a period earlier) every end the step time reads - in the drain - is the short
+    schedule's plus ``j lam`` (``j lam0`` with free sends), which is what the whole pass computes
+    (max-plus: ``max(x, y) + c = max(x + c, y + c)``, exact on the grid). None - run the whole pass - when
+    ``m`` is not long or the short schedule found no steady state."""
+    per = _check(pp, vpp, m, group) if vpp > 1 else 1
+    keep = LONG_SCHEDULE // 2 + 4 * pp * per
+    if m <= LONG_SCHEDULE or m - keep < per:
+        return None
+    found = _short_steady(pp, vpp, m - (m - keep) // per * per, group, durations, sends)  # its cycle c
+    if found is None:
+        return None
+    j = (m - keep) // (found[2] * per) * found[2]   # periods dropped: whole cycles
+    if j <= 0:
+        return None
+    found = _short_steady(pp, vpp, m - j * per, group, durations, sends)
+    if found is None:
+        return None
+    g, end, free, (lam, lam0, cycle) = found[3], found[4], found[5], found[:3]
+    if j % cycle:
+        return None
+    n, n_stages, shift = len(g.prev), pp * vpp, j // cycle * lam
+    last_b = tuple(tuple((start_of(g, k, end, sends) + shift, end[k] + shift) if k < n else (0.0, 0.0) for k in row)
+                   for row in g.last_backward)
+    busy = tuple(m * sum(durations[c * pp + r] + durations[n_stages + c * pp + r] for c in range(vpp))
+                 for r in range(pp))
+    compute_end = tuple(end[k] + shift for k in g.last_step)
+    makespan = max(compute_end)
+    free_makespan = max(free[k] for k in g.last_step) + j // cycle * lam0 if free_sends else makespan
+    return Schedule(pp, vpp, m, makespan, busy, compute_end, last_b, (), (), (), (), (), (), free_makespan=free_makespan)
+
+
+def _short_steady(pp: int, vpp: int, m: int, group: int | None, durations: list[float],
+                  sends: list[float]) -> tuple[float, float, int, StepGraph, list[float], list[float]] | None:
+    """:func:`run_ends` of ``m`` micro-batches: its steady state ``(lam, lam0, c)``, graph and ends,
+    or None when it found none."""
+    g = step_graph(pp, vpp, m, group)
+    steady: list[tuple[float, float, int]] = []
+    end, free = run_ends(g, durations, sends, exact=True, steady=steady, cycles=CYCLES)
+    return (*steady[0], g, end, free) if steady else None
 
 
 def _one_stage(m: int, f: float, b: float) -> Schedule:
