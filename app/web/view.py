@@ -76,7 +76,8 @@ class LayerCell:
     mtp: bool = False
     pp_rank: int | None = None
     vp_stage: int | None = None
-    mixer: str = "attention"  # a hybrid model's layer: "mamba", "attention" or "none" (an FFN block)
+    #: a hybrid model's layer: "mamba", "attention" or "none" (an FFN block); "gdn": a gated DeltaNet layer
+    mixer: str = "attention"
 
     @property
     def glyph(self) -> str:
@@ -92,6 +93,7 @@ class LayerCell:
         where = f", stage {self.stage} (pp rank {self.pp_rank}, vp stage {self.vp_stage})" if self.stage else ""
         bad = "; INVALID stage start" if self.invalid else ""
         module = (f"{self.ffn} FFN" if self.mixer == "attention" and self.ffn != "none" else
+                  f"a gated DeltaNet, {self.ffn} FFN" if self.mixer == "gdn" else
                   "a Mamba-2 mixer" if self.mixer == "mamba" else "attention only" if self.mixer == "attention"
                   else f"{'an MoE' if self.ffn == 'moe' else 'a dense MLP'} block")
         return f"{kind}: {self.role}, {module}{where};{src}{bad}"

@@ -33,7 +33,10 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   experts on Granite's attention, the latter with a shared expert), ``minimax_m2``, ``ernie4_5_moe``,
   ``bailing_moe_v2`` (Ling 2.0),
   ``glm4_moe``, ``gpt_oss``, ``llama4`` (MoE; Llama 4's
-  ``text_config``, with chunked attention), ``nemotron_h`` (hybrid Mamba), and ``gpt2`` (the
+  ``text_config``, with chunked attention), ``nemotron_h`` (hybrid Mamba), ``qwen3_next``, ``qwen3_5_text`` and
+  ``qwen3_5_moe_text`` (Qwen3-Next, Qwen3.5 / 3.6 and a ``qwen3_5`` / ``qwen3_5_moe`` file's ``text_config``:
+  gated attention on every ``full_attention_interval``-th layer, a gated DeltaNet on the others,
+  :func:`_gdn_family`), and ``gpt2`` (the
   dense GPT of GPT-2 / GPT-3 / Megatron's ``GPTModel``: multi-head attention, a 2-matrix GELU
   MLP of ``n_inner`` (default 4H), LayerNorms with biases, biases on every linear layer, learned
   position embeddings of ``n_positions`` rows and tied embeddings by default; transformers
@@ -66,13 +69,14 @@ in ``modeling_<family>.py``):
   layers (``layer_windows``, :func:`_layer_windows`, as for Gemma 2, Mistral and Phi-3);
 * router score-correction bias (``e_score_correction_bias``, E per MoE layer): DeepSeek, GLM, MiniMax-M2,
   ERNIE 4.5 (its ``moe_statics``) and Ling 2.0 (``expert_bias``);
-* MTP (``num_nextn_predict_layers``): DeepSeek, GLM and Ling 2.0; none elsewhere (a file that names MTP
+* MTP (``num_nextn_predict_layers``): DeepSeek, GLM and Ling 2.0, and Qwen3-Next / Qwen3.5 (``mtp_num_hidden_layers``
+  too); none elsewhere (a file that names MTP
   layers nothing builds - MiniMax-M2's, ERNIE 4.5's, GLM-4.5V's - has none).
 
 A ``model_type`` outside this list without the MLA fields is refused (its shapes cannot be read
 completely), and so is any config that sets a field building what isplan does not model
 (:data:`UNMODELLED_FIELDS`: DeepSeek-V4's hyper-connections, compressed sparse attention and hash
-routing, Qwen3-Next's and Kimi K3's linear attention). Input is refused, with a message naming the field, when
+routing, Kimi K3's linear attention, a gated DeltaNet outside Qwen3-Next / Qwen3.5). Input is refused, with a message naming the field, when
 it is not JSON, is over 1 MiB, nests deeper than 64 levels, repeats a key, contains NaN or
 Infinity, lacks ``num_hidden_layers``, or carries a negative, non-integer or absurd size, or an
 ``indexer_types`` / ``mlp_layer_types`` / ``index_topk_pattern`` of the wrong length or with
@@ -96,6 +100,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.content_cache import hash_once, state_without_hash
+from app.core.model.gated_delta_net import GdnDims
 from app.core.model.hybrid import SYMBOL_PARTS, MambaDims, block_symbols
 from app.core.plan.bounds import MAX_MTP_LAYERS
 
@@ -166,7 +171,12 @@ GQA_MODEL_TYPES = (
     "qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "granitemoe", "granitemoeshared", "glm4_moe", "gpt_oss", "minimax_m2",
     "ernie4_5_moe", "bailing_moe_v2",
     "nemotron_h", "llama4", "llama4_text",
+    # gated DeltaNet hybrids (attention + FFN layers, some of whose token mixers are linear attention)
+    "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
 )
+#: Qwen3-Next and Qwen3.5 / 3.6's language models: gated attention and gated DeltaNet layers
+#: (:mod:`app.core.model.gated_delta_net`)
+GDN_MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 #: Gemma, Gemma 2 and Gemma 3: ``head_dim`` 256 and tied embeddings when the file omits them (``GemmaConfig`` /
 #: ``Gemma2Config`` / ``Gemma3TextConfig`` defaults, transformers ``models/gemma2/configuration_gemma2.py``,
 #: ``models/gemma3/configuration_gemma3.py``)
@@ -192,7 +202,8 @@ _OLMO_TYPES = ("olmo2", "olmo3")
 _FULL_QK_NORM_TYPES = (*_OLMO_TYPES, "olmoe", "minimax_m2")
 #: ``head_dim`` when the file omits it (the config classes' defaults; else H / h)
 _HEAD_DIM_DEFAULT = {"gemma": 256, "gemma2": 256, "gemma3_text": 256, "gpt_oss": 64, "minimax_m2": 128,
-                     "bailing_moe_v2": 128, "ministral3": 128, "ernie4_5": 128, "seed_oss": 128}
+                     "bailing_moe_v2": 128, "ministral3": 128, "ernie4_5": 128, "seed_oss": 128,
+                     **{t: 256 for t in GDN_MODEL_TYPES}}
 KNOWN_MODEL_TYPES = MLA_MODEL_TYPES + GQA_MODEL_TYPES
 #: model types whose MoE router has a score-correction bias (``e_score_correction_bias``)
 _ROUTER_BIAS_TYPES = ("glm_moe_dsa", "deepseek_v32", "deepseek_v3", "kimi_k2", "glm4_moe", "minimax_m2", "ernie4_5_moe",
@@ -207,7 +218,8 @@ _OWN_BIAS_TYPES = ("minimax_m2", "ernie4_5", "ernie4_5_moe", "bailing_moe_v2", "
 _TIED_BY_DEFAULT = (*_GEMMA_TYPES, "smollm3", "ernie4_5", "starcoder2", "cohere", "cohere2")
 #: ``num_key_value_heads`` when the file omits it, where the config class's default is not h
 _KV_HEADS_DEFAULT = {"minimax_m2": 8, "ernie4_5": 2, "ernie4_5_moe": 4, "bailing_moe_v2": 4, "exaone4": 32,
-                     "smollm3": 4, "ministral3": 8, "seed_oss": 8, "starcoder2": 2}
+                     "smollm3": 4, "ministral3": 8, "seed_oss": 8, "starcoder2": 2,
+                     **{t: 2 for t in GDN_MODEL_TYPES}}
 _DSA_DEFAULTS = {"glm_moe_dsa": (32, 128, 2048), "deepseek_v32": (64, 128, 2048)}
 
 
@@ -300,6 +312,12 @@ class ModelConfig:
     #: not counted
     multimodal: str | None = None
     mamba: MambaDims | None = None  # a hybrid model's Mamba-2 mixer sizes (app.core.model.hybrid)
+    #: per decoder layer of an attention + FFN model: "attention" | "gdn" (a gated DeltaNet token mixer,
+    #: :mod:`app.core.model.gated_delta_net`); None: all attention
+    layer_attention: tuple[str, ...] | None = None
+    gdn: GdnDims | None = None  # the gated DeltaNet's sizes (Qwen3-Next, Qwen3.5)
+    #: Qwen3-Next / Qwen3.5: q_proj also makes a sigmoid gate on the attention output (h d more columns)
+    attention_output_gate: bool = False
     #: LatentMoE: the routed experts work in this many dimensions between two projections (0: in H)
     moe_latent_size: int = 0
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -711,11 +729,11 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
         "o_bias": (bias if model_type in ("llama", "mistral", "qwen3", "qwen3_moe", "gpt_oss", "nemotron", "llama4",
                                           "llama4_text", "granite", "granitemoe", "granitemoeshared", "smollm3",
                                           "cohere", "cohere2", *_GEMMA_TYPES,
-                                          *_FULL_QK_NORM_TYPES)
+                                          *_FULL_QK_NORM_TYPES, *GDN_MODEL_TYPES)
                    else False),
         # LlamaMLP / GraniteMLP (SmolLM3's is Llama's): gate, up and down with ``bias=config.mlp_bias``
         "mlp_bias": model_type in ("llama", "granite", "smollm3") and _bool_field(raw, "mlp_bias", False),
-        "qk_norm": model_type in ("qwen3", "qwen3_moe", "gemma3_text", "exaone4") or (model_type == "glm4_moe"
+        "qk_norm": model_type in ("qwen3", "qwen3_moe", "gemma3_text", "exaone4", *GDN_MODEL_TYPES) or (model_type == "glm4_moe"
                                                                            and _bool_field(raw, "use_qk_norm", False)),
         # CohereAttention's optional q / k LayerNorms are (heads, head_dim) weights: the whole projections' count
         "qk_norm_full": model_type in _FULL_QK_NORM_TYPES or (model_type == "cohere"
@@ -890,7 +908,7 @@ def _gemma3_text(raw: dict[str, Any]) -> dict[str, Any]:
 #: GLM-4.5V (``models/glm4v``, ``glm4v_moe``). The vision tower and projector are not counted.
 _TEXT_WRAPPERS = {"mistral3": "mistral", "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text",
                   "qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text", "glm4v": "glm4v_text",
-                  "glm4v_moe": "glm4v_moe_text"}
+                  "glm4v_moe": "glm4v_moe_text", "qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
 #: A multimodal file's language-model type read as the text family whose modules it builds: (family, its
 #: config class's defaults for the fields isplan reads - a file omits what equals them -, what the modules
 #: fix whatever the file says). Qwen2-VL's and Qwen2.5-VL's text decoder is Qwen2's (q/k/v biases);
@@ -1211,7 +1229,8 @@ UNMODELLED_FIELDS = {
     "hc_mult": "hyper-connections, several residual streams per layer (DeepSeek-V4)",
     "compress_ratios": "compressed sparse attention (DeepSeek-V4)",
     "num_hash_layers": "hash-routed MoE layers (DeepSeek-V4)",
-    "linear_num_value_heads": "gated DeltaNet linear-attention layers (Qwen3-Next, Qwen3.5)",
+    "linear_num_value_heads": ("gated DeltaNet linear-attention layers, read only in a Qwen3-Next or Qwen3.5 file "
+                               f"(model_type {', '.join(GDN_MODEL_TYPES)})"),
     "linear_attn_config": "linear-attention layers (Kimi K3)",
 }
 
@@ -1230,6 +1249,8 @@ def _refuse_unmodelled(raw: dict[str, Any]) -> None:
     """Refuse a config that sets an :data:`UNMODELLED_FIELDS` field, naming it, and a multimodal
     wrapper whose language model's sizes are under ``text_config`` (pointing there)."""
     for name, what in UNMODELLED_FIELDS.items():
+        if name == "linear_num_value_heads" and raw.get("model_type") in GDN_MODEL_TYPES:
+            continue   # read by :func:`_gdn_family`
         if _builds(name, raw.get(name)):
             raise ConfigError(f"{name} builds {what}, which isplan does not model: its parameters, FLOPs, memory "
                               "and step time would all miss it, so this config is not read", name)
@@ -1426,10 +1447,75 @@ def _refuse_inconsistent(cfg: ModelConfig) -> ModelConfig:
 
 #: the families whose block differs from the GQA decoder's defaults in :func:`_gqa_fields`: each one's reader
 #: of what its own modules build (applied last, so it wins)
+#: The config classes' defaults where a file omits a size (transformers ``Qwen3NextConfig``,
+#: ``Qwen3_5MoeTextConfig``): experts, experts per token, expert width, shared expert width
+_GDN_MOE_DEFAULTS = {"qwen3_next": (512, 10, 512, 512), "qwen3_5_moe_text": (256, 8, 512, 512)}
+_GDN_FIELDS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+               "linear_conv_kernel_dim")
+_GDN_FIELD_DEFAULTS = (16, 32, 128, 128, 4)   # every one of the three config classes'
+
+
+def _gdn_layer_types(raw: dict[str, Any], n: int) -> tuple[str, ...]:
+    """Each decoder layer's token mixer: ``layer_types`` (``linear_attention`` / ``full_attention``),
+    else every ``full_attention_interval``-th layer full (default 4; ``Qwen3NextConfig.__post_init__``,
+    Megatron's ``linear_attention_freq``)."""
+    types = raw.get("layer_types")
+    if types is not None:
+        allowed = {"linear_attention": "gdn", "full_attention": "attention"}
+        if not isinstance(types, list) or len(types) != n or not all(t in allowed for t in types):
+            raise ConfigError(f"layer_types must list linear_attention or full_attention for each of the {n} "
+                              "layers", "layer_types")
+        return tuple(allowed[t] for t in types)
+    every = _int_field(raw, "full_attention_interval", 4) or 0
+    if every < 1:
+        raise ConfigError(f"full_attention_interval must be at least 1, got {every}", "full_attention_interval")
+    return tuple("gdn" if (i + 1) % every else "attention" for i in range(n))
+
+
+def _gdn_family(raw: dict[str, Any]) -> dict[str, Any]:
+    """Qwen3-Next and Qwen3.5 / 3.6's language models (transformers ``models/qwen3_next``,
+    ``models/qwen3_5``, ``models/qwen3_5_moe``): gated attention (``q_proj`` makes h d queries and h d
+    output gates; q/k RMSNorms of ``head_dim``; ``attention_bias`` on q, k, v, o) on the
+    ``full_attention`` layers, a gated DeltaNet (:class:`GdnDims`) on the others; FFN: Qwen3-Next's
+    experts on the layers Qwen3-MoE's rule makes sparse (``mlp_only_layers``, ``decoder_sparse_step``)
+    and an MLP of ``intermediate_size`` on the rest, Qwen3.5-MoE's experts on every layer, Qwen3.5's
+    MLP on every layer; the MoE blocks have one shared expert with a sigmoid gate
+    (``Qwen3NextSparseMoeBlock``). MTP layers as Megatron-Bridge reads them
+    (``num_nextn_predict_layers``, else ``mtp_num_hidden_layers``: ``auto_bridge.py``
+    ``MTP_CONFIG_FIELDS`` @ 067f987d); the config classes' defaults where a size is omitted."""
+    model_type, n = raw["model_type"], _int_field(raw, "num_hidden_layers", None, required=True) or 0
+    sizes = [_int_field(raw, f, d) or 0 for f, d in zip(_GDN_FIELDS, _GDN_FIELD_DEFAULTS)]
+    for name, size in zip(_GDN_FIELDS, sizes):
+        if size < 1:
+            raise ConfigError(f"{name} must be at least 1, got {size}", name)
+    gdn = GdnDims(key_heads=sizes[0], value_heads=sizes[1], key_head_dim=sizes[2], value_head_dim=sizes[3],
+                  conv_kernel=sizes[4])
+    if gdn.value_heads % gdn.key_heads:   # Megatron's TransformerConfig asserts it; so does the HF module
+        raise ConfigError(f"linear_num_value_heads ({gdn.value_heads}) must be a multiple of linear_num_key_heads "
+                          f"({gdn.key_heads})", "linear_num_value_heads")
+    out: dict[str, Any] = {"layer_attention": _gdn_layer_types(raw, n), "gdn": gdn, "attention_output_gate": True,
+                           "num_nextn_predict_layers": _int_of(raw, ("num_nextn_predict_layers", "mtp_num_hidden_layers"),
+                                                               0)}
+    if model_type == "qwen3_5_text":
+        return {**out, "intermediate_size": _int_field(raw, "intermediate_size", None, required=True),
+                "n_routed_experts": 0, "num_experts_per_tok": 0, "moe_intermediate_size": 0, "n_shared_experts": 0}
+    experts, top_k, width, shared = _GDN_MOE_DEFAULTS[model_type]
+    width = _int_of(raw, ("moe_intermediate_size",), width)
+    shared = _int_of(raw, ("shared_expert_intermediate_size",), shared)
+    layers = _qwen3_moe_layer_types(raw, n) if model_type == "qwen3_next" else None
+    return {**out, "n_routed_experts": _int_of(raw, ("num_experts",), experts),
+            "num_experts_per_tok": _int_of(raw, ("num_experts_per_tok",), top_k), "moe_intermediate_size": width,
+            "n_shared_experts": _shared_expert_widths(shared, width, "shared_expert_intermediate_size"),
+            "shared_expert_gate": shared > 0, "first_k_dense_replace": 0, "moe_layer_freq": 1,
+            "mlp_layer_types": layers,
+            "intermediate_size": _int_of(raw, ("intermediate_size",), 5632) if layers else 0}
+
+
 _FAMILY_BLOCKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "gpt2": _gpt2_family, "nemotron": _nemotron_family, "nemotron_h": _nemotron_h_family,
     "bailing_moe_v2": _bailing_moe_v2, "ernie4_5": _ernie45_dense, "seed_oss": _seed_oss_family,
     "starcoder2": _starcoder2_family, "cohere": _cohere_family, "cohere2": _cohere_family,
+    **{t: _gdn_family for t in GDN_MODEL_TYPES},
 }
 
 

@@ -55,7 +55,10 @@ value head dims, Hi / di the indexer heads / head dim, k = ``index_topk``, V the
 ``ssm_scan``
     A hybrid model's Mamba-2 layers only: the SSD chunked scan, ``MambaDims.scan_flops_per_token``
     per token (:mod:`app.core.model.hybrid`); its projections, depthwise conv and gains are in
-    ``linear`` (2 x their weights, so the identity below holds).
+    ``linear`` (2 x their weights, so the identity below holds). A gated DeltaNet layer
+    (Qwen3-Next, Qwen3.5): the chunked delta rule, ``GdnDims.rule_flops_per_token`` = ``8 Hv dk dv``
+    (:mod:`app.core.model.gated_delta_net`), its projections, conv and gains in ``linear``; it has no
+    ``sparse_attention``.
 
 Variants: ``indexshare`` (the roles as derived: indexers only on full layers) and
 ``every_layer`` (the same model with an indexer on every decoder layer, pattern ``F``).
@@ -263,7 +266,8 @@ def _layer_terms(cfg: ModelConfig, sh: Shapes, role: LayerRole, *, tokens: int, 
         "indexer_scoring": 2 * cfg.index_n_heads * cfg.index_head_dim * pairs if own else 0,
         "indexer_weighting": 2 * cfg.index_n_heads * pairs if own else 0,
         "sparse_attention": sparse_attention_per_position(cfg) * selected if role.mixer == "attention" else 0,
-        "ssm_scan": mamba.scan_flops_per_token() * tokens if mamba else 0,
+        "ssm_scan": (mamba.scan_flops_per_token() * tokens if mamba else
+                     cfg.gdn.rule_flops_per_token() * tokens if cfg.gdn and role.mixer == "gdn" else 0),
     }
 
 

@@ -74,6 +74,10 @@ dense_fc1/act          4 I / TP, 2 I / TP                 dense FFN layers (ever
 mamba_* (hybrid)       2 (2d + 2GN + heads) / TP,         a Mamba-2 mixer (d = heads x head_dim):
                        2d / TP, 4G / TP, 2d / TP          in_proj output, scan output, norm rstd,
                                                           out_proj input (``_mamba_terms``)
+gdn_* (Qwen3-Next)     2 (2K + 2V + 2Hv) / TP,            a gated DeltaNet (``_gdn_terms``): in_proj
+                       2 (2 Hv dk + V) / TP, 10 Hv / TP,  output, the delta rule's q / k (on the value
+                       256 Hv / TP, 2V / TP, 2V / TP      heads) and v, FP32 gates, FP32 chunk matrix,
+                                                          rule output, out_proj input
 mtp_inputs (MTP)       8H / s_div                         enorm / hnorm inputs and eh_proj input
 post_norm_inputs       4H / s_div                         Gemma 2's post-attention and post-MLP
                                                           RMSNorms (``norms_per_layer`` 4): inputs
@@ -161,6 +165,7 @@ from typing import Any
 from app.core.content_cache import remember
 from app.core.layout.stages import Stage, StagePlan
 from app.core.model.config import ModelConfig
+from app.core.model.gated_delta_net import GDN_CHUNK
 from app.core.model.parallelism import DTYPE_BYTES, ParallelConfig, resolve_gpu
 from app.core.model.parameters import per_rank_params, serving_expert_tp, shapes, stage_params
 from app.core.model.roles import RoleMap, derive_roles
@@ -266,6 +271,8 @@ def _attention_terms(cfg: ModelConfig, tp: int) -> dict[str, float]:
         t["v_heads"] = 2 * kv_local * d
         t["attn_softmax_lse"] = 4 * h / tp
         t["attn_output"] = 2 * h * d / tp
+        if cfg.attention_output_gate:   # Qwen3-Next: the sigmoid gate's input, for its backward
+            t["attn_gate"] = 2 * h * d / tp
         return t
     rq, rkv = cfg.q_lora_rank, cfg.kv_lora_rank
     dn, dr, dv = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
@@ -322,6 +329,22 @@ def _mamba_terms(cfg: ModelConfig, tp: int) -> dict[str, float]:
             "mamba_norm_rstd": 4 * m.groups / tp, "mamba_out_proj_input": 2 * m.d_inner / tp}
 
 
+def _gdn_terms(cfg: ModelConfig, tp: int) -> dict[str, float]:
+    """A gated DeltaNet, per CP-local token, TP-sharded by heads: what Megatron's GDN keeps for
+    backward (``megatron/core/ssm/gated_delta_net/gdn.py`` @ d98e8a64: the in_proj output - q, k, v,
+    z, beta, alpha - which the causal conv and the gates read back; FLA's
+    ``ChunkGatedDeltaRuleFunction`` saves q and k repeated to the ``Hv`` value heads, v, the FP32
+    log-decay ``g``, beta and the FP32 intra-chunk matrix ``A`` (``Q`` = 64 a head); the gated norm
+    its input and FP32 rstd; out_proj its input)."""
+    g = cfg.gdn
+    assert g is not None
+    hv = g.value_heads
+    return {"gdn_in_proj_output": 2 * g.in_proj_out / tp,
+            "gdn_rule_inputs": 2 * (2 * hv * g.key_head_dim + g.value_dim) / tp,
+            "gdn_gates": (4 + 2 + 4) * hv / tp, "gdn_chunk_matrix": 4 * hv * GDN_CHUNK / tp,
+            "gdn_rule_output": 2 * g.value_dim / tp, "gdn_out_proj_input": 2 * g.value_dim / tp}
+
+
 def layer_activation_terms(cfg: ModelConfig, par: ParallelConfig, *, ffn: str, indexer: bool,
                            mtp: bool = False, mixer: str = "attention") -> dict[str, float]:
     """Bytes per CP-local token of one layer for one micro-batch with nothing recomputed
@@ -330,13 +353,15 @@ def layer_activation_terms(cfg: ModelConfig, par: ParallelConfig, *, ffn: str, i
     weights and FP32 top-k scores on a layer that computes its top-k, the FFN (:func:`_ffn_terms`)
     and an MTP layer's enorm / hnorm / eh_proj inputs. A hybrid model's layer has one norm and
     one module: its attention, its Mamba mixer (:func:`_mamba_terms`) or its FFN (``mixer`` /
-    ``ffn`` ``"none"`` for the part it does not have)."""
+    ``ffn`` ``"none"`` for the part it does not have). A gated DeltaNet layer (Qwen3-Next, Qwen3.5)
+    has :func:`_gdn_terms` for the attention."""
     H = cfg.hidden_size
     s_div = par.tp if par.sp else 1
     t: dict[str, float] = {}
     if mixer != "none":
         t["attn_norm_input"] = t["attn_norm_output"] = 2 * H / s_div
-        t.update(_attention_terms(cfg, par.tp) if mixer == "attention" else _mamba_terms(cfg, par.tp))
+        t.update(_attention_terms(cfg, par.tp) if mixer == "attention" else
+                 _gdn_terms(cfg, par.tp) if mixer == "gdn" else _mamba_terms(cfg, par.tp))
     if indexer and cfg.has_indexer:
         t["idx_q"] = 2 * cfg.index_n_heads * cfg.index_head_dim
         t["idx_k"] = 4 * cfg.index_head_dim
@@ -1205,14 +1230,17 @@ def serving_kv(cfg: ModelConfig, roles: RoleMap, *, kv_dtype: str, tp: int, n_mt
     """KV cache bytes per token on one GPU: ``layers * latent + indexer_layers * indexer key``
     (:func:`kv_bytes_per_token_layer`, :func:`indexer_bytes_per_token_layer`), where the indexer
     layers are those that own an indexer (+ MTP when served); the layers are the attention layers
-    (all of them but a hybrid model's Mamba / MoE / MLP blocks), and a hybrid model's Mamba layers
-    keep one state per sequence (``mamba_bytes_per_sequence``, ``MambaDims.state_bytes``)."""
+    (all of them but a hybrid model's Mamba / MoE / MLP blocks and gated DeltaNet layers), and a
+    hybrid model's Mamba layers and a Qwen3-Next's gated DeltaNet layers keep one state per sequence
+    (``mamba_bytes_per_sequence``, ``MambaDims.state_bytes``, ``GdnDims.state_bytes``)."""
     latent = kv_bytes_per_token_layer(cfg, kv_dtype, tp=tp)
     idx = indexer_bytes_per_token_layer(cfg)
     idx_layers = sum(1 for r in roles.layers if r.has_indexer) + (n_mtp if cfg.has_indexer else 0)
     kv_layers = sum(1 for r in roles.layers if r.mixer == "attention") + n_mtp
     per_token = kv_layers * latent + idx_layers * idx
     mamba = sum(1 for r in roles.layers if r.mixer == "mamba") * cfg.mamba.state_bytes(tp) if cfg.mamba else 0
+    if cfg.gdn is not None:   # a gated DeltaNet's conv window and recurrent state, per sequence too
+        mamba += sum(1 for r in roles.layers if r.mixer == "gdn") * cfg.gdn.state_bytes(tp)
     return {
         "mamba_bytes_per_sequence": round(mamba),
         "latent_bytes_per_token_layer": latent,  # MLA latent, or GQA K+V of the GPU's heads

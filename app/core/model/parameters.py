@@ -66,7 +66,7 @@ from app.core.model.config import ModelConfig
 from app.core.model.roles import RoleMap, derive_roles
 
 COMPONENTS = (
-    "attention", "mamba", "indexer", "norms", "dense_ffn", "routed_experts", "shared_expert", "router",
+    "attention", "mamba", "gdn", "indexer", "norms", "dense_ffn", "routed_experts", "shared_expert", "router",
     "latent_proj", "router_bias", "embedding", "lm_head", "final_norm", "mtp",
 )
 
@@ -93,14 +93,17 @@ class Shapes:
     position_embedding: int = 0  # learned position table P*H (GPT-2 wpe; replicated, first stage)
     mamba: int = 0  # a hybrid model's Mamba-2 mixer (TP-sharded)
     latent_proj: int = 0  # LatentMoE's two projections H -> L -> H (replicated over TP)
+    gdn: int = 0  # a gated DeltaNet (TP-sharded but its norm's dv gains, ``gdn_replicated``)
+    gdn_replicated: int = 0
 
     @property
     def attention(self) -> int:
         return self.attn_sharded + self.attn_replicated
 
     def mixer(self, kind: str) -> int:
-        """The parameters of a layer's mixer: attention, a Mamba-2 mixer, or none (an MoE / MLP block)."""
-        return self.attention if kind == "attention" else self.mamba if kind == "mamba" else 0
+        """The parameters of a layer's mixer: attention, a Mamba-2 mixer, a gated DeltaNet, or none
+        (an MoE / MLP block)."""
+        return {"attention": self.attention, "mamba": self.mamba, "gdn": self.gdn}.get(kind, 0)
 
     def ffn_active(self, cfg: ModelConfig, ffn: str) -> int:
         """The FFN weights one token uses: the dense MLP, the top-k routed and shared experts and the
@@ -119,9 +122,11 @@ class Shapes:
 def _gqa_attention(cfg: ModelConfig) -> tuple[int, int]:
     """(TP-sharded, replicated) parameters of one GQA / MHA attention block (GPT-OSS's attention
     sinks, one per head, and OLMo's norms over the whole q and k projections are sharded with their
-    heads; a QK-norm of ``head_dim`` is replicated)."""
+    heads; a QK-norm of ``head_dim`` is replicated; Qwen3-Next's output gate doubles ``q_proj``'s
+    columns, and its bias with them)."""
     H, h, d, g = cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim, cfg.num_key_value_heads
-    sharded = (H * h * d + 2 * H * g * d + h * d * H + ((h * d + 2 * g * d) if cfg.qkv_bias else 0)
+    gate = h * d * (H + (1 if cfg.qkv_bias else 0)) if cfg.attention_output_gate else 0
+    sharded = (gate + H * h * d + 2 * H * g * d + h * d * H + ((h * d + 2 * g * d) if cfg.qkv_bias else 0)
                + (h if cfg.attention_sinks else 0) + ((h + g) * d if cfg.qk_norm_full else 0))
     replicated = (H if cfg.o_bias else 0) + (2 * d if cfg.qk_norm else 0)
     return sharded, replicated
@@ -168,6 +173,8 @@ def shapes(cfg: ModelConfig) -> Shapes:
                  + (2 * cfg.num_key_value_heads * cfg.head_dim if cfg.qkv_bias else 0)) if cfg.attention == "gqa" else 0,
         position_embedding=cfg.position_embeddings * H,
         mamba=cfg.mamba.params(H) if cfg.mamba else 0,
+        gdn=cfg.gdn.params(H) if cfg.gdn else 0,
+        gdn_replicated=cfg.gdn.value_head_dim if cfg.gdn else 0,
         latent_proj=2 * H * cfg.moe_latent_size + ((cfg.moe_latent_size + H) if cfg.mlp_bias else 0)
         if cfg.moe_latent_size and E else 0,
     )
@@ -182,6 +189,7 @@ def layer_components(cfg: ModelConfig, roles: RoleMap, layer: int, sh: Shapes | 
     out = {k: 0 for k in COMPONENTS}
     out["attention"] = sh.mixer("attention") if r.mixer == "attention" else 0
     out["mamba"] = sh.mixer("mamba") if r.mixer == "mamba" else 0
+    out["gdn"] = sh.mixer("gdn") if r.mixer == "gdn" else 0
     out["norms"] = sh.norms
     out["indexer"] = sh.indexer if r.has_indexer else 0
     if r.ffn == "dense":
@@ -322,8 +330,8 @@ class _Tally:
             self.kv_gpu += n * (self.sh.kv_proj // self.cfg.num_key_value_heads)
 
     def add_decoder_layer(self, has_indexer: bool, ffn: str, n: int = 1, mixer: str = "attention") -> None:
-        """``n`` decoder layers of one kind: the mixer (attention, or a hybrid model's Mamba mixer,
-        TP-sharded) and norms, the indexer (replicated) where it owns one, and a dense FFN
+        """``n`` decoder layers of one kind: the mixer (attention, a hybrid model's Mamba mixer or a
+        gated DeltaNet, TP-sharded) and norms, the indexer (replicated) where it owns one, and a dense FFN
         (TP-sharded) or an MoE block (routed experts, TP-sharded shared expert, replicated router)."""
         sh, comp = self.sh, self.comp
         if mixer == "attention":
@@ -332,6 +340,10 @@ class _Tally:
         elif mixer == "mamba":
             comp["mamba"] += n * sh.mamba
             self.sharded += n * sh.mamba
+        elif mixer == "gdn":
+            comp["gdn"] += n * sh.gdn
+            self.sharded += n * (sh.gdn - sh.gdn_replicated)
+            self.replicated += n * sh.gdn_replicated
         comp["norms"] += n * sh.norms
         self.replicated += n * sh.norms
         if has_indexer:

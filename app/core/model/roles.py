@@ -135,7 +135,8 @@ class LayerRole:
     has_indexer: bool  # owns indexer weights
     mtp: bool = False
     window: int = 0  # sliding-window attention: keys a query sees at most (0: full causal attention)
-    mixer: str = "attention"  # "attention" | "mamba" | "none" (a hybrid model's MoE or MLP block)
+    #: "attention" | "mamba" | "none" (a hybrid model's MoE or MLP block) | "gdn" (a gated DeltaNet, with its FFN)
+    mixer: str = "attention"
     chunk: int = 0  # chunked attention: a query sees the earlier keys of its own chunk of this many (0: none)
 
     @property
@@ -304,7 +305,7 @@ def _build(
 ) -> RoleMap:
     ffn = ffn_kinds(cfg)
     windows = cfg.layer_windows or (0,) * cfg.num_hidden_layers
-    mixers = cfg.layer_mixers or ("attention",) * cfg.num_hidden_layers
+    mixers = cfg.layer_mixers or cfg.layer_attention or ("attention",) * cfg.num_hidden_layers
     chunks = cfg.layer_chunks or (0,) * cfg.num_hidden_layers
     layers: list[LayerRole] = []
     errors: list[RoleError] = []

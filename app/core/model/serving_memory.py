@@ -191,6 +191,8 @@ def _stage_bytes(cfg: ModelConfig, roles: RoleMap, stage: Stage, s: ServingMemor
     latent = kv_layers * latent_bytes_per_token(cfg, s.kv_dtype, tp=attn_tp) * tokens
     if cfg.mamba is not None:
         latent += round(mixers.count("mamba") * cfg.mamba.state_bytes(s.tp) * s.concurrency)
+    if cfg.gdn is not None:
+        latent += round(mixers.count("gdn") * cfg.gdn.state_bytes(s.tp) * s.concurrency)
     index = index_layers * indexer_key_bytes_per_token(cfg) * tokens
     return weights, latent, index, index_layers
 

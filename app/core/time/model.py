@@ -48,7 +48,7 @@ from typing import Any
 
 from app.core.content_cache import remember, scope
 from app.core.layout.stages import Stage, StagePlan
-from app.core.model.config import ModelConfig
+from app.core.model.config import GDN_MODEL_TYPES, ModelConfig
 from app.core.model.flops import mtp_role
 from app.core.model.hardware import Hardware
 from app.core.model.parameters import shapes, stage_params
@@ -191,6 +191,11 @@ FAMILY_CAVEATS = {
                   "and -8 to +6 % in FP8 on H100, and against its 30 Nemotron 3 Super runs (LatentMoE, two MTP "
                   "depths; not fitted on) by -18 to -13 % on GB200, -2 to +13 % on GB300, +2 to +5 % on B200 and "
                   "-14 to +1 % on B300 (EP 8); read it as uncertain by system",
+    **{t: "gated DeltaNet models (Qwen3-Next, Qwen3.5): the delta-rule kernels are timed from their FLOPs and "
+          "bytes (app.core.model.gated_delta_net), the bytes at the bandwidth fitted on Mamba-2's Triton kernels "
+          "(efficiency.SSD_BANDWIDTH), and their eager ops as any layer's; no published measured run of these "
+          "models exists to check it against: read it as unvalidated"
+       for t in GDN_MODEL_TYPES},
 }
 
 #: SMs the expert-parallel dispatch / combine kernels occupy while they run beside compute: Megatron-Bridge's

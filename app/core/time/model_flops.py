@@ -21,6 +21,9 @@ the ``s x s`` square; norms, softmax, router and biases not counted):
   indexer projections ``2 x`` forward only and its scoring ``2 * (s+1)/2 * Hi (di + 1)`` on the
   layers that compute top-k (with the auxiliary loss: 4 x projections, backward over the selected
   pairs, and the teacher QK term, as ``flop_utils`` counts them);
+* Qwen3-Next / Qwen3.5 (``experimental_attention_variant`` gated DeltaNet): the GQA term with the
+  output gate's ``H q`` more (``attention_output_gate``), then each gated DeltaNet layer's share
+  replaced by its own term (:func:`_gdn_term`);
 * MTP: ``6 * mtp * (3H + 2H^2)``; logits ``6 H V_pad (mtp + 1)`` with the vocabulary padded to a
   multiple of ``128 * TP`` (``calculate_padded_vocab_size``).
 
@@ -65,7 +68,10 @@ def model_flops_per_token(cfg: ModelConfig, roles: RoleMap | None = None, *, seq
     if cfg.attention == "gqa":
         q = cfg.head_dim * h
         kv = cfg.head_dim * cfg.num_key_value_heads
-        attn = 6 * (layers * (H * (q + 2 * kv) + q * H) + 2 * q * _gqa_context(cfg, s, mtp_layers))
+        gate = q if cfg.attention_output_gate else 0
+        attn = 6 * (layers * (H * (q + 2 * kv + gate) + q * H) + 2 * q * _gqa_context(cfg, s, mtp_layers))
+        if cfg.gdn is not None and cfg.layer_attention is not None:
+            attn = _gdn_term(cfg, attn, layers, mtp_layers)
     else:
         rq, rkv = cfg.q_lora_rank, cfg.kv_lora_rank
         dn, dr, dv = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
@@ -89,6 +95,19 @@ def _gqa_context(cfg: ModelConfig, s: int, mtp_layers: int) -> float:
     windows = cfg.layer_windows or ()
     full = cfg.num_hidden_layers + mtp_layers - sum(1 for w in windows if 0 < w < s)
     return full * s / 2 + sum(w - w * (w - 1) / (2 * s) for w in windows if 0 < w < s)
+
+
+def _gdn_term(cfg: ModelConfig, attn: float, layers: int, mtp_layers: int) -> float:
+    """``flop_utils``' gated DeltaNet branch: of the ``layers`` attention terms (MTP layers
+    included, each of the last decoder layer's kind), the GDN layers' are replaced by
+    ``6 (H (2K + 2V + 2Hv) + C (2K + V) + 4 Hv dv^2 + H V)`` (``dk dv`` for ``dv^2``) and the others
+    keep the mean attention term."""
+    g, kinds = cfg.gdn, cfg.layer_attention
+    assert g is not None and kinds is not None
+    n_gdn = kinds.count("gdn") + (mtp_layers if kinds and kinds[-1] == "gdn" else 0)
+    per_gdn = 6 * (cfg.hidden_size * g.in_proj_out + g.conv_kernel * g.conv_dim
+                   + 4 * g.value_heads * g.key_head_dim * g.value_head_dim + cfg.hidden_size * g.value_dim)
+    return per_gdn * n_gdn + attn / layers * (layers - n_gdn)
 
 
 def _dsa_term(cfg: ModelConfig, roles: RoleMap | None, layers: int, mtp_layers: int, s: int, q_term: float,

@@ -72,6 +72,7 @@ from dataclasses import dataclass, field
 from app.core.model.config import ModelConfig
 from app.core.model.flops import sequence_layer_flops
 from app.core.model.hardware import Hardware
+from app.core.model.hybrid import MambaDims
 from app.core.model.parameters import Shapes
 from app.core.model.roles import LayerRole
 from app.core.time.efficiency import Efficiency
@@ -246,12 +247,18 @@ def layer_gemms(ctx: OpContext, role: LayerRole) -> list[Gemm]:
         assert m is not None
         out.append(Gemm("in_proj", t, m.in_proj_out / tp, H, module="mamba"))
         out.append(Gemm("out_proj", t, H, m.d_inner / tp, module="mamba"))
+    elif role.mixer == "gdn":   # a gated DeltaNet's two projections, column- and row-parallel
+        gd = cfg.gdn
+        assert gd is not None
+        out.append(Gemm("in_proj", t, gd.in_proj_out / tp, H, module="attn_proj"))
+        out.append(Gemm("out_proj", t, H, gd.value_dim / tp, module="attn_proj"))
     elif role.mixer == "none":
         pass
     elif cfg.attention == "gqa":
         d, g = cfg.head_dim, cfg.num_key_value_heads
         g_gpu = g / tp if g >= tp else 1
-        out.append(Gemm("qkv", t, (h / tp + 2 * g_gpu) * d, H, module="attn_proj"))
+        gate = h / tp if cfg.attention_output_gate else 0   # Qwen3-Next's q_proj also makes the output gate
+        out.append(Gemm("qkv", t, (h / tp + gate + 2 * g_gpu) * d, H, module="attn_proj"))
         out.append(Gemm("proj", t, H, h * d / tp, module="attn_proj"))
     else:
         rq, rkv = cfg.q_lora_rank, cfg.kv_lora_rank
@@ -308,6 +315,9 @@ def _elementwise(ctx: OpContext, role: LayerRole, gemms: list[Gemm]) -> dict[str
         out["mamba"] = cfg.mamba.scan_bytes_per_token() / tp * t
         if s.mbs > 1:  # the sequence-first layout is copied to batch-first and back (MAMBA_LAYOUT_BYTES)
             out["mamba_layout"] = MAMBA_LAYOUT_BYTES * (cfg.mamba.in_proj_out + cfg.mamba.d_inner) / tp * t
+    elif role.mixer == "gdn":   # conv, delta rule and gated norm (``GdnDims.scan_bytes_per_token``)
+        assert cfg.gdn is not None
+        out["gdn"] = cfg.gdn.scan_bytes_per_token() / tp * t
     elif role.mixer == "attention" and hybrid:
         out["rope"] = 0.0  # Nemotron-H's attention carries no position embedding (module docstring)
     elif role.mixer == "attention" and cfg.attention == "gqa":
@@ -562,10 +572,10 @@ def _add_attention(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
 
 
 def _add_scan(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
-    """A Mamba-2 layer's SSD scan: its ``ssm_scan`` FLOPs over TP at the BF16 peak times the
-    attention fractions, 2.5 x backward (module docstring); the fused kernel's bytes are counted
-    with the memory-bound work (:func:`_elementwise`)."""
-    if role.mixer != "mamba":
+    """A Mamba-2 layer's SSD scan, or a gated DeltaNet's chunked delta rule: its ``ssm_scan`` FLOPs
+    over TP at the BF16 peak times the attention fractions, 2.5 x backward (module docstring); the
+    kernels' bytes are counted with the memory-bound work (:func:`_elementwise`)."""
+    if role.mixer not in ("mamba", "gdn"):
         return
     s, eff = ctx.s, ctx.eff
     flops = sequence_layer_flops(ctx.cfg, role, seq_length=s.seq_length, mbs=s.mbs)["ssm_scan"] / (s.tp * s.cp)
@@ -575,7 +585,7 @@ def _add_scan(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
     lc.flops_fwd += flops
     lc.fwd.attention += lc.attn_fwd
     lc.bwd.attention += lc.attn_bwd
-    lc.modules["mamba"] = lc.modules.get("mamba", 0.0) + lc.attn_fwd
+    lc.modules[role.mixer] = lc.modules.get(role.mixer, 0.0) + lc.attn_fwd
 
 
 #: Eager PyTorch ops Megatron runs unfused, (forward, backward) bytes per element they touch (each op
@@ -608,7 +618,7 @@ MAMBA_LAYOUT_BYTES = 4.0
 #: Backward bytes over forward bytes of the memory-bound work: twice, except the Mamba scan's
 #: kernels, whose backward also recomputes the conv and the chunk states (:mod:`app.core.model.hybrid`),
 #: and the eager ops above
-BWD_BYTES = {"mamba": 3.0, "rope_unfused": UNFUSED_ROPE_BYTES[1] / UNFUSED_ROPE_BYTES[0],
+BWD_BYTES = {"mamba": 3.0, "gdn": 3.0, "rope_unfused": UNFUSED_ROPE_BYTES[1] / UNFUSED_ROPE_BYTES[0],
              "moe_act_clamp": CLAMP_BYTES[1] / CLAMP_BYTES[0], "expert_bias": EXPERT_BIAS_BYTES[1] / EXPERT_BIAS_BYTES[0],
              "mamba_layout": 1.0}
 
@@ -621,7 +631,7 @@ def _add_memory_and_host(ctx: OpContext, lc: LayerCost, role: LayerRole, gemms: 
     a full-iteration CUDA graph."""
     eff = ctx.eff
     for key, nbytes in _elementwise(ctx, role, gemms).items():
-        sec = mem_seconds(ctx, nbytes) / (eff.ssd_bw if key == "mamba" else 1.0)
+        sec = mem_seconds(ctx, nbytes) / (eff.ssd_bw if key in ("mamba", "gdn") else 1.0)
         lc.fwd.memory += sec
         lc.bwd.memory += BWD_BYTES.get(key, 2.0) * sec
         lc.modules[key] = lc.modules.get(key, 0.0) + sec
@@ -665,7 +675,7 @@ def _add_communication(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
                               topk=cfg.num_experts_per_tok if dedup else 0,
                               experts=cfg.n_routed_experts if dedup else 0)
         lc.ep_fwd = lc.ep_bwd = 2 * a2a
-    if s.cp > 1 and role.mixer == "mamba":
+    if s.cp > 1 and role.mixer in ("mamba", "gdn"):
         _mamba_cp(ctx, lc)
     elif s.cp > 1 and role.mixer == "attention":
         kv = _kv_bytes_per_token(ctx) * ctx.t
@@ -683,13 +693,16 @@ def _mamba_cp(ctx: OpContext, lc: LayerCost) -> None:
     """A Mamba layer under CP (Megatron ``megatron/core/ssm/mamba_context_parallel.py``
     ``MambaContextParallel``): z, x, B, C and dt go from sequence to head shards by all-to-all
     before the conv and the scan, the scan's output back after it; backward the same two
-    (``pre_conv_ssm`` / ``post_conv_ssm``). Not overlapped."""
+    (``pre_conv_ssm`` / ``post_conv_ssm``). Not overlapped. A gated DeltaNet does the same with its
+    in_proj output and the rule's output (``gated_delta_net/common.py`` ``a2a_cp_to_hp`` /
+    ``a2a_hp_to_cp`` @ d98e8a64)."""
     from app.core.time import comm
 
-    m, s = ctx.cfg.mamba, ctx.s
+    m, s = ctx.cfg.mamba or ctx.cfg.gdn, ctx.s
     assert m is not None
+    inner = m.d_inner if isinstance(m, MambaDims) else m.value_dim
     pre = comm.all_to_all(ctx.groups["cp"], ctx.t * m.in_proj_out / s.tp * ACT_BYTES, ctx.hw, ctx.eff)
-    post = comm.all_to_all(ctx.groups["cp"], ctx.t * m.d_inner / s.tp * ACT_BYTES, ctx.hw, ctx.eff)
+    post = comm.all_to_all(ctx.groups["cp"], ctx.t * inner / s.tp * ACT_BYTES, ctx.hw, ctx.eff)
     lc.cp_fwd = lc.cp_bwd = pre + post
     lc.cp_overlappable = False
 

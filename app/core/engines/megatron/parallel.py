@@ -40,6 +40,7 @@ CHECK_FIELD = {
     "mtp_block_recompute": "recompute_method", "allgather_cp_non_dsa": "cp_comm_type",
     "te_cp_comm_type": "cp_comm_type", "per_layer_cp_comm_type": "cp_comm_type",
     "mamba_heads_tp": "tp", "mamba_groups_tp": "tp", "mamba_heads_cp": "cp", "mamba_groups_cp": "cp",
+    "gdn_key_heads_tp": "tp", "gdn_value_heads_tp": "tp", "gdn_key_heads_cp": "cp", "gdn_value_heads_cp": "cp",
     "ep_overlap_vpp": "vpp", "ep_overlap_ep": "ep", "ep_overlap_recompute": "recompute",
     "ep_overlap_recompute_method": "recompute_method", "ep_overlap_recompute_num_layers": "recompute_num_layers",
     "ep_overlap_recompute_moe": "recompute_modules", "ep_overlap_mtp": "mtp_layers",
@@ -163,6 +164,27 @@ def mamba_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None) ->
     elif local >= cp and local % cp:
         out.append(Check("mamba_groups_cp", False, f"ngroups must be evenly divisible by tp_size * cp_size "
                                                    f"(n_groups {m.groups}, TP {tp}, CP {cp})"))
+    return out
+
+
+def gdn_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None) -> list[Check]:
+    """A gated DeltaNet splits its key and value heads over TP x CP (``TransformerConfig.__post_init__``,
+    ``megatron/core/transformer/transformer_config.py`` @ d98e8a64: "self.linear_num_key_heads=... must
+    be a multiple of (self.tensor_model_parallel_size=... * self.context_parallel_size=...)", and the
+    same for ``linear_num_value_heads``)."""
+    g = cfg.gdn
+    if g is None:
+        return []
+    tp, cp, out = par.tp, par.cp, []
+    for kind, name, heads in (("key", "linear_num_key_heads", g.key_heads),
+                              ("value", "linear_num_value_heads", g.value_heads)):
+        if heads % (tp * cp):
+            by_tp = heads % tp != 0   # the field to change: TP when it alone does not divide, else CP
+            fix = (f"TP={_try(nearest_divisors(heads, tp))}" if by_tp
+                   else f"CP={_try(nearest_divisors(heads // tp, cp))}")
+            out.append(Check(f"gdn_{kind}_heads_{'tp' if by_tp else 'cp'}", False,
+                             f"self.{name}={heads} must be a multiple of (self.tensor_model_parallel_size={tp} * "
+                             f"self.context_parallel_size={cp}); try {fix}"))
     return out
 
 
@@ -586,7 +608,7 @@ def fp8_output_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | Non
 #: every rule, in the order Megatron meets them at startup (roughly: parallel state, validate_args,
 #: TransformerConfig, the optimizer, the first training forward)
 RULES: tuple[Rule, ...] = (
-    world_rule, heads_rule, kv_heads_rule, ffn_width_rule, mamba_rule, experts_rule, expert_grid_rule, cp_seq_rule,
+    world_rule, heads_rule, kv_heads_rule, ffn_width_rule, mamba_rule, gdn_rule, experts_rule, expert_grid_rule, cp_seq_rule,
     per_layer_cp_rule, dsa_cp_rule, te_cp_comm_rule, hierarchical_cp_rule, seq_positions_rule, sequence_parallel_rule, mtp_cp_rule,
     pipeline_rule, microbatch_rule, recompute_method_rule, recompute_layers_rule, distribute_saved_activations_rule,
     recompute_modules_rule, mtp_recompute_rule, optimizer_rule, overlap_rule, ep_overlap_rule, fp8_output_rule,
@@ -605,6 +627,7 @@ LAUNCH_READS: dict[Rule, tuple[str, ...]] = {
     kv_heads_rule: ("tp", "query_groups", "multi_latent_attention"),
     ffn_width_rule: ("tp", "expert_tp"),
     mamba_rule: ("tp", "cp"),
+    gdn_rule: ("tp", "cp"),
     experts_rule: ("ep",),
     expert_grid_rule: ("ep", "pp", "expert_tp", "world", "expert_grid_size", "edp"),
     cp_seq_rule: ("cp", "sample_length"),
