@@ -220,3 +220,19 @@ def test_a_qwen3_next_plan_is_judged_and_timed_through_the_cli(tmp_path):
     assert t["tokens_per_second_per_gpu"] > 0 and t["breakdown"]["cp"]["total"] > 0
     assert any("unvalidated" in n for n in t["notes"])
     assert "linear_num" not in json.dumps(body["verdict"])   # 16 and 32 heads split over TP 2 x CP 2
+
+
+def test_a_serving_rank_holds_kv_on_its_attention_layers_and_a_state_per_sequence():
+    """vLLM at TP 4, two ranks of 24 layers (6 attention, 18 DeltaNet each), 32k context, 8 sequences:
+    KV of the 6 attention layers (2 KV heads of 256, K and V, BF16; TP 4 above the 2 heads keeps one
+    whole head a GPU) for every token, plus each DeltaNet layer's conv window and FP32 state over TP."""
+    from app.core.engines.serving import engine_roles, serving_plan
+    from app.core.model.serving_memory import ServingMemorySettings, serving_memory
+
+    cfg = load(NEXT)
+    roles, _ = engine_roles(cfg, "vllm")
+    plan = serving_plan(cfg, "vllm", 2, "24,24")
+    report = serving_memory(cfg, plan, roles, ServingMemorySettings(tp=4, context=32768, concurrency=8))
+    kv = 6 * 2 * 1 * 256 * 2 * 32768 * 8
+    state = 18 * (2 * 8192 * 3 + 4 * 32 * 128 * 128) / 4 * 8
+    assert [r.kv_latent for r in report.ranks] == [kv + round(state)] * 2
