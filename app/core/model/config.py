@@ -28,7 +28,8 @@ Accepted model types, by attention kind (``ModelConfig.attention``):
   ``head_dim`` H / h, windows on 3 layers of 4), ``exaone4`` (EXAONE 4.0: OLMo 2's post-norm layer, a
   per-head QK-norm, sliding windows on 3 layers of 4), ``glm4`` (GLM-4 dense:
   four norms a layer, q/k/v biases), ``nemotron``
-  (Nemotron-4 / Minitron: a 2-matrix squared-ReLU MLP and LayerNorms with biases) (dense) and
+  (Nemotron-4 / Minitron: a 2-matrix squared-ReLU MLP and LayerNorms with biases), ``mimo`` (Xiaomi MiMo:
+  Qwen2's decoder with MTP layers) (dense) and
   ``qwen2_moe``, ``qwen3_moe``, ``mixtral``, ``olmoe``, ``granitemoe`` / ``granitemoeshared`` (Granite 3 MoE: Mixtral's
   experts on Granite's attention, the latter with a shared expert), ``minimax_m2``, ``ernie4_5_moe``,
   ``bailing_moe_v2`` (Ling 2.0),
@@ -69,8 +70,8 @@ in ``modeling_<family>.py``):
   layers (``layer_windows``, :func:`_layer_windows`, as for Gemma 2, Mistral and Phi-3);
 * router score-correction bias (``e_score_correction_bias``, E per MoE layer): DeepSeek, GLM, MiniMax-M2,
   ERNIE 4.5 (its ``moe_statics``) and Ling 2.0 (``expert_bias``);
-* MTP (``num_nextn_predict_layers``): DeepSeek, GLM and Ling 2.0, and Qwen3-Next / Qwen3.5 (``mtp_num_hidden_layers``
-  too); none elsewhere (a file that names MTP
+* MTP (``num_nextn_predict_layers``): DeepSeek, GLM, Ling 2.0 and MiMo, and Qwen3-Next / Qwen3.5
+  (``mtp_num_hidden_layers`` too); none elsewhere (a file that names MTP
   layers nothing builds - MiniMax-M2's, ERNIE 4.5's, GLM-4.5V's - has none).
 
 A ``model_type`` outside this list without the MLA fields is refused (its shapes cannot be read
@@ -166,7 +167,7 @@ GQA_MODEL_TYPES = (
     # dense
     "llama", "mistral", "ministral3", "qwen2", "qwen3", "gpt2", "phi3", "gemma", "gemma2", "gemma3_text", "olmo2",
     "olmo3", "granite", "smollm3", "exaone4", "glm4", "ernie4_5", "seed_oss", "starcoder2", "cohere", "cohere2",
-    "nemotron",
+    "nemotron", "mimo",
     # MoE and hybrid
     "qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "granitemoe", "granitemoeshared", "glm4_moe", "gpt_oss", "minimax_m2",
     "ernie4_5_moe", "bailing_moe_v2",
@@ -724,7 +725,7 @@ def _gqa_fields(raw: dict[str, Any], model_type: str, n: int, hidden: int, heads
     bias = model_type not in _OWN_BIAS_TYPES and _bool_field(raw, "attention_bias", model_type in ("gpt_oss", "glm4"))
     out: dict[str, Any] = {
         "attention": "gqa", "num_key_value_heads": kv, "head_dim": head_dim,
-        "qkv_bias": (True if model_type == "qwen2" else _bool_field(raw, "qkv_bias", True) if model_type == "qwen2_moe"
+        "qkv_bias": (True if model_type in ("qwen2", "mimo") else _bool_field(raw, "qkv_bias", True) if model_type == "qwen2_moe"
                      else bias),
         "o_bias": (bias if model_type in ("llama", "mistral", "qwen3", "qwen3_moe", "gpt_oss", "nemotron", "llama4",
                                           "llama4_text", "granite", "granitemoe", "granitemoeshared", "smollm3",
@@ -1447,6 +1448,15 @@ def _refuse_inconsistent(cfg: ModelConfig) -> ModelConfig:
 
 #: the families whose block differs from the GQA decoder's defaults in :func:`_gqa_fields`: each one's reader
 #: of what its own modules build (applied last, so it wins)
+def _mimo_family(raw: dict[str, Any]) -> dict[str, Any]:
+    """Xiaomi MiMo (``MiMoForCausalLM``, a ``Qwen2Config``): Qwen2's decoder (q/k/v biases, none on
+    o_proj) and ``num_nextn_predict_layers`` MTP layers of DeepSeek's shape - token and hidden norms,
+    ``input_proj`` ``2H -> H``, a Qwen2 decoder layer with its dense MLP, a final norm - which
+    Megatron-Bridge builds as Megatron's MTP (``models/mimo/mimo_bridge.py`` @ 067f987d:
+    ``mtp.layers.*.enorm`` / ``hnorm`` / ``eh_proj`` / ``final_layernorm``)."""
+    return {"num_nextn_predict_layers": _int_field(raw, "num_nextn_predict_layers", 0)}
+
+
 #: The config classes' defaults where a file omits a size (transformers ``Qwen3NextConfig``,
 #: ``Qwen3_5MoeTextConfig``): experts, experts per token, expert width, shared expert width
 _GDN_MOE_DEFAULTS = {"qwen3_next": (512, 10, 512, 512), "qwen3_5_moe_text": (256, 8, 512, 512)}
@@ -1515,7 +1525,7 @@ _FAMILY_BLOCKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "gpt2": _gpt2_family, "nemotron": _nemotron_family, "nemotron_h": _nemotron_h_family,
     "bailing_moe_v2": _bailing_moe_v2, "ernie4_5": _ernie45_dense, "seed_oss": _seed_oss_family,
     "starcoder2": _starcoder2_family, "cohere": _cohere_family, "cohere2": _cohere_family,
-    **{t: _gdn_family for t in GDN_MODEL_TYPES},
+    **{t: _gdn_family for t in GDN_MODEL_TYPES}, "mimo": _mimo_family,
 }
 
 

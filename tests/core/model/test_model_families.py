@@ -1337,3 +1337,20 @@ def test_granite_moe_is_mixtral_experts_on_granites_attention():
     with pytest.raises(ConfigError) as err:
         load({**GRANITE3_MOE_3B, "model_type": "granitemoeshared", "shared_intermediate_size": 700})
     assert err.value.field == "shared_intermediate_size"
+
+
+def test_mimo_is_qwen2_with_mtp_layers():
+    """Xiaomi MiMo-7B (slime ``scripts/models/mimo-7B-rl.sh`` @ 624b824a: 36 layers of 4096, 32 heads in 8
+    groups, 11008, vocabulary 151,680, q/k/v biases, untied, one MTP layer). By hand: a layer is q 4096^2 +
+    4096, k and v 4096 x 1024 + 1024 each, o 4096^2, gate / up / down 3 x 4096 x 11008 and two norms; the MTP
+    layer one more such layer plus its two input norms, ``eh_proj`` 2 x 4096^2 and its final norm."""
+    H = 4096
+    raw = {"model_type": "mimo", "architectures": ["MiMoForCausalLM"], "hidden_size": H, "num_hidden_layers": 36,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 11008, "vocab_size": 151680,
+           "tie_word_embeddings": False, "num_nextn_predict_layers": 1, "max_position_embeddings": 32768}
+    cfg = load_config_bytes(json.dumps(raw).encode())
+    layer = H * H + H + 2 * (H * 1024 + 1024) + H * H + 3 * H * 11008 + 2 * H
+    r = count_parameters(cfg)
+    assert r.main_total == 36 * layer + 2 * 151680 * H + H == 7_622_619_136
+    assert r.checkpoint_total - r.main_total == layer + 2 * H + 2 * H * H + H
+    assert cfg.qkv_bias and not cfg.o_bias and cfg.num_nextn_predict_layers == 1
