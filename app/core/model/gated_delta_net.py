@@ -37,9 +37,10 @@ GDN module, with ``K = Hk dk`` (query/key width), ``V = Hv dv`` (value width), k
   beta, g and writes ``A``; ``solve_tril`` reads and writes it; ``recompute_w_u`` reads ``A``, k, v,
   beta and writes ``w`` and ``u``; ``chunk_gated_delta_rule_fwd_h`` reads k, w, u, g and writes the
   states and ``v_new``; ``chunk_fwd_o`` reads q, k, ``v_new``, the states and g and writes the output;
-  the gated RMSNorm reads it and z and writes the normed output. The backward recomputes and
-  forms every gradient: three times the forward's bytes, as for Mamba-2's scan
-  (:mod:`app.core.model.hybrid`); the time model moves them at the same fitted share of the
+  then the gated RMSNorm reads it and z and writes the normed output (kept apart: Megatron's
+  ``gdn_norm_out`` recompute module re-runs it, and it streams like any norm). The delta rule's
+  backward recomputes and forms every gradient: three times the forward's bytes, as for Mamba-2's
+  scan (:mod:`app.core.model.hybrid`); the time model moves them at the same fitted share of the
   streaming bandwidth (``app.core.time.efficiency.SSD_BANDWIDTH``: both are chains of Triton
   kernels over chunked states; no published measurement of FLA's kernels exists).
 """
@@ -95,8 +96,8 @@ class GdnDims:
         return 2 * 4 * self.value_heads * self.key_head_dim * self.value_head_dim
 
     def scan_bytes_per_token(self) -> float:
-        """Bytes the conv, delta-rule and gated-norm kernels read and write per token, forward
-        (module docstring)."""
+        """Bytes the conv and delta-rule kernels read and write per token, forward (module docstring;
+        the gated norm's are :meth:`norm_bytes_per_token`)."""
         hv, dk, dv, q = self.value_heads, self.key_head_dim, self.value_head_dim, GDN_CHUNK
         qk = 2 * hv * dk * 2  # q and k on the value heads, BF16
         k, v = 2 * hv * dk, 2 * hv * dv
@@ -110,8 +111,12 @@ class GdnDims:
         w_u = a + k + v + 2 * hv + k + v
         h = k + k + v + 4 * hv + states + v
         out = qk + v + states + 4 * hv + v
-        norm = 3 * 2 * self.value_dim
-        return conv + repeat + cumsum + kkt + tril + w_u + h + out + norm
+        return conv + repeat + cumsum + kkt + tril + w_u + h + out
+
+    def norm_bytes_per_token(self) -> int:
+        """The gated RMSNorm's bytes per token, forward: it reads the rule's output and the gate z and
+        writes the normed output (BF16; Megatron's ``gdn_norm_out`` recompute module re-runs it)."""
+        return 3 * 2 * self.value_dim
 
     def state_bytes(self, tp: int = 1) -> float:
         """A serving engine's cache of one sequence in one GDN layer on one GPU: the conv window

@@ -204,6 +204,9 @@ RECOMPUTE_DROPS: dict[str, dict[str, tuple[str, ...]]] = {
                     "shared_act", "latent_proj")},
     "moe_act": {"moe": ("expert_act",)},
     "shared_experts": {"moe": ("shared_fc1", "shared_act")},
+    # a gated DeltaNet's output norm: its output, out_proj's input, is discarded and rebuilt
+    # (``gated_delta_net/gdn.py`` ``norm_out_checkpoint.discard_output_and_register_recompute`` @ d98e8a64)
+    "gdn_norm_out": {"any": ("gdn_out_proj_input",)},
 }
 
 

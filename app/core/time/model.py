@@ -67,7 +67,7 @@ BREAKDOWN = ("compute", "recompute", "host", "tp", "cp", "ep", "pp", "bubble", "
 _RECOMPUTE_PARTS = {"core_attn": ("core_attn",), "mlp": ("mlp",),
                     "moe": ("moe", "moe_act", "moe_act_clamp", "expert_bias", "shared_experts"),
                     "moe_act": ("moe_act", "moe_act_clamp"), "mla_up_proj": ("mla_up_proj", "rope"), "layernorm": ("layernorm",),
-                    "shared_experts": ("shared_experts",)}
+                    "shared_experts": ("shared_experts",), "gdn_norm_out": ("gdn_norm_out",)}
 
 TERMS = (
     "GEMMs of every linear layer in the plan's precision (forward, data and weight gradients), ceiling x peak "

@@ -315,9 +315,10 @@ def _elementwise(ctx: OpContext, role: LayerRole, gemms: list[Gemm]) -> dict[str
         out["mamba"] = cfg.mamba.scan_bytes_per_token() / tp * t
         if s.mbs > 1:  # the sequence-first layout is copied to batch-first and back (MAMBA_LAYOUT_BYTES)
             out["mamba_layout"] = MAMBA_LAYOUT_BYTES * (cfg.mamba.in_proj_out + cfg.mamba.d_inner) / tp * t
-    elif role.mixer == "gdn":   # conv, delta rule and gated norm (``GdnDims.scan_bytes_per_token``)
+    elif role.mixer == "gdn":   # conv and delta rule at the Triton kernels' rate, then the gated norm
         assert cfg.gdn is not None
         out["gdn"] = cfg.gdn.scan_bytes_per_token() / tp * t
+        out["gdn_norm_out"] = cfg.gdn.norm_bytes_per_token() / tp * t
     elif role.mixer == "attention" and hybrid:
         out["rope"] = 0.0  # Nemotron-H's attention carries no position embedding (module docstring)
     elif role.mixer == "attention" and cfg.attention == "gqa":
@@ -441,6 +442,8 @@ def host_module_ops(ctx: OpContext, role: LayerRole, gemms: list[Gemm]) -> dict[
     if role.mixer == "attention":
         out["core_attn"] = out.get("core_attn", 0.0) + 1
         out["rope"] = out.get("rope", 0.0) + 1
+    elif role.mixer == "gdn":
+        out["gdn_norm_out"] = 1.0   # the gated norm, one kernel
     if role.ffn == "dense":
         out["mlp"] = out.get("mlp", 0.0) + 1
     elif role.ffn == "moe":

@@ -25,9 +25,10 @@ from app.core.time.precision import PRECISIONS
 
 RECOMPUTE = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("uniform", "block")
-#: ``recompute_modules`` choices the time model costs (``transformer_config.py``; the GatedDeltaNet /
-#: GatedDeltaProduct / mHC modules belong to model families isplan does not load).
-RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+#: ``recompute_modules`` choices the time model costs (``transformer_config.py``; the GatedDeltaProduct /
+#: mHC modules belong to model families isplan does not load).
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts",
+                     "gdn_norm_out")
 CP_COMM_TYPES = ("p2p", "allgather", "a2a")
 #: ``--moe-token-dispatcher-type``: ``flex`` (DeepEP / HybridEP: a token crosses to a remote NVLink
 #: domain once) or ``alltoall`` / ``allgather`` (NCCL: every expert copy crosses).

@@ -236,3 +236,34 @@ def test_a_serving_rank_holds_kv_on_its_attention_layers_and_a_state_per_sequenc
     kv = 6 * 2 * 1 * 256 * 2 * 32768 * 8
     state = 18 * (2 * 8192 * 3 + 4 * 32 * 128 * 128) / 4 * 8
     assert [r.kv_latent for r in report.ranks] == [kv + round(state)] * 2
+
+
+def test_gdn_norm_out_recompute_is_accepted_on_a_deltanet_model_and_drops_the_out_proj_input(tmp_path):
+    """Megatron refuses ``gdn_norm_out`` without a GatedDeltaNet variant (``transformer_config.py``) and,
+    with one, discards the norm's output - out_proj's input - to rebuild it before the backward: the
+    memory drops that term, the time model re-runs the norm (its 6 V bytes a token) and nothing else."""
+    from app.core.engines.megatron.parallel import recompute_modules_rule
+    from app.core.model.gated_delta_net import GdnDims
+    from app.core.model.memory import selective_dropped
+
+    par = ParallelConfig(tp=1, pp=1, gpus=1, seq_length=4096, recompute="selective",
+                         recompute_modules=("gdn_norm_out",))
+    assert recompute_modules_rule(load(NEXT), par, None) == []
+    dense = load_config_bytes(json.dumps({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+                                          "num_attention_heads": 4, "vocab_size": 100,
+                                          "intermediate_size": 128}).encode())
+    assert [c.name for c in recompute_modules_rule(dense, par, None)] == ["recompute_gdn_norm_out"]
+    assert selective_dropped(load(NEXT), ("gdn_norm_out",), "moe") == {"gdn_out_proj_input"}
+    assert GdnDims(16, 32, 128, 128, 4).norm_bytes_per_token() == 6 * 4096
+    path = tmp_path / "next.json"
+    path.write_text(json.dumps({**NEXT, "max_position_embeddings": 4096}))
+
+    def timed(*extra: str) -> dict:
+        out = subprocess.run([sys.executable, "-m", "app", "time", str(path), "--pp", "4", "--ep", "8", "--dp", "8",
+                              "--mbs", "1", "--global-batch", "64", "--seq-length", "4096", "--gpu", "h100-80gb",
+                              "--precision", "bf16", "--format", "json", *extra], capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode in (0, 1), out.stderr
+        return json.loads(out.stdout)["time"]["breakdown"]["recompute"]
+
+    assert timed()["total"] == 0 < timed("--recompute", "selective", "--recompute-modules", "gdn_norm_out")["total"]

@@ -475,8 +475,9 @@ def distribute_saved_activations_rule(cfg: ModelConfig, par: ParallelConfig, pla
 def recompute_modules_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePlan | None) -> list[Check]:
     """``transformer_config.py:1964-1981`` and ``2028-2030``, under selective recompute: "moe_act in
     recompute_modules is only supported with moe_grouped_gemm", "mla_up_proj in recompute_modules is
-    only supported with multi_latent_attention", gdn_norm_out only with a GatedDeltaNet variant,
-    "'mhc' in recompute_modules requires enable_mhc_connections=True" (neither is a model isplan loads)."""
+    only supported with multi_latent_attention", "gdn_norm_out in recompute_modules is only supported
+    with experimental_attention_variant='gdn' or 'gdn2'" (a model without gated DeltaNet layers), "'mhc'
+    in recompute_modules requires enable_mhc_connections=True" (no model isplan loads has them)."""
     modules = par.modules
     mla = par.multi_latent_attention if par.multi_latent_attention is not None else cfg.attention == "mla"
     out = []
@@ -486,7 +487,7 @@ def recompute_modules_rule(cfg: ModelConfig, par: ParallelConfig, plan: StagePla
     if "mla_up_proj" in modules and not mla:
         out.append(Check("recompute_mla_up_proj", False, "mla_up_proj in recompute_modules is only supported with "
                                                          "multi_latent_attention; drop mla_up_proj"))
-    if "gdn_norm_out" in modules:
+    if "gdn_norm_out" in modules and cfg.gdn is None:
         out.append(Check("recompute_gdn_norm_out", False, "gdn_norm_out in recompute_modules is only supported with "
                                                           "experimental_attention_variant='gdn' or 'gdn2'; drop it"))
     if "mhc" in modules:
