@@ -51,7 +51,7 @@ from app.core.model.config import (
 )
 from app.core.model.roles import PatternError
 from app.core.plan import BY_URL, TABLE, Plan, parse_sizes, plan_from_query
-from app.core.plan.bounds import MAX_LAYERS
+from app.core.plan.bounds import MAX_GPUS, MAX_LAYERS
 from app.core.receipt import (
     ReceiptError,
     build_receipt,
@@ -639,6 +639,30 @@ def _valid(key: str, raw: str) -> bool:
     return len(raw) <= spec.max_len
 
 
+def _world(params: dict[str, str]) -> int:
+    """TP x CP x PP x DP of the valid values given (1 for the others; a split, when it is the layout -
+    ``mode=split``, or no mode and no layout string -, has at least PP x VPP stages), re-derived here:
+    the plan bounds this product as well as each factor. A setting's own key wins over its aliases,
+    else the first alias given, as the parser reads them."""
+    chosen: dict[str, str] = {}
+    for key, raw in params.items():
+        name = BY_URL.get(key)
+        if name is not None and (key == name or name not in chosen):
+            chosen[name] = raw
+
+    def given(name: str) -> str | None:
+        raw = chosen.get(name)
+        return raw if raw is not None and raw.strip() and _valid(name, raw) else None
+
+    def value(name: str) -> int:
+        raw = given(name)
+        return max(1, int(raw)) if raw is not None else 1
+    mode, split = given("mode"), given("split")
+    uses_split = split is not None and (mode == "split" or (mode is None and given("layout") is None))
+    pp = max(value("pp"), len(split.split(",")) // value("vpp")) if uses_split and split else value("pp")
+    return value("tp") * value("cp") * pp * value("dp")
+
+
 @FUZZ
 @given(params=STATE_PARAMS)
 def test_plan_from_query_never_raises_and_reports_each_bad_field(params):
@@ -654,7 +678,9 @@ def test_plan_from_query_never_raises_and_reports_each_bad_field(params):
         if key != name and name in params:
             continue   # a setting given under its name wins over an earlier alias of it
         if _valid(key, raw):
-            if name not in ("split", "layout", "conv_split", "conv_pp"):  # those also carry mode= messages
+            if name == "dp" and _world(params) > MAX_GPUS:
+                assert "dp" in named   # each factor in bounds, their product not: named on dp
+            elif name not in ("split", "layout", "conv_split", "conv_pp"):  # those also carry mode= messages
                 assert name not in named, (key, raw)
         else:
             assert name in named, (key, raw)   # named by the setting's one name, whatever alias was used
