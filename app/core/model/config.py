@@ -1446,8 +1446,6 @@ def _refuse_inconsistent(cfg: ModelConfig) -> ModelConfig:
     return cfg
 
 
-#: the families whose block differs from the GQA decoder's defaults in :func:`_gqa_fields`: each one's reader
-#: of what its own modules build (applied last, so it wins)
 def _mimo_family(raw: dict[str, Any]) -> dict[str, Any]:
     """Xiaomi MiMo (``MiMoForCausalLM``, a ``Qwen2Config``): Qwen2's decoder (q/k/v biases, none on
     o_proj) and ``num_nextn_predict_layers`` MTP layers of DeepSeek's shape - token and hidden norms,
@@ -1521,6 +1519,8 @@ def _gdn_family(raw: dict[str, Any]) -> dict[str, Any]:
             "intermediate_size": _int_of(raw, ("intermediate_size",), 5632) if layers else 0}
 
 
+#: the families whose block differs from the GQA decoder's defaults in :func:`_gqa_fields`: each one's reader
+#: of what its own modules build (applied last, so it wins)
 _FAMILY_BLOCKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "gpt2": _gpt2_family, "nemotron": _nemotron_family, "nemotron_h": _nemotron_h_family,
     "bailing_moe_v2": _bailing_moe_v2, "ernie4_5": _ernie45_dense, "seed_oss": _seed_oss_family,
