@@ -906,10 +906,14 @@ def _gemma3_text(raw: dict[str, Any]) -> dict[str, Any]:
 #: ``models/mistral3/configuration_mistral3.py``: a ``mistral`` text model by default, Mistral Small 3.x;
 #: Ministral 3 files name ``ministral3``, Mistral's decoder layer - ``models/ministral3/modular_ministral3.py``);
 #: Qwen2-VL / Qwen2.5-VL / Qwen3-VL (``models/qwen2_vl``, ``qwen2_5_vl``, ``qwen3_vl``, ``qwen3_vl_moe``); GLM-4.1V /
-#: GLM-4.5V (``models/glm4v``, ``glm4v_moe``). The vision tower and projector are not counted.
+#: GLM-4.5V (``models/glm4v``, ``glm4v_moe``); Qwen3.5 / 3.6 (``models/qwen3_5``, ``qwen3_5_moe``); Kimi K2.5 / K2.6
+#: (``KimiK25ForConditionalGeneration``, whose ``text_config`` is a ``kimi_k2`` or ``deepseek_v3`` model: Kimi K2's
+#: language model, as Megatron-Bridge's ``kimi_vl/kimi_k25_vl_bridge.py`` @ 067f987d reads it). The vision tower
+#: and projector are not counted.
 _TEXT_WRAPPERS = {"mistral3": "mistral", "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text",
                   "qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text", "glm4v": "glm4v_text",
-                  "glm4v_moe": "glm4v_moe_text", "qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
+                  "glm4v_moe": "glm4v_moe_text", "qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text",
+                  "kimi_k25": "kimi_k2"}
 #: A multimodal file's language-model type read as the text family whose modules it builds: (family, its
 #: config class's defaults for the fields isplan reads - a file omits what equals them -, what the modules
 #: fix whatever the file says). Qwen2-VL's and Qwen2.5-VL's text decoder is Qwen2's (q/k/v biases);
@@ -954,9 +958,9 @@ def _wrapped_text(raw: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(kind, str):
         raise ConfigError(f"text_config's model_type must be a string, got {json.dumps(kind)[:40]}", "text_config")
     family, defaults, fixed = _TEXT_FAMILIES.get(kind, (kind, {}, {}))
-    if family not in GQA_MODEL_TYPES:
+    if family not in KNOWN_MODEL_TYPES:
         raise ConfigError(f"the language model under text_config is model_type {str(kind)[:40]!r}, which isplan does "
-                          f"not read (it reads {', '.join(GQA_MODEL_TYPES)})", "text_config")
+                          f"not read (it reads {', '.join(KNOWN_MODEL_TYPES)})", "text_config")
     tie = {"tie_word_embeddings": raw["tie_word_embeddings"]} if "tie_word_embeddings" in raw else {}
     return {**defaults, **tie, **text, **fixed, "model_type": family}
 

@@ -23,6 +23,7 @@ from app.core.model.parallelism import ParallelConfig
 from app.core.model.parameters import count_parameters, stage_params
 from app.core.model.roles import derive_roles, ffn_kinds, roles_report
 from app.core.optimise.search import SearchSpace, search
+from tests.conftest import REPO
 
 
 def load(raw: dict):
@@ -1354,3 +1355,17 @@ def test_mimo_is_qwen2_with_mtp_layers():
     assert r.main_total == 36 * layer + 2 * 151680 * H + H == 7_622_619_136
     assert r.checkpoint_total - r.main_total == layer + 2 * H + 2 * H * H + H
     assert cfg.qkv_bias and not cfg.o_bias and cfg.num_nextn_predict_layers == 1
+
+
+@pytest.mark.parametrize("text_type", ["kimi_k2", "deepseek_v3"])
+def test_kimi_k2_5_is_read_through_its_text_config(text_type):
+    """Kimi K2.5 / K2.6 files wrap Kimi K2's language model (``KimiK25ForConditionalGeneration``,
+    ``text_config`` of type ``kimi_k2`` or ``deepseek_v3``): the same parameters as the Kimi-K2 preset,
+    the vision tower not counted and said so."""
+    raw = json.loads((REPO / "app/core/presets/kimi-k2.json").read_text())
+    wrapped = {"model_type": "kimi_k25", "architectures": ["KimiK25ForConditionalGeneration"],
+               "tie_word_embeddings": False, "vision_config": {"hidden_size": 1152},
+               "text_config": {**raw, "model_type": text_type}}
+    cfg = load_config_bytes(json.dumps(wrapped).encode())
+    assert cfg.multimodal == "kimi_k25" and cfg.attention == "mla"
+    assert count_parameters(cfg).main_total == count_parameters(load_model("kimi-k2")).main_total
