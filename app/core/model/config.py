@@ -1487,7 +1487,8 @@ def _gdn_layer_types(raw: dict[str, Any], n: int) -> tuple[str, ...]:
 def _gdn_family(raw: dict[str, Any]) -> dict[str, Any]:
     """Qwen3-Next and Qwen3.5 / 3.6's language models (transformers ``models/qwen3_next``,
     ``models/qwen3_5``, ``models/qwen3_5_moe``): gated attention (``q_proj`` makes h d queries and h d
-    output gates; q/k RMSNorms of ``head_dim``; ``attention_bias`` on q, k, v, o) on the
+    output gates unless the file says ``attn_output_gate: false``, as vLLM reads it - ``qwen3_next.py``
+    ``Qwen3NextAttention``, default true; q/k RMSNorms of ``head_dim``; ``attention_bias`` on q, k, v, o) on the
     ``full_attention`` layers, a gated DeltaNet (:class:`GdnDims`) on the others; FFN: Qwen3-Next's
     experts on the layers Qwen3-MoE's rule makes sparse (``mlp_only_layers``, ``decoder_sparse_step``)
     and an MLP of ``intermediate_size`` on the rest, Qwen3.5-MoE's experts on every layer, Qwen3.5's
@@ -1505,7 +1506,8 @@ def _gdn_family(raw: dict[str, Any]) -> dict[str, Any]:
     if gdn.value_heads % gdn.key_heads:   # Megatron's TransformerConfig asserts it; so does the HF module
         raise ConfigError(f"linear_num_value_heads ({gdn.value_heads}) must be a multiple of linear_num_key_heads "
                           f"({gdn.key_heads})", "linear_num_value_heads")
-    out: dict[str, Any] = {"layer_attention": _gdn_layer_types(raw, n), "gdn": gdn, "attention_output_gate": True,
+    out: dict[str, Any] = {"layer_attention": _gdn_layer_types(raw, n), "gdn": gdn,
+                           "attention_output_gate": _bool_field(raw, "attn_output_gate", True),
                            "num_nextn_predict_layers": _int_of(raw, ("num_nextn_predict_layers", "mtp_num_hidden_layers"),
                                                                0)}
     if model_type == "qwen3_5_text":

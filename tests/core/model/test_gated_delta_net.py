@@ -267,3 +267,11 @@ def test_gdn_norm_out_recompute_is_accepted_on_a_deltanet_model_and_drops_the_ou
         return json.loads(out.stdout)["time"]["breakdown"]["recompute"]
 
     assert timed()["total"] == 0 < timed("--recompute", "selective", "--recompute-modules", "gdn_norm_out")["total"]
+
+
+def test_an_ungated_attention_file_counts_no_gate():
+    """``attn_output_gate: false`` (vLLM reads it, default true): q_proj makes the queries alone, so each of
+    the 12 attention layers holds H x 16 x 256 fewer weights."""
+    gated, plain = load(NEXT), load({**NEXT, "attn_output_gate": False})
+    assert gated.attention_output_gate and not plain.attention_output_gate
+    assert count_parameters(gated).main_total - count_parameters(plain).main_total == 12 * H * 4096
