@@ -299,6 +299,18 @@ def _hybrid_notes(cfg: ModelConfig) -> tuple[str, ...]:
     return (f"a hybrid model of one-module layers: {mix} (Megatron's --hybrid-layer-pattern {pattern})",)
 
 
+def _gdn_notes(cfg: ModelConfig) -> tuple[str, ...]:
+    """A gated DeltaNet model's token mixers (Qwen3-Next, Qwen3.5): which layers run softmax attention."""
+    kinds = cfg.layer_attention
+    if kinds is None:
+        return ()
+    full = [n for n, k in enumerate(kinds, start=1) if k == "attention"]
+    shown = ", ".join(map(str, full[:8])) + (f", ... ({len(full)} layers)" if len(full) > 8 else "")
+    gated = "gated " if cfg.attention_output_gate else ""
+    return (f"{len(kinds) - len(full)} gated DeltaNet (linear attention) and {len(full)} {gated}softmax attention "
+            f"layers; attention on layers {shown or 'none'}",)
+
+
 def _build(
     cfg: ModelConfig, engine: str, rule: str, full: tuple[bool, ...], freq: int | None, offset: int | None,
     mtp_full: tuple[bool, ...] | None = None,
@@ -367,7 +379,7 @@ def derive_roles(
         full = (True,) * n
         rm = _build(cfg, engine, "no_indexer", full, None, None, (True,) * depths)
         return replace(rm, notes=("the model has no DSA indexer; every stage start is allowed", *_window_notes(rm),
-                                  *_hybrid_notes(cfg)))
+                                  *_hybrid_notes(cfg), *_gdn_notes(cfg)))
     f, o = _config_freq_offset(cfg, rule, freq, offset)
     declared = config_declared_roles(cfg)
     if pattern is not None:

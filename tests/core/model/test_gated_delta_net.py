@@ -67,7 +67,10 @@ def test_qwen3_next_counts_by_hand_and_as_published():
     assert r.active == active and 3.0e9 < active - 151936 * H < 3.4e9   # "3B activated" without the head
     assert r.breakdown["gdn"] == 36 * GDN and r.breakdown["attention"] == 12 * ATTENTION
     assert r.checkpoint_total == r.main_total   # Qwen's router has no score-correction bias
-    assert [r.mixer for r in derive_roles(cfg).layers[:8]] == ["gdn", "gdn", "gdn", "attention"] * 2
+    roles = derive_roles(cfg)
+    assert [r.mixer for r in roles.layers[:8]] == ["gdn", "gdn", "gdn", "attention"] * 2
+    assert any(n.startswith("36 gated DeltaNet (linear attention) and 12 gated softmax attention layers; "
+                            "attention on layers 4, 8, 12,") for n in roles.notes)
 
 
 def test_the_config_classes_defaults_are_qwen3_next_80b():
