@@ -117,14 +117,15 @@ CONVENTIONS: dict[str, dict[str, Any]] = {
         "description": "the above + the attention core on every layer: absorbed sparse MLA over "
                        "min(index_topk, L) positions, 2*h*n*((kv_lora_rank + qk_rope_head_dim) + kv_lora_rank), "
                        "with an indexer; non-absorbed 2*h*L*(qk_nope + qk_rope + v_head_dim) for dense MLA; "
-                       "2*h*L*2*head_dim for GQA; and a hybrid model's Mamba SSD scan",
+                       "2*h*L*2*head_dim for GQA; and a hybrid model's Mamba SSD scan or a gated DeltaNet's delta rule",
     },
     "full": {
         "terms": TERMS,
         "lm_head": True,
         "description": "every term: 2 x activated parameters including the final norm and lm_head "
                        "(no input embedding), indexer projections, indexer scoring 2*L*Hi*di, "
-                       "indexer head weighting 2*L*Hi, absorbed sparse MLA attention, a hybrid model's SSD scan",
+                       "indexer head weighting 2*L*Hi, absorbed sparse MLA attention, a hybrid model's SSD scan or a gated DeltaNet's "
+                       "delta rule",
     },
 }
 PUBLISHED_CONVENTION = "linear(no head)+indexer_scoring"
