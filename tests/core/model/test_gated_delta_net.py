@@ -278,3 +278,32 @@ def test_an_ungated_attention_file_counts_no_gate():
     gated, plain = load(NEXT), load({**NEXT, "attn_output_gate": False})
     assert gated.attention_output_gate and not plain.attention_output_gate
     assert count_parameters(gated).main_total - count_parameters(plain).main_total == 12 * H * 4096
+
+
+CLIENT_OPTIONS = dict(follow_redirects=False)
+
+
+def test_an_uploaded_qwen3_5_is_timed_alike_by_the_api_and_the_cli(client, tmp_path):
+    """One evaluation: the same Qwen3.5 file uploaded to the page and given to ``isplan time`` gets the same
+    step time (every term) and the same verdict reasons."""
+    from urllib.parse import parse_qsl
+
+    data = json.dumps({**QWEN35, "text_config": {**QWEN35["text_config"], "max_position_embeddings": 32768}})
+    path = tmp_path / "qwen3.5.json"
+    path.write_text(data)
+    r = client.post("/upload", files={"file": ("q.json", data.encode(), "application/json")}, data={"query": ""})
+    assert r.status_code == 303, r.text[:300]
+    model = dict(parse_qsl(r.headers["location"].split("?", 1)[1]))["model"]
+    query = {"model": model, "engine": "megatron", "split": "10,10,10,10", "tp": "2", "sp": "1", "ep": "8", "etp": "1",
+             "dp": "4", "mbs": "1", "global_batch": "128", "seq_length": "4096", "gpu": "h100-80gb", "precision": "fp8"}
+    api = client.get("/api/v1/time", params=query)
+    assert api.status_code == 200, api.text[:300]
+    cli = subprocess.run([sys.executable, "-m", "app", "time", str(path), "--engine", "megatron", "--split",
+                          "10,10,10,10", "--tp", "2", "--sp", "--ep", "8", "--etp", "1", "--dp", "4", "--mbs", "1", "--global-batch",
+                          "128", "--seq-length", "4096", "--gpu", "h100-80gb", "--precision", "fp8", "--format", "json"],
+                         capture_output=True, text=True, timeout=120)
+    body = json.loads(cli.stdout)
+    assert api.json()["time"]["step_seconds"] > 0
+    assert api.json()["time"] == body["time"]
+    reasons = [(x["code"], x["message"]) for x in api.json()["verdict"]["blocking"]]
+    assert reasons == [(x["code"], x["message"]) for x in body["verdict"]["blocking"]]
