@@ -1465,6 +1465,8 @@ _GDN_MOE_DEFAULTS = {"qwen3_next": (512, 10, 512, 512), "qwen3_5_moe_text": (256
 _GDN_FIELDS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
                "linear_conv_kernel_dim")
 _GDN_FIELD_DEFAULTS = (16, 32, 128, 128, 4)   # every one of the three config classes'
+#: ``mamba_ssm_dtype``: the serving engine's recurrent-state element (vLLM reads it into ``mamba_ssm_cache_dtype``)
+_STATE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def _gdn_layer_types(raw: dict[str, Any], n: int) -> tuple[str, ...]:
@@ -1501,8 +1503,12 @@ def _gdn_family(raw: dict[str, Any]) -> dict[str, Any]:
     for name, size in zip(_GDN_FIELDS, sizes):
         if size < 1:
             raise ConfigError(f"{name} must be at least 1, got {size}", name)
+    ssm_dtype = raw.get("mamba_ssm_dtype")
+    if ssm_dtype is not None and ssm_dtype not in _STATE_DTYPE_BYTES:
+        raise ConfigError(f"mamba_ssm_dtype must be one of {', '.join(_STATE_DTYPE_BYTES)}, got {str(ssm_dtype)[:40]!r}",
+                          "mamba_ssm_dtype")
     gdn = GdnDims(key_heads=sizes[0], value_heads=sizes[1], key_head_dim=sizes[2], value_head_dim=sizes[3],
-                  conv_kernel=sizes[4])
+                  conv_kernel=sizes[4], state_element_bytes=_STATE_DTYPE_BYTES[ssm_dtype] if ssm_dtype else 2)
     if gdn.value_heads % gdn.key_heads:   # Megatron's TransformerConfig asserts it; so does the HF module
         raise ConfigError(f"linear_num_value_heads ({gdn.value_heads}) must be a multiple of linear_num_key_heads "
                           f"({gdn.key_heads})", "linear_num_value_heads")

@@ -62,6 +62,9 @@ class GdnDims:
     key_head_dim: int  # dk
     value_head_dim: int  # dv
     conv_kernel: int  # C, linear_conv_kernel_dim
+    #: bytes of a serving engine's recurrent-state element: 4 when the file asks for an FP32 state
+    #: (``mamba_ssm_dtype`` "float32", Qwen3.5's files), else the model's BF16 (:meth:`state_bytes`)
+    state_element_bytes: int = 2
 
     @property
     def key_dim(self) -> int:
@@ -120,7 +123,10 @@ class GdnDims:
 
     def state_bytes(self, tp: int = 1) -> float:
         """A serving engine's cache of one sequence in one GDN layer on one GPU: the conv window
-        ``(2K + V) x (C - 1)`` in BF16 and the recurrent state ``Hv x dk x dv`` in FP32, split
-        over TP by heads - per sequence, whatever its length."""
+        ``(2K + V) x (C - 1)`` in the model's BF16 and the recurrent state ``Hv x dv x dk`` in
+        :attr:`state_element_bytes`, split over TP by heads - per sequence, whatever its length
+        (vLLM ``mamba_utils.py`` ``MambaStateShapeCalculator`` / ``MambaStateDtypeCalculator
+        .gated_delta_net_state_dtype``: the state in the model's dtype unless ``mamba_ssm_cache_dtype``
+        is set, which Qwen3.5's ``mamba_ssm_dtype`` sets)."""
         return (2 * self.conv_dim * (self.conv_kernel - 1)
-                + 4 * self.value_heads * self.key_head_dim * self.value_head_dim) / tp
+                + self.state_element_bytes * self.value_heads * self.key_head_dim * self.value_head_dim) / tp

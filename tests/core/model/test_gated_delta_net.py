@@ -163,7 +163,8 @@ def test_activation_memory_and_serving_state_of_a_deltanet_layer():
     rule's q and k on 32 heads and v (2 x (2 x 4096 + 4096) / 2), the FP32 gates and rstd (10 x 32 / 2),
     the FP32 chunk matrix (4 x 32 x 64 / 2), the rule's output and the out_proj input (2 x 4096 / 2 each);
     gated attention keeps its gate's input too. Serving keeps KV on the 12 attention layers only and a
-    state per sequence on the 36 others: conv window 8192 x 3 in BF16, state 32 x 128 x 128 in FP32."""
+    state per sequence on the 36 others: conv window 8192 x 3 and state 32 x 128 x 128 in the model's BF16
+    (in FP32 when the file's ``mamba_ssm_dtype`` says so, as Qwen3.5's do)."""
     cfg = load(NEXT)
     par = ParallelConfig(tp=2, pp=1, gpus=2, sp=True, seq_length=4096)
     g = layer_activation_terms(cfg, par, ffn="moe", indexer=False, mixer="gdn")
@@ -175,7 +176,13 @@ def test_activation_memory_and_serving_state_of_a_deltanet_layer():
     assert a["attn_gate"] == a["attn_output"] == 2 * 4096 / 2
     kv = serving_kv(cfg, derive_roles(cfg), kv_dtype="bf16", tp=1, n_mtp=0)
     assert (kv["layers"], kv["bytes_per_token"]) == (12, 12 * 2 * 2 * 256 * 2)
-    assert kv["mamba_bytes_per_sequence"] == 36 * (2 * 8192 * 3 + 4 * 32 * 128 * 128)
+    assert kv["mamba_bytes_per_sequence"] == 36 * (2 * 8192 * 3 + 2 * 32 * 128 * 128)
+    fp32 = load({**NEXT, "mamba_ssm_dtype": "float32"})
+    kv32 = serving_kv(fp32, derive_roles(fp32), kv_dtype="bf16", tp=1, n_mtp=0)
+    assert kv32["mamba_bytes_per_sequence"] == 36 * (2 * 8192 * 3 + 4 * 32 * 128 * 128)
+    with pytest.raises(ConfigError) as err:
+        load({**NEXT, "mamba_ssm_dtype": "fp8"})
+    assert err.value.field == "mamba_ssm_dtype"
 
 
 def test_a_deltanets_weights_split_over_tp_but_its_norm():
@@ -228,7 +235,7 @@ def test_a_qwen3_next_plan_is_judged_and_timed_through_the_cli(tmp_path):
 def test_a_serving_rank_holds_kv_on_its_attention_layers_and_a_state_per_sequence():
     """vLLM at TP 4, two ranks of 24 layers (6 attention, 18 DeltaNet each), 32k context, 8 sequences:
     KV of the 6 attention layers (2 KV heads of 256, K and V, BF16; TP 4 above the 2 heads keeps one
-    whole head a GPU) for every token, plus each DeltaNet layer's conv window and FP32 state over TP."""
+    whole head a GPU) for every token, plus each DeltaNet layer's conv window and BF16 state over TP."""
     from app.core.engines.serving import engine_roles, serving_plan
     from app.core.model.serving_memory import ServingMemorySettings, serving_memory
 
@@ -237,7 +244,7 @@ def test_a_serving_rank_holds_kv_on_its_attention_layers_and_a_state_per_sequenc
     plan = serving_plan(cfg, "vllm", 2, "24,24")
     report = serving_memory(cfg, plan, roles, ServingMemorySettings(tp=4, context=32768, concurrency=8))
     kv = 6 * 2 * 1 * 256 * 2 * 32768 * 8
-    state = 18 * (2 * 8192 * 3 + 4 * 32 * 128 * 128) / 4 * 8
+    state = 18 * (2 * 8192 * 3 + 2 * 32 * 128 * 128) / 4 * 8
     assert [r.kv_latent for r in report.ranks] == [kv + round(state)] * 2
 
 
