@@ -108,12 +108,14 @@ CELL_HTML_SIZE = 16384
 def _cell_html(c: LayerCell, first: bool, tagged: bool) -> str:
     """One cell of the layer map: a focusable image named by its ``title`` (role, stage, top-k
     source), its letter, number and FFN kind, the rank tag on a stage start when VPP > 1
-    (``tagged``), the "!" of an invalid start; only the map's first cell is in the tab order."""
+    (``tagged``), the "!" of an invalid start, a gated DeltaNet layer's number underlined (``linear``);
+    only the map's first cell is in the tab order."""
     key = (c.layer, c.role, c.letter, c.ffn, c.source, c.stage, c.start, c.invalid, c.mtp, c.pp_rank, c.vp_stage,
            c.mixer, first, tagged)
     found = _CELL_HTML.get(key)
     if found is None:
-        cls = (f"cell {c.role}{' mtp' if c.mtp else ''}{' start' if c.start else ''}{' invalid' if c.invalid else ''} "
+        cls = (f"cell {c.role}{' mtp' if c.mtp else ''}{' start' if c.start else ''}{' invalid' if c.invalid else ''}"
+               f"{' linear' if c.mixer == 'gdn' else ''} "
                f"band{(c.stage or 0) % 2}" + (f" rank{c.pp_rank % 8}" if c.pp_rank is not None else ""))
         tag = f'<span class="rk">r{c.pp_rank}</span>' if c.start and c.pp_rank is not None and tagged else ""
         mark = '<span class="mark">!</span>' if c.invalid else ""

@@ -314,3 +314,20 @@ def test_an_uploaded_qwen3_5_is_timed_alike_by_the_api_and_the_cli(client, tmp_p
     assert api.json()["time"] == body["time"]
     reasons = [(x["code"], x["message"]) for x in api.json()["verdict"]["blocking"]]
     assert reasons == [(x["code"], x["message"]) for x in body["verdict"]["blocking"]]
+
+
+def test_the_layer_map_marks_the_deltanet_layers(client):
+    """On the page, the 36 DeltaNet layers' cells carry ``linear`` (their number underlined) and the map's
+    hint says what that means; the 12 attention layers' cells do not."""
+    import re
+    from html import unescape
+    from urllib.parse import parse_qsl
+
+    data = json.dumps({**NEXT, "max_position_embeddings": 32768}).encode()
+    r = client.post("/upload", files={"file": ("next.json", data, "application/json")}, data={"query": ""})
+    model = dict(parse_qsl(r.headers["location"].split("?", 1)[1]))["model"]
+    page = client.get("/", params={"model": model, "engine": "megatron", "split": "12,12,12,12"}).text
+    cells = re.findall(r'<div id="L(\d+)" class="([^"]*)"', page)
+    linear = {int(n) for n, cls in cells if "linear" in cls.split()}
+    assert linear == {n for n in range(1, 49) if n % 4}
+    assert "an underlined number is a gated DeltaNet (linear attention) layer" in unescape(page)
