@@ -1509,6 +1509,10 @@ def _gdn_family(raw: dict[str, Any]) -> dict[str, Any]:
                           "mamba_ssm_dtype")
     gdn = GdnDims(key_heads=sizes[0], value_heads=sizes[1], key_head_dim=sizes[2], value_head_dim=sizes[3],
                   conv_kernel=sizes[4], state_element_bytes=_STATE_DTYPE_BYTES[ssm_dtype] if ssm_dtype else 2)
+    if _bool_field(raw, "mtp_use_dedicated_embeddings", False):
+        raise ConfigError("mtp_use_dedicated_embeddings gives the MTP layers their own embedding table, which isplan "
+                          "does not count: its parameters and memory would miss it, so this config is not read",
+                          "mtp_use_dedicated_embeddings")
     if gdn.value_heads % gdn.key_heads:   # Megatron's TransformerConfig asserts it; so does the HF module
         raise ConfigError(f"linear_num_value_heads ({gdn.value_heads}) must be a multiple of linear_num_key_heads "
                           f"({gdn.key_heads})", "linear_num_value_heads")

@@ -112,6 +112,7 @@ def test_qwen3_next_dense_layers_and_a_qwen3_5_dense_model():
     ({"layer_types": ["linear_attention"] * 47}, "layer_types"),
     ({"layer_types": ["mamba"] * 48}, "layer_types"),
     ({"full_attention_interval": 0}, "full_attention_interval"),
+    ({"mtp_num_hidden_layers": 1, "mtp_use_dedicated_embeddings": True}, "mtp_use_dedicated_embeddings"),
 ])
 def test_a_gdn_config_isplan_cannot_read_is_refused_naming_the_field(change, field):
     with pytest.raises(ConfigError) as err:
