@@ -292,13 +292,17 @@ def _known_entry_points() -> str:
     return ", ".join(f"{label}'s {' / '.join(points)}" for points, label in entries.items())
 
 
+def _trainer(parsed: LauncherParse) -> str:
+    """The script's Python command and where it is, as the messages below name it."""
+    at = where(*parsed.trainer) if parsed.trainer else "the script"
+    return f"{parsed.program or 'its Python command'} ({at})"
+
+
 def _not_a_training_run(parsed: LauncherParse) -> str:
     """Why a script whose Python command is neither a known training entry point nor sets a plan flag
     is refused: ``python tools/preprocess_data.py ...``, a checkpoint converter, an evaluation - a
     verdict on it would be the default plan's, not the job's."""
-    program = parsed.program or "its Python command"
-    at = where(*parsed.trainer) if parsed.trainer else "the script"
-    return (f"{program} ({at}) is not a training entry point isplan knows ({_known_entry_points()}) and sets none "
+    return (f"{_trainer(parsed)} is not a training entry point isplan knows ({_known_entry_points()}) and sets none "
             "of the plan's flags (--tensor-model-parallel-size, --pipeline-model-parallel-size, --num-layers ...): "
             "nothing in the script says what would be trained; give the training run's launcher")
 
@@ -308,9 +312,7 @@ def _unknown_entry_point(parsed: LauncherParse, engine: str) -> str:
     project's own ``train.py``, Megatron-Bridge's MIMO examples, whose parallelism comes from
     environment variables): its flags are read as ``engine``'s entry point reads them, and whatever
     else it reads is not seen."""
-    program = parsed.program or "its Python command"
-    at = where(*parsed.trainer) if parsed.trainer else "the script"
-    return (f"{program} ({at}) is not a training entry point isplan knows ({_known_entry_points()}): its flags are "
+    return (f"{_trainer(parsed)} is not a training entry point isplan knows ({_known_entry_points()}): its flags are "
             f"read as {ENGINES[engine].label}'s entry point reads them, and what it sets otherwise (environment "
             "variables, its own configuration) is not seen - check the plan's parallel sizes against what it runs")
 

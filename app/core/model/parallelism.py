@@ -45,7 +45,7 @@ from typing import Any
 
 from app.core.content_cache import hash_once, state_without_hash
 from app.core.model.hardware import ALIASES as HARDWARE_ALIASES
-from app.core.model.hardware import CATALOGUE
+from app.core.model.hardware import CATALOGUE, CustomGpuError
 
 RECOMPUTE = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("uniform", "block")
@@ -78,19 +78,13 @@ GPU_PRESETS: dict[str, GpuPreset] = {
 GPU_ALIASES = dict(HARDWARE_ALIASES)
 
 
-class GpuCapacityError(ValueError):
-    """``--gpu custom`` without its capacity: the plan's ``gpu_memory_gb`` is the setting to give."""
-
-    field = "gpu_memory_gb"
-
-
 def resolve_gpu(gpu: str, capacity_bytes: int | None = None) -> GpuPreset:
     """A preset by id (or short alias), or ``custom`` with ``capacity_bytes``."""
     key = GPU_ALIASES.get(gpu, gpu)
     if key == "custom":
         if capacity_bytes is None or capacity_bytes <= 0:
-            raise GpuCapacityError("--gpu custom needs the GPU's capacity: give --gpu-memory-gb GB "
-                                   "(URL key gpu_memory_gb), e.g. 80")
+            raise CustomGpuError("--gpu custom needs the GPU's capacity: give --gpu-memory-gb GB "
+                                 "(URL key gpu_memory_gb), e.g. 80", "gpu_memory_gb")
         return GpuPreset("custom", f"custom ({capacity_bytes / 1e9:g} GB)", int(capacity_bytes))
     if key not in GPU_PRESETS:
         raise ValueError(f"unknown gpu {gpu!r}; use one of {', '.join(GPU_PRESETS)} or 'custom'")

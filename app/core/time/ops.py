@@ -574,11 +574,16 @@ def _add_attention(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
     lc.modules["core_attn"] = lc.attn_fwd
 
 
+#: The token mixers timed as a chunked scan of Triton kernels: a Mamba-2 mixer and a gated DeltaNet
+#: (their scan FLOPs, their kernels' bytes at ``Efficiency.ssd_bw``, their CP all-to-all)
+SCAN_MIXERS = ("mamba", "gdn")
+
+
 def _add_scan(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
     """A Mamba-2 layer's SSD scan, or a gated DeltaNet's chunked delta rule: its ``ssm_scan`` FLOPs
     over TP at the BF16 peak times the attention fractions, 2.5 x backward (module docstring); the
     kernels' bytes are counted with the memory-bound work (:func:`_elementwise`)."""
-    if role.mixer not in ("mamba", "gdn"):
+    if role.mixer not in SCAN_MIXERS:
         return
     s, eff = ctx.s, ctx.eff
     flops = sequence_layer_flops(ctx.cfg, role, seq_length=s.seq_length, mbs=s.mbs)["ssm_scan"] / (s.tp * s.cp)
@@ -634,7 +639,7 @@ def _add_memory_and_host(ctx: OpContext, lc: LayerCost, role: LayerRole, gemms: 
     a full-iteration CUDA graph."""
     eff = ctx.eff
     for key, nbytes in _elementwise(ctx, role, gemms).items():
-        sec = mem_seconds(ctx, nbytes) / (eff.ssd_bw if key in ("mamba", "gdn") else 1.0)
+        sec = mem_seconds(ctx, nbytes) / (eff.ssd_bw if key in SCAN_MIXERS else 1.0)
         lc.fwd.memory += sec
         lc.bwd.memory += BWD_BYTES.get(key, 2.0) * sec
         lc.modules[key] = lc.modules.get(key, 0.0) + sec
@@ -678,7 +683,7 @@ def _add_communication(ctx: OpContext, lc: LayerCost, role: LayerRole) -> None:
                               topk=cfg.num_experts_per_tok if dedup else 0,
                               experts=cfg.n_routed_experts if dedup else 0)
         lc.ep_fwd = lc.ep_bwd = 2 * a2a
-    if s.cp > 1 and role.mixer in ("mamba", "gdn"):
+    if s.cp > 1 and role.mixer in SCAN_MIXERS:
         _mamba_cp(ctx, lc)
     elif s.cp > 1 and role.mixer == "attention":
         kv = _kv_bytes_per_token(ctx) * ctx.t

@@ -503,15 +503,21 @@ def simulate(pp: int, vpp: int, num_microbatches: int, fwd: Sequence[float], bwd
         end, end_free = run_ends(g, durations, sends, exact=exact)
         last_b = tuple(tuple((start_of(g, k, end, sends) if k < n else 0.0, end[k]) for k in row)
                        for row in g.last_backward)
-    # a rank's compute: m times its chunks' forward and backward (exact on the grid, as its stream adds them)
-    busy = tuple(m * sum(durations[c * pp + r] + durations[n_stages + c * pp + r] for c in range(vpp))
-                 for r in range(pp))
+    busy = _busy(pp, vpp, m, durations)
     compute_end = tuple(end[k] for k in g.last_step)
     cols = ((g.rank, g.chunk, g.microbatch, g.backward, tuple(start[:n]), tuple(end[:n])) if record
             else ((), (), (), (), (), ()))
     makespan = max(compute_end) if compute_end else 0.0
     free_makespan = max((end_free[k] for k in g.last_step), default=0.0) if free_sends else makespan
     return Schedule(pp, vpp, m, makespan, busy, compute_end, last_b, *cols, free_makespan=free_makespan)
+
+
+def _busy(pp: int, vpp: int, m: int, durations: Sequence[float]) -> tuple[float, ...]:
+    """Each rank's compute: ``m`` times its chunks' forward and backward (``durations``: every stage's
+    forward, vp-major, then every backward; exact on the grid, as its stream adds them)."""
+    n_stages = pp * vpp
+    return tuple(m * sum(durations[c * pp + r] + durations[n_stages + c * pp + r] for c in range(vpp))
+                 for r in range(pp))
 
 
 #: Above this many micro-batches the live pass times the schedule through a shorter one of the same
@@ -545,11 +551,10 @@ def _long_schedule(pp: int, vpp: int, m: int, group: int | None, durations: list
     g, end, free, (lam, lam0, cycle) = found[3], found[4], found[5], found[:3]
     if j % cycle:
         return None
-    n, n_stages, shift = len(g.prev), pp * vpp, j // cycle * lam
+    n, shift = len(g.prev), j // cycle * lam
     last_b = tuple(tuple((start_of(g, k, end, sends) + shift, end[k] + shift) if k < n else (0.0, 0.0) for k in row)
                    for row in g.last_backward)
-    busy = tuple(m * sum(durations[c * pp + r] + durations[n_stages + c * pp + r] for c in range(vpp))
-                 for r in range(pp))
+    busy = _busy(pp, vpp, m, durations)
     compute_end = tuple(end[k] + shift for k in g.last_step)
     makespan = max(compute_end)
     free_makespan = max(free[k] for k in g.last_step) + j // cycle * lam0 if free_sends else makespan
