@@ -332,3 +332,19 @@ def test_the_layer_map_marks_the_deltanet_layers(client):
     linear = {int(n) for n, cls in cells if "linear" in cls.split()}
     assert linear == {n for n in range(1, 49) if n % 4}
     assert "an underlined number is a gated DeltaNet (linear attention) layer" in unescape(page)
+
+
+def test_the_deltanet_kernels_bytes_by_hand():
+    """Qwen3-Next's DeltaNet (32 value heads of 128, q / k on 16 heads of 128, conv over 8,192 channels),
+    per token forward, kernel by kernel as the module docstring lists them (BF16 2 B, FP32 4 B, chunk 64):
+    conv reads and writes 8,192 (32,768); q and k repeated to 32 heads written (16,384); the gate cumsum
+    reads and writes 32 FP32 (256); kkt reads k 8,192, beta 64, g 128 and writes A 32 x 64 FP32 8,192
+    (16,576); solve_tril reads and writes A (16,384); w / u read A, k, v, beta and write w, u (41,024);
+    fwd_h reads k, w, u, g and writes a 32 x 128 x 128 FP32 state every 64 tokens (32,768 a token) and
+    v_new (65,664); fwd_o reads q, k, v_new, the states and g and writes o (65,664). The gated norm apart:
+    it reads o and z and writes 4,096 BF16 (24,576)."""
+    from app.core.model.gated_delta_net import GdnDims
+
+    g = GdnDims(16, 32, 128, 128, 4)
+    assert g.scan_bytes_per_token() == 32768 + 16384 + 256 + 16576 + 16384 + 41024 + 65664 + 65664 == 254720
+    assert g.norm_bytes_per_token() == 24576
